@@ -1,0 +1,11 @@
+// defines: nothing; one include for the common runtime (errors, logging, environment,
+// base dir, atomic files, thread pool, progress, device policy)
+#pragma once
+#include "nanochat/common/atomic_file.h"
+#include "nanochat/common/base_dir.h"
+#include "nanochat/common/device.h"
+#include "nanochat/common/env.h"
+#include "nanochat/common/error.h"
+#include "nanochat/common/log.h"
+#include "nanochat/common/progress.h"
+#include "nanochat/common/thread_pool.h"

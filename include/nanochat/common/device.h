@@ -1,0 +1,48 @@
+// defines: device_autodetect, device_from_name, compute_dtype_detect, dtype_name,
+//          seed_everything, cpu_threads_setup, host_info, cuda_device_infos
+// The device and precision policy of spec §0.4/§0.5, in one place.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+#include <torch/types.h>
+
+namespace nanochat {
+
+// "cuda" when a GPU is present, else "cpu"; `requested` ("", "cuda", "cpu") overrides,
+// with an Error when cuda is asked for and unavailable
+std::string device_autodetect(const std::string& requested = "");
+// the torch device for this process: cuda:LOCAL_RANK on CUDA, cpu otherwise
+torch::Device device_for_rank(const std::string& device_type, int local_rank);
+
+// NANOCHAT_DTYPE (bfloat16|float16|float32) if set; bf16 on CUDA with capability >= 8.0;
+// else float32
+torch::ScalarType compute_dtype_detect(const std::string& device_type);
+std::string dtype_name(torch::ScalarType dtype);
+
+void seed_everything(uint64_t seed);  // torch CPU and CUDA generators
+
+// LibTorch may start with one intra-op thread; use the cores this rank may have:
+// OMP_NUM_THREADS if set, else hardware threads / local ranks. Returns the count set.
+int cpu_threads_setup(int local_world_size);
+
+struct CudaDeviceInfo {
+  int index;
+  std::string name;
+  int major, minor;           // compute capability
+  int64_t total_bytes, free_bytes;
+  int multiprocessors;
+};
+struct HostInfo {
+  std::string cpu_model;
+  int hardware_threads;
+  int64_t memory_total_bytes, memory_available_bytes;  // -1 if unknown
+};
+HostInfo host_info();  // from /proc/cpuinfo and /proc/meminfo
+
+bool cuda_built();           // this binary was compiled with CUDA support
+std::vector<CudaDeviceInfo> cuda_device_infos();  // empty without a GPU
+std::string cuda_runtime_version();  // "13.0", or "" when not built with CUDA
+std::string nccl_version();          // "2.28.9", or "" when not built with NCCL
+
+}  // namespace nanochat

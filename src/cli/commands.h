@@ -1,0 +1,18 @@
+// defines: cli_register_*, cli_version_text
+// One register function per subcommand (one file each in src/cli/). Each adds its
+// subcommand to the app with a callback that wires modules together and stores the exit code.
+#pragma once
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace nanochat {
+
+void cli_register_doctor(CLI::App& app, int& exit_code);
+void cli_register_launch(CLI::App& app, int& exit_code);
+
+std::string cli_version_text();  // what `nanochat --version` prints
+
+}  // namespace nanochat

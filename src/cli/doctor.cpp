@@ -1,0 +1,68 @@
+// `nanochat doctor`: what to run when something is off. Versions, devices, memory, the base
+// dir and its free disk, and under more than one rank a self-test of every collective.
+#include <CLI/CLI.hpp>
+#include <torch/torch.h>
+
+#include "cli/commands.h"
+#include "nanochat/common.h"
+#include "nanochat/compute.h"
+
+namespace nanochat {
+
+static std::string gib(int64_t bytes) {
+  return bytes < 0 ? std::string("unknown") : strprintf("%.1f GiB", bytes / double(1ull << 30));
+}
+
+static int doctor_run(const std::string& device_flag, double mb) {
+  Compute c = compute_init(device_flag);
+  std::istringstream version(cli_version_text());
+  for (std::string line; std::getline(version, line);) log_info("%s", line.c_str());
+  HostInfo host = host_info();
+  log_info("CPU: %s, %d hardware threads, %d used by this rank", host.cpu_model.c_str(),
+           host.hardware_threads, c.cpu_threads);
+  log_info("memory: %s total, %s available", gib(host.memory_total_bytes).c_str(),
+           gib(host.memory_available_bytes).c_str());
+  for (auto& g : cuda_device_infos())
+    log_info("cuda:%d %s: %d SMs, %s total, %s free", g.index, g.name.c_str(), g.multiprocessors,
+             gib(g.total_bytes).c_str(), gib(g.free_bytes).c_str());
+  log_info("device: %s, compute dtype %s", c.device.str().c_str(), dtype_name(c.dtype).c_str());
+  std::string dir = base_dir();
+  log_info("base dir: %s (%s free)", dir.c_str(), gib(free_disk_bytes(dir)).c_str());
+  log_info("ranks: %d (backend %s)", c.env.world_size, c.dist->backend_name().c_str());
+  if (c.env.world_size == 1) {
+    log_info("collective self-test: skipped with one rank (run `nanochat launch --nproc-per-node 2 -- doctor`)");
+    return 0;
+  }
+
+  auto results = dist_self_test(*c.dist, (int64_t)(mb * 1e6));
+  int failed = 0;
+  for (auto& r : results) {
+    if (!r.ok) {
+      failed++;
+      log_warn("collective %s FAILED on rank %d: %s", r.name.c_str(), c.env.rank, r.detail.c_str());
+    } else if (r.seconds > 0) {
+      log_info("  %-20s ok  %8.1f MB  %9.3f ms  bus %7.2f GB/s", r.name.c_str(), r.bytes / 1e6,
+               r.seconds * 1e3, r.bus_gb_per_s);
+    } else {
+      log_info("  %-20s ok", r.name.c_str());
+    }
+  }
+  auto total_failed = torch::tensor({(float)failed});
+  c.dist->all_reduce(total_failed, ReduceOp::SUM);
+  int all = (int)total_failed.item<float>();
+  if (all > 0) fail("collective self-test: %d check(s) failed across %d ranks (see warnings above)", all, c.env.world_size);
+  log_info("collective self-test: all %zu collectives passed on all %d ranks", results.size(), c.env.world_size);
+  return 0;
+}
+
+void cli_register_doctor(CLI::App& app, int& exit_code) {
+  auto* sub = app.add_subcommand("doctor", "Check the installation: versions, devices, memory, disk, collectives");
+  static std::string device_type;
+  static double mb = 64;
+  sub->add_option("--device-type", device_type, "cuda or cpu (default: cuda when a GPU is present)");
+  sub->add_option("--bandwidth-mb", mb, "buffer size in MB for the collective bandwidth test")
+      ->default_val(64)->check(CLI::Range(0.001, 16384.0));
+  sub->callback([&exit_code] { exit_code = doctor_run(device_type, mb); });
+}
+
+}  // namespace nanochat

@@ -1,0 +1,39 @@
+// CUDA-only: compiled when the LibTorch found has CUDA (see CMakeLists.txt).
+// Works on machines without a GPU too: every query first asks for the device count.
+#include "nanochat/common/device.h"
+
+#include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <cuda_runtime_api.h>
+#include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
+#include <torch/cuda.h>
+
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+
+bool cuda_built() { return true; }
+
+std::vector<CudaDeviceInfo> cuda_device_infos() {
+  std::vector<CudaDeviceInfo> out;
+  if (!torch::cuda::is_available()) return out;
+  int n = (int)torch::cuda::device_count();
+  for (int i = 0; i < n; i++) {
+    const cudaDeviceProp* p = at::cuda::getDeviceProperties(i);
+    c10::cuda::CUDAGuard guard((c10::DeviceIndex)i);
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = total_b = 0;
+    out.push_back({i, p->name, p->major, p->minor, (int64_t)total_b, (int64_t)free_b,
+                   p->multiProcessorCount});
+  }
+  return out;
+}
+
+std::string cuda_runtime_version() {
+  int v = CUDART_VERSION;  // the toolkit this binary was compiled against
+  return strprintf("%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+std::string nccl_version() { return c10d::getNcclVersion(); }
+
+}  // namespace nanochat

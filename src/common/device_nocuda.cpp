@@ -1,0 +1,11 @@
+// Compiled instead of cuda_device.cpp when the LibTorch found has no CUDA.
+#include "nanochat/common/device.h"
+
+namespace nanochat {
+
+bool cuda_built() { return false; }
+std::vector<CudaDeviceInfo> cuda_device_infos() { return {}; }
+std::string cuda_runtime_version() { return ""; }
+std::string nccl_version() { return ""; }
+
+}  // namespace nanochat

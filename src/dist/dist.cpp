@@ -1,0 +1,128 @@
+#include "nanochat/dist.h"
+
+#include <algorithm>
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "nanochat/common/env.h"
+#include "nanochat/common/error.h"
+#include "nanochat/common/log.h"
+
+namespace nanochat {
+
+torch::Tensor DistWork::wait() {
+  if (work) work->wait();
+  return finish ? finish() : torch::Tensor();
+}
+
+std::pair<int64_t, int64_t> dist_shard_range(int64_t n, int world, int rank) {
+  int64_t chunk = (n + world - 1) / world;
+  int64_t begin = std::min(n, chunk * rank), end = std::min(n, chunk * (rank + 1));
+  return {begin, end};
+}
+
+static c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::SUM: return c10d::ReduceOp::SUM;
+    case ReduceOp::AVG: return c10d::ReduceOp::AVG;
+    case ReduceOp::MAX: return c10d::ReduceOp::MAX;
+  }
+  return c10d::ReduceOp::SUM;
+}
+
+Dist::Dist(const DistEnv& env, const torch::Device& device) : env_(env), device_(device) {
+  log_set_rank(env.rank, env.world_size);
+  if (env.world_size == 1) return;
+  auto timeout = std::chrono::milliseconds(1000 * env_int("NANOCHAT_DIST_TIMEOUT", 1, 86400).value_or(600));
+  c10d::TCPStoreOptions opts;
+  opts.port = (uint16_t)env.master_port;
+  opts.isServer = env.rank == 0;
+  opts.numWorkers = env.world_size;
+  opts.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
+  } catch (const std::exception& e) {
+    fail("rank %d cannot reach the rendezvous at MASTER_ADDR=%s MASTER_PORT=%d (%s); check the "
+         "address, or pick a free port with --master-port",
+         env.rank, env.master_addr.c_str(), env.master_port,
+         c10::GetExceptionString(e).substr(0, 200).c_str());
+  }
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("nanochat", store);
+  backend_ = device.is_cuda() ? dist_nccl_create(prefixed, env, timeout)
+                              : dist_gloo_create(prefixed, env, timeout);
+  barrier();  // like nanochat's compute_init: everyone is up before anything else happens
+  log_debug("process group %s up: rank %d of %d", backend_name().c_str(), env.rank, env.world_size);
+}
+
+Dist::~Dist() = default;
+
+std::string Dist::backend_name() const { return backend_ ? backend_->getBackendName() : "none"; }
+
+DistWork Dist::all_reduce_async(torch::Tensor tensor, ReduceOp op) {
+  if (!backend_) return {nullptr, [tensor] { return tensor; }};
+  std::vector<torch::Tensor> tensors{tensor};
+  c10d::AllreduceOptions opts;
+  opts.reduceOp = to_c10d(op);
+  return {backend_->allreduce(tensors, opts), [tensor] { return tensor; }};
+}
+
+DistWork Dist::reduce_scatter_async(const torch::Tensor& input, ReduceOp op) {
+  TORCH_CHECK(input.dim() >= 1, "reduce_scatter needs a tensor with at least one dimension");
+  int64_t n = input.size(0);
+  auto [begin, end] = dist_shard_range(n, env_.world_size, env_.rank);
+  if (!backend_) return {nullptr, [input] { return input; }};
+  int64_t chunk = (n + env_.world_size - 1) / env_.world_size;
+  torch::Tensor padded = input.contiguous();
+  if (chunk * env_.world_size != n) {  // zero rows on the wire: collectives want equal chunks
+    std::vector<int64_t> shape = input.sizes().vec();
+    shape[0] = chunk * env_.world_size - n;
+    padded = torch::cat({padded, torch::zeros(shape, input.options())});
+  }
+  std::vector<int64_t> out_shape = input.sizes().vec();
+  out_shape[0] = chunk;
+  torch::Tensor out = torch::empty(out_shape, input.options());
+  c10d::ReduceScatterOptions opts;
+  opts.reduceOp = to_c10d(op);
+  auto work = backend_->_reduce_scatter_base(out, padded, opts);
+  int64_t rows = end - begin;
+  return {work, [out, padded, rows] { return out.narrow(0, 0, rows); }};
+}
+
+DistWork Dist::all_gather_async(const torch::Tensor& shard, int64_t total_rows) {
+  auto [begin, end] = dist_shard_range(total_rows, env_.world_size, env_.rank);
+  TORCH_CHECK(shard.dim() >= 1 && shard.size(0) == end - begin, "all_gather: rank ", env_.rank,
+              " must pass rows [", begin, ", ", end, ") of ", total_rows, ", got ",
+              shard.dim() ? shard.size(0) : 0);
+  if (!backend_) return {nullptr, [shard] { return shard; }};
+  int64_t chunk = (total_rows + env_.world_size - 1) / env_.world_size;
+  torch::Tensor padded = shard.contiguous();
+  if (padded.size(0) != chunk) {
+    std::vector<int64_t> shape = shard.sizes().vec();
+    shape[0] = chunk - padded.size(0);
+    padded = torch::cat({padded, torch::zeros(shape, shard.options())});
+  }
+  std::vector<int64_t> out_shape = shard.sizes().vec();
+  out_shape[0] = chunk * env_.world_size;
+  torch::Tensor out = torch::empty(out_shape, shard.options());
+  auto work = backend_->_allgather_base(out, padded, c10d::AllgatherOptions());
+  return {work, [out, padded, total_rows] { return out.narrow(0, 0, total_rows); }};
+}
+
+void Dist::broadcast(torch::Tensor tensor, int root) {
+  if (!backend_) return;
+  std::vector<torch::Tensor> tensors{tensor};
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  backend_->broadcast(tensors, opts)->wait();
+}
+
+void Dist::barrier() {
+  if (!backend_) return;
+  c10d::BarrierOptions opts;
+  if (device_.is_cuda()) opts.device_ids = {device_.index()};
+  backend_->barrier(opts)->wait();
+}
+
+}  // namespace nanochat

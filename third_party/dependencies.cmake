@@ -1,0 +1,45 @@
+# System dependencies only (no copied code): LibTorch from the venv's torch wheel or a
+# LibTorch zip (CMAKE_PREFIX_PATH), the CUDA toolkit when LibTorch has CUDA, and Debian's
+# -dev packages. Everything lands in one interface target, nanochat_deps.
+
+find_package(Torch REQUIRED)
+if(Torch_VERSION VERSION_LESS 2.9)
+  message(FATAL_ERROR "nanochat needs LibTorch >= 2.9 (found ${Torch_VERSION}); run runs/setup.sh")
+endif()
+find_package(nlohmann_json 3 REQUIRED)
+find_package(CLI11 REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+find_package(Threads REQUIRED)
+
+# ProcessGroupGloo.hpp includes gloo headers, which the torch wheel does not ship; Debian's
+# libgloo-dev provides them (headers only: the Gloo code itself is inside libtorch_cpu).
+find_path(GLOO_INCLUDE_DIR gloo/algorithm.h HINTS "$ENV{GLOO_INCLUDE_DIR}")
+if(NOT GLOO_INCLUDE_DIR)
+  message(FATAL_ERROR "gloo headers not found: apt-get install libgloo-dev (or set GLOO_INCLUDE_DIR)")
+endif()
+
+add_library(nanochat_deps INTERFACE)
+target_link_libraries(nanochat_deps INTERFACE ${TORCH_LIBRARIES} nlohmann_json::nlohmann_json
+                      PkgConfig::PCRE2 PkgConfig::ZSTD Threads::Threads)
+target_include_directories(nanochat_deps SYSTEM INTERFACE ${GLOO_INCLUDE_DIR})
+target_compile_definitions(nanochat_deps INTERFACE USE_C10D_GLOO)
+
+# CUDA and NCCL code is built whenever the LibTorch found has CUDA, GPU or not: at run time
+# the binary uses CUDA only when torch::cuda::is_available().
+set(NANOCHAT_HAS_CUDA OFF)
+if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
+  set(NANOCHAT_HAS_CUDA ON)
+  find_package(CUDAToolkit REQUIRED)
+  # nccl.h: the one shipped with the wheel (nvidia-nccl) matches the NCCL torch loads
+  find_path(NCCL_INCLUDE_DIR nccl.h
+            HINTS "${TORCH_INSTALL_PREFIX}/../nvidia/nccl/include" "$ENV{NCCL_INCLUDE_DIR}" "${CUDAToolkit_INCLUDE_DIRS}")
+  if(NOT NCCL_INCLUDE_DIR)
+    message(FATAL_ERROR "nccl.h not found: install NCCL (or set NCCL_INCLUDE_DIR)")
+  endif()
+  target_include_directories(nanochat_deps SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
+  target_link_libraries(nanochat_deps INTERFACE CUDA::cudart)
+  target_compile_definitions(nanochat_deps INTERFACE NANOCHAT_CUDA USE_C10D_NCCL)
+endif()
+message(STATUS "nanochat: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}, CUDA ${NANOCHAT_HAS_CUDA}")
