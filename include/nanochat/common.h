@@ -6,6 +6,8 @@
 #include "nanochat/common/device.h"
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"
+#include "nanochat/common/files.h"
+#include "nanochat/common/files.h"
 #include "nanochat/common/log.h"
 #include "nanochat/common/progress.h"
 #include "nanochat/common/thread_pool.h"

@@ -3,19 +3,15 @@
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
-#include <filesystem>
 #include <unistd.h>
 
 #include "nanochat/common/error.h"
-
-namespace fs = std::filesystem;
+#include "nanochat/common/files.h"
 
 namespace nanochat {
 
 AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
-  fs::path parent = fs::path(path_).parent_path();
-  std::error_code ec;
-  if (!parent.empty()) fs::create_directories(parent, ec);
+  make_dirs(parent_dir(path_));
   // pid in the name: two processes writing the same target never share a temp file
   temp_path_ = path_ + ".tmp." + std::to_string(getpid());
   file_ = std::fopen(temp_path_.c_str(), "wb");
@@ -34,8 +30,7 @@ void AtomicFile::write(const void* data, size_t n) {
 }
 
 static void fsync_dir(const std::string& path) {
-  std::string dir = fs::path(path).parent_path().string();
-  int fd = open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  int fd = open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY);
   if (fd >= 0) {
     fsync(fd);  // makes the rename itself durable
     close(fd);

@@ -1,12 +1,10 @@
 #include "nanochat/common/base_dir.h"
 
-#include <filesystem>
 #include <sys/statvfs.h>
 
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"
-
-namespace fs = std::filesystem;
+#include "nanochat/common/files.h"
 
 namespace nanochat {
 
@@ -19,11 +17,11 @@ static std::string base_dir_unchecked() {
 
 std::string base_dir() {
   std::string dir = base_dir_unchecked();
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir))
-    fail("cannot create the base dir %s (%s); set NANOCHAT_BASE_DIR to a writable directory",
-         dir.c_str(), ec ? ec.message().c_str() : "not a directory");
+  try {
+    make_dirs(dir);
+  } catch (const Error& e) {
+    fail("%s; set NANOCHAT_BASE_DIR to a writable directory", e.what());
+  }
   return dir;
 }
 

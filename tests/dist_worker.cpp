@@ -1,0 +1,115 @@
+// One rank of the collective tests (tests/test_dist.cpp starts 1, 2 and 3 of these as real
+// processes). Every expected value is computed here with plain integer arithmetic from the
+// formula each rank used to fill its input, independently of the code under test.
+#include <cstdio>
+#include <torch/torch.h>
+
+#include "nanochat/compute.h"
+
+using namespace nanochat;
+
+static int g_failures = 0, g_checks = 0;
+
+static void expect_equal(const char* what, const torch::Tensor& got, const std::vector<double>& want,
+                         const std::vector<int64_t>& shape) {
+  g_checks++;
+  auto g = got.to(torch::kCPU, torch::kDouble).contiguous();
+  if (g.sizes().vec() != shape) {
+    std::fprintf(stderr, "FAIL %s: shape %s, want %s\n", what, c10::str(g.sizes()).c_str(),
+                 c10::str(c10::IntArrayRef(shape)).c_str());
+    g_failures++;
+    return;
+  }
+  const double* p = g.data_ptr<double>();
+  for (size_t i = 0; i < want.size(); i++)
+    if (std::abs(p[i] - want[i]) > 1e-6 * std::max(1.0, std::abs(want[i]))) {
+      std::fprintf(stderr, "FAIL %s: element %zu is %g, want %g\n", what, i, p[i], want[i]);
+      g_failures++;
+      return;
+    }
+}
+
+// the owner of row i when n rows are sharded in chunks of ceil(n / W)
+static int owner(int64_t i, int64_t n, int W) { return (int)(i / ((n + W - 1) / W)); }
+
+int main() {
+  Compute c = compute_init("cpu");
+  Dist& d = *c.dist;
+  const int W = d.world_size(), r = d.rank();
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+
+  for (int64_t n : {1, 2, 3, 7, 2 * W + 1, 10}) {
+    std::string tag = " n=" + std::to_string(n);
+    // all_reduce: rank r holds (r + 1) * (i + 1)
+    std::vector<double> sum, avg, mx;
+    for (int64_t i = 0; i < n; i++) {
+      sum.push_back((i + 1) * W * (W + 1) / 2.0);
+      avg.push_back((i + 1) * (W + 1) / 2.0);
+      int64_t m = 0;
+      for (int q = 0; q < W; q++) m = std::max<int64_t>(m, (q * 5 + i * 3) % 7);
+      mx.push_back((double)m);
+    }
+    auto filled = [&] { return (torch::arange(1, n + 1, f32) * (r + 1)); };
+    auto t = filled();
+    d.all_reduce(t, ReduceOp::SUM);
+    expect_equal(("all_reduce sum" + tag).c_str(), t, sum, {n});
+    t = filled();
+    d.all_reduce(t, ReduceOp::AVG);
+    expect_equal(("all_reduce avg" + tag).c_str(), t, avg, {n});
+    t = torch::remainder(torch::arange(n, f32) * 3 + r * 5, 7);
+    d.all_reduce(t, ReduceOp::MAX);
+    expect_equal(("all_reduce max" + tag).c_str(), t, mx, {n});
+    auto tb = filled().to(torch::kBFloat16);  // small integers are exact in bf16
+    d.all_reduce(tb, ReduceOp::SUM);
+    expect_equal(("all_reduce bf16" + tag).c_str(), tb, sum, {n});
+    auto ti = filled().to(torch::kInt64);
+    d.all_reduce(ti, ReduceOp::SUM);
+    expect_equal(("all_reduce int64" + tag).c_str(), ti, sum, {n});
+
+    // reduce_scatter over (n, 3): rank r holds 100 i + 10 r + col
+    auto in = torch::arange(n, f32).unsqueeze(1) * 100 + 10 * r + torch::arange(3, f32).unsqueeze(0);
+    std::vector<double> rs_sum, rs_avg;
+    int64_t my_rows = 0;
+    for (int64_t i = 0; i < n; i++) {
+      if (owner(i, n, W) != r) continue;
+      my_rows++;
+      for (int col = 0; col < 3; col++) {
+        rs_sum.push_back(W * (100.0 * i + col) + 10.0 * W * (W - 1) / 2);
+        rs_avg.push_back(100.0 * i + col + 10.0 * (W - 1) / 2);
+      }
+    }
+    expect_equal(("reduce_scatter sum" + tag).c_str(), d.reduce_scatter(in, ReduceOp::SUM), rs_sum, {my_rows, 3});
+    expect_equal(("reduce_scatter avg" + tag).c_str(), d.reduce_scatter(in, ReduceOp::AVG), rs_avg, {my_rows, 3});
+
+    // all_gather: each rank passes its rows, row i holding 10 i + owner(i)
+    std::vector<double> shard_vals, full;
+    for (int64_t i = 0; i < n; i++) {
+      full.push_back(10.0 * i + owner(i, n, W));
+      full.push_back(-1.0 * i);
+      if (owner(i, n, W) == r) {
+        shard_vals.push_back(10.0 * i + r);
+        shard_vals.push_back(-1.0 * i);
+      }
+    }
+    auto shard = torch::tensor(shard_vals, torch::kDouble).to(torch::kFloat32).view({my_rows, 2});
+    expect_equal(("all_gather" + tag).c_str(), d.all_gather(shard, n), full, {n, 2});
+
+    // broadcast from the last rank
+    auto b = torch::arange(n, f32) + r;
+    d.broadcast(b, W - 1);
+    std::vector<double> bw;
+    for (int64_t i = 0; i < n; i++) bw.push_back((double)(i + W - 1));
+    expect_equal(("broadcast" + tag).c_str(), b, bw, {n});
+  }
+
+  // two collectives in flight at once, waited in reverse order
+  auto a = torch::full({5}, (float)(r + 1)), z = torch::full({4}, (float)(2 * r));
+  auto wa = d.all_reduce_async(a, ReduceOp::SUM);
+  auto wz = d.all_reduce_async(z, ReduceOp::MAX);
+  expect_equal("async max", wz.wait(), std::vector<double>(4, 2.0 * (W - 1)), {4});
+  expect_equal("async sum", wa.wait(), std::vector<double>(5, W * (W + 1) / 2.0), {5});
+  d.barrier();
+
+  std::printf("rank %d of %d: %d checks, %d failures\n", r, W, g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}

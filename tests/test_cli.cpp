@@ -1,0 +1,144 @@
+// The binary as a user runs it: --help, --version, errors and exit codes, and `launch`
+// (rank prefixes, a failing rank stopping the rest, signal forwarding, doctor on 2 ranks).
+#include <gtest/gtest.h>
+#include <csignal>
+#include <thread>
+
+#include "nanochat/common/files.h"
+#include "nanochat/common/progress.h"
+#include "test_util.h"
+
+using nanochat::Timer;
+using nanochat::path_exists;
+using nanochat::remove_tree;
+
+static const std::string kBin = NANOCHAT_BIN;
+
+TEST(Cli, HelpListsEverySubcommand) {
+  auto r = run_shell(kBin + " --help");
+  EXPECT_EQ(r.rc, 0);
+  EXPECT_NE(r.out.find("doctor"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("launch"), std::string::npos) << r.out;
+}
+
+TEST(Cli, VersionNamesLibTorchCudaNcclAndThreads) {
+  auto r = run_shell(kBin + " --version");
+  EXPECT_EQ(r.rc, 0);
+  for (const char* needle : {"nanochat 0.", "LibTorch 2.", "CUDA: ", "NCCL: ", "CPU threads: "})
+    EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " in\n" << r.out;
+}
+
+TEST(Cli, BadFlagsAndSubcommandsExit2WithOneLine) {
+  for (const char* args : {"--bogus", "frob", "", "doctor --nope", "launch --nproc-per-node 0 -- doctor",
+                           "launch --nproc-per-node two -- doctor"}) {
+    auto r = run_shell(kBin + " " + args);
+    EXPECT_EQ(r.rc, 2) << args;
+    EXPECT_EQ(count_lines(r.err), 1) << args << ":\n" << r.err;
+    EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+    EXPECT_NE(r.err.find("--help"), std::string::npos) << r.err;
+  }
+  EXPECT_NE(run_shell(kBin + " frob").err.find("unknown subcommand 'frob'"), std::string::npos);
+}
+
+TEST(Cli, RuntimeErrorsExit1WithOneLine) {
+  auto r = run_shell("NANOCHAT_DTYPE=float8 " + kBin + " doctor");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.err, "error: NANOCHAT_DTYPE='float8' is not one of bfloat16, float16, float32\n");
+  r = run_shell("NANOCHAT_BASE_DIR=/proc/nanochat_nope " + kBin + " doctor");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_NE(r.err.find("NANOCHAT_BASE_DIR"), std::string::npos) << r.err;
+  r = run_shell(kBin + " launch --nproc-per-node 2 -- frob");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("'frob' is not a nanochat subcommand"), std::string::npos) << r.err;
+}
+
+TEST(Cli, DoctorOnOneRank) {
+  auto r = run_shell(kBin + " doctor --device-type cpu");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("base dir: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("compute dtype float32"), std::string::npos) << r.out;
+}
+
+TEST(Launch, DoctorPassesEveryCollectiveOnTwoRanks) {
+  auto r = run_shell(kBin + " launch --nproc-per-node 2 -- doctor --bandwidth-mb 1");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[rank 0]"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("all 7 collectives passed on all 2 ranks"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("FAILED"), std::string::npos) << r.out;
+}
+
+TEST(Launch, SetsTorchrunVariablesAndPrefixesEachLineWithTheRank) {
+  auto r = run_shell(kBin + " launch --nproc-per-node 3 --exec -- /bin/sh -c "
+                            "'echo \"$RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE/$MASTER_ADDR\"; echo oops >&2'");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  for (int rank = 0; rank < 3; rank++) {
+    std::string want = "[rank " + std::to_string(rank) + "] " + std::to_string(rank) + "/3/" +
+                       std::to_string(rank) + "/3/127.0.0.1\n";
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << " in\n" << r.out;
+    EXPECT_NE(r.err.find("[rank " + std::to_string(rank) + "] oops\n"), std::string::npos) << r.err;
+  }
+}
+
+TEST(Launch, NodeRankOffsetsGlobalRanks) {
+  auto r = run_shell(kBin + " launch --nproc-per-node 2 --nnodes 3 --node-rank 2 --master-port 29999 --exec -- "
+                            "/bin/sh -c 'echo \"$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_PORT\"'");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 4] 4 6 0 29999"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 5] 5 6 1 29999"), std::string::npos) << r.out;
+}
+
+static bool process_alive(pid_t pid) { return kill(pid, 0) == 0; }
+
+TEST(Launch, OneFailingRankStopsTheOthersWithinSeconds) {
+  std::string dir = make_temp_dir();
+  // ranks 0 and 2 would run for a minute; rank 1 fails after writing its pid
+  std::string script = "echo $$ > " + dir + "/pid.$RANK; [ $RANK = 1 ] && { while [ ! -s " + dir + "/pid.0 ] || [ ! -s " + dir +
+                       "/pid.2 ]; do sleep 0.05; done; exit 3; }; exec sleep 60";
+  Timer timer;
+  auto r = run_shell(kBin + " launch --nproc-per-node 3 --exec -- /bin/sh -c '" + script + "'");
+  double seconds = timer.seconds();
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_LT(seconds, 15.0);
+  EXPECT_NE(r.err.find("rank 1 exited with code 3"), std::string::npos) << r.err;
+  for (int rank = 0; rank < 3; rank++) {
+    pid_t pid = std::stoi(read_file(dir + "/pid." + std::to_string(rank)));
+    EXPECT_FALSE(process_alive(pid)) << "rank " << rank << " still running";
+  }
+  remove_tree(dir);
+}
+
+TEST(Launch, StubbornRankIsKilledAfterTheGracePeriod) {
+  std::string dir = make_temp_dir();
+  std::string script = "trap \"\" TERM; echo $$ > " + dir + "/pid.$RANK; [ $RANK = 0 ] && { while [ ! -s " + dir + "/pid.1 ]; do sleep 0.05; done; exit 1; }; while :; do sleep 0.1; done";
+  Timer timer;
+  auto r = run_shell(kBin + " launch --nproc-per-node 2 --kill-grace 1 --exec -- /bin/sh -c '" + script + "'");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_LT(timer.seconds(), 15.0);
+  EXPECT_FALSE(process_alive(std::stoi(read_file(dir + "/pid.1"))));
+  remove_tree(dir);
+}
+
+TEST(Launch, ForwardsSigtermToEveryRank) {
+  std::string dir = make_temp_dir();
+  std::string script = "trap \"echo got > " + dir + "/term.\\$RANK; exit 0\" TERM; touch " + dir +
+                       "/ready.$RANK; while :; do sleep 0.1; done";
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl(kBin.c_str(), kBin.c_str(), "launch", "--nproc-per-node", "2", "--exec", "--", "/bin/sh", "-c",
+          script.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  Timer timer;
+  while (!(path_exists(dir + "/ready.0") && path_exists(dir + "/ready.1")) && timer.seconds() < 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(path_exists(dir + "/ready.1"));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  EXPECT_EQ(read_file(dir + "/term.0"), "got\n");
+  EXPECT_EQ(read_file(dir + "/term.1"), "got\n");
+  remove_tree(dir);
+}

@@ -1,0 +1,123 @@
+// dist: environment parsing, and every collective with 1, 2 and 3 real Gloo processes
+#include <gtest/gtest.h>
+#include <spawn.h>
+
+#include "nanochat/common/error.h"
+#include "nanochat/dist.h"
+#include "test_util.h"
+
+extern char** environ;
+using namespace nanochat;
+
+static const char* kDistVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+
+struct ScopedEnv {
+  ScopedEnv() { for (auto v : kDistVars) unsetenv(v); }
+  ~ScopedEnv() { for (auto v : kDistVars) unsetenv(v); }
+};
+
+TEST(DistEnv, NoVariablesMeansOneProcess) {
+  ScopedEnv env;
+  DistEnv e = dist_env_from_environment();
+  EXPECT_EQ(e.rank, 0);
+  EXPECT_EQ(e.world_size, 1);
+  EXPECT_EQ(e.local_rank, 0);
+}
+
+TEST(DistEnv, TorchrunVariables) {
+  ScopedEnv env;
+  setenv("RANK", "5", 1);
+  setenv("WORLD_SIZE", "16", 1);
+  setenv("LOCAL_RANK", "1", 1);
+  setenv("LOCAL_WORLD_SIZE", "8", 1);
+  setenv("MASTER_ADDR", "10.1.2.3", 1);
+  setenv("MASTER_PORT", "1234", 1);
+  DistEnv e = dist_env_from_environment();
+  EXPECT_EQ(e.rank, 5);
+  EXPECT_EQ(e.world_size, 16);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world_size, 8);
+  EXPECT_EQ(e.master_addr, "10.1.2.3");
+  EXPECT_EQ(e.master_port, 1234);
+}
+
+TEST(DistEnv, BadValuesAreErrorsNamingTheVariable) {
+  struct Case { const char *rank, *world, *local, *port, *needle; };
+  for (Case c : {Case{"0", "two", "0", "29500", "WORLD_SIZE"}, Case{"2", "2", "0", "29500", "RANK=2"},
+                 Case{"-1", "2", "0", "29500", "RANK"}, Case{"0", "2", "0", "70000", "MASTER_PORT"},
+                 Case{"0", "2", "x", "29500", "LOCAL_RANK"}, Case{"0", "0", "0", "29500", "WORLD_SIZE"}}) {
+    ScopedEnv env;
+    setenv("RANK", c.rank, 1);
+    setenv("WORLD_SIZE", c.world, 1);
+    setenv("LOCAL_RANK", c.local, 1);
+    setenv("MASTER_PORT", c.port, 1);
+    try {
+      dist_env_from_environment();
+      ADD_FAILURE() << "accepted " << c.needle;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(DistEnv, PartialVariablesAreAnError) {
+  ScopedEnv env;
+  setenv("RANK", "0", 1);
+  EXPECT_THROW(dist_env_from_environment(), Error);
+}
+
+using Range = std::pair<int64_t, int64_t>;
+
+TEST(DistShard, CeilChunksCoverEveryRowOnce) {
+  // 10 rows over 3 ranks: chunks of 4 -> [0,4) [4,8) [8,10)
+  EXPECT_EQ(dist_shard_range(10, 3, 0), (Range{0, 4}));
+  EXPECT_EQ(dist_shard_range(10, 3, 1), (Range{4, 8}));
+  EXPECT_EQ(dist_shard_range(10, 3, 2), (Range{8, 10}));
+  // 1 row over 3 ranks: the last two own nothing
+  EXPECT_EQ(dist_shard_range(1, 3, 1), (Range{1, 1}));
+  EXPECT_EQ(dist_shard_range(1, 3, 2), (Range{1, 1}));
+}
+
+// starts `world` dist_worker processes with torchrun's variables and returns their exit codes
+static std::vector<int> run_workers(int world, int port) {
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < world; rank++) {
+    std::vector<std::string> env_strings;
+    for (char** e = environ; *e; e++) env_strings.push_back(*e);
+    if (world > 1) {
+      env_strings.push_back("RANK=" + std::to_string(rank));
+      env_strings.push_back("WORLD_SIZE=" + std::to_string(world));
+      env_strings.push_back("LOCAL_RANK=" + std::to_string(rank));
+      env_strings.push_back("LOCAL_WORLD_SIZE=" + std::to_string(world));
+      env_strings.push_back("MASTER_ADDR=127.0.0.1");
+      env_strings.push_back("MASTER_PORT=" + std::to_string(port));
+      env_strings.push_back("NANOCHAT_DIST_TIMEOUT=60");
+    }
+    std::vector<char*> envp;
+    for (auto& s : env_strings) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    char* argv[] = {const_cast<char*>(NANOCHAT_DIST_WORKER), nullptr};
+    pid_t pid;
+    EXPECT_EQ(posix_spawn(&pid, NANOCHAT_DIST_WORKER, nullptr, nullptr, argv, envp.data()), 0);
+    pids.push_back(pid);
+  }
+  std::vector<int> codes;
+  for (pid_t pid : pids) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  }
+  return codes;
+}
+
+class Collectives : public ::testing::TestWithParam<int> {};
+
+TEST_P(Collectives, MatchHandComputedValues) {
+  ScopedEnv env;
+  int world = GetParam();
+  int port = 20000 + (getpid() * 7 + world * 131) % 20000;
+  std::vector<int> codes = run_workers(world, port);
+  for (int rank = 0; rank < world; rank++) EXPECT_EQ(codes[rank], 0) << "rank " << rank;
+}
+
+INSTANTIATE_TEST_SUITE_P(Worlds, Collectives, ::testing::Values(1, 2, 3));
