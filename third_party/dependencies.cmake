@@ -8,9 +8,6 @@ if(Torch_VERSION VERSION_LESS 2.9)
 endif()
 find_package(nlohmann_json 3 REQUIRED)
 find_package(CLI11 REQUIRED)
-find_package(PkgConfig REQUIRED)
-pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
-pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 find_package(Threads REQUIRED)
 
 # ProcessGroupGloo.hpp includes gloo headers, which the torch wheel does not ship; Debian's
@@ -22,7 +19,7 @@ endif()
 
 add_library(nanochat_deps INTERFACE)
 target_link_libraries(nanochat_deps INTERFACE ${TORCH_LIBRARIES} nlohmann_json::nlohmann_json
-                      PkgConfig::PCRE2 PkgConfig::ZSTD Threads::Threads)
+                      Threads::Threads)
 target_include_directories(nanochat_deps SYSTEM INTERFACE ${GLOO_INCLUDE_DIR})
 target_compile_definitions(nanochat_deps INTERFACE USE_C10D_GLOO)
 
