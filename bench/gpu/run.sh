@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The one prepared script for a lent GPU machine. Builds nanochat against that machine's
+# own torch (LibTorch 2.11+cu130), runs every test (the CUDA ones included), then prints a
+# table of GPU checks and benchmarks. Prepare here first: bash bench/gpu/prepare.sh, then
+# run with carry [".deps"]:  bash bench/gpu/run.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+OUT="${OUT:-/tmp/nanochat_gpu_out}"
+mkdir -p "$OUT"
+DEPS="$PWD/.deps"
+[ -d "$DEPS/include/gloo" ] || { echo "error: .deps missing: run bash bench/gpu/prepare.sh and carry .deps" >&2; exit 1; }
+PY=python3
+[ -x .venv/bin/python ] && [ ! -d /opt/torch ] && PY=.venv/bin/python
+PREFIX="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+export PATH="$PATH:/usr/local/cuda/bin"
+export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
+
+echo "== build"
+t0=$(date +%s)
+cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX;$DEPS" -DGLOO_INCLUDE_DIR="$DEPS/include" \
+  > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
+cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+echo "built in $(( $(date +%s) - t0 )) s"
+
+echo "== tests"
+ctest --test-dir build-gpu --output-on-failure -j 8 --timeout 300 2>&1 | tee "$OUT/ctest.log" | tail -15
+tests_rc=${PIPESTATUS[0]}
+
+echo "== GPU checks"
+./build-gpu/nanochat --version | tee "$OUT/version.txt"
+./build-gpu/nanochat doctor 2>&1 | tee "$OUT/doctor.txt"
+doctor_rc=${PIPESTATUS[0]}
+
+echo "== summary"
+printf "%-28s %s\n" "check" "result"
+printf "%-28s %s\n" "ctest (CPU + CUDA)" "$([ "$tests_rc" = 0 ] && echo pass || echo FAIL)"
+printf "%-28s %s\n" "doctor on cuda" "$([ "$doctor_rc" = 0 ] && echo pass || echo FAIL)"
+printf "%-28s %s\n" "compute dtype" "$(grep -o 'compute dtype [a-z0-9]*' "$OUT/doctor.txt" | head -1)"
+[ "$tests_rc" = 0 ] && [ "$doctor_rc" = 0 ]
