@@ -9,6 +9,12 @@ endif()
 find_package(nlohmann_json 3 REQUIRED)
 find_package(CLI11 REQUIRED)
 find_package(Threads REQUIRED)
+find_package(PkgConfig REQUIRED)
+pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+find_package(ZLIB REQUIRED)
+find_package(Snappy CONFIG REQUIRED)
+find_package(OpenSSL REQUIRED)
+pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # built with OpenSSL on Debian
 
 # ProcessGroupGloo.hpp includes gloo headers, which the torch wheel does not ship; Debian's
 # libgloo-dev provides them (headers only: the Gloo code itself is inside libtorch_cpu).
@@ -19,7 +25,8 @@ endif()
 
 add_library(nanochat_deps INTERFACE)
 target_link_libraries(nanochat_deps INTERFACE ${TORCH_LIBRARIES} nlohmann_json::nlohmann_json
-                      Threads::Threads)
+                      PkgConfig::ZSTD ZLIB::ZLIB Snappy::snappy PkgConfig::HTTPLIB
+                      OpenSSL::SSL OpenSSL::Crypto Threads::Threads)
 target_include_directories(nanochat_deps SYSTEM INTERFACE ${GLOO_INCLUDE_DIR})
 target_compile_definitions(nanochat_deps INTERFACE USE_C10D_GLOO)
 
