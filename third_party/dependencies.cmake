@@ -11,6 +11,7 @@ find_package(CLI11 REQUIRED)
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 find_package(ZLIB REQUIRED)
 find_package(Snappy CONFIG REQUIRED)
 find_package(OpenSSL REQUIRED)
@@ -25,7 +26,7 @@ endif()
 
 add_library(nanochat_deps INTERFACE)
 target_link_libraries(nanochat_deps INTERFACE ${TORCH_LIBRARIES} nlohmann_json::nlohmann_json
-                      PkgConfig::ZSTD ZLIB::ZLIB Snappy::snappy PkgConfig::HTTPLIB
+                      PkgConfig::ZSTD PkgConfig::PCRE2 ZLIB::ZLIB Snappy::snappy PkgConfig::HTTPLIB
                       OpenSSL::SSL OpenSSL::Crypto Threads::Threads)
 target_include_directories(nanochat_deps SYSTEM INTERFACE ${GLOO_INCLUDE_DIR})
 target_compile_definitions(nanochat_deps INTERFACE USE_C10D_GLOO)

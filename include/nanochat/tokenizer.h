@@ -1,0 +1,146 @@
+// defines: kPatternNanochat, kPatternGpt2, kPatternCl100k, kPatternO200k, pattern_by_name,
+//          kSpecialTokens, Splitter, Tokenizer, utf8_decode_replace, BpeTrainer
+// Byte-level BPE exactly as nanochat uses it (spec §3): pieces from a GPT-4 style split
+// regex (PCRE2 with JIT), tiktoken's merge rule for encoding (lowest rank first, leftmost on
+// ties) and rustbpe's rule for training (highest pair count first, smallest pair on ties).
+// Token ids 0-255 are the raw bytes (no GPT-2 byte shuffling); special tokens come last.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace nanochat {
+
+class ThreadPool;
+
+extern const char* const kPatternNanochat;  // spec §3.1: cl100k with \p{N}{1,2}
+extern const char* const kPatternGpt2;
+extern const char* const kPatternCl100k;
+extern const char* const kPatternO200k;
+// "nanochat", "gpt2", "cl100k", "o200k" -> the pattern; Error for anything else
+std::string pattern_by_name(const std::string& name);
+
+// nanochat's 9 special tokens, in id order (spec §3.1); <|bos|> first
+extern const std::vector<std::string> kSpecialTokens;
+
+// Python's bytes.decode("utf-8", errors="replace"): every maximal ill-formed subsequence
+// becomes one U+FFFD
+std::string utf8_decode_replace(std::string_view bytes);
+
+// Splits text into the pieces the pattern matches, left to right (like regex.findall).
+// Thread-safe: each calling thread gets its own match data and JIT stack.
+class Splitter {
+ public:
+  explicit Splitter(const std::string& pattern);  // Error if PCRE2 rejects it
+  ~Splitter();
+  Splitter(const Splitter&) = delete;
+  Splitter& operator=(const Splitter&) = delete;
+  // text must be valid UTF-8 (see utf8_decode_replace); pieces point into text
+  void split(std::string_view text, std::vector<std::string_view>& pieces) const;
+  const std::string& pattern() const { return pattern_; }
+
+ private:
+  std::string pattern_;
+  void* code_;  // pcre2_code*
+};
+
+class Tokenizer {
+ public:
+  // ranks[i] = the bytes of token i for i < ranks.size(); specials get ids after them
+  // unless given explicitly. Error on duplicate bytes.
+  Tokenizer(std::vector<std::string> ranks, const std::string& pattern,
+            std::vector<std::pair<std::string, int32_t>> specials, const std::string& bos_token);
+
+  // ordinary: special-token text is plain text. Invalid UTF-8 is first replaced by U+FFFD.
+  std::vector<int32_t> encode(std::string_view text) const;
+  // the listed special tokens (names) are recognised as single ids; others are plain text
+  std::vector<int32_t> encode_with_specials(std::string_view text, const std::vector<std::string>& allowed) const;
+  std::vector<std::vector<int32_t>> encode_batch(const std::vector<std::string>& texts, ThreadPool& pool) const;
+  // bytes of the ids (specials as their literal text) decoded with errors='replace'
+  std::string decode(const std::vector<int32_t>& ids) const;
+  std::string decode_bytes(const std::vector<int32_t>& ids) const;  // raw bytes, no replacement
+  const std::string& decode_single_token_bytes(int32_t id) const;   // Error for a bad id
+  std::string id_to_token(int32_t id) const { return decode({id}); }
+  int32_t special_id(const std::string& name) const;                // Error if unknown
+  bool is_special(int32_t id) const { return id >= (int32_t)ranks_.size() && id < vocab_size(); }
+  // number of raw bytes of each token, 0 for specials (nanochat's token_bytes for bpb)
+  std::vector<int32_t> token_byte_counts() const;
+
+  int32_t vocab_size() const { return (int32_t)id_bytes_.size(); }
+  int32_t bos_id() const { return bos_id_; }
+  const std::vector<std::string>& ranks() const { return ranks_; }
+  const std::vector<std::pair<std::string, int32_t>>& specials() const { return specials_; }
+  const std::string& pattern() const { return splitter_->pattern(); }
+
+  // the pieces of one split, BPE-merged (exposed for tests and benches)
+  void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
+
+ private:
+  void encode_ordinary_into(std::string_view valid_utf8, std::vector<int32_t>& out) const;
+
+  std::vector<std::string> ranks_;                         // rank -> bytes
+  std::unordered_map<std::string_view, int32_t> rank_of_;  // bytes -> rank (views into ranks_)
+  std::vector<std::pair<std::string, int32_t>> specials_;
+  std::vector<std::string> id_bytes_;                      // id -> bytes (specials: literal text)
+  std::shared_ptr<Splitter> splitter_;
+  int32_t bos_id_ = -1;
+};
+
+// rustbpe's training (spec §3.2). add_texts() splits each text with the pattern and counts
+// the pieces on the pool's threads, so memory grows with the unique pieces, not the text.
+// train() then merges the most frequent adjacent pair (smallest pair on ties) until
+// 256 + merges == vocab_size_no_special and returns the ranks (bytes of each token).
+class BpeTrainer {
+ public:
+  BpeTrainer(const std::string& pattern, ThreadPool& pool);
+  void add_texts(const std::vector<std::string>& texts);
+  std::vector<std::string> train(int32_t vocab_size_no_special, bool show_progress = false);
+  int64_t unique_pieces() const { return (int64_t)piece_counts_.size(); }
+  int64_t total_pieces() const { return total_pieces_; }
+
+ private:
+  Splitter splitter_;
+  ThreadPool& pool_;
+  std::unordered_map<std::string, int64_t> piece_counts_;
+  int64_t total_pieces_ = 0;
+};
+
+}  // namespace nanochat
+
+namespace nanochat {
+
+// ---- files (src/tokenizer/tokenizer_files.cpp) ----------------------------------------
+// A tokenizer directory ($BASE/tokenizer) holds:
+//   tokenizer.tiktoken  the ranks in tiktoken's format: "base64(bytes) rank" per line
+//   tokenizer.json      {"pattern", "special_tokens": {name: id}, "bos_token", "vocab_size"}
+//   token_bytes.bin     int32 little-endian, raw bytes per token id, 0 for special tokens
+// each written atomically.
+void tokenizer_save(const Tokenizer& tok, const std::string& dir);
+Tokenizer tokenizer_load(const std::string& dir);  // Error naming the file (and line) on bad input
+// any tiktoken rank file with a pattern by name (nanochat, gpt2, cl100k, o200k); the specials
+// of that encoding are added (gpt2: <|endoftext|> 50256; cl100k: <|endoftext|> 100257, ...)
+Tokenizer tokenizer_load_tiktoken(const std::string& file, const std::string& pattern_name);
+std::vector<std::string> tiktoken_ranks_read(const std::string& file);  // rank -> bytes
+std::string base64_encode(std::string_view bytes);
+std::string base64_decode(std::string_view text);  // Error on a bad character or length
+
+// ---- chat rendering (src/tokenizer/chat_render.cpp, spec §3.5) -----------------------------
+// conversation: {"messages": [{"role": "system"|"user"|"assistant", "content": str or parts}]}
+// mask 1 marks the tokens the model is trained on (the assistant's own text, python calls
+// and <|assistant_end|>); Error with the message index on a malformed conversation.
+struct RenderedConversation {
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> mask;
+};
+RenderedConversation render_conversation(const Tokenizer& tok, const nlohmann::json& conversation,
+                                         size_t max_tokens = 2048);
+// drops the final assistant message and ends with <|assistant_start|> (for RL and evaluation)
+std::vector<int32_t> render_for_completion(const Tokenizer& tok, const nlohmann::json& conversation);
+
+}  // namespace nanochat
