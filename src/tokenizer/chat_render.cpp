@@ -60,8 +60,10 @@ RenderedConversation render_conversation(const Tokenizer& tok, const nlohmann::j
       r.add(tok.encode(content.get_ref<const std::string&>()), 1);
     } else if (content.is_array()) {
       for (const auto& part : content) {
+        if (!part.is_object()) fail("conversation message %zu: each part must be an object with type and text", i);
         std::string type = part.value("type", "");
-        const std::string& text = text_of(part.value("text", nlohmann::json()), "a part's text", i);
+        const nlohmann::json& text_value = part.contains("text") ? part["text"] : nlohmann::json::object();
+        const std::string& text = text_of(text_value, "a part's text", i);
         if (type == "text") {
           r.add(tok.encode(text), 1);
         } else if (type == "python") {
