@@ -284,3 +284,20 @@ TEST_F(Chat, RenderForCompletion) {
   EXPECT_EQ(ids, want);
   EXPECT_THROW(render_for_completion(tok, nlohmann::json::parse(R"({"messages":[{"role":"user","content":"x"}]})")), Error);
 }
+
+// ---- tok-eval (spec §3.6) ------------------------------------------------------------------
+
+TEST(TokEval, TableAgainstAByteLevelTokenizer) {
+  auto ranks = reference_ranks();
+  Tokenizer ours(ranks, kPatternNanochat, nanochat_specials((int32_t)ranks.size()), "<|bos|>");
+  Tokenizer bytes(byte_ranks(), kPatternNanochat, nanochat_specials(256), "<|bos|>");
+  std::vector<TokEvalText> texts = {{"tiny", "hello hello"}};
+  std::string table = tok_eval_report(texts, ours, {{"bytes", &bytes}}, false);
+  // a byte-level tokenizer needs one token per byte: 11 tokens, ratio 1.00
+  size_t mine = ours.encode("hello hello").size();
+  double diff = 100.0 * (11.0 - (double)mine) / 11.0;
+  std::string row = strprintf("%-16s %9d %9d %7.2f %9zu %7.2f %+8.1f%%  ours", "tiny", 11, 11, 1.0, mine, 11.0 / mine, diff);
+  EXPECT_NE(table.find(row), std::string::npos) << table << "\nwant: " << row;
+  EXPECT_EQ(tok_eval_builtin_texts().size(), 5u);
+  for (auto& t : tok_eval_builtin_texts()) EXPECT_EQ(ours.decode(ours.encode(t.text)), t.text) << t.name;
+}

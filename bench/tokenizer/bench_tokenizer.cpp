@@ -52,6 +52,16 @@ int main(int argc, char** argv) {
   for (auto& d : sample) tokens += (int64_t)tok.encode(d).size();
   double encode_s = t.seconds();
 
+  // the floor: splitting alone
+  Splitter splitter(kPatternNanochat);
+  std::vector<std::string_view> pieces;
+  t.reset();
+  for (auto& d : sample) {
+    pieces.clear();
+    splitter.split(d, pieces);
+  }
+  double split_s = t.seconds();
+
   std::printf("\n%-36s %12s %12s %10s\n", "benchmark", "nanochat", "baseline", "ratio");
   std::printf("%-36s %11.1fs %11.1fs %9.2fx   (rustbpe; merges identical: %s)\n",
               strprintf("BPE training %.0f MB, vocab %d", corpus_mb, vocab).c_str(), train_s,
@@ -60,6 +70,8 @@ int main(int argc, char** argv) {
   double ours_mbs = encode_bytes / 1e6 / encode_s, theirs_mbs = encode_bytes / 1e6 / base["encode_seconds"].get<double>();
   std::printf("%-36s %9.2fMB/s %9.2fMB/s %9.2fx   (tiktoken; tokens %lld vs %lld)\n", "encode, 1 thread", ours_mbs,
               theirs_mbs, ours_mbs / theirs_mbs, (long long)tokens, base["encode_tokens"].get<long long>());
+  std::printf("%-36s %9.2fMB/s   (the floor of encode: PCRE2 JIT split only)\n", "split only, 1 thread",
+              encode_bytes / 1e6 / split_s);
   for (int threads : {1, 2, 4}) {
     ThreadPool p(threads);
     t.reset();

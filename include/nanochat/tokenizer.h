@@ -32,6 +32,7 @@ extern const std::vector<std::string> kSpecialTokens;
 // Python's bytes.decode("utf-8", errors="replace"): every maximal ill-formed subsequence
 // becomes one U+FFFD
 std::string utf8_decode_replace(std::string_view bytes);
+bool utf8_is_valid(std::string_view bytes);
 
 // Splits text into the pieces the pattern matches, left to right (like regex.findall).
 // Thread-safe: each calling thread gets its own match data and JIT stack.
@@ -142,5 +143,15 @@ RenderedConversation render_conversation(const Tokenizer& tok, const nlohmann::j
                                          size_t max_tokens = 2048);
 // drops the final assistant message and ends with <|assistant_start|> (for RL and evaluation)
 std::vector<int32_t> render_for_completion(const Tokenizer& tok, const nlohmann::json& conversation);
+
+// ---- evaluation (src/tokenizer/tok_eval.cpp, spec §3.6) -----------------------------------
+struct TokEvalText {
+  std::string name, text;
+};
+std::vector<TokEvalText> tok_eval_builtin_texts();  // news, korean, code, math, science
+// the table of bytes per token for ours and each comparison tokenizer; Error if ours does
+// not round-trip a text
+std::string tok_eval_report(const std::vector<TokEvalText>& texts, const Tokenizer& ours,
+                            const std::vector<std::pair<std::string, const Tokenizer*>>& others, bool color);
 
 }  // namespace nanochat

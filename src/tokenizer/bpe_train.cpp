@@ -72,9 +72,11 @@ void BpeTrainer::add_texts(const std::vector<std::string>& texts) {
     done.push_back(pool_.submit([&, c] {
       std::vector<std::string_view> pieces;
       for (size_t i = texts.size() * c / chunks; i < texts.size() * (c + 1) / chunks; i++) {
-        std::string fixed = utf8_decode_replace(texts[i]);
+        std::string fixed;
+        std::string_view text = texts[i];
+        if (!utf8_is_valid(text)) text = fixed = utf8_decode_replace(text);
         pieces.clear();
-        splitter_.split(fixed, pieces);
+        splitter_.split(text, pieces);
         for (auto p : pieces) partial[c][std::string(p)]++;
         totals[c] += (int64_t)pieces.size();
       }

@@ -2,6 +2,7 @@
 // the whole piece's rank or byte-pair merging by lowest rank (leftmost on ties).
 #include <algorithm>
 #include <climits>
+#include <memory>
 
 #include "nanochat/common/error.h"
 #include "nanochat/common/thread_pool.h"
@@ -50,19 +51,15 @@ std::vector<int32_t> Tokenizer::token_byte_counts() const {
 }
 
 // tiktoken's _byte_pair_merge: parts[i] = (start of part i, rank of merging parts i and i+1)
-void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
-  auto whole = rank_of_.find(piece);
-  if (whole != rank_of_.end()) {
-    out.push_back(whole->second);
-    return;
-  }
+static void byte_pair_merge(std::string_view piece, const std::unordered_map<std::string_view, int32_t>& ranks,
+                            std::vector<int32_t>& out) {
   const int32_t kNone = INT32_MAX;
   auto rank_of = [&](size_t begin, size_t end) {
-    auto it = rank_of_.find(piece.substr(begin, end - begin));
-    return it == rank_of_.end() ? kNone : it->second;
+    auto it = ranks.find(piece.substr(begin, end - begin));
+    return it == ranks.end() ? kNone : it->second;
   };
-  std::vector<std::pair<size_t, int32_t>> parts;
-  parts.reserve(piece.size() + 1);
+  thread_local std::vector<std::pair<size_t, int32_t>> parts;
+  parts.clear();
   for (size_t i = 0; i + 1 < piece.size(); i++) parts.emplace_back(i, rank_of(i, i + 2));
   parts.emplace_back(piece.size() - 1, kNone);
   parts.emplace_back(piece.size(), kNone);
@@ -85,6 +82,46 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
   }
 }
 
+namespace {
+// Merged pieces recur (Zipf), so each thread remembers the ids of the pieces that needed
+// merging. Bounded: cleared when full. Keyed by tokenizer so two tokenizers never mix.
+struct PieceCache {
+  const void* owner = nullptr;
+  std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> where;  // piece -> (offset, count) in ids
+  std::vector<int32_t> ids;
+  std::vector<std::unique_ptr<char[]>> keys;
+  void reset(const void* tok) {
+    owner = tok;
+    where.clear();
+    ids.clear();
+    keys.clear();
+  }
+};
+constexpr size_t kPieceCacheEntries = 1 << 16;
+}  // namespace
+
+void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
+  auto whole = rank_of_.find(piece);
+  if (whole != rank_of_.end()) {
+    out.push_back(whole->second);
+    return;
+  }
+  thread_local PieceCache cache;
+  if (cache.owner != this || cache.where.size() >= kPieceCacheEntries) cache.reset(this);
+  auto hit = cache.where.find(piece);
+  if (hit != cache.where.end()) {
+    out.insert(out.end(), cache.ids.begin() + hit->second.first, cache.ids.begin() + hit->second.first + hit->second.second);
+    return;
+  }
+  size_t before = out.size();
+  byte_pair_merge(piece, rank_of_, out);
+  cache.keys.emplace_back(new char[piece.size()]);
+  std::copy(piece.begin(), piece.end(), cache.keys.back().get());
+  cache.where.emplace(std::string_view(cache.keys.back().get(), piece.size()),
+                      std::make_pair((uint32_t)cache.ids.size(), (uint32_t)(out.size() - before)));
+  cache.ids.insert(cache.ids.end(), out.begin() + (long)before, out.end());
+}
+
 void Tokenizer::encode_ordinary_into(std::string_view text, std::vector<int32_t>& out) const {
   thread_local std::vector<std::string_view> pieces;
   pieces.clear();
@@ -92,11 +129,7 @@ void Tokenizer::encode_ordinary_into(std::string_view text, std::vector<int32_t>
   for (auto piece : pieces) encode_piece(piece, out);
 }
 
-static bool needs_repair(std::string_view text) {
-  for (unsigned char c : text)
-    if (c >= 0x80) return utf8_decode_replace(text) != text;
-  return false;
-}
+static bool needs_repair(std::string_view text) { return !utf8_is_valid(text); }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   std::vector<int32_t> out;

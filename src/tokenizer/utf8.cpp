@@ -29,6 +29,19 @@ static size_t utf8_valid_length(std::string_view s, size_t i, size_t& bad) {
   return need;
 }
 
+bool utf8_is_valid(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    if ((unsigned char)s[i] < 0x80) {  // ASCII fast path
+      i++;
+      continue;
+    }
+    size_t bad, n = utf8_valid_length(s, i, bad);
+    if (!n) return false;
+    i += n;
+  }
+  return true;
+}
+
 std::string utf8_decode_replace(std::string_view s) {
   std::string out;
   out.reserve(s.size());
