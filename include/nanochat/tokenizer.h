@@ -154,4 +154,18 @@ std::vector<TokEvalText> tok_eval_builtin_texts();  // news, korean, code, math,
 std::string tok_eval_report(const std::vector<TokEvalText>& texts, const Tokenizer& ours,
                             const std::vector<std::pair<std::string, const Tokenizer*>>& others, bool color);
 
+// ---- tok-train (src/tokenizer/tok_train.cpp, spec §3.2) ---------------------------------
+class DocIterator;
+struct TokTrainOptions {
+  int64_t max_chars = 2000000000;  // stop after the document that crosses this many characters
+  int64_t doc_cap = 10000;         // characters kept of each document
+  int32_t vocab_size = 32768;      // including the 9 special tokens
+};
+struct TokTrainStats {
+  int64_t chars = 0, docs = 0, unique_pieces = 0;
+  double count_seconds = 0, total_seconds = 0;
+};
+// trains nanochat's tokenizer (its pattern and special tokens) on the documents
+Tokenizer tok_train(DocIterator& docs, const TokTrainOptions& opts, ThreadPool& pool, TokTrainStats* stats = nullptr);
+
 }  // namespace nanochat
