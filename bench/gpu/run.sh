@@ -13,11 +13,17 @@ PY=python3
 [ -x .venv/bin/python ] && [ ! -d /opt/torch ] && PY=.venv/bin/python
 PREFIX="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 export PATH="$PATH:/usr/local/cuda/bin"
+# .deps was laid out by prepare.sh on the dev machine, under its own path: point at ours
+ML=lib/x86_64-linux-gnu
+sed -i "s|^prefix=.*|prefix=$DEPS|" "$DEPS/$ML/pkgconfig/"*.pc
+export PKG_CONFIG_PATH="$DEPS/$ML/pkgconfig"
+export LD_LIBRARY_PATH="$DEPS/$ML${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 
 echo "== build"
 t0=$(date +%s)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX;$DEPS" -DGLOO_INCLUDE_DIR="$DEPS/include" \
+  -DNANOCHAT_PYTHON="$(command -v $PY)" -DOPENSSL_ROOT_DIR="$DEPS" -DZLIB_ROOT="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/$ML" \
   > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
 cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
 echo "built in $(( $(date +%s) - t0 )) s"
