@@ -301,3 +301,45 @@ TEST(TokEval, TableAgainstAByteLevelTokenizer) {
   EXPECT_EQ(tok_eval_builtin_texts().size(), 5u);
   for (auto& t : tok_eval_builtin_texts()) EXPECT_EQ(ours.decode(ours.encode(t.text)), t.text) << t.name;
 }
+
+// ---- nanochat tokenize ---------------------------------------------------------------------
+
+TEST(TokenizeCli, EncodeLinesAndDecodeWithATiktokenFile) {
+  std::string dir = make_temp_dir();
+  std::string ranks_file = dir + "/ranks.tiktoken";
+  {
+    AtomicFile f(ranks_file);
+    auto ranks = reference_ranks();
+    for (size_t i = 0; i < ranks.size(); i++) f.write(base64_encode(ranks[i]) + " " + std::to_string(i) + "\n");
+    f.commit();
+  }
+  // texts without newlines, one per line; expected ids from tiktoken with the gpt2 pattern
+  std::string input;
+  std::vector<std::string> want;
+  for (size_t t = 0; t < reference().texts.size() && want.size() < 20; t++) {
+    const std::string& text = reference().texts[t];
+    if (text.empty() || text.find_first_of("\r\n") != std::string::npos) continue;
+    // \u2028, \u0085, \x0b, \x0c are not line breaks for std::getline; keep them
+    input += text + "\n";
+    want.push_back(reference().j["ids"]["gpt2"][t].dump());
+  }
+  atomic_write_file(dir + "/in.txt", input);
+  auto r = run_shell(std::string(NANOCHAT_BIN) + " tokenize --tiktoken " + ranks_file + " --pattern gpt2 --lines < " + dir + "/in.txt");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string expected;
+  for (auto& w : want) expected += w + "\n";
+  EXPECT_EQ(r.out, expected);
+  // decode: ids back to the exact text
+  atomic_write_file(dir + "/ids.json", want[0]);
+  r = run_shell(std::string(NANOCHAT_BIN) + " tokenize --tiktoken " + ranks_file + " --pattern gpt2 --decode < " + dir + "/ids.json");
+  EXPECT_EQ(r.out, input.substr(0, input.find('\n')));
+  // bad input: one error line, exit 1
+  atomic_write_file(dir + "/bad.json", "[1, 2,");
+  r = run_shell(std::string(NANOCHAT_BIN) + " tokenize --tiktoken " + ranks_file + " --decode < " + dir + "/bad.json");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_EQ(r.err, "error: stdin line 1: expected a JSON array of token ids like [1,2,3]\n");
+  r = run_shell(std::string(NANOCHAT_BIN) + " tokenize --tiktoken " + dir + "/missing.tiktoken < /dev/null");
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.err.find("missing.tiktoken"), std::string::npos);
+  remove_tree(dir);
+}
