@@ -48,7 +48,8 @@ class Splitter {
 
  private:
   std::string pattern_;
-  void* code_;  // pcre2_code*
+  void* code_;        // pcre2_code* with PCRE2's own Unicode tables
+  void* exact_code_;  // the same with tiktoken's \p{L} and \p{N} spelled out
 };
 
 class Tokenizer {
