@@ -18,6 +18,7 @@
 namespace nanochat {
 
 class ThreadPool;
+class RankTable;
 
 extern const char* const kPatternNanochat;  // spec §3.1: cl100k with \p{N}{1,2}
 extern const char* const kPatternGpt2;
@@ -86,8 +87,8 @@ class Tokenizer {
  private:
   void encode_ordinary_into(std::string_view valid_utf8, std::vector<int32_t>& out) const;
 
-  std::vector<std::string> ranks_;                         // rank -> bytes
-  std::unordered_map<std::string_view, int32_t> rank_of_;  // bytes -> rank (views into ranks_)
+  std::vector<std::string> ranks_;  // rank -> bytes
+  std::shared_ptr<const RankTable> rank_of_;  // bytes -> rank (keys are ranks_'s strings)
   std::vector<std::pair<std::string, int32_t>> specials_;
   std::vector<std::string> id_bytes_;                      // id -> bytes (specials: literal text)
   std::shared_ptr<Splitter> splitter_;

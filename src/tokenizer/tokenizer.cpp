@@ -7,6 +7,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/common/thread_pool.h"
 #include "nanochat/tokenizer.h"
+#include "rank_table.h"
 
 namespace nanochat {
 
@@ -17,10 +18,10 @@ const std::vector<std::string> kSpecialTokens = {
 Tokenizer::Tokenizer(std::vector<std::string> ranks, const std::string& pattern,
                      std::vector<std::pair<std::string, int32_t>> specials, const std::string& bos_token)
     : ranks_(std::move(ranks)), specials_(std::move(specials)), splitter_(std::make_shared<Splitter>(pattern)) {
-  rank_of_.reserve(ranks_.size() * 2);
-  for (size_t i = 0; i < ranks_.size(); i++)
-    if (!rank_of_.emplace(std::string_view(ranks_[i]), (int32_t)i).second)
-      fail("rank table: the bytes of rank %zu already have rank %d", i, rank_of_[ranks_[i]]);
+  auto table = std::make_shared<RankTable>();
+  int32_t dup = -1;
+  if (!table->build(ranks_, &dup)) fail("rank table: two ranks have the same bytes (one is rank %d)", dup);
+  rank_of_ = table;
   id_bytes_ = ranks_;
   for (auto& [name, id] : specials_) {
     if (id < (int32_t)ranks_.size()) fail("special token %s has id %d inside the ranks", name.c_str(), id);
@@ -51,12 +52,11 @@ std::vector<int32_t> Tokenizer::token_byte_counts() const {
 }
 
 // tiktoken's _byte_pair_merge: parts[i] = (start of part i, rank of merging parts i and i+1)
-static void byte_pair_merge(std::string_view piece, const std::unordered_map<std::string_view, int32_t>& ranks,
-                            std::vector<int32_t>& out) {
+static void byte_pair_merge(std::string_view piece, const RankTable& ranks, std::vector<int32_t>& out) {
   const int32_t kNone = INT32_MAX;
   auto rank_of = [&](size_t begin, size_t end) {
-    auto it = ranks.find(piece.substr(begin, end - begin));
-    return it == ranks.end() ? kNone : it->second;
+    int32_t r = ranks.find(piece.substr(begin, end - begin));
+    return r < 0 ? kNone : r;
   };
   thread_local std::vector<std::pair<size_t, int32_t>> parts;
   parts.clear();
@@ -101,9 +101,9 @@ constexpr size_t kPieceCacheEntries = 1 << 16;
 }  // namespace
 
 void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) const {
-  auto whole = rank_of_.find(piece);
-  if (whole != rank_of_.end()) {
-    out.push_back(whole->second);
+  int32_t whole = rank_of_->find(piece);
+  if (whole >= 0) {
+    out.push_back(whole);
     return;
   }
   thread_local PieceCache cache;
@@ -114,7 +114,7 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
     return;
   }
   size_t before = out.size();
-  byte_pair_merge(piece, rank_of_, out);
+  byte_pair_merge(piece, *rank_of_, out);
   cache.keys.emplace_back(new char[piece.size()]);
   std::copy(piece.begin(), piece.end(), cache.keys.back().get());
   cache.where.emplace(std::string_view(cache.keys.back().get(), piece.size()),
