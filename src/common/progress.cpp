@@ -31,6 +31,8 @@ void Progress::set(int64_t done) {
   maybe_print(false);
 }
 
+void Progress::set_total(int64_t total) { total_ = total; }
+
 void Progress::finish() {
   if (finished_) return;
   finished_ = true;

@@ -29,6 +29,7 @@ class Progress {
   ~Progress();  // finish() if not done
   void update(int64_t delta = 1);
   void set(int64_t done);
+  void set_total(int64_t total);  // when the total is only known (or estimated) on the way
   void finish();
   // the text of the current line, e.g. "tokenizing  420/1000 docs  42.0%  35.1 docs/s  ETA 16.5s"
   std::string line() const;
