@@ -1,7 +1,8 @@
 // defines: TestServer
 // A cpp-httplib server on 127.0.0.1 (a free port) in a thread, for download tests: serves
 // files from memory with Range support (httplib's own), and misbehaves on request: drop the
-// connection at a byte offset, answer 500, redirect to another server, or go slowly. Every
+// connection at a byte offset, answer 500, redirect to another server, go slowly, or hold
+// every body until the test lets go (to make downloads overlap for certain). Every
 // request is logged with its Range start.
 #pragma once
 #include <httplib.h>
@@ -44,6 +45,7 @@ class TestServer {
   std::atomic<int> redirects{0};             // this many times, 302 to redirect_base + path
   std::string redirect_base;
   int chunk_sleep_ms = 0;                    // pause per 16 KiB chunk (slow server)
+  std::atomic<bool> hold{false};             // bodies wait while set (at most 20 s)
 
   std::vector<Request> requests() {
     std::lock_guard<std::mutex> g(mutex_);
@@ -89,9 +91,12 @@ class TestServer {
     if (drop) drops--;
     long long drop_at = drop_at_value(drop);
     int sleep_ms = chunk_sleep_ms;
+    std::atomic<bool>* hold_p = &hold;
     // status left unset: httplib answers 206 with Content-Range for a Range request
     res.set_content_provider(body->size(), "application/octet-stream",
-                             [body, drop_at, sleep_ms](size_t offset, size_t length, httplib::DataSink& sink) {
+                             [body, drop_at, sleep_ms, hold_p](size_t offset, size_t length, httplib::DataSink& sink) {
+                               for (int i = 0; i < 4000 && *hold_p; i++)
+                                 std::this_thread::sleep_for(std::chrono::milliseconds(5));
                                size_t n = std::min<size_t>(length, 16384);
                                if (drop_at >= 0 && (long long)(offset + n) >= drop_at) {
                                  if ((long long)offset < drop_at) sink.write(body->data() + offset, drop_at - offset);

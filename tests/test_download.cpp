@@ -161,18 +161,33 @@ TEST(Download, UnreachableHostFailsAtOnce) {
   remove_tree(dir);
 }
 
+// polls cond every 5 ms for at most `seconds`
+template <class F>
+static bool wait_for(F&& cond, double seconds = 20) {
+  Timer t;
+  while (!cond()) {
+    if (t.seconds() > seconds) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
 TEST(Download, TwoThreadsOneDownload) {
   std::string body = shard_bytes("a");
   TestServer s;
   s.files["/shard_00000.parquet"] = body;
-  s.chunk_sleep_ms = 20;  // slow enough that the second thread finds the lock held
+  s.hold = true;  // the first download stalls until the second one is surely waiting
   std::string dir = make_temp_dir(), path = dir + "/shard_00000.parquet";
   DownloadOutcome r1{}, r2{};
   std::thread t1([&] { r1 = download_file(s.url("/shard_00000.parquet"), path, fast_options()); });
+  EXPECT_TRUE(wait_for([&] { return s.requests().size() == 1; }));
   std::thread t2([&] { r2 = download_file(s.url("/shard_00000.parquet"), path, fast_options()); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // without a lock, t2 would request now
+  s.hold = false;
   t1.join();
   t2.join();
-  EXPECT_NE(r1, r2);  // one downloaded, the other found it there
+  EXPECT_EQ(r1, DownloadOutcome::downloaded);
+  EXPECT_EQ(r2, DownloadOutcome::already_present);
   EXPECT_EQ(s.requests().size(), 1u);
   EXPECT_TRUE(read_file(path) == body);
   remove_tree(dir);
@@ -214,18 +229,26 @@ TEST(DownloadCli, OfflineIsOneLineAndNonZero) {
 
 TEST(DownloadCli, TwoProcessesAtOnceDownloadEachShardOnce) {
   TestServer s;
-  for (int id : {0, kClimbmixMaxShard}) s.files["/" + climbmix_shard_name(id)] = shard_bytes("p" + std::to_string(id));
-  s.chunk_sleep_ms = 60;  // ~0.5 s per shard: the processes overlap
+  std::string name = climbmix_shard_name(kClimbmixMaxShard);
+  s.files["/" + name] = shard_bytes("p");
+  s.hold = true;  // process a's transfer stalls until process b is waiting on the lock
   std::string base = make_temp_dir();
-  std::string one = "NANOCHAT_BASE_DIR=" + base + " " + kBin + " download -n 1 --workers 1 --base-url " + s.url();
-  auto r = run_shell("(" + one + " >" + base + "/a.out 2>&1; echo $? >" + base + "/a.rc) & " + one + "; rc=$?; wait; exit $rc");
-  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  auto one = [&](const std::string& tag) {
+    return "NANOCHAT_BASE_DIR=" + base + " " + kBin + " download -n 0 --base-url " + s.url() + " >" + base + "/" +
+           tag + ".out 2>&1; echo $? >" + base + "/" + tag + ".rc";
+  };
+  std::thread ta([&] { run_shell(one("a")); });
+  EXPECT_TRUE(wait_for([&] { return s.requests().size() == 1; }));
+  std::thread tb([&] { run_shell(one("b")); });
+  EXPECT_TRUE(wait_for([&] { return read_file(base + "/b.out").find("waiting for another process") != std::string::npos; }))
+      << read_file(base + "/b.out");
+  s.hold = false;
+  ta.join();
+  tb.join();
   EXPECT_EQ(read_file(base + "/a.rc"), "0\n") << read_file(base + "/a.out");
-  for (int id : {0, kClimbmixMaxShard}) {
-    std::string name = climbmix_shard_name(id);
-    EXPECT_EQ(s.count("/" + name, 200), 1) << name;
-    EXPECT_TRUE(read_file(base + "/base_data_climbmix/" + name) == s.files["/" + name]) << name;
-  }
-  EXPECT_EQ(s.requests().size(), 2u);
+  EXPECT_EQ(read_file(base + "/b.rc"), "0\n") << read_file(base + "/b.out");
+  EXPECT_EQ(s.requests().size(), 1u);
+  EXPECT_TRUE(read_file(base + "/base_data_climbmix/" + name) == s.files["/" + name]);
+  EXPECT_FALSE(path_exists(base + "/base_data_climbmix/" + name + ".lock"));
   remove_tree(base);
 }
