@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -23,19 +24,22 @@ class TestServer {
     int status;
   };
 
-  TestServer() {
-    server_.Get(".*", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-    for (int i = 0; i < 500 && !server_.is_running(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // with cert and key (PEM files): HTTPS
+  explicit TestServer(const std::string& cert = "", const std::string& key = "")
+      : scheme_(cert.empty() ? "http" : "https"),
+        server_(cert.empty() ? new httplib::Server : new httplib::SSLServer(cert.c_str(), key.c_str())) {
+    server_->Get(".*", [this](const httplib::Request& req, httplib::Response& res) { handle(req, res); });
+    port_ = server_->bind_to_any_port("127.0.0.1");
+    thread_ = std::thread([this] { server_->listen_after_bind(); });
+    for (int i = 0; i < 500 && !server_->is_running(); i++) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   ~TestServer() {
-    server_.stop();
+    server_->stop();
     thread_.join();
   }
 
   int port() const { return port_; }
-  std::string url(const std::string& path = "") const { return "http://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string url(const std::string& path = "") const { return scheme_ + "://127.0.0.1:" + std::to_string(port_) + path; }
 
   // what the server does, set before requests arrive
   std::map<std::string, std::string> files;  // path -> body
@@ -109,7 +113,8 @@ class TestServer {
   }
   long long drop_at_value(bool drop) const { return drop ? drop_at : -1; }
 
-  httplib::Server server_;
+  std::string scheme_;
+  std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
   int port_ = 0;
   std::mutex mutex_;

@@ -193,6 +193,34 @@ TEST(Download, TwoThreadsOneDownload) {
   remove_tree(dir);
 }
 
+// HTTPS with certificate checks on: a self-signed certificate is refused, and accepted once
+// it is in the CA bundle OpenSSL uses (SSL_CERT_FILE, like a corporate CA would be)
+TEST(Download, HttpsVerifiesTheServerCertificate) {
+  if (run_shell("command -v openssl").rc != 0) GTEST_SKIP() << "the openssl command is needed to make a certificate";
+  std::string dir = make_temp_dir();
+  auto r = run_shell("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "
+                     "subjectAltName=IP:127.0.0.1 -keyout " + dir + "/key.pem -out " + dir + "/cert.pem");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string body = shard_bytes("a");
+  TestServer s(dir + "/cert.pem", dir + "/key.pem");
+  s.files["/shard_00000.parquet"] = body;
+  std::string path = dir + "/shard_00000.parquet";
+  try {
+    download_file(s.url("/shard_00000.parquet"), path, fast_options());
+    ADD_FAILURE() << "a self-signed certificate was accepted";
+  } catch (const DownloadError& e) {
+    EXPECT_NE(std::string(e.what()).find("certificate"), std::string::npos) << e.what();
+    std::printf("%s\n", e.what());
+  }
+  EXPECT_FALSE(path_exists(path));
+  EXPECT_EQ(s.requests().size(), 0u);
+  setenv("SSL_CERT_FILE", (dir + "/cert.pem").c_str(), 1);
+  EXPECT_EQ(download_file(s.url("/shard_00000.parquet"), path, fast_options()), DownloadOutcome::downloaded);
+  unsetenv("SSL_CERT_FILE");
+  EXPECT_TRUE(read_file(path) == body);
+  remove_tree(dir);
+}
+
 // ---- the real binary -------------------------------------------------------------------
 
 TEST(DownloadCli, FetchesShardsAndTheValShardThenSkipsThem) {
