@@ -221,6 +221,29 @@ TEST(Download, HttpsVerifiesTheServerCertificate) {
   remove_tree(dir);
 }
 
+TEST(Download, GoesThroughHttpProxyButNeverForLoopback) {
+  std::string body = shard_bytes("a");
+  TestServer proxy;
+  proxy.files["http://shards.invalid:8080/shard_00000.parquet"] = body;  // what a proxy is asked for
+  std::string dir = make_temp_dir();
+  setenv("http_proxy", proxy.url().c_str(), 1);
+  EXPECT_EQ(download_file("http://shards.invalid:8080/shard_00000.parquet", dir + "/a.parquet", fast_options()),
+            DownloadOutcome::downloaded);
+  EXPECT_TRUE(read_file(dir + "/a.parquet") == body);
+  setenv("no_proxy", "example.com,.invalid", 1);
+  EXPECT_THROW(download_file("http://shards.invalid:8080/shard_00000.parquet", dir + "/b.parquet", fast_options()),
+               DownloadError);
+  unsetenv("no_proxy");
+  TestServer direct;
+  direct.files["/shard_00000.parquet"] = body;
+  EXPECT_EQ(download_file(direct.url("/shard_00000.parquet"), dir + "/c.parquet", fast_options()),
+            DownloadOutcome::downloaded);
+  unsetenv("http_proxy");
+  EXPECT_EQ(proxy.requests().size(), 1u);
+  EXPECT_EQ(direct.requests().size(), 1u);
+  remove_tree(dir);
+}
+
 // ---- the real binary -------------------------------------------------------------------
 
 TEST(DownloadCli, FetchesShardsAndTheValShardThenSkipsThem) {

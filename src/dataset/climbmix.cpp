@@ -31,8 +31,9 @@ std::string dataset_dir() {
   if (is_directory(dir)) return dir;
   std::string legacy = base_dir_path("base_data");
   if (!is_directory(legacy)) return dir;
-  log_warn("using the legacy FineWeb-EDU shards in %s: base_data_climbmix/ is missing. nanochat now "
-           "pretrains on ClimbMix; run `nanochat download` to get it", legacy.c_str());
+  if (log_rank_prints())
+    log_warn("using the legacy FineWeb-EDU shards in %s: base_data_climbmix/ is missing. nanochat now "
+             "pretrains on ClimbMix; run `nanochat download` to get it", legacy.c_str());
   return legacy;
 }
 

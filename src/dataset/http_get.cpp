@@ -60,6 +60,39 @@ static void parse_content_range(const std::string& v, int64_t& start, int64_t& t
   else if (std::sscanf(v.c_str(), "bytes */%lld", &t) == 1) total = t;
 }
 
+// https_proxy / http_proxy (either case) unless the host is loopback or matches no_proxy
+// (comma-separated names or domain suffixes, "*" for all)
+static const char* env_either(const char* lower, const char* upper) {
+  const char* v = std::getenv(lower);
+  if (!v || !*v) v = std::getenv(upper);
+  return v && *v ? v : nullptr;
+}
+
+static bool proxy_for(const HttpUrl& u, HttpUrl& proxy) {
+  if (u.host == "127.0.0.1" || u.host == "localhost" || u.host == "::1") return false;
+  const char* p = u.scheme == "https" ? env_either("https_proxy", "HTTPS_PROXY") : env_either("http_proxy", "HTTP_PROXY");
+  if (!p) return false;
+  if (const char* no = env_either("no_proxy", "NO_PROXY")) {
+    std::string list = no, item;
+    for (size_t i = 0; i <= list.size(); i++) {
+      if (i < list.size() && list[i] != ',') {
+        if (list[i] != ' ') item += list[i];
+        continue;
+      }
+      if (!item.empty() && item[0] == '.') item = item.substr(1);
+      if (item == "*" || u.host == item ||
+          (!item.empty() && u.host.size() > item.size() &&
+           u.host.compare(u.host.size() - item.size() - 1, std::string::npos, "." + item) == 0))
+        return false;
+      item.clear();
+    }
+  }
+  std::string url = p;
+  if (url.find("://") == std::string::npos) url = "http://" + url;
+  proxy = http_parse_url(url);
+  return true;
+}
+
 HttpGetResult http_get(const std::string& url, int64_t range_from, const HttpGetOptions& opts,
                        const std::function<bool(const HttpGetResult&)>& on_start,
                        const std::function<bool(const char*, size_t)>& on_data) {
@@ -76,6 +109,8 @@ HttpGetResult http_get(const std::string& url, int64_t range_from, const HttpGet
     cli.set_follow_location(false);  // followed below, so every hop gets these settings
     cli.set_keep_alive(false);
     cli.set_decompress(false);
+    HttpUrl proxy;
+    if (proxy_for(u, proxy)) cli.set_proxy(proxy.host, proxy.port);
 #ifdef CPPHTTPLIB_OPENSSL_SUPPORT
     cli.enable_server_certificate_verification(true);  // system CA bundle (OpenSSL defaults)
 #endif

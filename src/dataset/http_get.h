@@ -1,7 +1,8 @@
 // defines: HttpUrl, http_parse_url, HttpGetOptions, HttpGetResult, http_get
 // One streaming HTTP(S) GET over cpp-httplib: an optional "Range: bytes=N-", redirects
 // followed by hand (to any host, with a hop limit) so every hop gets the same timeouts and
-// certificate checks, and the body handed over chunk by chunk. Internal to the dataset module.
+// certificate checks, and the body handed over chunk by chunk. Honours https_proxy,
+// http_proxy and no_proxy (never for loopback). Internal to the dataset module.
 #pragma once
 #include <cstdint>
 #include <functional>
