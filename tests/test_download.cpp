@@ -161,6 +161,21 @@ TEST(Download, UnreachableHostFailsAtOnce) {
   remove_tree(dir);
 }
 
+TEST(Download, AnUnreachableRedirectTargetIsRetriedNotCalledOffline) {
+  TestServer s;  // answers, but sends everyone to a server that is down
+  s.redirects = 100, s.redirect_base = "http://127.0.0.1:" + std::to_string(closed_port());
+  std::string dir = make_temp_dir();
+  try {
+    download_file(s.url("/shard_00000.parquet"), dir + "/shard_00000.parquet", fast_options());
+    ADD_FAILURE() << "no error";
+  } catch (const DownloadError& e) {
+    EXPECT_FALSE(e.unreachable) << e.what();
+    EXPECT_NE(std::string(e.what()).find("after 5 attempts"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s.requests().size(), 5u);
+  remove_tree(dir);
+}
+
 // polls cond every 5 ms for at most `seconds`
 template <class F>
 static bool wait_for(F&& cond, double seconds = 20) {

@@ -67,7 +67,7 @@ static int download_climbmix(const DownloadFlags& f) {
   DownloadMeter meter((int)todo.size());
   std::atomic<bool> cancel{false};
   std::mutex mutex;
-  std::string unreachable, first_error;
+  std::string unreachable, fatal, first_error;
   int failed = 0, downloaded = 0;
   Timer timer;
   {
@@ -104,16 +104,17 @@ static int download_climbmix(const DownloadFlags& f) {
             log_warn("%s", e.what());
           }
         } catch (const Error& e) {
+          // not about one shard (a bad --base-url, an unwritable directory): stop, say it once
           std::lock_guard<std::mutex> g(mutex);
-          failed++;
-          if (first_error.empty()) first_error = e.what();
-          log_warn("%s", e.what());
+          if (fatal.empty()) fatal = e.what();
+          cancel = true;
         }
       }));
     }
     for (auto& j : jobs) j.wait();
   }
   meter.finish();
+  if (!fatal.empty()) fail("%s", fatal.c_str());
   if (!unreachable.empty()) fail("%s (or pass --base-url with a reachable mirror)", unreachable.c_str());
   if (failed)
     fail("%d of %zu shards could not be downloaded (first: %s); run the same command again to resume", failed,

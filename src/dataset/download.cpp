@@ -31,9 +31,9 @@ namespace nanochat {
 static std::mutex g_hosts_mutex;
 static std::set<std::string> g_hosts_reached;
 
-static void host_mark_reached(const std::string& url) {
+static void host_mark_reached(const std::vector<std::string>& origins) {
   std::lock_guard<std::mutex> g(g_hosts_mutex);
-  g_hosts_reached.insert(http_parse_url(url).origin());
+  g_hosts_reached.insert(origins.begin(), origins.end());
 }
 static bool host_was_reached(const std::string& url) {
   std::lock_guard<std::mutex> g(g_hosts_mutex);
@@ -108,7 +108,7 @@ static Attempt download_attempt(const std::string& url, const std::string& tmp, 
   ho.read_timeout_seconds = o.read_timeout_seconds;
   ho.max_redirects = o.max_redirects;
   HttpGetResult h = http_get(url, have, ho, on_start, on_data);
-  if (h.status != 0) host_mark_reached(h.final_url);
+  host_mark_reached(h.answered);
   if (f) {
     bool ok = std::fflush(f) == 0 && fsync(fileno(f)) == 0;
     ok = std::fclose(f) == 0 && ok;
@@ -129,7 +129,11 @@ static Attempt download_attempt(const std::string& url, const std::string& tmp, 
   }
   switch (h.failure) {
     case HttpFailure::none: break;
-    case HttpFailure::unreachable: return {AttemptEnd::unreachable, h.error};
+    case HttpFailure::unreachable: {
+      // offline only if neither the URL's server nor the one that failed ever answered
+      bool seen = host_was_reached(url) || host_was_reached(h.final_url);
+      return {seen ? AttemptEnd::retry : AttemptEnd::unreachable, h.error};
+    }
     case HttpFailure::status: {
       // 4xx are the request's fault (missing file, forbidden) and will not change by waiting,
       // except timeouts and rate limits; 5xx and the rest may
@@ -183,7 +187,7 @@ DownloadOutcome download_file(const std::string& url, const std::string& path, c
       }
     }
     if (a.end == AttemptEnd::cancelled) throw DownloadError("download of " + url + " cancelled", false);
-    if (a.end == AttemptEnd::unreachable && !host_was_reached(url))
+    if (a.end == AttemptEnd::unreachable)
       throw DownloadError(strprintf("cannot download %s: %s; the network looks unreachable, check the "
                                     "connection (or a proxy/firewall) and run again",
                                     url.c_str(), a.error.c_str()), true);

@@ -98,10 +98,12 @@ HttpGetResult http_get(const std::string& url, int64_t range_from, const HttpGet
                        const std::function<bool(const char*, size_t)>& on_data) {
   HttpGetResult out;
   std::string current = url;
+  std::vector<std::string> answered;
   for (int hop = 0;; hop++) {
     HttpUrl u = http_parse_url(current);
     out = HttpGetResult();
     out.final_url = current;
+    out.answered = answered;
     httplib::Client cli(u.origin());
     cli.set_connection_timeout(opts.connect_timeout_seconds);
     cli.set_read_timeout(opts.read_timeout_seconds);
@@ -121,6 +123,8 @@ HttpGetResult http_get(const std::string& url, int64_t range_from, const HttpGet
     bool started = false, stopped = false;
     auto on_response = [&](const httplib::Response& r) {
       out.status = r.status;
+      answered.push_back(u.origin());
+      out.answered = answered;
       int64_t cr_start = -1, cr_total = -1;
       if (r.has_header("Content-Range")) parse_content_range(r.get_header_value("Content-Range"), cr_start, cr_total);
       out.body_length = header_int(r, "Content-Length");

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 namespace nanochat {
 
@@ -32,6 +33,7 @@ struct HttpGetResult {
   int64_t total_size = -1;   // the whole file's size (Content-Range total, or Content-Length of a 200)
   int64_t body_length = -1;  // Content-Length of this response, -1 when not given
   int64_t received = 0;      // body bytes handed to on_data
+  std::vector<std::string> answered;  // origins that sent a response (every hop)
 };
 
 // on_start sees the final response's headers (status, offsets); returning false stops the
