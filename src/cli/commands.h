@@ -12,6 +12,7 @@ namespace nanochat {
 
 void cli_register_doctor(CLI::App& app, int& exit_code);
 void cli_register_launch(CLI::App& app, int& exit_code);
+void cli_register_inspect(CLI::App& app, int& exit_code);
 
 std::string cli_version_text();  // what `nanochat --version` prints
 
