@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   cli_register_doctor(app, exit_code);
   cli_register_launch(app, exit_code);
+  cli_register_inspect(app, exit_code);
   cli_register_download(app, exit_code);
   try {
     // CLI11 would report a missing subcommand first; name the real mistake instead

@@ -42,6 +42,8 @@ class ParquetFile {
   ParquetFile& operator=(const ParquetFile&) = delete;
 
   const std::string& path() const;
+  int64_t file_size() const;
+  const std::string& created_by() const;  // the writer, e.g. "parquet-cpp-arrow version 21.0.0"
   int64_t num_rows() const;
   int num_row_groups() const;
   const ParquetRowGroup& row_group(int index) const;

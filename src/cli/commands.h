@@ -14,6 +14,7 @@ struct CorpusOptions;
 
 void cli_register_doctor(CLI::App& app, int& exit_code);
 void cli_register_launch(CLI::App& app, int& exit_code);
+void cli_register_inspect(CLI::App& app, int& exit_code);
 void cli_register_download(CLI::App& app, int& exit_code);
 
 // --data, --text-column, --txt-split for subcommands that read a corpus (src/cli/data_flags.cpp)
