@@ -338,6 +338,13 @@ TEST(Corpus, ParquetFilesWrittenByPyarrow) {
   auto val = read_all(corpus_split(c, "val"));
   ASSERT_EQ(val.size(), 3u);
   EXPECT_EQ(val[2].back().rfind("f2-2499 ", 0), 0u);
+
+  // null values are dropped, the rest keep their order
+  auto r = run_shell(kPython + " -c \"import pyarrow as pa, pyarrow.parquet as pq; pq.write_table(pa.table({'text': "
+                     "['a', None, 'b', None, 'c']}), '" + dir + "/nulls.parquet')\"");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(doc_source_open(dir + "/nulls.parquet", CorpusOptions())->read_row_group(0),
+            std::vector<std::string>({"a", "b", "c"}));
   remove_tree(dir);
 }
 

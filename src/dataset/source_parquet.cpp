@@ -27,8 +27,11 @@ class ParquetSource : public DocSource {
     std::vector<uint8_t> nulls;
     std::vector<std::string> docs = file_.read_column_strings(index, column_, &nulls);
     size_t kept = 0;
-    for (size_t i = 0; i < docs.size(); i++)
-      if (i >= nulls.size() || !nulls[i]) docs[kept++] = std::move(docs[i]);
+    for (size_t i = 0; i < docs.size(); i++) {
+      if (i < nulls.size() && nulls[i]) continue;
+      if (kept != i) docs[kept] = std::move(docs[i]);  // (a self-move would empty the string)
+      kept++;
+    }
     docs.resize(kept);
     return docs;
   }
