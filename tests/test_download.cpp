@@ -318,3 +318,26 @@ TEST(DownloadCli, TwoProcessesAtOnceDownloadEachShardOnce) {
   EXPECT_FALSE(path_exists(base + "/base_data_climbmix/" + name + ".lock"));
   remove_tree(base);
 }
+
+TEST(DownloadCli, RanksUnderLaunchShareTheShardsAndTheResultIsACorpus) {
+  TestServer s;
+  for (int id : {0, 1, 2, kClimbmixMaxShard}) s.files["/" + climbmix_shard_name(id)] = shard_bytes("r" + std::to_string(id));
+  s.chunk_sleep_ms = 5;
+  std::string base = make_temp_dir();
+  auto r = run_shell("NANOCHAT_BASE_DIR=" + base + " " + kBin + " launch --nproc-per-node 2 -- download -n 3 --workers 2 --base-url " + s.url());
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  for (auto& kv : s.files) EXPECT_EQ(s.count(kv.first, 200), 1) << kv.first << " downloaded more than once";
+  EXPECT_EQ(s.requests().size(), 4u);
+  // what the downloader leaves is the default corpus: shards 0..2 train, 06542 val
+  setenv("NANOCHAT_BASE_DIR", base.c_str(), 1);
+  Corpus c = corpus_open(CorpusOptions());
+  unsetenv("NANOCHAT_BASE_DIR");
+  EXPECT_EQ(corpus_split_files(c, "train").size(), 3u);
+  EXPECT_EQ(corpus_split_files(c, "val"), std::vector<std::string>({base + "/base_data_climbmix/shard_06542.parquet"}));
+  DocIterator it(corpus_split(c, "val"), 0, 1, false);
+  DocBatch b;
+  ASSERT_TRUE(it.next(b));
+  EXPECT_EQ(b.docs.size(), 1024u);
+  EXPECT_EQ(b.docs[5].rfind("r6542-5 ", 0), 0u) << b.docs[5];
+  remove_tree(base);
+}
