@@ -142,8 +142,8 @@ void cli_register_download(CLI::App& app, int& exit_code) {
   for (auto& t : kTargets) names.push_back(t.name), help += std::string("\n  ") + t.name + ": " + t.what;
   sub->add_option("target", f.target, help)->check(CLI::IsMember(names));
   sub->add_option("-n,--num-files", f.num_files,
-                  "climbmix: train shards 0..n-1 (the val shard 06542 is always added); -1 = all 6542")
-      ->default_val(-1)->check(CLI::Range(-1, kClimbmixMaxShard));
+                  "climbmix: train shards 0..n-1 (the val shard 06542 is always added); -1 = all 6542 (more is capped)")
+      ->default_val(-1)->check(CLI::Range(-1, 1 << 30));
   sub->add_option("-w,--workers", f.workers, "parallel downloads")->default_val(4)->check(CLI::Range(1, 64));
   sub->add_option("--base-url", f.base_url, "where the shards are (a mirror): <base-url>/shard_00000.parquet")
       ->default_val(kClimbmixBaseUrl);

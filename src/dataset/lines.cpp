@@ -4,6 +4,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
+#include <sys/stat.h>
 
 #include "sources.h"
 
@@ -69,7 +72,29 @@ void lines_read_from(const std::string& path, int64_t offset, int64_t line,
   std::fclose(f);
 }
 
+// The index of a file is kept for the life of the process (keyed by path, size and mtime):
+// an infinite walk reopens every file each epoch, and a scan of a large jsonl is a full read.
+static std::mutex g_index_mutex;
+static std::map<std::string, LineGroups> g_index_cache;
+
+static LineGroups line_groups_scan(const std::string& path, int docs_per_group, bool paragraphs);
+
 LineGroups line_groups_build(const std::string& path, int docs_per_group, bool paragraphs) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) fail("cannot read %s: %s", path.c_str(), std::strerror(errno));
+  std::string key = strprintf("%s|%lld|%lld.%09ld|%d|%d", path.c_str(), (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+                              (long)st.st_mtim.tv_nsec, docs_per_group, (int)paragraphs);
+  {
+    std::lock_guard<std::mutex> g(g_index_mutex);
+    auto it = g_index_cache.find(key);
+    if (it != g_index_cache.end()) return it->second;
+  }
+  LineGroups groups = line_groups_scan(path, docs_per_group, paragraphs);
+  std::lock_guard<std::mutex> g(g_index_mutex);
+  return g_index_cache[key] = groups;
+}
+
+static LineGroups line_groups_scan(const std::string& path, int docs_per_group, bool paragraphs) {
   LineGroups g;
   int64_t docs = 0, offset = 0;
   bool in_doc = false;
