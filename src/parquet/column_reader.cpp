@@ -124,6 +124,7 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
         if (have_dict) parquet_fail("second dictionary page in one column chunk");
         if (h.encoding != kPlain && h.encoding != kPlainDictionary)
           parquet_fail("dictionary page in unsupported encoding %s", encoding_name(h.encoding));
+        dec.check_declared_size(meta.codec, raw, raw_n, page_n);
         uint8_t* page = page_buf.reserve(page_n + 1);
         dec.decompress(meta.codec, raw, raw_n, page, page_n);
         decode_plain(leaf.type, leaf.type_length, page, page_n, n, dict);
@@ -139,6 +140,7 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
       const uint8_t* values;
       size_t values_n;
       if (h.type == kDataPage) {
+        dec.check_declared_size(meta.codec, raw, raw_n, page_n);
         uint8_t* page = page_buf.reserve(page_n + 1);
         dec.decompress(meta.codec, raw, raw_n, page, page_n);
         size_t off = 0;
@@ -161,6 +163,7 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
                             out.def.data() + old);
         values_n = page_n - levels_n;
         if (h.is_compressed && meta.codec != kUncompressed) {
+          dec.check_declared_size(meta.codec, raw + levels_n, raw_n - levels_n, values_n);
           uint8_t* page = page_buf.reserve(values_n + 1);
           dec.decompress(meta.codec, raw + levels_n, raw_n - levels_n, page, values_n);
           values = page;
