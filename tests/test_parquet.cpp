@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "nanochat/parquet.h"
+#include "parquet/encodings.h"  // internal: the decoders on hand-made bytes
 #include "test_util.h"
 
 using nanochat::ParquetError;
@@ -167,6 +168,42 @@ TEST(Parquet, ConcurrentRowGroupReads) {
   for (auto& group : got)
     for (auto& s : group) EXPECT_EQ(s, rows[i++]["text"].get<std::string>());
   EXPECT_EQ(i, rows.size());
+}
+
+// ---- decoders, on the examples written out in parquet-format's Encodings.md ----------
+
+TEST(ParquetEncodings, BitPackedExampleFromTheSpec) {
+  // values 0..7 at bit width 3: one bit-packed group, header (1 << 1) | 1, then 10001000 11000110 11111010
+  const uint8_t data[] = {0x03, 0x88, 0xC6, 0xFA};
+  uint32_t out[8];
+  EXPECT_EQ(nanochat::rle_hybrid_decode(data, sizeof data, 3, 8, out), 4u);
+  for (uint32_t i = 0; i < 8; i++) EXPECT_EQ(out[i], i);
+  // an RLE run: 300 copies of 5 at bit width 3 (header 300 << 1 as a varint, value in one byte)
+  const uint8_t rle[] = {0xD8, 0x04, 0x05};
+  std::vector<uint8_t> levels(300);
+  EXPECT_EQ(nanochat::rle_hybrid_decode(rle, sizeof rle, 3, 300, levels.data()), 3u);
+  for (uint8_t v : levels) EXPECT_EQ(v, 5);
+  EXPECT_THROW(nanochat::rle_hybrid_decode(rle, 2, 3, 300, levels.data()), ParquetError);  // value byte missing
+  EXPECT_THROW(nanochat::rle_hybrid_decode(rle, sizeof rle, 3, 301, levels.data()), ParquetError);  // too few
+}
+
+TEST(ParquetEncodings, DeltaBinaryPackedExamplesFromTheSpec) {
+  // example 1: 1 2 3 4 5 -> block 128, 4 miniblocks, 5 values, first 1, min delta 1, widths 0
+  const uint8_t ex1[] = {0x80, 0x01, 0x04, 0x05, 0x02, 0x02, 0x00, 0x00, 0x00, 0x00};
+  std::vector<int64_t> out;
+  nanochat::decode_delta_binary_packed(ex1, sizeof ex1, 5, out);
+  EXPECT_EQ(out, (std::vector<int64_t>{1, 2, 3, 4, 5}));
+  // example 2: 7 5 3 1 2 3 4 5 -> deltas -2 -2 -2 1 1 1 1, min delta -2, relative 0 0 0 3 3 3 3 at width 2
+  std::vector<uint8_t> ex2 = {0x80, 0x01, 0x04, 0x08, 0x0E, 0x03, 0x02, 0x00, 0x00, 0x00};
+  std::vector<uint8_t> mini(32 * 2 / 8, 0);  // one miniblock of 32 values at 2 bits, zero padded
+  mini[0] = 0xC0;                            // 0,0,0,3
+  mini[1] = 0x3F;                            // 3,3,3,0
+  ex2.insert(ex2.end(), mini.begin(), mini.end());
+  out.clear();
+  nanochat::decode_delta_binary_packed(ex2.data(), ex2.size(), 8, out);
+  EXPECT_EQ(out, (std::vector<int64_t>{7, 5, 3, 1, 2, 3, 4, 5}));
+  out.clear();
+  EXPECT_THROW(nanochat::decode_delta_binary_packed(ex2.data(), ex2.size() - 1, 8, out), ParquetError);
 }
 
 // ---- errors --------------------------------------------------------------------------
@@ -330,8 +367,12 @@ TEST(ParquetInspect, SummaryAndRowsAsJsonLines) {
   std::string path = kDir + "/nested_zstd_v1.parquet";
   auto r = run_shell(kBin + " inspect " + path);
   ASSERT_EQ(r.rc, 0) << r.err;
-  for (const char* needle : {"rows: 200 in 3 row group(s)", "row group 2: 60 rows", "messages.list.element.role=ZSTD",
-                             "parquet-cpp-arrow", "messages (LIST)"})
+  int64_t total = 0;  // pyarrow's count of the compressed bytes
+  for (auto& n : expected()["meta"]["nested_zstd_v1.parquet"]["compressed_bytes"]) total += n.get<int64_t>();
+  std::string total_line = "total: " + std::to_string(total) + " B compressed";
+  for (std::string needle : {std::string("rows: 200 in 3 row group(s)"), std::string("row group 2: 60 rows"), total_line,
+                             std::string("parquet-cpp-arrow"), std::string("messages (LIST)"),
+                             std::string("grid.list.element.list.element       INT32      -        5/2     ZSTD")})
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " in\n" << r.out;
   r = run_shell(kBin + " inspect " + path + " --rows 75 --columns messages,source");
   ASSERT_EQ(r.rc, 0) << r.err;

@@ -31,6 +31,7 @@ struct ParquetRowGroup {
   int64_t num_rows = 0;
   int64_t uncompressed_bytes = 0, compressed_bytes = 0;
   std::vector<std::string> codecs;  // one per leaf column, e.g. "ZSTD"
+  std::vector<int64_t> column_compressed_bytes, column_uncompressed_bytes;  // one per leaf column
 };
 
 class ParquetFile {

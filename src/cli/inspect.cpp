@@ -20,7 +20,12 @@ static void split_commas(const std::string& s, std::vector<std::string>& out) {
   }
 }
 
-static std::string mb(int64_t bytes) { return strprintf("%.2f MB", bytes / 1e6); }
+static std::string human_bytes(int64_t n) {
+  if (n < 10000) return strprintf("%lld B", (long long)n);
+  if (n < 10000000) return strprintf("%.1f kB", n / 1e3);
+  if (n < 10000000000) return strprintf("%.1f MB", n / 1e6);
+  return strprintf("%.2f GB", n / 1e9);
+}
 
 static int inspect_run(const std::string& path, int64_t rows, int row_group, const std::string& columns_flag) {
   ParquetFile f(path);
@@ -39,26 +44,37 @@ static int inspect_run(const std::string& path, int64_t rows, int row_group, con
     }
     return 0;
   }
-  std::printf("file: %s (%s, %lld bytes)\n", path.c_str(), mb(f.file_size()).c_str(), (long long)f.file_size());
+  std::printf("file: %s (%s)\n", path.c_str(), human_bytes(f.file_size()).c_str());
   if (!f.created_by().empty()) std::printf("created by: %s\n", f.created_by().c_str());
   std::printf("rows: %lld in %d row group(s)\n", (long long)f.num_rows(), f.num_row_groups());
   std::printf("schema:\n%s", f.schema_text().c_str());
-  std::printf("columns:\n");
-  for (const auto& c : f.columns())
-    std::printf("  %-40s %-12s %-8s def %d rep %d\n", c.path.c_str(), c.physical_type.c_str(),
-                c.logical_type.empty() ? "-" : c.logical_type.c_str(), c.max_definition_level, c.max_repetition_level);
+  // per leaf column: types, levels, codec(s) and bytes over all row groups
+  std::printf("columns:\n  %-36s %-10s %-8s %-7s %-12s %10s %12s\n", "path", "physical", "logical", "def/rep",
+              "codec", "compressed", "uncompressed");
+  for (size_t c = 0; c < f.columns().size(); c++) {
+    const ParquetColumn& col = f.columns()[c];
+    std::string codecs;
+    int64_t comp = 0, uncomp = 0;
+    for (int g = 0; g < f.num_row_groups(); g++) {
+      const ParquetRowGroup& rg = f.row_group(g);
+      if (codecs.find(rg.codecs[c]) == std::string::npos) codecs += (codecs.empty() ? "" : ",") + rg.codecs[c];
+      comp += rg.column_compressed_bytes[c];
+      uncomp += rg.column_uncompressed_bytes[c];
+    }
+    std::printf("  %-36s %-10s %-8s %d/%-5d %-12s %10s %12s\n", col.path.c_str(), col.physical_type.c_str(),
+                col.logical_type.empty() ? "-" : col.logical_type.c_str(), col.max_definition_level,
+                col.max_repetition_level, codecs.empty() ? "-" : codecs.c_str(), human_bytes(comp).c_str(),
+                human_bytes(uncomp).c_str());
+  }
   int64_t comp = 0, uncomp = 0;
   for (int g = 0; g < f.num_row_groups(); g++) {
     const ParquetRowGroup& rg = f.row_group(g);
     comp += rg.compressed_bytes;
     uncomp += rg.uncompressed_bytes;
-    std::printf("row group %d: %lld rows, %s compressed, %s uncompressed; codecs: ", g, (long long)rg.num_rows,
-                mb(rg.compressed_bytes).c_str(), mb(rg.uncompressed_bytes).c_str());
-    for (size_t c = 0; c < rg.codecs.size(); c++)
-      std::printf("%s%s=%s", c ? ", " : "", f.columns()[c].path.c_str(), rg.codecs[c].c_str());
-    std::printf("\n");
+    std::printf("row group %d: %lld rows, %s compressed, %s uncompressed\n", g, (long long)rg.num_rows,
+                human_bytes(rg.compressed_bytes).c_str(), human_bytes(rg.uncompressed_bytes).c_str());
   }
-  std::printf("total: %s compressed, %s uncompressed\n", mb(comp).c_str(), mb(uncomp).c_str());
+  std::printf("total: %s compressed, %s uncompressed\n", human_bytes(comp).c_str(), human_bytes(uncomp).c_str());
   return 0;
 }
 

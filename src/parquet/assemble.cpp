@@ -137,7 +137,8 @@ std::vector<json> assemble_rows(const Schema& schema, const std::vector<int>& to
     for (int leaf : schema.nodes[(size_t)t].leaves)
       if (!a.cur[(size_t)leaf].data) parquet_fail("internal: column %d not read", leaf);
   std::vector<json> rows;
-  rows.reserve((size_t)std::min<int64_t>(num_rows, 1 << 20));
+  if (!top_nodes.empty())  // each row takes at least one level of every column: don't trust num_rows alone
+    rows.reserve((size_t)std::min<int64_t>(num_rows, a.cur[(size_t)schema.nodes[(size_t)top_nodes[0]].leaves[0]].data->num_levels));
   for (int64_t r = 0; r < num_rows; r++) {
     json row = json::object();
     for (int t : top_nodes) {

@@ -40,7 +40,25 @@ static void gzip_decompress(const uint8_t* src, size_t n, uint8_t* out, size_t o
   if (produced != out_n) parquet_fail("GZIP page decompressed to %zu bytes, header says %zu", produced, out_n);
 }
 
+void Decompressor::check_declared_size(int codec, const uint8_t* src, size_t n, size_t out_n) {
+  if (n == 0 && out_n == 0) return;  // an empty values section (a page of nulls)
+  if (codec == kZstd) {
+    unsigned long long declared = ZSTD_getFrameContentSize(src, n);
+    if (declared == ZSTD_CONTENTSIZE_ERROR) parquet_fail("ZSTD decompression failed: not a zstd frame");
+    if (declared != ZSTD_CONTENTSIZE_UNKNOWN && declared > out_n)
+      parquet_fail("ZSTD frame holds %llu bytes, page header says %zu", declared, out_n);
+  } else if (codec == kSnappy) {
+    size_t declared = 0;
+    if (!snappy::GetUncompressedLength((const char*)src, n, &declared))
+      parquet_fail("SNAPPY decompression failed: bad length header");
+    if (declared != out_n) parquet_fail("SNAPPY page holds %zu bytes, header says %zu", declared, out_n);
+  } else if (codec == kGzip && out_n / 1032 > n + 64) {  // deflate expands at most 1032:1
+    parquet_fail("GZIP page: %zu compressed bytes cannot hold %zu", n, out_n);
+  }
+}
+
 void Decompressor::decompress(int codec, const uint8_t* src, size_t n, uint8_t* out, size_t out_n) {
+  if (n == 0 && out_n == 0) return;
   switch (codec) {
     case kUncompressed:
       if (n != out_n) parquet_fail("uncompressed page: compressed size %zu != uncompressed size %zu", n, out_n);

@@ -30,6 +30,9 @@ class Decompressor {
   ~Decompressor();
   Decompressor(const Decompressor&) = delete;
   Decompressor& operator=(const Decompressor&) = delete;
+  // before allocating out_n bytes: the size the compressed stream declares, where it
+  // declares one (zstd frame header, snappy preamble, gzip trailer), must be out_n
+  void check_declared_size(int codec, const uint8_t* src, size_t n, size_t out_n);
   // decompresses src[0..n) with `codec` into exactly `out_n` bytes at `out`
   void decompress(int codec, const uint8_t* src, size_t n, uint8_t* out, size_t out_n);
 

@@ -124,6 +124,7 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
         if (have_dict) parquet_fail("second dictionary page in one column chunk");
         if (h.encoding != kPlain && h.encoding != kPlainDictionary)
           parquet_fail("dictionary page in unsupported encoding %s", encoding_name(h.encoding));
+        dec.check_declared_size(meta.codec, raw, raw_n, page_n);
         uint8_t* page = page_buf.reserve(page_n + 1);
         dec.decompress(meta.codec, raw, raw_n, page, page_n);
         decode_plain(leaf.type, leaf.type_length, page, page_n, n, dict);
@@ -139,13 +140,14 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
       const uint8_t* values;
       size_t values_n;
       if (h.type == kDataPage) {
+        dec.check_declared_size(meta.codec, raw, raw_n, page_n);
         uint8_t* page = page_buf.reserve(page_n + 1);
         dec.decompress(meta.codec, raw, raw_n, page, page_n);
         size_t off = 0;
         if (rep_max > 0)
-          off += read_v1_levels(page + off, page_n - off, h.rep_level_encoding, rep_max, n, &out.rep[old], "repetition");
+          off += read_v1_levels(page + off, page_n - off, h.rep_level_encoding, rep_max, n, out.rep.data() + old, "repetition");
         if (def_bw_max > 0)
-          off += read_v1_levels(page + off, page_n - off, h.def_level_encoding, def_bw_max, n, &out.def[old], "definition");
+          off += read_v1_levels(page + off, page_n - off, h.def_level_encoding, def_bw_max, n, out.def.data() + old, "definition");
         values = page + off;
         values_n = page_n - off;
       } else {  // v2: levels first, never compressed; then the (maybe compressed) values
@@ -155,12 +157,13 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
           parquet_fail("level byte lengths %d + %d larger than the page", h.rep_levels_byte_length,
                        h.def_levels_byte_length);
         size_t levels_n = (size_t)h.rep_levels_byte_length + (size_t)h.def_levels_byte_length;
-        if (rep_max > 0) rle_hybrid_decode(raw, (size_t)h.rep_levels_byte_length, bit_width_of(rep_max), n, &out.rep[old]);
+        if (rep_max > 0) rle_hybrid_decode(raw, (size_t)h.rep_levels_byte_length, bit_width_of(rep_max), n, out.rep.data() + old);
         if (def_bw_max > 0)
           rle_hybrid_decode(raw + h.rep_levels_byte_length, (size_t)h.def_levels_byte_length, bit_width_of(def_bw_max), n,
-                            &out.def[old]);
+                            out.def.data() + old);
         values_n = page_n - levels_n;
         if (h.is_compressed && meta.codec != kUncompressed) {
+          dec.check_declared_size(meta.codec, raw + levels_n, raw_n - levels_n, values_n);
           uint8_t* page = page_buf.reserve(values_n + 1);
           dec.decompress(meta.codec, raw + levels_n, raw_n - levels_n, page, values_n);
           values = page;
@@ -169,10 +172,10 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
           values = raw + levels_n;
         }
       }
-      if (rep_max > 0) check_levels(&out.rep[old], n, rep_max, "repetition");
+      if (rep_max > 0) check_levels(out.rep.data() + old, n, rep_max, "repetition");
       int64_t non_null = n;
       if (def_bw_max > 0) {
-        check_levels(&out.def[old], n, def_bw_max, "definition");
+        check_levels(out.def.data() + old, n, def_bw_max, "definition");
         non_null = 0;
         for (int64_t i = 0; i < n; i++) non_null += out.def[old + i] == def_bw_max;
       }

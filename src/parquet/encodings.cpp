@@ -185,7 +185,7 @@ size_t decode_delta_binary_packed(const uint8_t* data, size_t size, int64_t n, s
   uint64_t miniblocks = read_uleb(p, end);
   uint64_t total = read_uleb(p, end);
   int64_t first = read_zigzag(p, end);
-  if (block_size == 0 || block_size % 128 || block_size > (1u << 20) || miniblocks == 0 ||
+  if (block_size == 0 || block_size % 128 || block_size > (1u << 16) || miniblocks == 0 ||
       block_size % miniblocks || (block_size / miniblocks) % 32)
     parquet_fail("DELTA_BINARY_PACKED: bad block size %llu / %llu miniblocks", (unsigned long long)block_size,
                  (unsigned long long)miniblocks);

@@ -105,6 +105,8 @@ void ParquetFile::Impl::open_and_parse() {
         parquet_fail("row group %zu: column chunk %zu is '%s', the schema says '%s'", g, c, chunk_path.c_str(),
                      columns[c].path.c_str());
       out.codecs.push_back(codec_name(m.codec));
+      out.column_compressed_bytes.push_back(m.total_compressed_size);
+      out.column_uncompressed_bytes.push_back(m.total_uncompressed_size);
       out.compressed_bytes += m.total_compressed_size;
       out.uncompressed_bytes += m.total_uncompressed_size;
     }
