@@ -50,6 +50,7 @@ class TestServer {
   std::string redirect_base;
   int chunk_sleep_ms = 0;                    // pause per 16 KiB chunk (slow server)
   std::atomic<bool> hold{false};             // bodies wait while set (at most 20 s)
+  bool ignore_range = false;                 // answer every request 200 with the whole file
 
   std::vector<Request> requests() {
     std::lock_guard<std::mutex> g(mutex_);
@@ -97,6 +98,12 @@ class TestServer {
     int sleep_ms = chunk_sleep_ms;
     std::atomic<bool>* hold_p = &hold;
     // status left unset: httplib answers 206 with Content-Range for a Range request
+    if (ignore_range) {
+      // httplib would still cut the body to the requested range (under a 200!); a server
+      // without range support sends the whole file
+      const_cast<httplib::Request&>(req).ranges.clear();
+      res.status = 200;
+    }
     res.set_content_provider(body->size(), "application/octet-stream",
                              [body, drop_at, sleep_ms, hold_p](size_t offset, size_t length, httplib::DataSink& sink) {
                                for (int i = 0; i < 4000 && *hold_p; i++)

@@ -109,6 +109,25 @@ TEST(Download, ContinuesAPartialTmpFromAnEarlierRun) {
   remove_tree(dir);
 }
 
+TEST(Download, AServerIgnoringRangeRestartsTheFileFromScratch) {
+  std::string body = shard_bytes("a");
+  TestServer s;
+  s.files["/shard_00000.parquet"] = body;
+  s.ignore_range = true;
+  std::string dir = make_temp_dir(), path = dir + "/shard_00000.parquet";
+  { std::ofstream(path + ".tmp", std::ios::binary) << std::string(5000, 'z'); }  // not a prefix of body
+  int64_t reported = 0;
+  DownloadOptions o = fast_options();
+  o.on_bytes = [&](int64_t d) { reported += d; };
+  EXPECT_EQ(download_file(s.url("/shard_00000.parquet"), path, o), DownloadOutcome::downloaded);
+  EXPECT_TRUE(read_file(path) == body) << "old partial bytes were kept in front of a full response";
+  EXPECT_EQ(reported, (int64_t)body.size());
+  auto r = s.requests();
+  ASSERT_EQ(r.size(), 1u);
+  EXPECT_EQ(r[0].range_from, 5000);
+  remove_tree(dir);
+}
+
 TEST(Download, CorruptContentOfTheRightLengthFailsVerification) {
   std::string body = shard_bytes("a");
   std::string bad(body.size(), 'x');  // right length, not parquet
