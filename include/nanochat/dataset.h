@@ -2,6 +2,7 @@
 //          climbmix_shard_ids, dataset_dir, dataset_list_parquet_files,
 //          DownloadError, DownloadOptions, DownloadOutcome, download_file, download_verify_parquet,
 //          CorpusOptions, DocSource, doc_source_open, Corpus, corpus_open, corpus_split_files,
+//          CorpusSplit, corpus_split,
 //          DocPosition, DocBatch, DocIterator
 // The dataset module (spec §2, §7.1): where the pretraining shards come from and how they
 // are fetched (resume, retry, verify, lock), local corpora (--data DIR of parquet, jsonl or

@@ -73,8 +73,9 @@ std::vector<std::string> corpus_split_files(const Corpus& c, const std::string& 
   if (split == "val") return {c.files.back()};
   if (split != "train") fail("split '%s' is not train or val", split.c_str());
   if (c.files.size() < 2)
-    fail("%s holds one file (%s), which is the validation split; training needs at least two files "
-         "(split the corpus into several)", c.dir.c_str(), c.files[0].c_str());
+    fail("%s holds one file (%s), which is the validation split; training needs at least two files (%s)",
+         c.dir.c_str(), c.files[0].c_str(),
+         c.opts.data_dir.empty() ? "run `nanochat download -n 8`" : "split the corpus into several");
   return std::vector<std::string>(c.files.begin(), c.files.end() - 1);
 }
 
