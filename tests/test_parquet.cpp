@@ -336,6 +336,31 @@ TEST_F(ParquetErrors, CorruptCompressedPageNamesRowGroupColumnAndCodec) {
   EXPECT_EQ(f.read_column_strings(1, "text").size(), 64u);  // the other row groups still read
 }
 
+// the first page header of the shard is Thrift compact: 15 00 (type DATA_PAGE), 15 <zigzag
+// varint uncompressed size>, 15 <zigzag varint compressed size>; rewrite either size in place
+TEST_F(ParquetErrors, WrongPageSizesInTheHeader) {
+  const std::string bytes = read_file(kDir + "/text_shard.parquet");
+  ASSERT_EQ(bytes.substr(4, 3), std::string("\x15\x00\x15", 3));
+  size_t uncompressed_at = 7, end = uncompressed_at;
+  while ((uint8_t)bytes[end] & 0x80) end++;
+  size_t compressed_at = end + 2;  // past the last varint byte and the next field header
+  ASSERT_EQ(bytes[end + 1], '\x15');
+  auto with_varint = [&](size_t at, uint8_t last) {  // same length, so the header stays parseable
+    std::string b = bytes;
+    size_t i = at;
+    while ((uint8_t)b[i] & 0x80) b[i++] = (char)0xfe;  // zigzag, even: a positive size
+    b[i] = (char)last;
+    write_bytes(dir + "/sizes.parquet", b);
+    return dir + "/sizes.parquet";
+  };
+  expect_error([&] { ParquetFile(with_varint(compressed_at, 0x7e)).read_column_strings(0, "text"); },
+               {"row group 0", "column 'text'", "compressed page size", "past the end of the column chunk"});
+  expect_error([&] { ParquetFile(with_varint(uncompressed_at, 0x02)).read_column_strings(0, "text"); },
+               {"row group 0", "column 'text'", "ZSTD"});  // the frame says more than the header
+  expect_error([&] { ParquetFile(with_varint(uncompressed_at, 0x7e)).read_column_strings(0, "text"); },
+               {"row group 0", "column 'text'", "page 0", "ZSTD page decompressed to", "header says 1040319"});
+}
+
 // hand-made footers: the Thrift caps (nesting depth, list length) and sizes past the end
 TEST_F(ParquetErrors, HostileFootersHitTheCaps) {
   auto file_with_footer = [&](const std::string& footer) {
