@@ -27,9 +27,14 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.fallthrough(false);
   int exit_code = 0;
-  cli_register_doctor(app, exit_code);
-  cli_register_launch(app, exit_code);
+  // in pipeline order, as --help lists them
+  cli_register_download(app, exit_code);
+  cli_register_inspect(app, exit_code);
+  cli_register_tok_train(app, exit_code);
+  cli_register_tok_eval(app, exit_code);
   cli_register_tokenize(app, exit_code);
+  cli_register_launch(app, exit_code);
+  cli_register_doctor(app, exit_code);
   try {
     // CLI11 would report a missing subcommand first; name the real mistake instead
     if (argc > 1) {

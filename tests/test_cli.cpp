@@ -19,6 +19,7 @@ TEST(Cli, HelpListsEverySubcommand) {
   EXPECT_EQ(r.rc, 0);
   EXPECT_NE(r.out.find("doctor"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("launch"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("download"), std::string::npos) << r.out;
 }
 
 TEST(Cli, VersionNamesLibTorchCudaNcclAndThreads) {

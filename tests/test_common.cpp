@@ -162,6 +162,14 @@ TEST(Progress, FormatDuration) {
   EXPECT_EQ(format_duration(3720), "1h02m");
 }
 
+TEST(Progress, FormatCount) {
+  EXPECT_EQ(format_count(950), "950");
+  EXPECT_EQ(format_count(12.5), "12.5");
+  EXPECT_EQ(format_count(250000), "250.0k");
+  EXPECT_EQ(format_count(3.2e6), "3.20M");
+  EXPECT_EQ(format_count(2e9), "2.00G");
+}
+
 TEST(Progress, LineShowsCountPercentRateAndEta) {
   Progress p("tokenizing", 1000, "docs", 1e9);
   p.set(250);

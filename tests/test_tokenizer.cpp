@@ -63,6 +63,19 @@ TEST(Encode, LowestRankMergesFirst) {
   EXPECT_EQ(tok2.encode("abc abc"), (std::vector<int32_t>{258, ' ', 258}));
 }
 
+TEST(Encode, CopiesAndMovesKeepWorking) {
+  auto make = [] {
+    auto ranks = byte_ranks();
+    ranks.push_back("ab");
+    return Tokenizer(ranks, kPatternNanochat, nanochat_specials(257), "<|bos|>");
+  };
+  Tokenizer moved = make();
+  Tokenizer copy = moved;
+  auto heap = std::make_unique<Tokenizer>(std::move(moved));
+  EXPECT_EQ(heap->encode("ab"), (std::vector<int32_t>{256}));
+  EXPECT_EQ(copy.encode("abab"), (std::vector<int32_t>{256, 256}));
+}
+
 TEST(Encode, SpecialTokensArePlainTextUnlessAllowed) {
   Tokenizer tok(byte_ranks(), kPatternNanochat, nanochat_specials(256), "<|bos|>");
   EXPECT_EQ(tok.bos_id(), 256);

@@ -31,6 +31,7 @@ struct ParquetRowGroup {
   int64_t num_rows = 0;
   int64_t uncompressed_bytes = 0, compressed_bytes = 0;
   std::vector<std::string> codecs;  // one per leaf column, e.g. "ZSTD"
+  std::vector<int64_t> column_compressed_bytes, column_uncompressed_bytes;  // one per leaf column
 };
 
 class ParquetFile {
@@ -42,6 +43,8 @@ class ParquetFile {
   ParquetFile& operator=(const ParquetFile&) = delete;
 
   const std::string& path() const;
+  int64_t file_size() const;
+  const std::string& created_by() const;  // the writer, e.g. "parquet-cpp-arrow version 21.0.0"
   int64_t num_rows() const;
   int num_row_groups() const;
   const ParquetRowGroup& row_group(int index) const;

@@ -88,7 +88,7 @@ class Tokenizer {
   void encode_ordinary_into(std::string_view valid_utf8, std::vector<int32_t>& out) const;
 
   std::vector<std::string> ranks_;  // rank -> bytes
-  std::shared_ptr<const RankTable> rank_of_;  // bytes -> rank (keys are ranks_'s strings)
+  std::shared_ptr<const RankTable> rank_of_;  // bytes -> rank
   std::vector<std::pair<std::string, int32_t>> specials_;
   std::vector<std::string> id_bytes_;                      // id -> bytes (specials: literal text)
   std::shared_ptr<Splitter> splitter_;

@@ -1,4 +1,4 @@
-// defines: cli_register_*, cli_version_text
+// defines: cli_register_*, cli_add_data_flags, cli_version_text
 // One register function per subcommand (one file each in src/cli/). Each adds its
 // subcommand to the app with a callback that wires modules together and stores the exit code.
 #pragma once
@@ -10,9 +10,18 @@ class App;
 
 namespace nanochat {
 
+struct CorpusOptions;
+
 void cli_register_doctor(CLI::App& app, int& exit_code);
 void cli_register_launch(CLI::App& app, int& exit_code);
 void cli_register_tokenize(CLI::App& app, int& exit_code);
+void cli_register_tok_train(CLI::App& app, int& exit_code);
+void cli_register_tok_eval(CLI::App& app, int& exit_code);
+void cli_register_inspect(CLI::App& app, int& exit_code);
+void cli_register_download(CLI::App& app, int& exit_code);
+
+// --data, --text-column, --txt-split for subcommands that read a corpus (src/cli/data_flags.cpp)
+void cli_add_data_flags(CLI::App* sub, CorpusOptions& opts);
 
 std::string cli_version_text();  // what `nanochat --version` prints
 

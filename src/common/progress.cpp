@@ -1,5 +1,6 @@
 #include "nanochat/common/progress.h"
 
+#include <cmath>
 #include <cstdio>
 #include <unistd.h>
 
@@ -14,6 +15,15 @@ std::string format_duration(double s) {
   long t = (long)(s + 0.5);
   if (t < 3600) return strprintf("%ldm%02lds", t / 60, t % 60);
   return strprintf("%ldh%02ldm", t / 3600, (t % 3600) / 60);
+}
+
+std::string format_count(double x) {
+  double a = std::abs(x);
+  if (a >= 1e9) return strprintf("%.2fG", x / 1e9);
+  if (a >= 1e6) return strprintf("%.2fM", x / 1e6);
+  if (a >= 1e5) return strprintf("%.1fk", x / 1e3);
+  if (x == (double)(int64_t)x) return strprintf("%lld", (long long)x);
+  return strprintf("%.1f", x);
 }
 
 Progress::Progress(std::string label, int64_t total, std::string unit, double every_seconds)
@@ -31,6 +41,8 @@ void Progress::set(int64_t done) {
   maybe_print(false);
 }
 
+void Progress::set_total(int64_t total) { total_ = total; }
+
 void Progress::finish() {
   if (finished_) return;
   finished_ = true;
@@ -45,12 +57,12 @@ std::string Progress::line() const {
   std::string unit = unit_.empty() ? "" : " " + unit_;
   std::string s = label_ + "  ";
   if (total_ > 0) {
-    s += strprintf("%lld/%lld%s  %5.1f%%", (long long)done_, (long long)total_, unit.c_str(),
-                   100.0 * done_ / total_);
+    s += strprintf("%s/%s%s  %5.1f%%", format_count((double)done_).c_str(), format_count((double)total_).c_str(),
+                   unit.c_str(), 100.0 * done_ / total_);
   } else {
-    s += strprintf("%lld%s", (long long)done_, unit.c_str());
+    s += format_count((double)done_) + unit;
   }
-  s += strprintf("  %.1f%s/s", rate, unit.c_str());
+  s += strprintf("  %s%s/s", format_count(rate < 100 ? std::round(rate * 10) / 10 : std::round(rate)).c_str(), unit.c_str());
   if (finished_) s += "  done in " + format_duration(elapsed);
   else if (total_ > 0 && rate > 0) s += "  ETA " + format_duration((total_ - done_) / rate);
   return s;

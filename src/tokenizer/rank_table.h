@@ -1,7 +1,8 @@
 // defines: RankTable
 // bytes -> rank lookups, the inner loop of encoding. Open addressing over one flat array
 // (a probe touches one cache line, where std::unordered_map chases a node per lookup), with
-// the full 64-bit hash stored so that most misses never compare bytes.
+// the full 64-bit hash stored so that most misses never compare bytes. The table keeps its
+// own copy of the keys, back to back, so it never points into the caller's vectors.
 #pragma once
 #include <cstdint>
 #include <cstring>
@@ -16,7 +17,12 @@ class RankTable {
   RankTable() = default;
   // ranks[i] are the bytes of rank i; returns false on a duplicate (its rank in *dup)
   bool build(const std::vector<std::string>& ranks, int32_t* dup) {
-    keys_ = &ranks;
+    arena_.clear();
+    offsets_.assign(1, 0);
+    for (auto& r : ranks) {
+      arena_ += r;
+      offsets_.push_back(arena_.size());
+    }
     size_t cap = 16;
     while (cap < ranks.size() * 2) cap <<= 1;
     slots_.assign(cap, Slot{0, -1});
@@ -36,7 +42,7 @@ class RankTable {
     for (size_t i = h & mask_;; i = (i + 1) & mask_) {
       const Slot& s = slots_[i];
       if (s.rank < 0) return -1;
-      if (s.hash == h && (*keys_)[s.rank] == key) return s.rank;
+      if (s.hash == h && key_of(s.rank) == key) return s.rank;
     }
   }
 
@@ -60,9 +66,13 @@ class RankTable {
     h = (h ^ w) * 0x94D049BB133111EBull;
     return h ^ (h >> 29);
   }
+  std::string_view key_of(int32_t rank) const {
+    return std::string_view(arena_).substr(offsets_[rank], offsets_[rank + 1] - offsets_[rank]);
+  }
   std::vector<Slot> slots_;
   size_t mask_ = 0;
-  const std::vector<std::string>* keys_ = nullptr;
+  std::string arena_;             // the bytes of every rank, back to back
+  std::vector<size_t> offsets_;   // rank i is arena_[offsets_[i], offsets_[i + 1])
 };
 
 }  // namespace nanochat

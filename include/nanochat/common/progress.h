@@ -1,4 +1,4 @@
-// defines: Timer, Progress, format_duration
+// defines: Timer, Progress, format_duration, format_count
 // Progress of a long job: count, rate and ETA. On a terminal one line is redrawn at most
 // 10 times a second; otherwise (logs, CI) a plain line is printed every `every_seconds`.
 // Only rank 0 prints.
@@ -21,6 +21,7 @@ class Timer {
 };
 
 std::string format_duration(double seconds);  // "1h02m", "3m07s", "12.3s"
+std::string format_count(double x);           // "950", "12.5", "250.0k", "3.20M", "2.00G"
 
 class Progress {
  public:
@@ -29,6 +30,7 @@ class Progress {
   ~Progress();  // finish() if not done
   void update(int64_t delta = 1);
   void set(int64_t done);
+  void set_total(int64_t total);  // when the total is only known (or estimated) on the way
   void finish();
   // the text of the current line, e.g. "tokenizing  420/1000 docs  42.0%  35.1 docs/s  ETA 16.5s"
   std::string line() const;
