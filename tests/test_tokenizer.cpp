@@ -369,3 +369,52 @@ TEST(TokenizeCli, EncodeLinesAndDecodeWithATiktokenFile) {
   EXPECT_NE(r.err.find("missing.tiktoken"), std::string::npos);
   remove_tree(dir);
 }
+
+// ---- nanochat tok-train / tok-eval -------------------------------------------------------
+
+static void write_jsonl(const std::string& path, const std::vector<std::string>& texts) {
+  std::string out;
+  for (auto& t : texts) out += nlohmann::json{{"text", t}}.dump() + "\n";
+  atomic_write_file(path, out);
+}
+
+TEST(TokTrainCli, CropsDocumentsAndStopsAfterMaxChars) {
+  // --doc-cap 4 --max-chars 6: "cdcdcdcd" -> "cdcd" (4 chars), "xyx" (7 > 6: the last one used),
+  // "zzzzzzz" never read. Merges: cd (count 2), then xy (tie with yx and cd+cd at 1, smallest
+  // pair). Without the crop, cd+cd (count 3) would be second; without the stop, zz (3) first.
+  std::string dir = make_temp_dir();
+  write_jsonl(dir + "/data/a.jsonl", {"cdcdcdcd", "xyx", "zzzzzzz"});
+  write_jsonl(dir + "/data/b.jsonl", {"validation text"});
+  auto r = run_shell("NANOCHAT_BASE_DIR=" + dir + "/base " + NANOCHAT_BIN + " tok-train --data " + dir +
+                     "/data --vocab-size 267 --doc-cap 4 --max-chars 6");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  auto ranks = tiktoken_ranks_read(dir + "/base/tokenizer/tokenizer.tiktoken");
+  ASSERT_EQ(ranks.size(), 258u);
+  EXPECT_EQ(ranks[256], "cd");
+  EXPECT_EQ(ranks[257], "xy");
+  Tokenizer tok = tokenizer_load(dir + "/base/tokenizer");
+  EXPECT_EQ(tok.vocab_size(), 267);
+  EXPECT_EQ(tok.bos_id(), 258);
+  EXPECT_EQ(tok.special_id("<|output_end|>"), 266);
+  // tok-eval prints the table for the built-in texts and the corpus's first row groups
+  r = run_shell("NANOCHAT_BASE_DIR=" + dir + "/base " + NANOCHAT_BIN + " tok-eval --data " + dir + "/data");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  for (const char* name : {"news", "korean", "code", "math", "science", "data-train", "data-val"})
+    EXPECT_NE(r.out.find(name), std::string::npos) << name << " in\n" << r.out;
+  // too small a vocabulary is refused before any work
+  r = run_shell("NANOCHAT_BASE_DIR=" + dir + "/base " + NANOCHAT_BIN + " tok-train --data " + dir + "/data --vocab-size 200");
+  EXPECT_EQ(r.rc, 2);
+  remove_tree(dir);
+}
+
+TEST(TokTrainCli, GivesRustbpesMergesOnTheReferenceCorpus) {
+  std::string dir = make_temp_dir();
+  write_jsonl(dir + "/data/a.jsonl", reference().texts);
+  write_jsonl(dir + "/data/b.jsonl", {"val"});
+  int32_t vocab = reference().j["vocab_size"].get<int32_t>() + (int32_t)kSpecialTokens.size();
+  auto r = run_shell("NANOCHAT_BASE_DIR=" + dir + "/base " + NANOCHAT_BIN + " tok-train --data " + dir +
+                     "/data --vocab-size " + std::to_string(vocab));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(tiktoken_ranks_read(dir + "/base/tokenizer/tokenizer.tiktoken"), reference_ranks());
+  remove_tree(dir);
+}
