@@ -29,14 +29,6 @@ void AtomicFile::write(const void* data, size_t n) {
     fail("cannot write %s: %s", temp_path_.c_str(), std::strerror(errno));
 }
 
-static void fsync_dir(const std::string& path) {
-  int fd = open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    fsync(fd);  // makes the rename itself durable
-    close(fd);
-  }
-}
-
 void AtomicFile::commit() {
   if (!file_) fail("%s committed twice", path_.c_str());
   bool ok = std::fflush(file_) == 0 && fsync(fileno(file_)) == 0;
@@ -47,7 +39,7 @@ void AtomicFile::commit() {
   if (std::rename(temp_path_.c_str(), path_.c_str()) != 0)
     fail("cannot rename %s to %s: %s", temp_path_.c_str(), path_.c_str(), std::strerror(errno));
   committed_ = true;
-  fsync_dir(path_);
+  fsync_parent_dir(path_);
 }
 
 void atomic_write_file(const std::string& path, const std::string& bytes) {

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -52,6 +53,14 @@ void remove_tree(const std::string& path) {
     rmdir(path.c_str());
   } else {
     unlink(path.c_str());
+  }
+}
+
+void fsync_parent_dir(const std::string& path) {
+  int fd = open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) {
+    fsync(fd);
+    close(fd);
   }
 }
 

@@ -45,14 +45,6 @@ static int64_t file_size(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? (int64_t)st.st_size : 0;
 }
 
-static void fsync_dir(const std::string& path) {
-  int fd = open(parent_dir(path).c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-}
-
 static bool cancelled(const DownloadOptions& o) { return o.cancel && o.cancel->load(); }
 
 enum class AttemptEnd { complete, retry, permanent, unreachable, cancelled };
@@ -173,7 +165,7 @@ DownloadOutcome download_file(const std::string& url, const std::string& path, c
         if (o.verify) o.verify(tmp);
         if (std::rename(tmp.c_str(), path.c_str()) != 0)
           throw DownloadError(strprintf("cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), std::strerror(errno)), false);
-        fsync_dir(path);
+        fsync_parent_dir(path);
         log_debug("downloaded %s -> %s", url.c_str(), path.c_str());
         return DownloadOutcome::downloaded;
       } catch (const DownloadError&) {
