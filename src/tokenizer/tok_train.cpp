@@ -1,6 +1,8 @@
 // tok-train's driver (spec §3.2): documents from the train split, each cropped to doc_cap
 // characters, until just past max_chars characters; counted in buffers of 8192 documents
 // (memory holds one buffer plus the unique pieces), then merged.
+#include <algorithm>
+
 #include "nanochat/common/error.h"
 #include "nanochat/common/progress.h"
 #include "nanochat/common/thread_pool.h"
@@ -49,6 +51,7 @@ Tokenizer tok_train(DocIterator& docs, const TokTrainOptions& opts, ThreadPool& 
     }
   }
   if (!buffer.empty()) trainer.add_texts(buffer);
+  progress.set(std::min(total_chars, opts.max_chars));
   progress.finish();
   if (total_docs == 0) fail("the training split has no documents");
   double count_seconds = timer.seconds();
