@@ -11,3 +11,4 @@
 #include "nanochat/common/log.h"
 #include "nanochat/common/progress.h"
 #include "nanochat/common/thread_pool.h"
+#include "nanochat/common/utf8.h"

@@ -1,5 +1,5 @@
 // defines: kPatternNanochat, kPatternGpt2, kPatternCl100k, kPatternO200k, pattern_by_name,
-//          kSpecialTokens, Splitter, Tokenizer, utf8_decode_replace, BpeTrainer
+//          kSpecialTokens, Splitter, Tokenizer, BpeTrainer
 // Byte-level BPE exactly as nanochat uses it (spec §3): pieces from a GPT-4 style split
 // regex (PCRE2 with JIT), tiktoken's merge rule for encoding (lowest rank first, leftmost on
 // ties) and rustbpe's rule for training (highest pair count first, smallest pair on ties).
@@ -14,6 +14,8 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "nanochat/common/utf8.h"
 
 namespace nanochat {
 
@@ -30,10 +32,6 @@ std::string pattern_by_name(const std::string& name);
 // nanochat's 9 special tokens, in id order (spec §3.1); <|bos|> first
 extern const std::vector<std::string> kSpecialTokens;
 
-// Python's bytes.decode("utf-8", errors="replace"): every maximal ill-formed subsequence
-// becomes one U+FFFD
-std::string utf8_decode_replace(std::string_view bytes);
-bool utf8_is_valid(std::string_view bytes);
 
 // Splits text into the pieces the pattern matches, left to right (like regex.findall).
 // Thread-safe: each calling thread gets its own match data and JIT stack.

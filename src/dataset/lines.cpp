@@ -12,27 +12,6 @@
 
 namespace nanochat {
 
-size_t utf8_invalid_at(const std::string& s) {
-  const unsigned char* p = (const unsigned char*)s.data();
-  size_t n = s.size(), i = 0;
-  while (i < n) {
-    unsigned c = p[i];
-    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    bool ok = len > 0 && i + len <= n;
-    for (int k = 1; ok && k < len; k++) ok = (p[i + k] & 0xC0) == 0x80;
-    if (ok && len > 1) {  // no overlong forms, surrogates or code points past U+10FFFF
-      unsigned cp = len == 2 ? ((c & 0x1F) << 6) | (p[i + 1] & 0x3F)
-                  : len == 3 ? ((c & 0x0F) << 12) | ((p[i + 1] & 0x3F) << 6) | (p[i + 2] & 0x3F)
-                             : ((c & 0x07) << 18) | ((p[i + 1] & 0x3F) << 12) | ((p[i + 2] & 0x3F) << 6) | (p[i + 3] & 0x3F);
-      unsigned min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
-      ok = cp >= min && cp <= 0x10FFFF && !(cp >= 0xD800 && cp <= 0xDFFF);
-    }
-    if (!ok) return i;
-    i += len;
-  }
-  return std::string::npos;
-}
-
 void utf8_check(const std::string& s, const std::string& where) {
   size_t bad = utf8_invalid_at(s);
   if (bad != std::string::npos)

@@ -1,5 +1,5 @@
 // defines: parquet_source_open, jsonl_source_open, txt_paragraphs_source_open,
-//          txt_files_source_open, utf8_invalid_at, utf8_check, LineGroups, line_groups_build
+//          txt_files_source_open, utf8_check, LineGroups, line_groups_build
 // The DocSource kinds behind doc_source_open and corpus_split. Internal to the dataset module.
 #pragma once
 #include <functional>
@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "nanochat/common/utf8.h"
 #include "nanochat/dataset.h"
 
 namespace nanochat {
@@ -18,8 +19,6 @@ std::unique_ptr<DocSource> txt_paragraphs_source_open(const std::string& path, i
 // many .txt files, one document each; row group i is files [i*n, (i+1)*n)
 std::unique_ptr<DocSource> txt_files_source_open(std::vector<std::string> files, int docs_per_group);
 
-// offset of the first byte that is not valid UTF-8, or npos
-size_t utf8_invalid_at(const std::string& s);
 // Error "<where>: invalid UTF-8 at byte N" unless s is valid UTF-8
 void utf8_check(const std::string& s, const std::string& where);
 

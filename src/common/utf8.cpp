@@ -1,6 +1,7 @@
-// UTF-8 decoding with Python's errors="replace" semantics: each maximal subpart of an
-// ill-formed sequence (Unicode §3.9, "best practice" U+FFFD substitution) becomes one U+FFFD.
-#include "nanochat/tokenizer.h"
+// UTF-8 validation, and decoding with Python's errors="replace" semantics: each maximal
+// subpart of an ill-formed sequence (Unicode §3.9, "best practice" U+FFFD substitution)
+// becomes one U+FFFD.
+#include "nanochat/common/utf8.h"
 
 namespace nanochat {
 
@@ -29,18 +30,20 @@ static size_t utf8_valid_length(std::string_view s, size_t i, size_t& bad) {
   return need;
 }
 
-bool utf8_is_valid(std::string_view s) {
+size_t utf8_invalid_at(std::string_view s) {
   for (size_t i = 0; i < s.size();) {
     if ((unsigned char)s[i] < 0x80) {  // ASCII fast path
       i++;
       continue;
     }
     size_t bad, n = utf8_valid_length(s, i, bad);
-    if (!n) return false;
+    if (!n) return i;
     i += n;
   }
-  return true;
+  return std::string::npos;
 }
+
+bool utf8_is_valid(std::string_view s) { return utf8_invalid_at(s) == std::string::npos; }
 
 std::string utf8_decode_replace(std::string_view s) {
   std::string out;
