@@ -1,0 +1,72 @@
+// The tables of spec §0.6, in upstream's order (order matters: "h100 nvl" before "h100").
+#include "nanochat/common/peak_flops.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+#include <sstream>
+#include <vector>
+
+namespace nanochat {
+
+namespace {
+
+struct Entry {
+  const char* words;  // all must appear in the lower-cased name
+  double value;
+};
+
+const Entry kPeakFlops[] = {
+    {"gb200", 2.5e15}, {"grace blackwell", 2.5e15}, {"b200", 2.25e15}, {"b100", 1.8e15},
+    {"h200 nvl", 836e12}, {"h200 pcie", 836e12}, {"h200", 989e12},
+    {"h100 nvl", 835e12}, {"h100 pcie", 756e12}, {"h100", 989e12},
+    {"h800 nvl", 989e12}, {"h800", 756e12},
+    {"a100", 312e12}, {"a800", 312e12}, {"a40", 149.7e12}, {"a30", 165e12},
+    {"l40s", 362e12}, {"l40-s", 362e12}, {"l40 s", 362e12}, {"l4", 121e12},
+    {"mi355", 2.5e15}, {"mi325", 1.3074e15}, {"mi300x", 1.3074e15}, {"mi300a", 980.6e12},
+    {"mi250x", 383e12}, {"mi250", 362.1e12},
+    {"5090", 209.5e12}, {"4090", 165.2e12}, {"3090", 71e12},
+};
+
+const Entry kPeakBandwidth[] = {
+    {"gb200", 8.0e12}, {"grace blackwell", 8.0e12}, {"b200", 8.0e12}, {"b100", 8.0e12},
+    {"h200", 4.8e12}, {"h100 nvl", 3.9e12}, {"h100 pcie", 2.0e12}, {"h100", 3.35e12},
+    {"h800 pcie", 2.0e12}, {"h800", 3.35e12}, {"a100", 2.0e12}, {"a800", 2.0e12},
+    {"a40", 696e9}, {"a30", 933e9}, {"l40s", 864e9}, {"l4", 300e9},
+    {"mi355", 8.0e12}, {"mi325", 6.0e12}, {"mi300x", 5.3e12}, {"mi300a", 5.3e12},
+    {"mi250x", 3.28e12}, {"mi250", 3.28e12},
+    {"5090", 1.79e12}, {"4090", 1.01e12}, {"3090", 936e9},
+};
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+bool has_all_words(const std::string& name, const char* words) {
+  std::istringstream in(words);
+  std::string w;
+  while (in >> w)
+    if (name.find(w) == std::string::npos) return false;
+  return true;
+}
+
+template <size_t N>
+double lookup(const Entry (&table)[N], const std::string& name) {
+  for (const Entry& e : table)
+    if (has_all_words(name, e.words)) return e.value;
+  return std::numeric_limits<double>::infinity();
+}
+
+}  // namespace
+
+double peak_flops(const std::string& device_name, int compute_units) {
+  const std::string name = lower(device_name);
+  if (name.find("data center gpu max 1550") != std::string::npos && compute_units > 0)
+    return 512.0 * compute_units * 1300e6;
+  return lookup(kPeakFlops, name);
+}
+
+double peak_bandwidth(const std::string& device_name) { return lookup(kPeakBandwidth, lower(device_name)); }
+
+}  // namespace nanochat
