@@ -2,8 +2,14 @@
 #include <gtest/gtest.h>
 #include <csignal>
 #include <numeric>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "nanochat/common.h"
+#include "nanochat/common/metrics_log.h"
+#include "nanochat/common/stop_signal.h"
 #include "test_util.h"
 
 using namespace nanochat;
@@ -208,4 +214,48 @@ TEST(Device, ThreadsFromCoresAndOmpNumThreads) {
   int cores = default_thread_count();
   EXPECT_EQ(cpu_threads_setup(1), cores);
   EXPECT_EQ(cpu_threads_setup(cores * 2), 1);  // more ranks than cores: one each
+}
+
+TEST(MetricsLog, WritesLinesAndResumeDropsLaterSteps) {
+  std::string path = make_temp_dir() + "/run/metrics.jsonl";
+  {
+    MetricsLog log(path, -1);
+    for (int step = 0; step < 4; step++) log.log({{"step", step}, {"loss", 10.0 - step}});
+  }
+  { std::ofstream(path, std::ios::app) << "{\"step\": 4, \"lo"; }  // torn by a crash
+  EXPECT_EQ(count_lines(read_file(path)), 5);  // 4 whole lines and the torn one
+  {
+    MetricsLog resumed(path, 2);  // resume from the checkpoint of step 2
+    resumed.log({{"step", 2}, {"loss", 8.5}});
+  }
+  std::istringstream in(read_file(path));
+  std::vector<int> steps;
+  std::vector<double> losses;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    steps.push_back(j["step"]);
+    losses.push_back(j["loss"]);
+  }
+  EXPECT_EQ(steps, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(losses, (std::vector<double>{10.0, 9.0, 8.5}));
+  // a fresh run (no resume) starts the file over
+  { MetricsLog fresh(path, -1); }
+  EXPECT_EQ(read_file(path), "");
+}
+
+TEST(StopSignal, FirstSignalSetsFlagSecondKills) {
+  stop_signal_install();
+  EXPECT_EQ(stop_signal_received(), 0);
+  std::raise(SIGTERM);
+  EXPECT_EQ(stop_signal_received(), SIGTERM);
+  // the handler restored the default action: a forked child dies of the second one
+  pid_t pid = fork();
+  if (pid == 0) {
+    std::raise(SIGTERM);
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
+  std::signal(SIGINT, SIG_DFL);
 }
