@@ -9,7 +9,8 @@
 extern char** environ;
 using namespace nanochat;
 
-static const char* kDistVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"};
+static const char* kDistVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                                  "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
 
 struct ScopedEnv {
   ScopedEnv() { for (auto v : kDistVars) unsetenv(v); }
@@ -64,6 +65,31 @@ TEST(DistEnv, PartialVariablesAreAnError) {
   ScopedEnv env;
   setenv("RANK", "0", 1);
   EXPECT_THROW(dist_env_from_environment(), Error);
+}
+
+TEST(DistEnv, SlurmVariablesUnderSrun) {
+  ScopedEnv env;
+  setenv("SLURM_PROCID", "9", 1);
+  setenv("SLURM_NTASKS", "16", 1);
+  setenv("SLURM_LOCALID", "1", 1);
+  setenv("SLURM_NTASKS_PER_NODE", "8", 1);
+  try {
+    dist_env_from_environment();
+    ADD_FAILURE() << "accepted srun without MASTER_ADDR";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR"), std::string::npos) << e.what();
+  }
+  setenv("MASTER_ADDR", "node001", 1);
+  DistEnv e = dist_env_from_environment();
+  EXPECT_EQ(e.rank, 9);
+  EXPECT_EQ(e.world_size, 16);
+  EXPECT_EQ(e.local_rank, 1);
+  EXPECT_EQ(e.local_world_size, 8);
+  EXPECT_EQ(e.master_addr, "node001");
+  setenv("RANK", "3", 1);  // torchrun's variables win over Slurm's
+  setenv("WORLD_SIZE", "4", 1);
+  setenv("LOCAL_RANK", "3", 1);
+  EXPECT_EQ(dist_env_from_environment().rank, 3);
 }
 
 using Range = std::pair<int64_t, int64_t>;
