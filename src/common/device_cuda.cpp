@@ -3,6 +3,7 @@
 #include "nanochat/common/device.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
 #include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
@@ -35,5 +36,15 @@ std::string cuda_runtime_version() {
 }
 
 std::string nccl_version() { return c10d::getNcclVersion(); }
+
+void device_synchronize(torch::Device device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+int64_t device_peak_memory_bytes(torch::Device device) {
+  if (!device.is_cuda()) return -1;
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
+}
 
 }  // namespace nanochat

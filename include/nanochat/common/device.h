@@ -1,5 +1,6 @@
 // defines: device_autodetect, device_from_name, compute_dtype_detect, dtype_name,
-//          seed_everything, cpu_threads_setup, host_info, cuda_device_infos
+//          seed_everything, cpu_threads_setup, host_info, cuda_device_infos,
+//          device_synchronize, device_peak_memory_bytes
 // The device and precision policy of spec §0.4/§0.5, in one place.
 #pragma once
 #include <cstdint>
@@ -44,5 +45,10 @@ bool cuda_built();           // this binary was compiled with CUDA support
 std::vector<CudaDeviceInfo> cuda_device_infos();  // empty without a GPU
 std::string cuda_runtime_version();  // "13.0", or "" when not built with CUDA
 std::string nccl_version();          // "2.28.9", or "" when not built with NCCL
+
+// waits for the device's queued work (a no-op on the CPU): for honest step timings
+void device_synchronize(torch::Device device);
+// peak bytes allocated by the CUDA caching allocator on `device` (-1 on the CPU)
+int64_t device_peak_memory_bytes(torch::Device device);
 
 }  // namespace nanochat
