@@ -1,0 +1,63 @@
+// defines: attention_causal, attention_with_kvcache, attention_window_mask, KVCache
+// The attention module (spec §4.5, §10.1): the one place that knows devices and kernels.
+// Everything uses the FA3 layout (B, T, H, D) at the interface, like nanochat's
+// flash_attention.py, and FA3's window semantics: `window` is the left size, a query at
+// position i sees the keys j with i - window <= j <= i; window < 0 means unlimited.
+//
+// Kernels (all through at::scaled_dot_product_attention, softmax scale 1/sqrt(D)):
+//  - full causal window: SDPA with is_causal (flash backend on CUDA for bf16/fp16, the CPU
+//    flash kernel on CPU);
+//  - sliding window shorter than the sequence: "chunked windows". Queries are cut into
+//    blocks of `window` rows; block b attends to key blocks b-1 and b (2*window keys) with a
+//    small (window x 2*window) mask. Exact, O(T*window) work instead of the O(T^2) masked
+//    fallback. Device-generic; its speed against FA3 must be measured on a GPU.
+//  - KV cache: decode of 1 token keeps only the last window+1 keys (no mask); a prefill
+//    at position 0 is the training path; a prefill after position 0 uses an explicit mask.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <torch/types.h>
+
+namespace nanochat {
+
+// q (B,T,H,D), k and v (B,T,Hkv,D) with H % Hkv == 0 (GQA); causal; returns (B,T,H,D)
+torch::Tensor attention_causal(const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, int64_t window);
+
+// the boolean mask (true = attend) of a causal sliding window for Tq queries that are the
+// last Tq of Tk positions: row r is position Tk-Tq+r; shape (Tq, Tk)
+torch::Tensor attention_window_mask(int64_t Tq, int64_t Tk, int64_t window,
+                                    torch::Device device = torch::kCPU);
+
+// KV cache of spec §10.1: k_cache and v_cache (L, B, T_max, Hkv, D) in the compute dtype,
+// cache_seqlens int32 (B,), and the smear's previous (normed, pre-smear) embedding.
+// All rows are at the same position (nanochat's assumption); the position is also kept on
+// the host so that decoding does not synchronise with the device.
+struct KVCache {
+  KVCache(int64_t batch_size, int64_t num_kv_heads, int64_t max_seq_len, int64_t head_dim,
+          int64_t num_layers, torch::Device device, torch::ScalarType dtype);
+  torch::Tensor k_cache, v_cache, cache_seqlens;
+  torch::Tensor prev_embedding;  // (B,1,C); undefined until the first forward
+
+  int64_t batch_size() const { return k_cache.size(1); }
+  int64_t max_seq_len() const { return k_cache.size(2); }
+  int64_t num_layers() const { return k_cache.size(0); }
+  int64_t get_pos() const { return pos_; }
+  void reset();
+  std::pair<torch::Tensor, torch::Tensor> get_layer_cache(int64_t layer);  // views (B,T_max,Hkv,D)
+  void advance(int64_t n);
+  // copies other's first get_pos() positions (a batch-1 cache is broadcast to every row)
+  // and its prev_embedding; this cache must be at position 0 and at least as long
+  void prefill(const KVCache& other);
+
+ private:
+  int64_t pos_ = 0;
+};
+
+// writes k, v (B,T,Hkv,D) into the layer's cache at `pos` and attends q (B,T,H,D) over the
+// first pos+T cached positions (causal, window); the caller advances the cache
+torch::Tensor attention_with_kvcache(const torch::Tensor& q, const torch::Tensor& k_cache,
+                                     const torch::Tensor& v_cache, const torch::Tensor& k,
+                                     const torch::Tensor& v, int64_t pos, int64_t window);
+
+}  // namespace nanochat

@@ -1,0 +1,195 @@
+// defines: GPTConfig, gpt_config_from_depth, gpt_config_to_json, gpt_config_from_json,
+//          gpt_padded_vocab, gpt_has_ve, gpt_window_sizes, GPT (GPTImpl), gpt_init_weights,
+//          gpt_to, gpt_loss, gpt_named_parameters, gpt_load_named_tensors, gpt_generate,
+//          ScalingParams, gpt_num_scaling_params, gpt_num_matmul_params, gpt_estimate_flops,
+//          gpt_estimate_decode_flops, gpt_estimate_prefill_flops, gpt_kv_bytes_per_token,
+//          gpt_kv_read_bytes, gpt_make_generator, gpt_rms_norm, gpt_rotary_tables,
+//          gpt_apply_rotary, gpt_softcap, gpt_smear
+// The gpt module: nanochat's GPT (spec §4) in LibTorch. Parameter names are nanochat's
+// state-dict keys, so checkpoints map one to one. Master weights are fp32; every matmul
+// runs in the activation (compute) dtype; wte and value_embeds are stored in the compute
+// dtype (fp32 when it is fp16), §0.5.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/any.h>
+#include <torch/nn/modules/container/moduledict.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include "nanochat/attention.h"
+
+namespace nanochat {
+
+// ---- configuration (§4.1) -------------------------------------------------------------
+struct GPTConfig {
+  int64_t sequence_len = 2048;
+  int64_t vocab_size = 32768;
+  int64_t n_layer = 12;
+  int64_t n_head = 6;
+  int64_t n_kv_head = 6;
+  int64_t n_embd = 768;
+  std::string window_pattern = "SSSL";
+  int64_t head_dim() const { return n_embd / n_head; }
+};
+
+// base_train.build_model_meta: width = ceil(depth*aspect_ratio / head_dim) * head_dim
+GPTConfig gpt_config_from_depth(int64_t depth, int64_t vocab_size, int64_t seq_len = 2048,
+                                const std::string& window_pattern = "SSSL",
+                                int64_t aspect_ratio = 64, int64_t head_dim = 128);
+// the meta JSON's model_config object (§13); a missing window_pattern reads as "L" (old
+// checkpoints); the config is validated (Error naming the field)
+nlohmann::json gpt_config_to_json(const GPTConfig& config);
+GPTConfig gpt_config_from_json(const nlohmann::json& j);
+void gpt_config_validate(const GPTConfig& config);
+
+int64_t gpt_padded_vocab(int64_t vocab_size);          // ceil(vocab/64)*64
+bool gpt_has_ve(int64_t layer, int64_t n_layer);       // i % 2 == (L-1) % 2
+std::vector<int64_t> gpt_window_sizes(const GPTConfig& config);  // left size per layer (§4.5)
+constexpr int64_t kSmearChannels = 24;   // smear_gate reads the first 24 channels
+constexpr int64_t kVeGateChannels = 12;  // ve_gate reads the first 12 channels
+constexpr double kSoftcap = 15.0;
+constexpr double kRopeBase = 100000.0;
+
+// ---- the functional pieces (exposed for tests and the engine) ------------------------
+torch::Tensor gpt_rms_norm(const torch::Tensor& x);  // over the last dim, no weight, eps default
+// (cos, sin) of shape (1, seq_len, 1, head_dim/2) in `dtype`, base 100000 (§4.4)
+std::pair<torch::Tensor, torch::Tensor> gpt_rotary_tables(int64_t seq_len, int64_t head_dim,
+                                                          torch::ScalarType dtype, torch::Device device);
+// half-split rotary of x (B,T,H,D): [x1*cos + x2*sin, -x1*sin + x2*cos]
+torch::Tensor gpt_apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
+torch::Tensor gpt_softcap(const torch::Tensor& logits);  // 15 * tanh(logits / 15)
+// the smear (cheap bigram) on normed embeddings x (B,T,C): position t>0 adds
+// lambda*sigmoid(gate(x_t[:24])) * x_{t-1}; with `prev` (B,1,C) defined and T == 1 (decode)
+// the previous token's embedding comes from `prev`
+torch::Tensor gpt_smear(const torch::Tensor& x, const torch::Tensor& gate_weight,
+                        const torch::Tensor& smear_lambda, const torch::Tensor& prev = torch::Tensor());
+
+// ---- modules (§4.2) -------------------------------------------------------------------
+// nanochat's gpt.Linear (no bias): F.linear(x, weight.to(x.dtype))
+struct LinearImpl : torch::nn::Module {
+  LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight;
+};
+TORCH_MODULE(Linear);
+
+struct EmbeddingImpl : torch::nn::Module {
+  EmbeddingImpl(int64_t num, int64_t dim, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& idx);
+  torch::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+struct CausalSelfAttentionImpl : torch::nn::Module {
+  CausalSelfAttentionImpl(const GPTConfig& config, int64_t layer_idx,
+                          const torch::TensorOptions& options);
+  // x: the normed block input (B,T,C); ve: (B,T,Hkv*hd) or undefined
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ve, const torch::Tensor& cos,
+                        const torch::Tensor& sin, int64_t window, KVCache* kv_cache);
+  int64_t layer_idx, n_head, n_kv_head, head_dim;
+  Linear c_q{nullptr}, c_k{nullptr}, c_v{nullptr}, c_proj{nullptr}, ve_gate{nullptr};
+};
+TORCH_MODULE(CausalSelfAttention);
+
+struct MLPImpl : torch::nn::Module {
+  MLPImpl(const GPTConfig& config, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x);  // c_proj(relu(c_fc(x))^2)
+  Linear c_fc{nullptr}, c_proj{nullptr};
+};
+TORCH_MODULE(MLP);
+
+struct BlockImpl : torch::nn::Module {
+  BlockImpl(const GPTConfig& config, int64_t layer_idx, const torch::TensorOptions& options);
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ve, const torch::Tensor& cos,
+                        const torch::Tensor& sin, int64_t window, KVCache* kv_cache);
+  CausalSelfAttention attn{nullptr};
+  MLP mlp{nullptr};
+};
+TORCH_MODULE(Block);
+
+// Registration follows nanochat's GPT.__init__: transformer{wte, h}, lm_head,
+// resid_lambdas, x0_lambdas, smear_gate, smear_lambda, backout_lambda, value_embeds.
+// Like PyTorch's state_dict, LibTorch lists a module's own parameters before its
+// children's, so named_parameters() is: resid_lambdas, x0_lambdas, smear_lambda,
+// backout_lambda, transformer.wte.weight, transformer.h.{i}.*, lm_head.weight,
+// smear_gate.weight, value_embeds.{i}.weight -- exactly nanochat's state_dict order.
+struct GPTImpl : torch::nn::Module {
+  // builds the modules with uninitialised storage on `device` (use gpt_init_weights, or
+  // load weights); "meta" builds shapes only. The rotary cache is computed here.
+  GPTImpl(const GPTConfig& config, torch::Device device = torch::kCPU,
+          torch::ScalarType compute_dtype = torch::kFloat32);
+
+  // logits (B,T,vocab_size), softcapped, in fp32 (fp64 when the compute dtype is fp64).
+  // With a cache: positions continue at kv_cache->get_pos(), and the cache advances by T.
+  torch::Tensor forward(const torch::Tensor& idx, KVCache* kv_cache = nullptr);
+
+  void compute_rotary();  // cos/sin (1, 10*sequence_len, 1, hd/2) in the compute dtype
+  torch::Device device() const { return cos.device(); }
+  KVCache make_kv_cache(int64_t batch_size, int64_t max_seq_len) const;
+
+  GPTConfig config;
+  torch::ScalarType compute_dtype;
+  std::vector<int64_t> window_sizes;
+  torch::nn::ModuleDict transformer{nullptr};  // wte, h
+  Embedding wte{nullptr};
+  torch::nn::ModuleList h{nullptr};
+  std::vector<Block> blocks;  // typed views of h
+  Linear lm_head{nullptr}, smear_gate{nullptr};
+  torch::Tensor resid_lambdas, x0_lambdas, smear_lambda, backout_lambda;
+  torch::nn::ModuleDict value_embeds{nullptr};
+  std::vector<Embedding> ve;  // per layer; nullptr where the layer has none
+  torch::Tensor cos, sin;     // buffers (not in named_parameters)
+};
+TORCH_MODULE(GPT);
+
+// §4.3 in its exact order, from a generator of the model's device seeded with `seed`
+// (the same numbers as nanochat's init right after torch.manual_seed(seed))
+void gpt_init_weights(GPT& model, uint64_t seed = 42);
+// moves parameters and buffers to `device`, keeping their dtypes
+void gpt_to(GPT& model, torch::Device device);
+
+enum class LossReduction { mean, none };
+// cross-entropy of the softcapped logits, ignore_index -1; `none` gives a flat (B*T,) vector
+torch::Tensor gpt_loss(GPT& model, const torch::Tensor& idx, const torch::Tensor& targets,
+                       LossReduction reduction = LossReduction::mean);
+
+// ---- checkpoint- and optimizer-facing ----------------------------------------------------
+// nanochat's state_dict: names and the parameters themselves (autograd leaves), in order
+std::vector<std::pair<std::string, torch::Tensor>> gpt_named_parameters(const GPT& model);
+// copies a named tensor list into the model. Every key must be a parameter name, appear
+// once, and match its shape and dtype; every parameter must be present. Checked in full
+// before anything is written; an Error names the first offending key.
+void gpt_load_named_tensors(GPT& model,
+                            const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+
+// §4.8 naive generation: batch 1, no KV cache, the full forward each step. top_k <= 0 means
+// none; temperature 0 is argmax. Returns the new tokens; `on_token` (optional) sees each.
+std::vector<int64_t> gpt_generate(GPT& model, const std::vector<int64_t>& tokens,
+                                  int64_t max_tokens, double temperature = 1.0,
+                                  int64_t top_k = 0, uint64_t seed = 42,
+                                  const std::function<void(int64_t)>& on_token = nullptr);
+// a fresh generator of `device`'s kind seeded with `seed` (torch.Generator(device).manual_seed)
+at::Generator gpt_make_generator(torch::Device device, uint64_t seed);
+
+// ---- counting (§4.9), from the configuration alone --------------------------------------
+struct ScalingParams {
+  int64_t wte, value_embeds, lm_head, transformer_matrices, scalars, total;
+};
+ScalingParams gpt_num_scaling_params(const GPTConfig& config);
+int64_t gpt_num_matmul_params(const GPTConfig& config);  // every Linear incl. lm_head, smear_gate
+int64_t gpt_estimate_flops(const GPTConfig& config);     // per token, forward + backward, T = sequence_len
+int64_t gpt_estimate_decode_flops(const GPTConfig& config, int64_t ctx);
+int64_t gpt_estimate_prefill_flops(const GPTConfig& config, int64_t n);
+int64_t gpt_kv_bytes_per_token(const GPTConfig& config, torch::ScalarType dtype);
+int64_t gpt_kv_read_bytes(const GPTConfig& config, int64_t ctx, torch::ScalarType dtype);
+// the same breakdown from a real model's tensors (numel sums); equals the arithmetic one
+ScalingParams gpt_count_params(const GPT& model);
+
+}  // namespace nanochat

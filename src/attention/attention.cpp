@@ -1,0 +1,109 @@
+// defines: attention_causal, attention_with_kvcache, attention_window_mask
+// Device-generic attention on top of at::scaled_dot_product_attention (see attention.h for
+// the choice of kernels). SDPA wants (B,H,T,D); the interface is FA3's (B,T,H,D).
+#include "nanochat/attention.h"
+
+#include <algorithm>
+#include <ATen/ATen.h>
+
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+namespace {
+
+using torch::Tensor;
+
+// q (B,H,Tq,D), k and v (B,Hkv,Tk,D); mask broadcastable to (B,H,Tq,Tk), true = attend
+Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask,
+            bool is_causal) {
+  bool gqa = q.size(1) != k.size(1);
+  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, std::nullopt, gqa);
+}
+
+// Chunked sliding window, inputs (B,H,T,D) with 0 <= window < T-1. With blocks of
+// blk = max(window,1) queries, every key a query may see lies in its own block or the one
+// before (i - window >= (b-1)*blk), so each block attends to 2*blk keys under a small mask.
+Tensor chunked_window(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
+  const int64_t B = q.size(0), H = q.size(1), T = q.size(2), D = q.size(3);
+  const int64_t Hkv = k.size(1), Dv = v.size(3);
+  const int64_t blk = std::max<int64_t>(window, 1);
+  const int64_t nb = (T + blk - 1) / blk, pad = nb * blk - T;
+  auto pad_t = [&](const Tensor& x) {  // zeros after the last position, then (B,h,nb,blk,d)
+    Tensor y = pad ? at::constant_pad_nd(x, {0, 0, 0, pad}) : x;
+    return y.reshape({x.size(0), x.size(1), nb, blk, x.size(3)});
+  };
+  auto with_prev = [&](const Tensor& xb) {  // (B,h,nb,2*blk,d): previous block, own block
+    Tensor prev = at::constant_pad_nd(xb.narrow(2, 0, nb - 1), {0, 0, 0, 0, 1, 0});
+    return at::cat({prev, xb}, 3);
+  };
+  Tensor qb = pad_t(q).permute({0, 2, 1, 3, 4}).reshape({B * nb, H, blk, D});
+  Tensor kb = with_prev(pad_t(k)).permute({0, 2, 1, 3, 4}).reshape({B * nb, Hkv, 2 * blk, D});
+  Tensor vb = with_prev(pad_t(v)).permute({0, 2, 1, 3, 4}).reshape({B * nb, Hkv, 2 * blk, Dv});
+  // query b*blk + r sees key (b-1)*blk + c when 0 <= query - key <= window and key >= 0
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(q.device());
+  Tensor b = at::arange(nb, opts).view({nb, 1, 1});
+  Tensor qpos = b * blk + at::arange(blk, opts).view({1, blk, 1});
+  Tensor kpos = (b - 1) * blk + at::arange(2 * blk, opts).view({1, 1, 2 * blk});
+  Tensor diff = qpos - kpos;
+  Tensor mask = (diff >= 0) & (diff <= window) & (kpos >= 0);  // (nb, blk, 2*blk)
+  mask = mask.unsqueeze(1).unsqueeze(0).expand({B, nb, 1, blk, 2 * blk}).reshape({B * nb, 1, blk, 2 * blk});
+  Tensor y = sdpa(qb, kb, vb, mask, false);  // (B*nb, H, blk, Dv)
+  y = y.reshape({B, nb, H, blk, Dv}).permute({0, 2, 1, 3, 4}).reshape({B, H, nb * blk, Dv});
+  return y.narrow(2, 0, T);
+}
+
+void check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const char* where) {
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.size(1) != v.size(1) ||
+      k.size(2) != v.size(2) || q.size(0) != k.size(0) || q.size(3) != k.size(3) ||
+      k.size(2) == 0 || q.size(2) % k.size(2) != 0)
+    fail("%s: q, k, v must be (B,T,H,D) with H a multiple of the kv heads", where);
+}
+
+}  // namespace
+
+Tensor attention_window_mask(int64_t Tq, int64_t Tk, int64_t window, torch::Device device) {
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
+  Tensor row = (Tk - Tq) + at::arange(Tq, opts).view({Tq, 1});
+  Tensor col = at::arange(Tk, opts).view({1, Tk});
+  Tensor mask = col <= row;
+  if (window >= 0) mask = mask & ((row - col) <= window);
+  return mask;
+}
+
+Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
+  check_shapes(q, k, v, "attention_causal");
+  if (q.size(1) != k.size(1)) fail("attention_causal: q has %lld positions, k %lld",
+                                   (long long)q.size(1), (long long)k.size(1));
+  const int64_t T = q.size(1);
+  Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);
+  Tensor y = (window < 0 || window >= T - 1) ? sdpa(qt, kt, vt, std::nullopt, true)
+                                             : chunked_window(qt, kt, vt, window);
+  return y.transpose(1, 2);
+}
+
+Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
+                              const Tensor& k, const Tensor& v, int64_t pos, int64_t window) {
+  check_shapes(q, k, v, "attention_with_kvcache");
+  const int64_t T = q.size(1), Tk = pos + T;
+  if (Tk > k_cache.size(1))
+    fail("KV cache overflow: position %lld + %lld tokens exceeds its %lld positions",
+         (long long)pos, (long long)T, (long long)k_cache.size(1));
+  k_cache.narrow(1, pos, T).copy_(k);
+  v_cache.narrow(1, pos, T).copy_(v);
+  if (pos == 0) return attention_causal(q, k, v, window);  // prefill: the training path
+  Tensor qt = q.transpose(1, 2);
+  if (T == 1) {  // decode: the last window+1 keys, no mask needed
+    int64_t start = (window >= 0 && window < Tk) ? Tk - (window + 1) : 0;
+    Tensor kt = k_cache.narrow(1, start, Tk - start).transpose(1, 2);
+    Tensor vt = v_cache.narrow(1, start, Tk - start).transpose(1, 2);
+    return sdpa(qt, kt, vt, std::nullopt, false).transpose(1, 2);
+  }
+  // prefill after position 0: only keys some query may see, under an explicit mask
+  int64_t start = window >= 0 ? std::max<int64_t>(0, pos - window) : 0;
+  Tensor kt = k_cache.narrow(1, start, Tk - start).transpose(1, 2);
+  Tensor vt = v_cache.narrow(1, start, Tk - start).transpose(1, 2);
+  Tensor mask = attention_window_mask(T, Tk - start, window, q.device());
+  return sdpa(qt, kt, vt, mask, false).transpose(1, 2);
+}
+
+}  // namespace nanochat

@@ -1,0 +1,111 @@
+// defines: GPTImpl, gpt_to, gpt_loss
+// nanochat's GPT (spec §4.2, §4.7): module registration in nanochat's order and the
+// forward, with or without a KV cache.
+#include "nanochat/gpt.h"
+
+#include <ATen/ATen.h>
+
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+
+using NamedModules = std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>>;
+
+GPTImpl::GPTImpl(const GPTConfig& cfg, torch::Device device, torch::ScalarType dtype)
+    : config(cfg), compute_dtype(dtype) {
+  gpt_config_validate(config);
+  window_sizes = gpt_window_sizes(config);
+  const int64_t vp = gpt_padded_vocab(config.vocab_size), d = config.n_embd;
+  const int64_t kvd = config.n_kv_head * config.head_dim();
+  auto opts = torch::TensorOptions().dtype(torch::kFloat32).device(device);  // fp32 master weights
+
+  transformer = register_module("transformer", torch::nn::ModuleDict());
+  wte = Embedding(vp, d, opts);
+  transformer->update(NamedModules{{"wte", wte.ptr()}});
+  h = torch::nn::ModuleList();
+  for (int64_t i = 0; i < config.n_layer; i++) {
+    blocks.push_back(Block(config, i, opts));
+    h->push_back(blocks.back());
+  }
+  transformer->update(NamedModules{{"h", h.ptr()}});
+  lm_head = register_module("lm_head", Linear(d, vp, opts));
+  resid_lambdas = register_parameter("resid_lambdas", torch::empty({config.n_layer}, opts));
+  x0_lambdas = register_parameter("x0_lambdas", torch::empty({config.n_layer}, opts));
+  smear_gate = register_module("smear_gate", Linear(kSmearChannels, 1, opts));
+  smear_lambda = register_parameter("smear_lambda", torch::empty({1}, opts));
+  backout_lambda = register_parameter("backout_lambda", torch::empty({1}, opts));
+  value_embeds = register_module("value_embeds", torch::nn::ModuleDict());
+  ve.resize(config.n_layer, Embedding(nullptr));
+  for (int64_t i = 0; i < config.n_layer; i++) {
+    if (!gpt_has_ve(i, config.n_layer)) continue;
+    ve[i] = Embedding(vp, kvd, opts);
+    value_embeds->update(NamedModules{{std::to_string(i), ve[i].ptr()}});
+  }
+  auto [c, s] = gpt_rotary_tables(10 * config.sequence_len, config.head_dim(), compute_dtype, device);
+  cos = register_buffer("cos", c);  // non-persistent in nanochat: not a parameter
+  sin = register_buffer("sin", s);
+}
+
+void GPTImpl::compute_rotary() {
+  auto [c, s] = gpt_rotary_tables(10 * config.sequence_len, config.head_dim(), compute_dtype,
+                                  wte->weight.device());
+  torch::NoGradGuard no_grad;
+  cos.set_data(c);  // in place: the registered buffers are these very tensors
+  sin.set_data(s);
+}
+
+KVCache GPTImpl::make_kv_cache(int64_t batch_size, int64_t max_seq_len) const {
+  return KVCache(batch_size, config.n_kv_head, max_seq_len, config.head_dim(), config.n_layer,
+                 cos.device(), compute_dtype);
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& idx, KVCache* kv_cache) {
+  if (idx.dim() != 2) fail("GPT forward: idx must be (B, T), got %lld dims", (long long)idx.dim());
+  const int64_t T = idx.size(1);
+  const int64_t T0 = kv_cache ? kv_cache->get_pos() : 0;
+  if (T0 + T > cos.size(1))
+    fail("GPT forward: positions up to %lld exceed the rotary cache of %lld (10 x sequence_len)",
+         (long long)(T0 + T), (long long)cos.size(1));
+  if (idx.device() != cos.device())
+    fail("GPT forward: tokens on %s but the model on %s", idx.device().str().c_str(),
+         cos.device().str().c_str());
+  torch::Tensor cs = cos.narrow(1, T0, T), sn = sin.narrow(1, T0, T);
+
+  torch::Tensor x = gpt_rms_norm(wte(idx).to(compute_dtype));  // norm right after the embedding
+  if (!kv_cache) {
+    x = gpt_smear(x, smear_gate->weight, smear_lambda);
+  } else {
+    torch::Tensor prev = kv_cache->prev_embedding;
+    kv_cache->prev_embedding = x.narrow(1, T - 1, 1);  // pre-smear, normed
+    x = T > 1 ? gpt_smear(x, smear_gate->weight, smear_lambda) : gpt_smear(x, smear_gate->weight, smear_lambda, prev);
+  }
+
+  const torch::Tensor x0 = x;
+  const int64_t backout_layer = config.n_layer / 2;
+  torch::Tensor x_backout;
+  for (int64_t i = 0; i < config.n_layer; i++) {
+    x = resid_lambdas[i] * x + x0_lambdas[i] * x0;  // 0-dim fp32 scalars keep x's dtype
+    torch::Tensor v = ve[i] ? ve[i](idx).to(x.scalar_type()) : torch::Tensor();
+    x = blocks[i](x, v, cs, sn, window_sizes[i], kv_cache);
+    if (i == backout_layer) x_backout = x;
+  }
+  if (kv_cache) kv_cache->advance(T);
+  x = x - backout_lambda.to(x.scalar_type()) * x_backout;  // "backout"
+  x = gpt_rms_norm(x);
+  torch::Tensor logits = lm_head(x).narrow(-1, 0, config.vocab_size);
+  // fp32 logits (nanochat's .float()); a float64 model keeps float64 for gradient checks
+  logits = logits.to(compute_dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
+  return gpt_softcap(logits);
+}
+
+void gpt_to(GPT& model, torch::Device device) { model->to(device); }
+
+torch::Tensor gpt_loss(GPT& model, const torch::Tensor& idx, const torch::Tensor& targets,
+                       LossReduction reduction) {
+  torch::Tensor logits = model->forward(idx);
+  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), std::nullopt,
+                                reduction == LossReduction::mean ? at::Reduction::Mean : at::Reduction::None,
+                                -1);
+}
+
+}  // namespace nanochat

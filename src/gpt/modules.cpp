@@ -1,0 +1,80 @@
+// defines: LinearImpl, EmbeddingImpl, CausalSelfAttentionImpl, MLPImpl, BlockImpl
+// The pieces of a transformer block (spec §4.5, §4.6). Storage is allocated uninitialised
+// (torch::empty) so that a model can be built on any device, "meta" included.
+#include "nanochat/gpt.h"
+
+#include <ATen/ATen.h>
+
+namespace nanochat {
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& options) {
+  weight = register_parameter("weight", torch::empty({out, in}, options));
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  return at::linear(x, weight.to(x.scalar_type()));  // the matmul runs in the activation dtype
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t num, int64_t dim, const torch::TensorOptions& options) {
+  weight = register_parameter("weight", torch::empty({num, dim}, options));
+}
+
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& idx) { return at::embedding(weight, idx); }
+
+CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config, int64_t layer,
+                                                 const torch::TensorOptions& options)
+    : layer_idx(layer), n_head(config.n_head), n_kv_head(config.n_kv_head), head_dim(config.head_dim()) {
+  const int64_t d = config.n_embd;
+  c_q = register_module("c_q", Linear(d, n_head * head_dim, options));
+  c_k = register_module("c_k", Linear(d, n_kv_head * head_dim, options));
+  c_v = register_module("c_v", Linear(d, n_kv_head * head_dim, options));
+  c_proj = register_module("c_proj", Linear(d, d, options));
+  if (gpt_has_ve(layer, config.n_layer))
+    ve_gate = register_module("ve_gate", Linear(kVeGateChannels, n_kv_head, options));
+}
+
+torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& ve,
+                                               const torch::Tensor& cos, const torch::Tensor& sin,
+                                               int64_t window, KVCache* kv_cache) {
+  const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
+  torch::Tensor q = c_q(x).view({B, T, n_head, head_dim});
+  torch::Tensor k = c_k(x).view({B, T, n_kv_head, head_dim});
+  torch::Tensor v = c_v(x).view({B, T, n_kv_head, head_dim});
+  if (ve.defined()) {  // value residual: v += 3*sigmoid(gate(x[..., :12])) * ve, per kv head
+    torch::Tensor gate = 3 * at::sigmoid(ve_gate(x.narrow(-1, 0, kVeGateChannels)));  // (B,T,Hkv)
+    v = v + gate.unsqueeze(-1) * ve.view({B, T, n_kv_head, head_dim});
+  }
+  q = gpt_apply_rotary(q, cos, sin);
+  k = gpt_apply_rotary(k, cos, sin);
+  q = gpt_rms_norm(q) * 1.2;  // QK norm, then "sharper attention"
+  k = gpt_rms_norm(k) * 1.2;
+  torch::Tensor y;
+  if (kv_cache) {
+    auto [kc, vc] = kv_cache->get_layer_cache(layer_idx);
+    y = attention_with_kvcache(q, kc, vc, k, v, kv_cache->get_pos(), window);
+  } else {
+    y = attention_causal(q, k, v, window);
+  }
+  return c_proj(y.reshape({B, T, C}));
+}
+
+MLPImpl::MLPImpl(const GPTConfig& config, const torch::TensorOptions& options) {
+  c_fc = register_module("c_fc", Linear(config.n_embd, 4 * config.n_embd, options));
+  c_proj = register_module("c_proj", Linear(4 * config.n_embd, config.n_embd, options));
+}
+
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) { return c_proj(at::relu(c_fc(x)).square()); }
+
+BlockImpl::BlockImpl(const GPTConfig& config, int64_t layer, const torch::TensorOptions& options) {
+  attn = register_module("attn", CausalSelfAttention(config, layer, options));
+  mlp = register_module("mlp", MLP(config, options));
+}
+
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& ve,
+                                 const torch::Tensor& cos, const torch::Tensor& sin, int64_t window,
+                                 KVCache* kv_cache) {
+  torch::Tensor h = x + attn(gpt_rms_norm(x), ve, cos, sin, window, kv_cache);
+  return h + mlp(gpt_rms_norm(h));
+}
+
+}  // namespace nanochat

@@ -1,0 +1,49 @@
+// defines: gpt_rms_norm, gpt_rotary_tables, gpt_apply_rotary, gpt_softcap, gpt_smear
+// The model's parameter-free operations (spec §4.4, §4.6, §4.7), shared by the modules.
+#include "nanochat/gpt.h"
+
+#include <ATen/ATen.h>
+
+namespace nanochat {
+
+torch::Tensor gpt_rms_norm(const torch::Tensor& x) {
+  return at::rms_norm(x, {x.size(-1)}, std::nullopt, std::nullopt);  // eps=None: torch's default
+}
+
+std::pair<torch::Tensor, torch::Tensor> gpt_rotary_tables(int64_t seq_len, int64_t head_dim,
+                                                          torch::ScalarType dtype, torch::Device device) {
+  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  torch::Tensor channel = at::arange(0, head_dim, 2, f32);
+  torch::Tensor inv_freq = at::reciprocal(at::pow(kRopeBase, channel / (double)head_dim));
+  torch::Tensor t = at::arange(seq_len, f32);
+  torch::Tensor freqs = at::outer(t, inv_freq);  // (seq_len, head_dim/2)
+  return {freqs.cos().to(dtype).view({1, seq_len, 1, head_dim / 2}),
+          freqs.sin().to(dtype).view({1, seq_len, 1, head_dim / 2})};
+}
+
+torch::Tensor gpt_apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
+  const int64_t d = x.size(3) / 2;
+  torch::Tensor x1 = x.narrow(3, 0, d), x2 = x.narrow(3, d, d);
+  torch::Tensor y1 = x1 * cos + x2 * sin;
+  torch::Tensor y2 = -x1 * sin + x2 * cos;
+  return at::cat({y1, y2}, 3);
+}
+
+torch::Tensor gpt_softcap(const torch::Tensor& logits) { return kSoftcap * at::tanh(logits / kSoftcap); }
+
+torch::Tensor gpt_smear(const torch::Tensor& x, const torch::Tensor& gate_weight,
+                        const torch::Tensor& smear_lambda, const torch::Tensor& prev) {
+  const int64_t T = x.size(1);
+  torch::Tensor lam = smear_lambda.to(x.scalar_type());
+  torch::Tensor w = gate_weight.to(x.scalar_type());
+  if (T == 1) {
+    if (!prev.defined()) return x;  // the first token has no predecessor
+    torch::Tensor gate = lam * at::sigmoid(at::linear(x.narrow(-1, 0, kSmearChannels), w));
+    return x + gate * prev;
+  }
+  torch::Tensor cur = x.narrow(1, 1, T - 1);
+  torch::Tensor gate = lam * at::sigmoid(at::linear(cur.narrow(-1, 0, kSmearChannels), w));  // (B,T-1,1)
+  return at::cat({x.narrow(1, 0, 1), cur + gate * x.narrow(1, 0, T - 1)}, 1);
+}
+
+}  // namespace nanochat
