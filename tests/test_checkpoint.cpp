@@ -382,6 +382,25 @@ TEST(TorchPickle, FuzzedPicklesNeverCrash) {
   EXPECT_GT(errors, 100);
 }
 
+// byte flips anywhere in a torch.save archive (zip directory, headers, records): a good load
+// or an Error, never a crash
+TEST(TorchPickle, FuzzedArchivesNeverCrash) {
+  std::string seed = read_file(fixtures() + "/state.pt"), d = temp_dir();
+  std::mt19937_64 rng(7);
+  int errors = 0;
+  for (int it = 0; it < 300; it++) {
+    std::string bytes = seed;
+    for (int k = 0, flips = 1 + rng() % 3; k < flips; k++) bytes[rng() % bytes.size()] = char(rng());
+    std::ofstream(d + "/z.pt", std::ios::binary | std::ios::trunc) << bytes;
+    try {
+      torch_pickle_load(d + "/z.pt");
+    } catch (const Error&) {
+      errors++;
+    }
+  }
+  EXPECT_GT(errors, 0);
+}
+
 // ---- checkpoint directories, steps, completeness -------------------------------------------
 
 namespace {
