@@ -1,0 +1,98 @@
+// defines: TensorSpec, ModelCheckpoint, OptimCheckpoint, CheckpointRef, checkpoint_* functions
+// nanochat's checkpoints (spec §13), in safetensors instead of pickles. In
+// $NANOCHAT_BASE_DIR/{base,chatsft,chatrl}_checkpoints/<tag>/ (sources base, sft, rl), step S
+// is the files
+//   model_<S:06d>.safetensors   the model's tensors under nanochat's state-dict names (rank 0)
+//   meta_<S:06d>.json           the meta JSON of §13, indent 2 (rank 0)
+//   optim_<S:06d>_rank<r>.safetensors + optim_<S:06d>_rank<r>.json
+//                               each rank's optimizer tensors and its scalars (optional)
+//   done_<S:06d>                written last, by rank 0 after a barrier: lists the files
+// Every file is written atomically (temp + fsync + rename), and a step counts only once its
+// done marker exists and every file it lists is there, so a crash mid-save leaves the
+// previous checkpoint as the latest one. This module knows nothing about the model or the
+// optimizer: it moves ordered lists of named tensors plus JSON.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nanochat/safetensors.h"
+
+namespace nanochat {
+
+// ---- where ------------------------------------------------------------------------------
+std::string checkpoint_source_subdir(const std::string& source);  // "base" -> "base_checkpoints"; sft, rl
+std::string checkpoint_root(const std::string& source);           // $BASE/<subdir>
+std::string checkpoint_dir(const std::string& source, const std::string& tag);
+std::string checkpoint_model_path(const std::string& dir, int64_t step);
+std::string checkpoint_meta_path(const std::string& dir, int64_t step);
+std::string checkpoint_optim_path(const std::string& dir, int64_t step, int rank);       // .safetensors
+std::string checkpoint_optim_json_path(const std::string& dir, int64_t step, int rank);  // .json
+std::string checkpoint_done_path(const std::string& dir, int64_t step);
+
+// upstream's find_largest_model: among subdirectories whose name starts with d<digits>, the
+// largest number (d24_jan29 counts as 24; ties: first by name); with none, the most
+// recently modified subdirectory. Error when `root` has no subdirectory.
+std::string checkpoint_find_largest_tag(const std::string& root);
+// steps S of the files <prefix>S<suffix> in dir, ascending (e.g. "model_", ".pt" for upstream)
+std::vector<int64_t> checkpoint_list_steps(const std::string& dir, const std::string& prefix, const std::string& suffix);
+bool checkpoint_is_complete(const std::string& dir, int64_t step);
+// the largest complete step; Error naming dir (and any incomplete steps) when there is none
+int64_t checkpoint_find_last_step(const std::string& dir);
+
+struct CheckpointRef {
+  std::string dir;
+  int64_t step;
+};
+// --source/--model-tag/--step as the CLI takes them: tag "" = largest, step < 0 = last complete
+CheckpointRef checkpoint_locate(const std::string& source, const std::string& tag = "", int64_t step = -1);
+
+// ---- save (each rank its own files; then barrier; then rank 0 marks) ---------------------
+// Both unmark the step first: a step being (re)written never counts as complete.
+void checkpoint_save_model(const std::string& dir, int64_t step, const NamedTensors& tensors,
+                           const nlohmann::ordered_json& meta);
+void checkpoint_save_optim(const std::string& dir, int64_t step, int rank, const NamedTensors& tensors,
+                           const nlohmann::ordered_json& state);
+// checks model, meta and optim files of ranks 0..optim_ranks-1 exist (0: none, as for RL),
+// then writes done_<step>; Error naming the first missing file
+void checkpoint_mark_complete(const std::string& dir, int64_t step, int optim_ranks);
+
+// ---- load ---------------------------------------------------------------------------------
+struct ModelCheckpoint {
+  NamedTensors tensors;  // CPU, in the saved dtypes
+  nlohmann::ordered_json meta;
+};
+struct OptimCheckpoint {
+  NamedTensors tensors;
+  nlohmann::ordered_json state;
+};
+// Error if the step is incomplete or a file is bad
+ModelCheckpoint checkpoint_load_model(const std::string& dir, int64_t step);
+// nullopt when this rank saved no optimizer state (upstream returns None)
+std::optional<OptimCheckpoint> checkpoint_load_optim(const std::string& dir, int64_t step, int rank);
+
+// ---- checks and fix-ups (spec §13 build_model) ---------------------------------------------
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::optional<torch::Dtype> dtype;  // nullopt: any dtype (load_state_dict(assign=True) keeps the saved one)
+};
+// first mismatch in `expected` order: missing tensor, wrong shape, wrong dtype; then the
+// first tensor `loaded` has beyond `expected`. One Error line starting with `where`.
+void checkpoint_check_tensors(const std::vector<TensorSpec>& expected, const NamedTensors& loaded,
+                              const std::string& where);
+// meta.model_config.vocab_size == the tokenizer's vocab size
+void checkpoint_check_vocab(const nlohmann::ordered_json& meta, int64_t tokenizer_vocab_size, const std::string& where);
+// step 3: "_orig_mod." prefixes (torch.compile) removed
+void checkpoint_strip_compile_prefix(NamedTensors& tensors);
+// step 2: bf16 tensors to fp32 (upstream does it on cpu/mps)
+void checkpoint_cast_bf16_to_f32(NamedTensors& tensors);
+// step 4, old checkpoints: window_pattern "L" if missing from model_config ...
+void checkpoint_patch_config(nlohmann::ordered_json& model_config);
+// ... and resid_lambdas = ones(n_layer), x0_lambdas = zeros(n_layer) (fp32) if missing
+void checkpoint_patch_tensors(NamedTensors& tensors, int64_t n_layer);
+
+}  // namespace nanochat

@@ -1,0 +1,292 @@
+// Checkpoint files, directories and step selection (API and layout in
+// include/nanochat/checkpoint.h).
+
+#include "nanochat/checkpoint.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <dirent.h>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "nanochat/common/atomic_file.h"
+#include "nanochat/common/base_dir.h"
+#include "nanochat/common/error.h"
+#include "nanochat/common/files.h"
+
+namespace nanochat {
+
+namespace {
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (!d) fail("cannot list %s: %s", dir.c_str(), std::strerror(errno));
+  while (dirent* e = readdir(d)) {
+    std::string name = e->d_name;
+    if (name != "." && name != "..") names.push_back(name);
+  }
+  closedir(d);
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// the number of a run of decimal digits; false if empty, not all digits, or too long
+bool parse_digits(const std::string& s, int64_t& v) {
+  if (s.empty() || s.size() > 18 || s.find_first_not_of("0123456789") != std::string::npos) return false;
+  v = std::stoll(s);
+  return true;
+}
+
+std::string step_name(const char* prefix, int64_t step, const char* suffix) {
+  return strprintf("%s%06lld%s", prefix, (long long)step, suffix);
+}
+
+nlohmann::ordered_json read_json(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) fail("cannot open %s: %s", path.c_str(), std::strerror(errno));
+  std::stringstream ss;
+  ss << f.rdbuf();
+  try {
+    return nlohmann::ordered_json::parse(ss.str());
+  } catch (const nlohmann::json::exception& e) {
+    fail("%s: not valid JSON (%s)", path.c_str(), e.what());
+  }
+}
+
+// the marker goes first: from here until checkpoint_mark_complete the step is incomplete
+void unmark(const std::string& dir, int64_t step) {
+  std::string done = checkpoint_done_path(dir, step);
+  if (unlink(done.c_str()) != 0 && errno != ENOENT)
+    fail("cannot remove %s: %s", done.c_str(), std::strerror(errno));
+  fsync_parent_dir(done);
+}
+
+std::string shape_str(c10::IntArrayRef shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); i++) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+const std::map<std::string, std::string> kFileMetadata = {{"format", "pt"}};  // what HF tools expect
+
+}  // namespace
+
+std::string checkpoint_source_subdir(const std::string& source) {
+  if (source == "base") return "base_checkpoints";
+  if (source == "sft") return "chatsft_checkpoints";
+  if (source == "rl") return "chatrl_checkpoints";
+  fail("unknown checkpoint source '%s': use base, sft or rl", source.c_str());
+}
+
+std::string checkpoint_root(const std::string& source) { return base_dir() + "/" + checkpoint_source_subdir(source); }
+std::string checkpoint_dir(const std::string& source, const std::string& tag) { return checkpoint_root(source) + "/" + tag; }
+
+std::string checkpoint_model_path(const std::string& dir, int64_t step) { return dir + "/" + step_name("model_", step, ".safetensors"); }
+std::string checkpoint_meta_path(const std::string& dir, int64_t step) { return dir + "/" + step_name("meta_", step, ".json"); }
+std::string checkpoint_optim_path(const std::string& dir, int64_t step, int rank) {
+  return dir + "/" + step_name("optim_", step, strprintf("_rank%d.safetensors", rank).c_str());
+}
+std::string checkpoint_optim_json_path(const std::string& dir, int64_t step, int rank) {
+  return dir + "/" + step_name("optim_", step, strprintf("_rank%d.json", rank).c_str());
+}
+std::string checkpoint_done_path(const std::string& dir, int64_t step) { return dir + "/" + step_name("done_", step, ""); }
+
+std::string checkpoint_find_largest_tag(const std::string& root) {
+  if (!is_directory(root)) fail("no checkpoints: %s does not exist (train or import a model first)", root.c_str());
+  std::string best, newest;
+  int64_t best_n = -1;
+  struct timespec newest_t = {0, 0};
+  for (const std::string& name : list_dir(root)) {
+    struct stat st;
+    if (stat((root + "/" + name).c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+    // re.match(r"d(\d+)", name): d followed by at least one digit, at the start
+    size_t end = 1;
+    while (end < name.size() && std::isdigit((unsigned char)name[end])) end++;
+    int64_t n;
+    if (name[0] == 'd' && parse_digits(name.substr(1, end - 1), n) && n > best_n) {
+      best_n = n;
+      best = name;
+    }
+    if (newest.empty() || std::tie(st.st_mtim.tv_sec, st.st_mtim.tv_nsec) > std::tie(newest_t.tv_sec, newest_t.tv_nsec)) {
+      newest = name;
+      newest_t = st.st_mtim;
+    }
+  }
+  if (!best.empty()) return best;
+  if (!newest.empty()) return newest;
+  fail("no checkpoints in %s: it has no model tag directories (train or import a model first)", root.c_str());
+}
+
+std::vector<int64_t> checkpoint_list_steps(const std::string& dir, const std::string& prefix, const std::string& suffix) {
+  std::vector<int64_t> steps;
+  for (const std::string& name : list_dir(dir)) {
+    int64_t step;
+    if (name.size() > prefix.size() + suffix.size() && name.compare(0, prefix.size(), prefix) == 0 &&
+        name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0 &&
+        parse_digits(name.substr(prefix.size(), name.size() - prefix.size() - suffix.size()), step))
+      steps.push_back(step);
+  }
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  return steps;
+}
+
+bool checkpoint_is_complete(const std::string& dir, int64_t step) {
+  std::string done = checkpoint_done_path(dir, step);
+  if (!path_exists(done)) return false;
+  nlohmann::ordered_json marker;
+  try {
+    marker = read_json(done);
+  } catch (const Error&) {
+    return false;
+  }
+  if (!marker.is_object() || !marker.contains("files") || !marker["files"].is_array()) return false;
+  for (const auto& f : marker["files"])
+    if (!f.is_string() || !path_exists(dir + "/" + f.get<std::string>())) return false;
+  return true;
+}
+
+int64_t checkpoint_find_last_step(const std::string& dir) {
+  if (!is_directory(dir)) fail("no checkpoint directory %s", dir.c_str());
+  std::vector<int64_t> steps = checkpoint_list_steps(dir, "model_", ".safetensors");
+  std::string incomplete;
+  for (size_t i = steps.size(); i-- > 0;) {
+    if (checkpoint_is_complete(dir, steps[i])) return steps[i];
+    incomplete += (incomplete.empty() ? "" : ", ") + std::to_string(steps[i]);
+  }
+  if (!incomplete.empty())
+    fail("no complete checkpoint in %s: step(s) %s have no done marker (interrupted while saving)", dir.c_str(),
+         incomplete.c_str());
+  fail("no checkpoint in %s (no model_<step>.safetensors)", dir.c_str());
+}
+
+CheckpointRef checkpoint_locate(const std::string& source, const std::string& tag, int64_t step) {
+  std::string root = checkpoint_root(source);
+  CheckpointRef ref;
+  ref.dir = root + "/" + (tag.empty() ? checkpoint_find_largest_tag(root) : tag);
+  if (!is_directory(ref.dir)) fail("no checkpoint directory %s: check --model-tag", ref.dir.c_str());
+  ref.step = step < 0 ? checkpoint_find_last_step(ref.dir) : step;
+  return ref;
+}
+
+void checkpoint_save_model(const std::string& dir, int64_t step, const NamedTensors& tensors,
+                           const nlohmann::ordered_json& meta) {
+  safetensors_check_savable(checkpoint_model_path(dir, step), tensors);  // bad input: the old files stay complete
+  make_dirs(dir);
+  unmark(dir, step);
+  safetensors_save(checkpoint_model_path(dir, step), tensors, kFileMetadata);
+  atomic_write_file(checkpoint_meta_path(dir, step), meta.dump(2));  // json.dump(meta, indent=2)
+}
+
+void checkpoint_save_optim(const std::string& dir, int64_t step, int rank, const NamedTensors& tensors,
+                           const nlohmann::ordered_json& state) {
+  safetensors_check_savable(checkpoint_optim_path(dir, step, rank), tensors);
+  make_dirs(dir);
+  unmark(dir, step);
+  safetensors_save(checkpoint_optim_path(dir, step, rank), tensors, kFileMetadata);
+  atomic_write_file(checkpoint_optim_json_path(dir, step, rank), state.dump(2));
+}
+
+void checkpoint_mark_complete(const std::string& dir, int64_t step, int optim_ranks) {
+  std::vector<std::string> files = {checkpoint_model_path(dir, step), checkpoint_meta_path(dir, step)};
+  for (int r = 0; r < optim_ranks; r++) {
+    files.push_back(checkpoint_optim_path(dir, step, r));
+    files.push_back(checkpoint_optim_json_path(dir, step, r));
+  }
+  nlohmann::ordered_json marker = {{"step", step}, {"files", nlohmann::ordered_json::array()}};
+  for (const std::string& f : files) {
+    if (!path_exists(f)) fail("cannot mark checkpoint step %lld complete: %s is missing", (long long)step, f.c_str());
+    marker["files"].push_back(f.substr(dir.size() + 1));
+  }
+  atomic_write_file(checkpoint_done_path(dir, step), marker.dump(2));
+}
+
+ModelCheckpoint checkpoint_load_model(const std::string& dir, int64_t step) {
+  if (!checkpoint_is_complete(dir, step)) {
+    if (!path_exists(checkpoint_model_path(dir, step)))
+      fail("no checkpoint step %lld in %s (no %s)", (long long)step, dir.c_str(), step_name("model_", step, ".safetensors").c_str());
+    fail("checkpoint step %lld in %s is incomplete (no valid %s: saving was interrupted); pick another --step",
+         (long long)step, dir.c_str(), step_name("done_", step, "").c_str());
+  }
+  ModelCheckpoint ck;
+  ck.tensors = safetensors_load(checkpoint_model_path(dir, step)).tensors;
+  ck.meta = read_json(checkpoint_meta_path(dir, step));
+  if (!ck.meta.is_object()) fail("%s: not a JSON object", checkpoint_meta_path(dir, step).c_str());
+  return ck;
+}
+
+std::optional<OptimCheckpoint> checkpoint_load_optim(const std::string& dir, int64_t step, int rank) {
+  std::string st = checkpoint_optim_path(dir, step, rank), js = checkpoint_optim_json_path(dir, step, rank);
+  bool has_st = path_exists(st), has_js = path_exists(js);
+  if (!has_st && !has_js) return std::nullopt;
+  if (!has_st || !has_js) fail("%s is missing (its pair %s exists)", (has_st ? js : st).c_str(), (has_st ? st : js).c_str());
+  OptimCheckpoint ck;
+  ck.tensors = safetensors_load(st).tensors;
+  ck.state = read_json(js);
+  return ck;
+}
+
+void checkpoint_check_tensors(const std::vector<TensorSpec>& expected, const NamedTensors& loaded,
+                              const std::string& where) {
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < loaded.size(); i++)
+    if (!index.emplace(loaded[i].first, i).second)
+      fail("%s: tensor '%s' appears twice", where.c_str(), loaded[i].first.c_str());
+  std::map<std::string, bool> wanted;
+  for (const TensorSpec& spec : expected) {
+    wanted[spec.name] = true;
+    auto it = index.find(spec.name);
+    std::string want = shape_str(spec.shape) + (spec.dtype ? std::string(" ") + c10::toString(*spec.dtype) : "");
+    if (it == index.end())
+      fail("%s: missing tensor '%s' (the model expects %s)", where.c_str(), spec.name.c_str(), want.c_str());
+    const torch::Tensor& t = loaded[it->second].second;
+    if (t.sizes() != c10::IntArrayRef(spec.shape) || (spec.dtype && t.scalar_type() != *spec.dtype))
+      fail("%s: tensor '%s' is %s %s but the model expects %s", where.c_str(), spec.name.c_str(),
+           shape_str(t.sizes()).c_str(), c10::toString(t.scalar_type()), want.c_str());
+  }
+  for (const auto& [name, t] : loaded)
+    if (!wanted.count(name))
+      fail("%s: unexpected tensor '%s' %s: the checkpoint is not for this model", where.c_str(), name.c_str(),
+           shape_str(t.sizes()).c_str());
+}
+
+void checkpoint_check_vocab(const nlohmann::ordered_json& meta, int64_t tokenizer_vocab_size, const std::string& where) {
+  const nlohmann::ordered_json* v = nullptr;
+  if (meta.is_object() && meta.contains("model_config") && meta["model_config"].is_object() &&
+      meta["model_config"].contains("vocab_size"))
+    v = &meta["model_config"]["vocab_size"];
+  if (!v || !v->is_number_integer()) fail("%s: meta has no integer model_config.vocab_size", where.c_str());
+  if (v->get<int64_t>() != tokenizer_vocab_size)
+    fail("%s: the model's vocab_size is %lld but the tokenizer has %lld tokens: the checkpoint was trained with "
+         "another tokenizer",
+         where.c_str(), (long long)v->get<int64_t>(), (long long)tokenizer_vocab_size);
+}
+
+void checkpoint_strip_compile_prefix(NamedTensors& tensors) {
+  static const std::string prefix = "_orig_mod.";
+  for (auto& [name, t] : tensors)
+    if (name.compare(0, prefix.size(), prefix) == 0) name = name.substr(prefix.size());
+}
+
+void checkpoint_cast_bf16_to_f32(NamedTensors& tensors) {
+  for (auto& [name, t] : tensors)
+    if (t.scalar_type() == torch::kBFloat16) t = t.to(torch::kFloat32);
+}
+
+void checkpoint_patch_config(nlohmann::ordered_json& model_config) {
+  if (model_config.is_object() && !model_config.contains("window_pattern")) model_config["window_pattern"] = "L";
+}
+
+void checkpoint_patch_tensors(NamedTensors& tensors, int64_t n_layer) {
+  auto has = [&](const std::string& name) {
+    return std::any_of(tensors.begin(), tensors.end(), [&](const auto& p) { return p.first == name; });
+  };
+  if (!has("resid_lambdas")) tensors.emplace_back("resid_lambdas", torch::ones({n_layer}));
+  if (!has("x0_lambdas")) tensors.emplace_back("x0_lambdas", torch::zeros({n_layer}));
+}
+
+}  // namespace nanochat

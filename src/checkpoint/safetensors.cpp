@@ -1,0 +1,254 @@
+// safetensors reader and writer (format in include/nanochat/safetensors.h). The rules the
+// reader enforces are those of the Rust reference (safetensors/src/tensor.rs): header of at
+// most 100 MB inside the file, a JSON object, known dtypes, shape x itemsize == byte span,
+// spans contiguous from 0 to the end of the file with no gap or overlap, no duplicate names.
+
+#include "nanochat/safetensors.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <set>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "nanochat/common/atomic_file.h"
+#include "nanochat/common/error.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian");
+
+namespace nanochat {
+
+namespace {
+
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the Rust reference's limit
+
+struct DtypeName {
+  torch::Dtype dtype;
+  const char* name;
+};
+const DtypeName kDtypes[] = {
+    {torch::kFloat64, "F64"},      {torch::kFloat32, "F32"},          {torch::kFloat16, "F16"},
+    {torch::kBFloat16, "BF16"},    {torch::kInt64, "I64"},            {torch::kInt32, "I32"},
+    {torch::kInt16, "I16"},        {torch::kInt8, "I8"},              {torch::kUInt8, "U8"},
+    {torch::kBool, "BOOL"},        {torch::kFloat8_e4m3fn, "F8_E4M3"}, {torch::kFloat8_e5m2, "F8_E5M2"},
+};
+
+struct Fd {
+  int fd;
+  ~Fd() {
+    if (fd >= 0) close(fd);
+  }
+};
+
+// reads exactly n bytes at offset (pread may return less, e.g. above 2 GB per call)
+bool pread_all(int fd, void* dst, uint64_t n, uint64_t offset) {
+  char* p = static_cast<char*>(dst);
+  while (n > 0) {
+    ssize_t got = pread(fd, p, n, (off_t)offset);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got;
+    n -= (uint64_t)got;
+    offset += (uint64_t)got;
+  }
+  return true;
+}
+
+struct Entry {
+  std::string name;
+  torch::Dtype dtype;
+  std::vector<int64_t> shape;
+  uint64_t begin, end;
+  size_t header_index;
+};
+
+uint64_t json_u64(const std::string& path, const std::string& key, const nlohmann::json& v, const char* what) {
+  if (!v.is_number_unsigned())
+    fail("%s: tensor '%s': %s must be non-negative integers, got %s", path.c_str(), key.c_str(), what,
+         v.dump().c_str());
+  return v.get<uint64_t>();
+}
+
+Entry parse_entry(const std::string& path, const std::string& key, const nlohmann::json& v, size_t index) {
+  if (!v.is_object()) fail("%s: tensor '%s': header entry is not an object", path.c_str(), key.c_str());
+  Entry e{key, torch::kFloat32, {}, 0, 0, index};
+  auto dt = v.find("dtype"), sh = v.find("shape"), off = v.find("data_offsets");
+  if (dt == v.end() || sh == v.end() || off == v.end())
+    fail("%s: tensor '%s': header entry needs dtype, shape and data_offsets", path.c_str(), key.c_str());
+  if (!dt->is_string() || !safetensors_dtype_from_name(dt->get<std::string>(), e.dtype))
+    fail("%s: tensor '%s': unknown dtype %s (known: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL F8_E4M3 F8_E5M2)",
+         path.c_str(), key.c_str(), dt->dump().c_str());
+  if (!sh->is_array()) fail("%s: tensor '%s': shape is not an array", path.c_str(), key.c_str());
+  uint64_t numel = 1;
+  for (const auto& d : *sh) {
+    uint64_t n = json_u64(path, key, d, "shape");
+    if (n > (uint64_t)INT64_MAX || __builtin_mul_overflow(numel, n, &numel))
+      fail("%s: tensor '%s': shape %s is too large", path.c_str(), key.c_str(), sh->dump().c_str());
+    e.shape.push_back((int64_t)n);
+  }
+  if (!off->is_array() || off->size() != 2)
+    fail("%s: tensor '%s': data_offsets must be [begin, end]", path.c_str(), key.c_str());
+  e.begin = json_u64(path, key, (*off)[0], "data_offsets");
+  e.end = json_u64(path, key, (*off)[1], "data_offsets");
+  if (e.end < e.begin)
+    fail("%s: tensor '%s': data_offsets [%llu, %llu) end before they begin", path.c_str(), key.c_str(),
+         (unsigned long long)e.begin, (unsigned long long)e.end);
+  uint64_t nbytes;
+  if (__builtin_mul_overflow(numel, (uint64_t)c10::elementSize(e.dtype), &nbytes) || nbytes != e.end - e.begin)
+    fail("%s: tensor '%s': shape %s of %s needs %llu bytes but data_offsets span %llu", path.c_str(), key.c_str(),
+         sh->dump().c_str(), dt->get<std::string>().c_str(), (unsigned long long)(numel * c10::elementSize(e.dtype)),
+         (unsigned long long)(e.end - e.begin));
+  return e;
+}
+
+}  // namespace
+
+static std::string safetensors_dtype_name_or_empty(torch::Dtype dtype) {
+  for (const auto& d : kDtypes)
+    if (d.dtype == dtype) return d.name;
+  return "";
+}
+
+std::string safetensors_dtype_name(torch::Dtype dtype) {
+  std::string name = safetensors_dtype_name_or_empty(dtype);
+  if (!name.empty()) return name;
+  fail("safetensors cannot store dtype %s", c10::toString(dtype));
+}
+
+bool safetensors_dtype_from_name(const std::string& name, torch::Dtype& dtype) {
+  for (const auto& d : kDtypes)
+    if (name == d.name) {
+      dtype = d.dtype;
+      return true;
+    }
+  return false;
+}
+
+void safetensors_check_savable(const std::string& path, const NamedTensors& tensors) {
+  std::set<std::string> seen;
+  for (const auto& [name, t] : tensors) {
+    if (name.empty() || name == "__metadata__")
+      fail("cannot save %s: tensor name '%s' is reserved", path.c_str(), name.c_str());
+    if (!seen.insert(name).second) fail("cannot save %s: tensor '%s' appears twice", path.c_str(), name.c_str());
+    if (!t.defined()) fail("cannot save %s: tensor '%s' is undefined", path.c_str(), name.c_str());
+    if (safetensors_dtype_name_or_empty(t.scalar_type()).empty())
+      fail("cannot save %s: tensor '%s' has dtype %s, which safetensors cannot store", path.c_str(), name.c_str(),
+           c10::toString(t.scalar_type()));
+  }
+}
+
+void safetensors_save(const std::string& path, const NamedTensors& tensors,
+                      const std::map<std::string, std::string>& metadata) {
+  safetensors_check_savable(path, tensors);
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::vector<torch::Tensor> cpu;
+  cpu.reserve(tensors.size());
+  uint64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    cpu.push_back(t.detach().to(torch::kCPU).contiguous());
+    uint64_t nbytes = cpu.back().nbytes();
+    header[name] = {{"dtype", safetensors_dtype_name(t.scalar_type())},
+                    {"shape", t.sizes().vec()},
+                    {"data_offsets", {offset, offset + nbytes}}};
+    offset += nbytes;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
+  uint64_t n = h.size();
+  AtomicFile f(path);
+  f.write(&n, 8);
+  f.write(h);
+  for (const auto& t : cpu) f.write(t.data_ptr(), t.nbytes());
+  f.commit();
+}
+
+SafetensorsFile safetensors_load(const std::string& path) {
+  Fd fd{open(path.c_str(), O_RDONLY)};
+  if (fd.fd < 0) fail("cannot open %s: %s", path.c_str(), std::strerror(errno));
+  struct stat st;
+  if (fstat(fd.fd, &st) != 0) fail("cannot stat %s: %s", path.c_str(), std::strerror(errno));
+  uint64_t file_size = (uint64_t)st.st_size;
+  uint64_t n = 0;
+  if (file_size < 8 || !pread_all(fd.fd, &n, 8, 0))
+    fail("%s: truncated: %llu bytes, but a safetensors file starts with an 8-byte header length", path.c_str(),
+         (unsigned long long)file_size);
+  if (n > kMaxHeaderBytes || n > file_size - 8)
+    fail("%s: header length %llu does not fit the file (%llu bytes; at most %llu): truncated or not safetensors",
+         path.c_str(), (unsigned long long)n, (unsigned long long)file_size, (unsigned long long)kMaxHeaderBytes);
+  std::string text(n, '\0');
+  if (!pread_all(fd.fd, text.data(), n, 8)) fail("%s: cannot read the header: %s", path.c_str(), std::strerror(errno));
+
+  // duplicate names: nlohmann keeps one of them silently, so catch them while parsing
+  std::string duplicate;
+  std::set<std::string> names;
+  auto on_event = [&](int depth, nlohmann::ordered_json::parse_event_t ev, nlohmann::ordered_json& parsed) {
+    if (ev == nlohmann::ordered_json::parse_event_t::key && depth == 1 && !names.insert(parsed.get<std::string>()).second &&
+        duplicate.empty())
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  nlohmann::ordered_json header;
+  try {
+    header = nlohmann::ordered_json::parse(text, on_event);
+  } catch (const nlohmann::json::exception& e) {
+    fail("%s: the header is not valid JSON (%s)", path.c_str(), e.what());
+  }
+  if (!header.is_object()) fail("%s: the header is not a JSON object", path.c_str());
+  if (!duplicate.empty()) fail("%s: tensor '%s' appears twice in the header", path.c_str(), duplicate.c_str());
+
+  SafetensorsFile out;
+  std::vector<Entry> entries;
+  for (const auto& [key, v] : header.items()) {
+    if (key == "__metadata__") {
+      if (!v.is_object()) fail("%s: __metadata__ is not an object", path.c_str());
+      for (const auto& [mk, mv] : v.items()) {
+        if (!mv.is_string()) fail("%s: __metadata__ '%s' is not a string", path.c_str(), mk.c_str());
+        out.metadata[mk] = mv.get<std::string>();
+      }
+      continue;
+    }
+    entries.push_back(parse_entry(path, key, v, entries.size()));
+  }
+
+  // data order, then the spans must tile [0, data_size) exactly
+  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+    return std::tie(a.begin, a.end, a.header_index) < std::tie(b.begin, b.end, b.header_index);
+  });
+  uint64_t data_size = file_size - 8 - n, pos = 0;
+  const Entry* prev = nullptr;
+  for (const Entry& e : entries) {
+    if (e.end > data_size)
+      fail("%s: tensor '%s': data_offsets [%llu, %llu) run past the end of the data (%llu bytes): truncated file?",
+           path.c_str(), e.name.c_str(), (unsigned long long)e.begin, (unsigned long long)e.end,
+           (unsigned long long)data_size);
+    if (e.begin < pos)
+      fail("%s: tensor '%s': data_offsets [%llu, %llu) overlap tensor '%s' [%llu, %llu)", path.c_str(), e.name.c_str(),
+           (unsigned long long)e.begin, (unsigned long long)e.end, prev->name.c_str(), (unsigned long long)prev->begin,
+           (unsigned long long)prev->end);
+    if (e.begin > pos)
+      fail("%s: tensor '%s': data_offsets [%llu, %llu) leave a gap after byte %llu", path.c_str(), e.name.c_str(),
+           (unsigned long long)e.begin, (unsigned long long)e.end, (unsigned long long)pos);
+    pos = e.end;
+    prev = &e;
+  }
+  if (pos != data_size)
+    fail("%s: %llu bytes after the last tensor's data (the header accounts for %llu of %llu)", path.c_str(),
+         (unsigned long long)(data_size - pos), (unsigned long long)pos, (unsigned long long)data_size);
+
+  // everything checked: read each tensor straight into its own memory
+  for (const Entry& e : entries) {
+    torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+    if (!pread_all(fd.fd, t.data_ptr(), e.end - e.begin, 8 + n + e.begin))
+      fail("%s: tensor '%s': cannot read %llu bytes: %s", path.c_str(), e.name.c_str(),
+           (unsigned long long)(e.end - e.begin), errno ? std::strerror(errno) : "file shrank while reading");
+    out.tensors.emplace_back(e.name, std::move(t));
+  }
+  return out;
+}
+
+}  // namespace nanochat
