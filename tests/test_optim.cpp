@@ -6,6 +6,7 @@
 #include <spawn.h>
 
 #include <cmath>
+#include <cstring>
 #include <torch/torch.h>
 
 #include "nanochat/common/error.h"
@@ -25,11 +26,12 @@ static float fp32(double x) { return (float)x; }
 // ---- AdamW ------------------------------------------------------------------------------
 
 // §5.1 written out element by element: fp32 scalars, moments rounded to the param's dtype
-// after every step; lerp as torch defines it (a + w (b - a) for w < 0.5).
+// after every step; lerp as torch's vectorised CPU kernel computes it: fma(w, b - a, a) for
+// w < 0.5, else fma(w - 1, b - a, b).
 template <typename T>
 static void plain_adamw(std::vector<T>& p, std::vector<T>& m, std::vector<T>& v, const std::vector<float>& g,
                         int step, double lr, double b1, double b2, double eps, double wd) {
-  auto lerp = [](float a, float b, float w) { return w < 0.5f ? a + w * (b - a) : b - (b - a) * (1.0f - w); };
+  auto lerp = [](float a, float b, float w) { return w < 0.5f ? std::fma(w, b - a, a) : std::fma(w - 1.0f, b - a, b); };
   const float lr_f = fp32(lr), b1f = fp32(b1), b2f = fp32(b2), eps_f = fp32(eps), wd_f = fp32(wd);
   const float bias1 = 1.0f - std::pow(b1f, (float)step), bias2 = 1.0f - std::pow(b2f, (float)step);
   for (size_t i = 0; i < p.size(); i++) {
@@ -38,7 +40,7 @@ static void plain_adamw(std::vector<T>& p, std::vector<T>& m, std::vector<T>& v,
     mi = lerp(mi, g[i], 1.0f - b1f);
     vi = lerp(vi, g[i] * g[i], 1.0f - b2f);
     float denom = std::sqrt(vi / bias2) + eps_f;
-    pi = pi - (lr_f / bias1) * (mi / denom);
+    pi = std::fma(-(lr_f / bias1), mi / denom, pi);  // torch's add(alpha) is an fma when vectorised
     p[i] = (T)pi;
     m[i] = (T)mi;
     v[i] = (T)vi;
@@ -73,7 +75,8 @@ static void run_adamw_vs_plain(torch::ScalarType dtype) {
   auto got = to_vec<float>(p.to(torch::kFloat));
   int bad = 0;
   for (size_t i = 0; i < got.size(); i++)
-    if (std::abs(got[i] - (float)rp[i]) > 1e-6 * std::abs((float)rp[i]) + 1e-30) bad++;
+    if (std::abs(got[i] - (float)rp[i]) > 1e-6 * std::abs((float)rp[i]) && !bad++)
+      ADD_FAILURE() << "element " << i << ": " << got[i] << " vs " << (float)rp[i];
   EXPECT_EQ(bad, 0) << "of " << got.size() << " elements";
   // moments kept in the param's dtype (zeros_like)
   NamedTensors st = opt.state_tensors();
@@ -197,11 +200,11 @@ static void check_muon_vs_reference(int64_t rows, int64_t cols, torch::ScalarTyp
   std::vector<torch::Tensor> params, ref_params;
   for (int k = 0; k < K; k++) {
     params.push_back(randn({rows, cols}, 10 + k).to(dtype));
-    ref_params.push_back(params.back().to(torch::kDouble));
+    ref_params.push_back(params.back().to(torch::kDouble).clone());  // never the same tensor
   }
   MuonAdamW opt({muon_group(params, lr, mu, wd, beta2)});
   const double eff_lr = fp32(lr * std::sqrt(std::max(1.0, (double)rows / cols)));
-  RefMuon ref{fp32(mu), eff_lr, fp32(wd), fp32(beta2)};
+  RefMuon ref{fp32(mu), eff_lr, fp32(wd), fp32(beta2), {}, {}};
   for (int s = 0; s < 3; s++) {
     std::vector<torch::Tensor> grads;
     for (int k = 0; k < K; k++) {
@@ -305,13 +308,13 @@ TEST(Muon, MixedShapesAreAnError) {
 
 // ---- state ------------------------------------------------------------------------------
 
-struct Setup {
+struct OptSetup {
   std::vector<torch::Tensor> params;
   std::vector<OptimGroup> groups;
 };
 
-static Setup make_setup(const std::vector<torch::Tensor>* from = nullptr) {
-  Setup s;
+static OptSetup make_setup(const std::vector<torch::Tensor>* from = nullptr) {
+  OptSetup s;
   std::vector<std::vector<int64_t>> shapes = {{40, 30}, {5}, {6, 10}, {6, 10}, {10, 6}};
   for (size_t i = 0; i < shapes.size(); i++)
     s.params.push_back(from ? (*from)[i].clone() : randn(shapes[i], 50 + i));
@@ -326,38 +329,41 @@ static Setup make_setup(const std::vector<torch::Tensor>* from = nullptr) {
   return s;
 }
 
-static void step_with_grads(MuonAdamW& opt, Setup& s, int step) {
+static void step_with_grads(MuonAdamW& opt, OptSetup& s, int step) {
   for (size_t i = 0; i < s.params.size(); i++) s.params[i].mutable_grad() = randn(s.params[i].sizes().vec(), 7000 + 10 * step + i);
   for (auto& g : opt.groups()) g.lr = g.initial_lr * (1.0 - 0.1 * step);  // a schedule
   opt.step();
 }
 
 TEST(State, SaveLoadContinuesBitwise) {
-  Setup a = make_setup();
+  OptSetup a = make_setup();
   MuonAdamW opt_a(a.groups);
   for (int s = 0; s < 5; s++) step_with_grads(opt_a, a, s);
 
-  Setup b = make_setup();
+  OptSetup b = make_setup();
   MuonAdamW opt_b(b.groups);
   for (int s = 0; s < 3; s++) step_with_grads(opt_b, b, s);
   NamedTensors saved;
   for (auto& [name, t] : opt_b.state_tensors()) saved.emplace_back(name, t.clone());
   std::string json_text = opt_b.state_json().dump();
   // the names and the JSON the checkpoint module stores
-  ASSERT_EQ(saved.size(), 6u);
+  ASSERT_EQ(saved.size(), 8u);
   EXPECT_EQ(saved[0].first, "state.0.exp_avg");
   EXPECT_EQ(saved[2].first, "state.1.exp_avg");
+  // Muon state sits on the first param of each group: (6, 10) x2 is wide -> per column
   EXPECT_EQ(saved[4].first, "state.2.momentum_buffer");
-  EXPECT_EQ(saved[4].second.sizes(), torch::IntArrayRef({2, 6, 10}));
-  EXPECT_EQ(saved[5].second.sizes(), torch::IntArrayRef({2, 1, 10}));
-  // state 4 is the (10, 6) group: rows >= cols -> (1, 10, 1)
+  EXPECT_EQ(saved[4].second.sizes().vec(), (std::vector<int64_t>{2, 6, 10}));
+  EXPECT_EQ(saved[5].second.sizes().vec(), (std::vector<int64_t>{2, 1, 10}));
+  // (10, 6) x1 is tall -> per row
+  EXPECT_EQ(saved[6].first, "state.4.momentum_buffer");
+  EXPECT_EQ(saved[7].second.sizes().vec(), (std::vector<int64_t>{1, 10, 1}));
   nlohmann::json j = nlohmann::json::parse(json_text);
   EXPECT_EQ(j["world_size"], 1);
   EXPECT_EQ(j["state"]["0"]["step"], 3);
   EXPECT_EQ(j["param_groups"][1]["kind"], "muon");
   EXPECT_EQ(j["param_groups"][1]["params"], nlohmann::json({2, 3}));
 
-  Setup c = make_setup(&b.params);  // a fresh process: same params, fresh optimizer
+  OptSetup c = make_setup(&b.params);  // a fresh process: same params, fresh optimizer
   MuonAdamW opt_c(c.groups);
   opt_c.load_state(saved, j);
   EXPECT_DOUBLE_EQ(opt_c.groups()[0].lr, opt_b.groups()[0].lr);
@@ -366,7 +372,7 @@ TEST(State, SaveLoadContinuesBitwise) {
 }
 
 TEST(State, OtherWorldSizeIsAClearError) {
-  Setup a = make_setup();
+  OptSetup a = make_setup();
   MuonAdamW opt(a.groups);
   step_with_grads(opt, a, 0);
   nlohmann::json j = opt.state_json();
@@ -521,5 +527,5 @@ TEST(Distributed, WorldsTwoAndThreeMatchOneRank) {
                          << got[first_bad] << " want " << want[first_bad];
     }
   }
-  std::system(("rm -rf " + dir).c_str());
+  (void)std::system(("rm -rf " + dir).c_str());
 }

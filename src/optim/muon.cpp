@@ -91,7 +91,9 @@ void optim_muon_step(torch::Tensor grads, torch::Tensor params, torch::Tensor mo
 
   // cautious weight decay: decay only where the update and the param agree in sign
   torch::Tensor mask = (g * params) >= 0;
-  params.sub_(g * lr_f + params * (lr_f * wd_f) * mask);
+  // lr*wd in the param dtype, as upstream multiplies its 0-D tensors after .to(g.dtype)
+  const double lr_wd = params.scalar_type() == torch::kDouble ? (double)lr_f * (double)wd_f : (double)(lr_f * wd_f);
+  params.sub_(g * lr_f + params * lr_wd * mask);
 }
 
 }  // namespace nanochat
