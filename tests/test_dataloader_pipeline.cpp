@@ -264,7 +264,8 @@ TEST_F(LoaderCorpus, TwoRanksReadDisjointRowGroupsCoveringOneRank) {
   EXPECT_EQ(one.size(), 7u + 3u + 8u);  // 61, 23, 75 documents in groups of 10
   std::set<std::pair<int, int>> u(r0.begin(), r0.end());
   for (auto& g : r1) EXPECT_TRUE(u.insert(g).second) << "row group read by both ranks";
-  EXPECT_EQ(u, std::set<std::pair<int, int>>(one.begin(), one.end()));
+  std::set<std::pair<int, int>> single(one.begin(), one.end());
+  EXPECT_EQ(u, single);
 }
 
 TEST_F(LoaderCorpus, DestroyingMidEpochStopsPromptly) {
@@ -335,7 +336,7 @@ TEST(LoaderBadInput, UndecodableRowGroupNamesFileAndRowGroupOrIsSkipped) {
   within(30, [&] {
     DataLoader loader(tok, corpus_split(c, "train"), o);
     std::string err = error_of(loader);
-    EXPECT_NE(err.find(dir + "/a.parquet, row group 2"), std::string::npos) << err;
+    EXPECT_NE(err.find(dir + "/a.parquet: row group 2"), std::string::npos) << err;
     EXPECT_THROW(loader.next(), Error);  // and stays failed
   });
   within(30, [&] {  // skipped: a finite pass reads row groups 0, 1 and 3, with a count

@@ -32,7 +32,10 @@ std::vector<std::string> ChunkReader::read_checked(DocSource& src, int row_group
   try {
     return src.read_row_group(row_group);
   } catch (const std::exception& e) {
-    fail("%s, row group %d: %s", src.name().c_str(), row_group, e.what());
+    // the parquet reader's messages already name the file and row group; others get both
+    std::string what = e.what(), where = strprintf("%s: row group %d", src.name().c_str(), row_group);
+    if (what.find(where) != std::string::npos) throw Error(what);
+    fail("%s: %s", where.c_str(), what.c_str());
   }
 }
 
