@@ -5,9 +5,11 @@
 //   - the cropped-token fraction of best-fit packing on this text (upstream: ~35% at T=2048)
 //   - data-wait per step when the consumer sleeps --step-ms per batch to mimic a GPU step
 // Usage: bench_dataloader [--shard PATH] [--tokenizer DIR] [--seconds 4] [--step-ms 100]
-//                         [--max-threads N] [-B 32] [-T 2048]
-// Without --tokenizer: $NANOCHAT_BASE_DIR/tokenizer when present, else a 32768-token BPE
-// trained here on the first 20 MB of the shard.
+//                         [--ranks FILE] [--max-threads N] [-B 32] [-T 2048]
+// The tokenizer: --tokenizer DIR (nanochat's files), --ranks FILE (a tiktoken rank file, e.g.
+// the one bench_tokenizer leaves in /tmp/nanochat_bench_tokenizer, with nanochat's pattern and
+// special tokens), $NANOCHAT_BASE_DIR/tokenizer when present, else a 32768-token BPE trained
+// here on the first 20 MB of the shard.
 #include <algorithm>
 #include <thread>
 
@@ -25,7 +27,7 @@ static CorpusSplit one_file_split(const std::string& path) {
 }
 
 int main(int argc, char** argv) {
-  std::string shard, tok_dir;
+  std::string shard, tok_dir, ranks_file;
   double seconds = 4, step_ms = 100;
   int max_threads = std::max(1, default_thread_count() - 1);
   int64_t B = 32, T = 2048;
@@ -33,6 +35,7 @@ int main(int argc, char** argv) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--shard") shard = v;
     else if (k == "--tokenizer") tok_dir = v;
+    else if (k == "--ranks") ranks_file = v;
     else if (k == "--seconds") seconds = std::stod(v);
     else if (k == "--step-ms") step_ms = std::stod(v);
     else if (k == "--max-threads") max_threads = std::stoi(v);
@@ -54,7 +57,15 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<Tokenizer> tok;
   if (tok_dir.empty() && path_exists(base_dir_path("tokenizer") + "/tokenizer.json")) tok_dir = base_dir_path("tokenizer");
-  if (!tok_dir.empty()) {
+  auto with_specials = [](std::vector<std::string> ranks) {
+    std::vector<std::pair<std::string, int32_t>> specials;
+    for (size_t i = 0; i < kSpecialTokens.size(); i++) specials.push_back({kSpecialTokens[i], (int32_t)(ranks.size() + i)});
+    return std::make_unique<Tokenizer>(ranks, kPatternNanochat, specials, "<|bos|>");
+  };
+  if (!ranks_file.empty()) {
+    tok = with_specials(tiktoken_ranks_read(ranks_file));
+    std::printf("tokenizer: %s (vocab %d)\n", ranks_file.c_str(), tok->vocab_size());
+  } else if (!tok_dir.empty()) {
     tok = std::make_unique<Tokenizer>(tokenizer_load(tok_dir));
     std::printf("tokenizer: %s (vocab %d)\n", tok_dir.c_str(), tok->vocab_size());
   } else {
@@ -68,10 +79,7 @@ int main(int argc, char** argv) {
       for (auto& d : b.docs) chars += (int64_t)d.size();
       trainer.add_texts(b.docs);
     }
-    auto ranks = trainer.train(32768 - 9);
-    std::vector<std::pair<std::string, int32_t>> specials;
-    for (size_t i = 0; i < kSpecialTokens.size(); i++) specials.push_back({kSpecialTokens[i], (int32_t)(ranks.size() + i)});
-    tok = std::make_unique<Tokenizer>(ranks, kPatternNanochat, specials, "<|bos|>");
+    tok = with_specials(trainer.train(32768 - 9));
     std::printf("tokenizer: trained here on %.1f MB of the shard in %.1fs (vocab %d)\n", chars / 1e6, t.seconds(),
                 tok->vocab_size());
   }

@@ -113,7 +113,9 @@ struct LoaderMetrics {
   int64_t batches = 0;           // handed out by next()
   double wait_total_s = 0;       // time next() spent waiting for a batch ("data-wait")
   double wait_last_s = 0;        // ... in the last call
-  double tokens_per_s = 0;       // batch tokens (B*T) packed per second since the start
+  double tokens_per_s = 0;       // batch tokens (B*T) packed per second of the loader's life,
+                                 // not counting time the packer waited for a free slot (what
+                                 // the workers can produce, not what the consumer took)
   double cropped_fraction = 0;   // tokens cropped away / tokens taken from documents
   int64_t docs_tokenized = 0;
   int64_t docs_short = 0, docs_bad_utf8 = 0;  // dropped by cleaning

@@ -47,6 +47,7 @@ struct DataLoader::Impl {
   std::deque<int> free_slots, ready;
   LoaderMetrics m;
   int64_t tokens_packed = 0, tokens_used = 0, tokens_cropped = 0;
+  double packer_idle_s = 0;
 
   std::unique_ptr<DeviceStager> stager;
   int pending_slot = -1;  // handed out; its copy may still read it
@@ -210,7 +211,9 @@ struct DataLoader::Impl {
         int s;
         {
           std::unique_lock<std::mutex> lk(mu);
+          Timer idle;  // a full ring: the consumer is the bottleneck, not counted as producing
           cv_slot.wait(lk, [&] { return stop || error || !free_slots.empty(); });
+          packer_idle_s += idle.seconds();
           if (stop || error) return;
           s = free_slots.front();
           free_slots.pop_front();
@@ -358,7 +361,7 @@ LoaderMetrics DataLoader::metrics() const {
   std::lock_guard<std::mutex> lk(I.mu);
   LoaderMetrics m = I.m;
   m.ready = (int)I.ready.size();
-  double elapsed = I.clock.seconds();
+  double elapsed = I.clock.seconds() - I.packer_idle_s;
   m.tokens_per_s = elapsed > 0 ? (double)I.tokens_packed / elapsed : 0;
   int64_t taken = I.tokens_used + I.tokens_cropped;
   m.cropped_fraction = taken > 0 ? (double)I.tokens_cropped / (double)taken : 0;
