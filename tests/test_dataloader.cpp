@@ -12,9 +12,9 @@ using Docs = std::vector<std::vector<int32_t>>;
 
 static BestFitPacker::Refill from(Docs docs, size_t per_refill) {
   auto next = std::make_shared<size_t>(0);
-  return [docs = std::move(docs), per_refill, next](Docs& buffer) {
+  return [docs = std::move(docs), per_refill, next](BestFitPacker& packer) {
     if (*next >= docs.size()) return false;
-    for (size_t k = 0; k < per_refill && *next < docs.size(); k++) buffer.push_back(docs[(*next)++]);
+    for (size_t k = 0; k < per_refill && *next < docs.size(); k++) packer.push(docs[(*next)++]);
     return true;
   };
 }

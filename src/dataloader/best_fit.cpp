@@ -11,6 +11,12 @@ BestFitPacker::BestFitPacker(int64_t batch_size, int64_t seq_len, size_t buffer_
          (long long)batch_size, (long long)seq_len, buffer_size);
 }
 
+void BestFitPacker::push(std::vector<int32_t> tokens, DocRef ref) {
+  if (tokens.empty()) fail("packing: a document has no tokens (each one starts with BOS)");
+  buffer_.push_back(std::move(tokens));
+  refs_.push_back(ref);
+}
+
 bool BestFitPacker::next_batch(const Refill& refill, std::vector<int32_t>& rows) {
   rows.assign((size_t)(batch_size_ * row_capacity_), 0);
   for (int64_t r = 0; r < batch_size_; r++) {
@@ -18,7 +24,7 @@ bool BestFitPacker::next_batch(const Refill& refill, std::vector<int32_t>& rows)
     int64_t pos = 0;
     while (pos < row_capacity_) {
       while (buffer_.size() < buffer_size_)
-        if (!refill(buffer_)) break;  // the data ended: pack what is left
+        if (!refill(*this)) break;  // the data ended: pack what is left
       if (buffer_.empty()) return false;
       int64_t remaining = row_capacity_ - pos;
       // the largest document that fits, the first one on ties
@@ -40,6 +46,7 @@ bool BestFitPacker::next_batch(const Refill& refill, std::vector<int32_t>& rows)
       tokens_cropped_ += (int64_t)doc.size() - take;
       pos += take;
       buffer_.erase(buffer_.begin() + (long)best);  // keeps the others' order, like list.pop(i)
+      refs_.erase(refs_.begin() + (long)best);
     }
   }
   return true;
