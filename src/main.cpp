@@ -18,6 +18,7 @@ static std::string one_line(std::string s) {
 }
 
 int main(int argc, char** argv) {
+  cli_set_argv(argc, argv);
   CLI::App app{"nanochat: from raw text to a model you can talk to, in one binary"};
   app.name("nanochat");
   app.set_version_flag("--version", [] {
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   cli_register_tok_train(app, exit_code);
   cli_register_tok_eval(app, exit_code);
   cli_register_tokenize(app, exit_code);
+  cli_register_base_train(app, exit_code);
   cli_register_launch(app, exit_code);
   cli_register_doctor(app, exit_code);
   try {

@@ -1,8 +1,9 @@
-// defines: cli_register_*, cli_add_data_flags, cli_version_text
+// defines: cli_register_*, cli_add_data_flags, cli_set_argv, cli_argv, cli_version_text
 // One register function per subcommand (one file each in src/cli/). Each adds its
 // subcommand to the app with a callback that wires modules together and stores the exit code.
 #pragma once
 #include <string>
+#include <vector>
 
 namespace CLI {
 class App;
@@ -19,9 +20,14 @@ void cli_register_tok_train(CLI::App& app, int& exit_code);
 void cli_register_tok_eval(CLI::App& app, int& exit_code);
 void cli_register_inspect(CLI::App& app, int& exit_code);
 void cli_register_download(CLI::App& app, int& exit_code);
+void cli_register_base_train(CLI::App& app, int& exit_code);
 
 // --data, --text-column, --txt-split for subcommands that read a corpus (src/cli/data_flags.cpp)
 void cli_add_data_flags(CLI::App* sub, CorpusOptions& opts);
+
+// the process's command line (set first thing in main)
+void cli_set_argv(int argc, char** argv);
+const std::vector<std::string>& cli_argv();
 
 std::string cli_version_text();  // what `nanochat --version` prints
 

@@ -1,0 +1,79 @@
+#include "train/train_common.h"
+
+#include <limits>
+
+#include <torch/torch.h>
+
+#include "nanochat/checkpoint.h"
+#include "nanochat/common.h"
+#include "nanochat/tokenizer.h"
+
+namespace nanochat {
+
+double train_peak_flops(const Compute& c) {
+  if (c.device_type != "cuda") return std::numeric_limits<double>::infinity();
+  std::vector<CudaDeviceInfo> gpus = cuda_device_infos();
+  const std::string name = c.env.local_rank < (int)gpus.size() ? gpus[c.env.local_rank].name : "";
+  double peak = peak_flops(name, gpus.empty() ? 0 : gpus[c.env.local_rank].multiprocessors);
+  log_info("GPU: %s, peak %s", name.c_str(),
+           std::isinf(peak) ? "FLOPS unknown (MFU shows 0)" : strprintf("%.1f TFLOPS (bf16)", peak / 1e12).c_str());
+  return peak;
+}
+
+torch::Tensor train_token_bytes(const Tokenizer& tok, torch::Device device) {
+  std::vector<int32_t> counts = tok.token_byte_counts();
+  return torch::tensor(std::vector<int64_t>(counts.begin(), counts.end()), torch::kLong).to(device);
+}
+
+NamedTensors train_model_tensors(const GPT& model) {
+  NamedTensors out;
+  for (auto& [name, t] : gpt_named_parameters(model)) out.emplace_back(name, t.detach());
+  return out;
+}
+
+void train_load_model_tensors(GPT& model, NamedTensors tensors) {
+  checkpoint_strip_compile_prefix(tensors);
+  std::map<std::string, torch::ScalarType> dtypes;
+  for (auto& [name, p] : gpt_named_parameters(model)) dtypes[name] = p.scalar_type();
+  for (auto& [name, t] : tensors) {
+    auto it = dtypes.find(name);
+    if (it != dtypes.end() && t.is_floating_point() && t.scalar_type() != it->second) t = t.to(it->second);
+  }
+  gpt_load_named_tensors(model, tensors);
+}
+
+nlohmann::ordered_json train_loader_state_upstream(const std::optional<LoaderState>& state) {
+  DocPosition last = state ? state->last : DocPosition();
+  return {{"pq_idx", last.file}, {"rg_idx", last.row_group}, {"epoch", last.epoch}};
+}
+
+std::optional<LoaderState> train_loader_state_from_checkpoint(const nlohmann::ordered_json& meta,
+                                                              const nlohmann::ordered_json& rank_state) {
+  if (rank_state.contains("dataloader_state")) {
+    const auto& s = rank_state["dataloader_state"];
+    if (s.is_null()) return std::nullopt;  // saved before the first batch was trained
+    return loader_state_from_json(s);
+  }
+  if (meta.contains("dataloader_state_dict") && meta["dataloader_state_dict"].is_object())
+    return loader_state_from_json(meta["dataloader_state_dict"]);  // upstream's: row-group resume
+  return std::nullopt;
+}
+
+std::string train_sample_greedy(GPT& model, const Tokenizer& tok, const std::string& prompt,
+                                int64_t max_tokens) {
+  std::vector<int64_t> ids = {tok.bos_id()};
+  for (int32_t id : tok.encode(prompt)) ids.push_back(id);
+  std::vector<int64_t> out = gpt_generate(model, ids, max_tokens, /*temperature=*/0.0);
+  return prompt + tok.decode(std::vector<int32_t>(out.begin(), out.end()));
+}
+
+std::string train_format_thousands(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); i++) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+}  // namespace nanochat

@@ -1,0 +1,48 @@
+// defines: train_peak_flops, train_token_bytes, train_model_tensors, train_load_model_tensors,
+//          train_loader_state_upstream, train_loader_state_from_checkpoint, train_sample_greedy,
+//          train_format_thousands
+// Small pieces every training stage (base, SFT, RL) needs between the modules: the
+// accelerator's peak FLOPS for MFU, token byte lengths on the device, model tensors to and
+// from a checkpoint, loader state in and out of checkpoint JSON, greedy samples.
+#pragma once
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+#include <torch/types.h>
+
+#include "nanochat/compute.h"
+#include "nanochat/dataloader.h"
+#include "nanochat/gpt.h"
+#include "nanochat/safetensors.h"
+
+namespace nanochat {
+
+class Tokenizer;
+
+// the GPU's nominal BF16 FLOPS (spec §0.6), logged; +inf on the CPU (MFU then shows 0)
+double train_peak_flops(const Compute& c);
+// bytes per token id, 0 for special tokens, as an int64 tensor on `device` (for bpb)
+torch::Tensor train_token_bytes(const Tokenizer& tok, torch::Device device);
+
+// the model's tensors under nanochat's names, detached (what a checkpoint stores)
+NamedTensors train_model_tensors(const GPT& model);
+// loads checkpoint tensors into the model: "_orig_mod." prefixes dropped, floating tensors
+// cast to the dtype the model keeps them in (a bf16 GPU checkpoint on the CPU and back),
+// then every name, shape and presence checked (Error naming the first bad key)
+void train_load_model_tensors(GPT& model, NamedTensors tensors);
+
+// upstream's {"pq_idx", "rg_idx", "epoch"} of a loader state (the start when there is none)
+nlohmann::ordered_json train_loader_state_upstream(const std::optional<LoaderState>& state);
+// this rank's exact loader state from its optimizer JSON when present, else upstream's
+// fields from the meta (row-group resume); nullopt when the run had not consumed a batch
+std::optional<LoaderState> train_loader_state_from_checkpoint(const nlohmann::ordered_json& meta,
+                                                              const nlohmann::ordered_json& rank_state);
+
+// "<prompt><greedy completion of max_tokens tokens>", the prompt prefixed with <|bos|>
+std::string train_sample_greedy(GPT& model, const Tokenizer& tok, const std::string& prompt,
+                                int64_t max_tokens);
+
+std::string train_format_thousands(int64_t n);  // 1234567 -> "1,234,567"
+
+}  // namespace nanochat
