@@ -172,10 +172,10 @@ int base_train_run(const BaseTrainOptions& o) {
     loader_resume = train_loader_state_from_checkpoint(resumed->meta, optim->state);
     const auto& ls = resumed->meta.at("loop_state");
     loop.step = resume_step;
-    loop.val_bpb = resumed->meta.value("val_bpb", 0.0);
-    loop.min_val_bpb = ls.value("min_val_bpb", (double)INFINITY);
-    loop.smooth_train_loss = ls.value("smooth_train_loss", 0.0);
-    loop.total_training_time = ls.value("total_training_time", 0.0);
+    loop.val_bpb = train_json_number(resumed->meta, "val_bpb", 0.0);
+    loop.min_val_bpb = train_json_number(ls, "min_val_bpb", INFINITY);  // JSON has no inf: null
+    loop.smooth_train_loss = train_json_number(ls, "smooth_train_loss", 0.0);
+    loop.total_training_time = train_json_number(ls, "total_training_time", 0.0);
   }
 
   // ---- data --------------------------------------------------------------------------
@@ -332,7 +332,7 @@ int base_train_run(const BaseTrainOptions& o) {
              debiased, lrm, dt * 1000, train_format_thousands((int64_t)tok_per_sec).c_str(), mfu, pos.epoch,
              pos.file, pos.row_group, 100.0 * data_wait / dt, loop.total_training_time / 60,
              std::isnan(eta) ? "" : strprintf(" | eta: %.1fm", eta / 60).c_str());
-    metrics.log({{"step", step + 1}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", lrm}, {"dt", dt},
+    metrics.log({{"step", step}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", lrm}, {"dt", dt},
                  {"tok_per_sec", tok_per_sec}, {"mfu", mfu}, {"data_wait", data_wait / dt},
                  {"epoch", pos.epoch}, {"total_training_time", loop.total_training_time},
                  {"total_training_flops", flops_so_far + (double)flops_per_token * (double)total_batch}});

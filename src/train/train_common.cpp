@@ -77,3 +77,13 @@ std::string train_format_thousands(int64_t n) {
 }
 
 }  // namespace nanochat
+
+namespace nanochat {
+
+double train_json_number(const nlohmann::ordered_json& j, const char* key, double fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_number()) fail("checkpoint meta: '%s' is not a number", key);
+  return j[key].get<double>();
+}
+
+}  // namespace nanochat

@@ -1,6 +1,6 @@
 // defines: train_peak_flops, train_token_bytes, train_model_tensors, train_load_model_tensors,
 //          train_loader_state_upstream, train_loader_state_from_checkpoint, train_sample_greedy,
-//          train_format_thousands
+//          train_format_thousands, train_json_number
 // Small pieces every training stage (base, SFT, RL) needs between the modules: the
 // accelerator's peak FLOPS for MFU, token byte lengths on the device, model tensors to and
 // from a checkpoint, loader state in and out of checkpoint JSON, greedy samples.
@@ -44,5 +44,8 @@ std::string train_sample_greedy(GPT& model, const Tokenizer& tok, const std::str
                                 int64_t max_tokens);
 
 std::string train_format_thousands(int64_t n);  // 1234567 -> "1,234,567"
+
+// j[key] as a number; `fallback` when missing or null (nlohmann writes inf and nan as null)
+double train_json_number(const nlohmann::ordered_json& j, const char* key, double fallback);
 
 }  // namespace nanochat
