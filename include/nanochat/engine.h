@@ -55,7 +55,9 @@ struct GenerateOptions {
   uint64_t seed = 42;        // torch.Generator(device).manual_seed(seed), as upstream
   bool use_calculator = true;  // the python tool state machine (§10.3)
   bool logprobs = false;       // report log p(token) under the model (softmax of the raw logits)
-  // stop tokens: <|assistant_end|> and <|bos|> always, plus these (every row) ...
+  // stop tokens: <|assistant_end|> and <|bos|> (unless default_stops is off: raw completion,
+  // benchmarks), plus these (every row) ...
+  bool default_stops = true;
   std::vector<int32_t> stop_tokens;
   // ... plus these per row (empty, or one list per sample)
   std::vector<std::vector<int32_t>> row_stop_tokens;

@@ -103,7 +103,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
     }
     longest = std::max(longest, row.max_tokens);
     for (int32_t s : {assistant_end_, bos_})
-      if (s >= 0) row.stops.push_back(s);
+      if (s >= 0 && opt.default_stops) row.stops.push_back(s);
     row.stops.insert(row.stops.end(), opt.stop_tokens.begin(), opt.stop_tokens.end());
     if (!opt.row_stop_tokens.empty())
       row.stops.insert(row.stops.end(), opt.row_stop_tokens[r].begin(), opt.row_stop_tokens[r].end());
