@@ -5,6 +5,8 @@
 //  2. batch scaling at one context: tok/s of N rows, 1..32, and the ratio to batch 1;
 //  3. prefill tok/s (the prompt's forward into the cache, to the first token).
 // The naive loop re-runs the whole context per token, so it gets only a few steps.
+// usage: bench_engine [--depth 4] [--vocab 32768] [--contexts 128,512,2048] [--batches 1,2,4,8,16,32]
+//        [--decode-tokens 24] [--naive-tokens 2] [--batch-context 512] [--threads N]
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -73,7 +75,8 @@ static EngineRun time_engine(const Engine& engine, const std::vector<int32_t>& p
 
 int main(int argc, char** argv) {
   CLI::App app{"bench_engine: KV-cache decode vs naive recompute, batch scaling, prefill"};
-  int64_t depth = 4, vocab = 32768, decode_tokens = 32, naive_tokens = 3, batch_context = 512;
+  int64_t depth = 4, vocab = 32768, decode_tokens = 24, naive_tokens = 2, batch_context = 512;
+  int threads_flag = 0;
   std::string contexts = "128,512,2048", batches = "1,2,4,8,16,32";
   app.add_option("--depth", depth, "model depth (width = 64 * depth)");
   app.add_option("--vocab", vocab, "vocabulary size");
@@ -82,9 +85,14 @@ int main(int argc, char** argv) {
   app.add_option("--naive-tokens", naive_tokens, "tokens per naive run (each re-runs the context)");
   app.add_option("--batches", batches, "rows for the batch-scaling table");
   app.add_option("--batch-context", batch_context, "prompt length for the batch-scaling table");
+  app.add_option("--threads", threads_flag, "intra-op threads (0: OMP_NUM_THREADS or every core)");
   CLI11_PARSE(app, argc, argv);
 
-  const int threads = cpu_threads_setup(1);
+  int threads = cpu_threads_setup(1);
+  if (threads_flag > 0) {
+    torch::set_num_threads(threads_flag);
+    threads = threads_flag;
+  }
   std::vector<int64_t> ctx_list = parse_list(contexts), batch_list = parse_list(batches);
   int64_t max_ctx = batch_context;
   for (int64_t c : ctx_list) max_ctx = std::max(max_ctx, c);
