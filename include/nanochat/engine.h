@@ -8,6 +8,9 @@
 // dropped from the decode batch (their cache rows with them) once a quarter of the batch has
 // finished, so they stop costing compute. Generation streams: a callback sees every token
 // column and can stop the whole request (a client went away) by returning false.
+// Randomness: one generator seeded like upstream, one multinomial draw per step over the
+// rows still in the batch, so the same prompt, options and seed give the same tokens; once
+// rows are dropped the draws differ from upstream's (which keeps sampling finished rows).
 #pragma once
 #include <cstdint>
 #include <functional>

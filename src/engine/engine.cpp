@@ -122,7 +122,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
       res.finish.push_back(row.finish);
       res.stop_token.push_back(row.stop_token);
     }
-    return res;
+    return std::move(res);
   };
   for (Row& row : rows)
     if (row.max_tokens == 0) row.finish = FinishReason::length;
