@@ -1,0 +1,122 @@
+// defines: EngineModel, engine_model_from_gpt, engine_sample_next, engine_cache_select_rows,
+//          GenerateOptions, FinishReason, finish_reason_name, TokenColumn, TokenCallback,
+//          GenerateResult, Engine
+// The engine module (spec §10.1-§10.3): batched generation with a KV cache. One batch-1
+// prefill of the prompt is cloned into N sample rows; each row then samples on its own
+// (temperature, top-k, and top-p as an addition), may be fed forced tokens (the calculator's
+// output), and finishes on its own stop tokens or token budget. Rows that finished are
+// dropped from the decode batch (their cache rows with them) once a quarter of the batch has
+// finished, so they stop costing compute. Generation streams: a callback sees every token
+// column and can stop the whole request (a client went away) by returning false.
+// Randomness: one generator seeded like upstream, one multinomial draw per step over the
+// rows still in the batch, so the same prompt, options and seed give the same tokens; once
+// rows are dropped the draws differ from upstream's (which keeps sampling finished rows).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Generator.h>
+#include <torch/types.h>
+
+#include "nanochat/attention.h"
+#include "nanochat/gpt.h"
+#include "nanochat/tokenizer.h"
+
+namespace nanochat {
+
+// What generation needs from a model. GPT provides it (engine_model_from_gpt); tests plug
+// in a scripted double.
+struct EngineModel {
+  // ids (B,T) int64 -> logits (B,T,V) float; continues at cache.get_pos(), advances it by T
+  std::function<torch::Tensor(const torch::Tensor& ids, KVCache& cache)> forward;
+  // an empty cache of `batch` rows and `max_len` positions
+  std::function<KVCache(int64_t batch, int64_t max_len)> make_cache;
+  int64_t sequence_len = 0;   // default budget: prompt + max_tokens fills this
+  int64_t max_positions = 0;  // hard limit on prompt + max_tokens (the rotary tables' length)
+  torch::Device device = torch::kCPU;
+};
+EngineModel engine_model_from_gpt(GPT model);
+
+// §10.2 sample_next_token plus top-p: logits (B,V) -> (B,1) int64 on the logits' device.
+// temperature 0 is argmax; top_k <= 0 is off; top_p >= 1 is off, else the smallest set of
+// most likely tokens whose probability reaches top_p (after top-k and temperature). With
+// top-p off this is upstream's computation, draw for draw.
+torch::Tensor engine_sample_next(const torch::Tensor& logits, at::Generator& rng, double temperature,
+                                 int64_t top_k = 0, double top_p = 1.0);
+
+// a cache holding only `rows` (int64 indices, on the cache's device) of `cache`, same position
+KVCache engine_cache_select_rows(const KVCache& cache, const torch::Tensor& rows);
+
+struct GenerateOptions {
+  int64_t num_samples = 1;
+  int64_t max_tokens = -1;   // per row, forced tokens included; < 0: fill the model's sequence_len
+  double temperature = 1.0;  // >= 0
+  int64_t top_k = 0;         // <= 0: off
+  double top_p = 1.0;        // in (0,1]; 1: off
+  uint64_t seed = 42;        // torch.Generator(device).manual_seed(seed), as upstream
+  bool use_calculator = true;  // the python tool state machine (§10.3)
+  bool logprobs = false;       // report log p(token) under the model (softmax of the raw logits)
+  // stop tokens: <|assistant_end|> and <|bos|> (unless default_stops is off: raw completion,
+  // benchmarks), plus these (every row) ...
+  bool default_stops = true;
+  std::vector<int32_t> stop_tokens;
+  // ... plus these per row (empty, or one list per sample)
+  std::vector<std::vector<int32_t>> row_stop_tokens;
+  // per-row token budgets (empty, or one per sample; each capped by max_tokens when that is set)
+  std::vector<int64_t> row_max_tokens;
+};
+
+enum class FinishReason : uint8_t { none, stop, length, cancelled };
+const char* finish_reason_name(FinishReason r);  // "none", "stop", "length", "cancelled"
+
+// one decode step, indexed by row (0..num_samples-1)
+struct TokenColumn {
+  int64_t step = 0;
+  std::vector<int32_t> tokens;         // -1 for a row that had finished before this step
+  std::vector<uint8_t> masks;          // 1 sampled, 0 forced (tool output) or no token
+  std::vector<float> logprobs;         // with options.logprobs, else empty
+  std::vector<FinishReason> finished;  // set in the step where a row finishes; `stop` means
+                                       // this column's token is the row's stop token
+};
+// return false to stop every row now (they finish as `cancelled`)
+using TokenCallback = std::function<bool(const TokenColumn&)>;
+
+struct GenerateResult {
+  int64_t prompt_len = 0;
+  int64_t steps = 0;                          // token columns produced
+  std::vector<std::vector<int32_t>> tokens;   // per row: prompt + generated, stop token excluded
+  std::vector<std::vector<uint8_t>> masks;    // per row: 0 prompt and forced, 1 sampled
+  std::vector<std::vector<float>> logprobs;   // per row, one per generated token kept (options.logprobs)
+  std::vector<FinishReason> finish;
+  std::vector<int32_t> stop_token;            // the token that stopped each row, or -1
+};
+
+class Engine {
+ public:
+  Engine(EngineModel model, Tokenizer tokenizer);
+  Engine(GPT model, Tokenizer tokenizer) : Engine(engine_model_from_gpt(model), std::move(tokenizer)) {}
+
+  // Engine.generate of §10.3 as a stream: calls on_column (if given) once per token column,
+  // until every row finished or the callback returns false; returns what generate_batch does.
+  // Error on a bad request (empty prompt, bad option, prompt + max_tokens past the model).
+  // Holds no state between calls: one Engine may serve one request per thread at a time.
+  GenerateResult generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                          const TokenCallback& on_column = nullptr) const;
+  // Engine.generate_batch: the same without a stream
+  GenerateResult generate_batch(const std::vector<int32_t>& prompt, const GenerateOptions& options) const {
+    return generate(prompt, options);
+  }
+
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+  const EngineModel& model() const { return model_; }
+
+ private:
+  EngineModel model_;
+  Tokenizer tokenizer_;
+  // special ids, -1 where the tokenizer lacks them
+  int32_t bos_, assistant_end_, python_start_, python_end_, output_start_, output_end_;
+};
+
+}  // namespace nanochat

@@ -1,0 +1,250 @@
+// defines: engine_model_from_gpt, finish_reason_name, Engine
+// Engine.generate (spec §10.3): batch-1 prefill, cloned into N rows, then one decode step
+// per token column with per-row forced tokens, stop tokens and the calculator tool.
+#include "nanochat/engine.h"
+
+#include <algorithm>
+#include <deque>
+#include <numeric>
+#include <ATen/ATen.h>
+
+#include "nanochat/calculator.h"
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+
+EngineModel engine_model_from_gpt(GPT model) {
+  EngineModel m;
+  m.forward = [model](const torch::Tensor& ids, KVCache& cache) mutable { return model->forward(ids, &cache); };
+  m.make_cache = [model](int64_t batch, int64_t max_len) { return model->make_kv_cache(batch, max_len); };
+  m.sequence_len = model->config.sequence_len;
+  m.max_positions = model->cos.size(1);
+  m.device = model->device();
+  return m;
+}
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::none: return "none";
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+    case FinishReason::cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+static int32_t special_or_missing(const Tokenizer& tok, const std::string& name) {
+  for (const auto& [n, id] : tok.specials())
+    if (n == name) return id;
+  return -1;
+}
+
+Engine::Engine(EngineModel model, Tokenizer tokenizer) : model_(std::move(model)), tokenizer_(std::move(tokenizer)) {
+  if (!model_.forward || !model_.make_cache) fail("Engine: the model has no forward or make_cache");
+  bos_ = special_or_missing(tokenizer_, "<|bos|>");
+  assistant_end_ = special_or_missing(tokenizer_, "<|assistant_end|>");
+  python_start_ = special_or_missing(tokenizer_, "<|python_start|>");
+  python_end_ = special_or_missing(tokenizer_, "<|python_end|>");
+  output_start_ = special_or_missing(tokenizer_, "<|output_start|>");
+  output_end_ = special_or_missing(tokenizer_, "<|output_end|>");
+}
+
+namespace {
+
+// RowState of §10.3, plus what the result needs
+struct Row {
+  std::vector<int32_t> tokens;
+  std::vector<uint8_t> mask;
+  std::vector<float> logprobs;
+  std::deque<int32_t> forced;
+  bool in_python = false;
+  std::vector<int32_t> expr;
+  std::vector<int32_t> stops;
+  int64_t generated = 0, max_tokens = 0;
+  FinishReason finish = FinishReason::none;
+  int32_t stop_token = -1;
+};
+
+torch::Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t rows, torch::Device device) {
+  return torch::tensor(ids, torch::kLong).view({rows, -1}).to(device);
+}
+
+}  // namespace
+
+GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
+                                const TokenCallback& on_column) const {
+  const int64_t N = opt.num_samples, T = (int64_t)prompt.size();
+  if (T == 0) fail("generate: the prompt holds no tokens");
+  if (N < 1) fail("generate: num_samples must be >= 1, got %lld", (long long)N);
+  if (opt.temperature < 0) fail("generate: temperature must be >= 0, got %g", opt.temperature);
+  if (!(opt.top_p > 0.0 && opt.top_p <= 1.0)) fail("generate: top_p must be in (0, 1], got %g", opt.top_p);
+  if (!opt.row_stop_tokens.empty() && (int64_t)opt.row_stop_tokens.size() != N)
+    fail("generate: row_stop_tokens has %zu lists for %lld samples", opt.row_stop_tokens.size(), (long long)N);
+  if (!opt.row_max_tokens.empty() && (int64_t)opt.row_max_tokens.size() != N)
+    fail("generate: row_max_tokens has %zu entries for %lld samples", opt.row_max_tokens.size(), (long long)N);
+  int64_t max_tokens = opt.max_tokens;
+  if (max_tokens < 0) {  // upstream: the decode cache is sequence_len long
+    max_tokens = model_.sequence_len - T;
+    if (max_tokens <= 0)
+      fail("generate: the prompt (%lld tokens) fills the model's context of %lld; shorten it or set max_tokens",
+           (long long)T, (long long)model_.sequence_len);
+  }
+
+  std::vector<Row> rows(N);
+  int64_t longest = 0;
+  for (int64_t r = 0; r < N; r++) {
+    Row& row = rows[r];
+    row.tokens = prompt;
+    row.mask.assign(T, 0);
+    row.max_tokens = max_tokens;
+    if (!opt.row_max_tokens.empty()) {
+      if (opt.row_max_tokens[r] < 0) fail("generate: row_max_tokens[%lld] is negative", (long long)r);
+      row.max_tokens = opt.max_tokens >= 0 ? std::min(opt.row_max_tokens[r], opt.max_tokens) : opt.row_max_tokens[r];
+    }
+    longest = std::max(longest, row.max_tokens);
+    for (int32_t s : {assistant_end_, bos_})
+      if (s >= 0 && opt.default_stops) row.stops.push_back(s);
+    row.stops.insert(row.stops.end(), opt.stop_tokens.begin(), opt.stop_tokens.end());
+    if (!opt.row_stop_tokens.empty())
+      row.stops.insert(row.stops.end(), opt.row_stop_tokens[r].begin(), opt.row_stop_tokens[r].end());
+  }
+  if (T + longest > model_.max_positions)
+    fail("generate: prompt (%lld) + max_tokens (%lld) exceeds the model's %lld positions", (long long)T,
+         (long long)longest, (long long)model_.max_positions);
+
+  GenerateResult res;
+  res.prompt_len = T;
+  auto finish_rows = [&]() {
+    for (Row& row : rows) {
+      res.tokens.push_back(std::move(row.tokens));
+      res.masks.push_back(std::move(row.mask));
+      res.logprobs.push_back(std::move(row.logprobs));
+      res.finish.push_back(row.finish);
+      res.stop_token.push_back(row.stop_token);
+    }
+    return std::move(res);
+  };
+  for (Row& row : rows)
+    if (row.max_tokens == 0) row.finish = FinishReason::length;
+  if (longest == 0) return finish_rows();
+
+  torch::NoGradGuard no_grad;
+  const torch::Device device = model_.device;
+  at::Generator rng = gpt_make_generator(device, opt.seed);
+
+  // prefill: batch 1; with several samples the prompt's cache is copied into every row
+  std::vector<int64_t> prompt64(prompt.begin(), prompt.end());
+  torch::Tensor ids = ids_tensor(prompt64, 1, device);
+  KVCache cache = model_.make_cache(1, N == 1 ? T + longest : T);
+  torch::Tensor logits = model_.forward(ids, cache).select(1, T - 1);  // (1,V)
+  if (N > 1) {
+    KVCache decode = model_.make_cache(N, T + longest);
+    decode.prefill(cache);
+    cache = std::move(decode);
+    logits = logits.expand({N, logits.size(-1)});  // each row samples its first token on its own
+  }
+
+  std::vector<int64_t> batch_rows(N);  // decode batch index -> row
+  std::iota(batch_rows.begin(), batch_rows.end(), 0);
+  int64_t active = 0;
+  for (const Row& row : rows) active += row.finish == FinishReason::none;
+
+  for (int64_t step = 0; active > 0; step++) {
+    const int64_t B = (int64_t)batch_rows.size();
+    torch::Tensor sampled = engine_sample_next(logits, rng, opt.temperature, opt.top_k, opt.top_p).view({-1}).cpu();
+    const int64_t* sampled_ptr = sampled.data_ptr<int64_t>();
+
+    TokenColumn col;
+    col.step = step;
+    col.tokens.assign(N, -1);
+    col.masks.assign(N, 0);
+    col.finished.assign(N, FinishReason::none);
+    std::vector<int64_t> feed(B, 0);  // the tokens the rows actually take (forced or sampled)
+    for (int64_t b = 0; b < B; b++) {
+      Row& row = rows[batch_rows[b]];
+      if (row.finish != FinishReason::none) continue;  // still in the batch, its token ignored
+      int32_t tok;
+      uint8_t m;
+      if (!row.forced.empty()) {
+        tok = row.forced.front();
+        row.forced.pop_front();
+        m = 0;
+      } else {
+        tok = (int32_t)sampled_ptr[b];
+        m = 1;
+      }
+      feed[b] = tok;
+      col.tokens[batch_rows[b]] = tok;
+      col.masks[batch_rows[b]] = m;
+      row.generated++;
+      if (std::find(row.stops.begin(), row.stops.end(), tok) != row.stops.end()) {
+        row.finish = FinishReason::stop;
+        row.stop_token = tok;
+      } else {
+        row.tokens.push_back(tok);
+        row.mask.push_back(m);
+        if (opt.use_calculator && python_start_ >= 0 && tok == python_start_) {  // tool state machine
+          row.in_python = true;
+          row.expr.clear();
+        } else if (opt.use_calculator && tok == python_end_ && row.in_python) {
+          row.in_python = false;
+          if (!row.expr.empty()) {
+            std::optional<std::string> result = calculator_use(tokenizer_.decode(row.expr));
+            if (result && output_start_ >= 0 && output_end_ >= 0) {
+              row.forced.push_back(output_start_);
+              for (int32_t t : tokenizer_.encode(*result)) row.forced.push_back(t);
+              row.forced.push_back(output_end_);
+            }
+            row.expr.clear();
+          }
+        } else if (row.in_python) {
+          row.expr.push_back(tok);
+        }
+        if (row.generated >= row.max_tokens) row.finish = FinishReason::length;
+      }
+      col.finished[batch_rows[b]] = row.finish;
+      if (row.finish != FinishReason::none) active--;
+    }
+    if (opt.logprobs) {
+      // log p(token) under the model: log-softmax of the raw logits at the chosen token
+      torch::Tensor lp = at::log_softmax(logits, -1).gather(1, ids_tensor(feed, B, device)).view({-1});
+      lp = lp.to(torch::kFloat32).cpu().contiguous();
+      const float* lp_ptr = lp.data_ptr<float>();
+      col.logprobs.assign(N, 0.0f);
+      for (int64_t b = 0; b < B; b++) {
+        const int64_t r = batch_rows[b];
+        if (col.tokens[r] < 0) continue;
+        col.logprobs[r] = lp_ptr[b];
+        if (rows[r].finish != FinishReason::stop) rows[r].logprobs.push_back(col.logprobs[r]);
+      }
+    }
+    res.steps = step + 1;
+    if (on_column && !on_column(col)) {
+      for (Row& row : rows)
+        if (row.finish == FinishReason::none) row.finish = FinishReason::cancelled;
+      break;
+    }
+    if (active == 0) break;
+
+    // drop finished rows from the decode batch once they are a quarter of it (the copy of the
+    // cache costs about one decode step's reads, so not for every single row)
+    int64_t done_in_batch = 0;
+    for (int64_t r : batch_rows) done_in_batch += rows[r].finish != FinishReason::none;
+    if (done_in_batch > 0 && done_in_batch * 4 >= B) {
+      std::vector<int64_t> keep, keep_rows, keep_feed;
+      for (int64_t b = 0; b < B; b++) {
+        if (rows[batch_rows[b]].finish != FinishReason::none) continue;
+        keep.push_back(b);
+        keep_rows.push_back(batch_rows[b]);
+        keep_feed.push_back(feed[b]);
+      }
+      cache = engine_cache_select_rows(cache, torch::tensor(keep, torch::kLong).to(device));
+      batch_rows = std::move(keep_rows);
+      feed = std::move(keep_feed);
+    }
+    logits = model_.forward(ids_tensor(feed, (int64_t)feed.size(), device), cache).select(1, 0);  // (B,V)
+  }
+  return finish_rows();
+}
+
+}  // namespace nanochat
