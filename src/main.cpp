@@ -33,6 +33,9 @@ int main(int argc, char** argv) {
   cli_register_tok_train(app, exit_code);
   cli_register_tok_eval(app, exit_code);
   cli_register_tokenize(app, exit_code);
+  cli_register_import(app, exit_code);
+  cli_register_export(app, exit_code);
+  cli_register_generate(app, exit_code);
   cli_register_launch(app, exit_code);
   cli_register_doctor(app, exit_code);
   try {
