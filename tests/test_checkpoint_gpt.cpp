@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <torch/torch.h>
@@ -63,7 +65,7 @@ std::string quote(const std::string& s) {
   return q + "'";
 }
 
-CommandResult nanochat(const std::string& base, const std::string& args) {
+CommandResult run_cli(const std::string& base, const std::string& args) {
   return run_shell("NANOCHAT_BASE_DIR=" + base + " OMP_NUM_THREADS=1 " + kBin + " " + args);
 }
 
@@ -76,7 +78,7 @@ json python_json(const std::string& args) {
 // a base dir holding the imported fixture d2 (steps 5 and 10) and its tokenizer
 std::string imported_base() {
   std::string base = temp_dir();
-  CommandResult r = nanochat(base, "import --from " + fixtures() + "/d2");
+  CommandResult r = run_cli(base, "import --from " + fixtures() + "/d2");
   EXPECT_EQ(r.rc, 0) << r.err;
   return base;
 }
@@ -104,7 +106,7 @@ GPT tiny_model(torch::ScalarType dtype = torch::kFloat32) {
   gpt_init_weights(m, 42);
   torch::NoGradGuard ng;
   auto gen = gpt_make_generator(torch::kCPU, 5);
-  for (auto& [name, p] : gpt_named_parameters(m)) p.add_(at::randn(p.sizes(), gen, torch::kFloat32).to(p.dtype()) * 0.05);
+  for (auto& [name, p] : gpt_named_parameters(m)) p.add_(at::randn(p.sizes(), gen, torch::kFloat32).to(p.scalar_type()) * 0.05);
   m->smear_lambda.fill_(0.5);
   return m;
 }
@@ -314,9 +316,9 @@ TEST(Import, UpstreamCheckpointGivesTheReferenceLogits) {
 TEST(Import, OldCheckpointIsPatched) {
   std::string base = temp_dir();
   // no tokenizer.tiktoken in old/: the one already in $BASE/tokenizer is used
-  CommandResult r0 = nanochat(base, "import --from " + fixtures() + "/old");
+  CommandResult r0 = run_cli(base, "import --from " + fixtures() + "/old");
   expect_one_error_line(r0, "no tokenizer");
-  CommandResult r = nanochat(base, "import --from " + fixtures() + "/old --tokenizer " + fixtures() + "/d2/tokenizer.tiktoken");
+  CommandResult r = run_cli(base, "import --from " + fixtures() + "/old --tokenizer " + fixtures() + "/d2/tokenizer.tiktoken");
   ASSERT_EQ(r.rc, 0) << r.err;
   BaseDirScope scope(base);
   LoadedGPT l = checkpoint_load_gpt("base", "d2", 7, torch::kCPU, torch::kFloat32, 300);  // tag d<n_layer>
@@ -330,7 +332,7 @@ TEST(Import, RefusesToOverwriteWithoutForce) {
   std::string base = imported_base();
   std::string model = base + "/base_checkpoints/d2/model_000010.safetensors";
   std::string before = read_file(model);
-  CommandResult r = nanochat(base, "import --from " + fixtures() + "/d2");
+  CommandResult r = run_cli(base, "import --from " + fixtures() + "/d2");
   expect_one_error_line(r, "model_000005.safetensors already exists");
   EXPECT_EQ(read_file(model), before);
   // a different tokenizer in $BASE is not replaced silently
@@ -339,11 +341,11 @@ TEST(Import, RefusesToOverwriteWithoutForce) {
   std::string text = read_file(fixtures() + "/d2/tokenizer.tiktoken");
   text = text.substr(0, text.rfind('\n', text.size() - 2) + 1);  // one merge fewer
   { std::FILE* f = std::fopen(ranks.c_str(), "wb"); std::fwrite(text.data(), 1, text.size(), f); std::fclose(f); }
-  CommandResult r2 = nanochat(base, "import --from " + fixtures() + "/d2 --model-tag x --tokenizer " + ranks);
+  CommandResult r2 = run_cli(base, "import --from " + fixtures() + "/d2 --model-tag x --tokenizer " + ranks);
   expect_one_error_line(r2, "different tokenizer");
   EXPECT_EQ(read_file(base + "/tokenizer/tokenizer.json"), tok_json);
   EXPECT_FALSE(path_exists(base + "/base_checkpoints/x"));
-  CommandResult r3 = nanochat(base, "import --from " + fixtures() + "/d2 --force --step 10");
+  CommandResult r3 = run_cli(base, "import --from " + fixtures() + "/d2 --force --step 10");
   EXPECT_EQ(r3.rc, 0) << r3.err;
 }
 
@@ -356,7 +358,7 @@ TEST(Import, BadStateDictsFailBeforeWritingAnything) {
                                          {"bad_extra", "unexpected tensor 'transformer.h.0.attn.bias'"},
                                          {"bad_shape", "'smear_gate.weight' is [1, 12]"}}) {
     std::string base = temp_dir();
-    CommandResult r = nanochat(base, "import --from " + fixtures() + "/" + c.dir);
+    CommandResult r = run_cli(base, "import --from " + fixtures() + "/" + c.dir);
     expect_one_error_line(r, c.needle);
     EXPECT_NE(r.err.find("model_000001.pt"), std::string::npos) << r.err;
     EXPECT_FALSE(path_exists(base + "/base_checkpoints")) << c.dir;
@@ -369,7 +371,7 @@ TEST(Import, BadStateDictsFailBeforeWritingAnything) {
 TEST(Export, SafetensorsReadByPythonEqualTheUpstreamTensors) {
   std::string base = imported_base();
   std::string out = temp_dir() + "/sub/model.safetensors";
-  CommandResult r = nanochat(base, "export --source base --step 10 --out " + out);
+  CommandResult r = run_cli(base, "export --source base --step 10 --out " + out);
   ASSERT_EQ(r.rc, 0) << r.err;
   json check = python_json("check_export " + fixtures() + "/d2/model_000010.pt " + out);
   EXPECT_EQ(check["mismatches"], json::array());
@@ -395,12 +397,12 @@ TEST(Export, TruncatedCheckpointIsOneErrorAndOverwritesNothing) {
   std::FILE* f = std::fopen((out_dir + "/model.safetensors").c_str(), "wb");
   std::fputs("previous export", f);
   std::fclose(f);
-  CommandResult r = nanochat(base, "export --out " + out_dir + "/model.safetensors");
+  CommandResult r = run_cli(base, "export --out " + out_dir + "/model.safetensors");
   expect_one_error_line(r, "model_000010.safetensors");
   EXPECT_EQ(read_file(out_dir + "/model.safetensors"), "previous export");
   EXPECT_FALSE(path_exists(out_dir + "/config.json"));
   // generate reads the same file: the same kind of error
-  CommandResult g = nanochat(base, "generate -p hi --max-tokens 2");
+  CommandResult g = run_cli(base, "generate -p hi --max-tokens 2");
   expect_one_error_line(g, "model_000010.safetensors");
 }
 
@@ -408,7 +410,7 @@ TEST(Export, TruncatedCheckpointIsOneErrorAndOverwritesNothing) {
 
 TEST(Generate, GreedyEqualsTheReferenceArgmaxLoop) {
   std::string base = imported_base();
-  CommandResult r = nanochat(base, "generate --temperature 0 --max-tokens 8 --json -p " + quote(kPrompt));
+  CommandResult r = run_cli(base, "generate --temperature 0 --max-tokens 8 --json -p " + quote(kPrompt));
   ASSERT_EQ(r.rc, 0) << r.err;
   json out = json::parse(r.out);
   // prompt ids: <|bos|> then tiktoken's encoding
@@ -428,9 +430,9 @@ TEST(Generate, GreedyEqualsTheReferenceArgmaxLoop) {
 TEST(Generate, SeededSamplingIsReproducibleAndStreamsWholeCharacters) {
   std::string base = imported_base();
   std::string args = "generate --temperature 1.0 --top-k 50 --max-tokens 24 -p " + quote(kPrompt);
-  CommandResult a = nanochat(base, args + " --seed 7 --json");
-  CommandResult b = nanochat(base, args + " --seed 7 --json");
-  CommandResult c = nanochat(base, args + " --seed 8 --json");
+  CommandResult a = run_cli(base, args + " --seed 7 --json");
+  CommandResult b = run_cli(base, args + " --seed 7 --json");
+  CommandResult c = run_cli(base, args + " --seed 8 --json");
   ASSERT_EQ(a.rc, 0) << a.err;
   json ja = json::parse(a.out), jb = json::parse(b.out), jc = json::parse(c.out);
   EXPECT_EQ(ja["generated_ids"], jb["generated_ids"]);
@@ -441,7 +443,7 @@ TEST(Generate, SeededSamplingIsReproducibleAndStreamsWholeCharacters) {
   std::vector<int64_t> want = gpt_generate(l.model, ja["prompt_ids"].get<std::vector<int64_t>>(), 24, 1.0, 50, 7);
   EXPECT_EQ(ja["generated_ids"].get<std::vector<int64_t>>(), want);
   // streamed text: the prompt, then exactly the decoded completion, valid UTF-8 throughout
-  CommandResult s = nanochat(base, args + " --seed 7");
+  CommandResult s = run_cli(base, args + " --seed 7");
   ASSERT_EQ(s.rc, 0) << s.err;
   EXPECT_EQ(s.out, kPrompt + ja["text"].get<std::string>() + "\n");
   EXPECT_TRUE(utf8_is_valid(s.out));

@@ -33,8 +33,8 @@ void checkpoint_gpt_prepare(NamedTensors& tensors, const GPTConfig& config, cons
 
 // steps 2-6 into a built model: prepare, cast each floating tensor to the model's dtype for
 // that parameter (bf16 checkpoint on CPU -> fp32; fp32 embeddings -> bf16 on a bf16 GPU),
-// check names/shapes/dtypes (a non-floating tensor is a wrong dtype), copy in. The model's
-// embeddings are first put in checkpoint_gpt_embedding_dtype(model->compute_dtype), as
+// check names/shapes/dtypes (a non-floating tensor is a wrong dtype), copy in. After the
+// checks the embeddings are put in checkpoint_gpt_embedding_dtype(model->compute_dtype), as
 // gpt_init_weights leaves them. Nothing is written into the model on any error.
 void checkpoint_load_into_gpt(GPT& model, NamedTensors tensors, const std::string& where);
 

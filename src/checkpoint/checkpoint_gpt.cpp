@@ -35,20 +35,25 @@ void checkpoint_gpt_prepare(NamedTensors& tensors, const GPTConfig& config, cons
 }
 
 void checkpoint_load_into_gpt(GPT& model, NamedTensors tensors, const std::string& where) {
-  {  // the embeddings' storage dtype, as gpt_init_weights step 10 leaves it
+  checkpoint_gpt_prepare(tensors, model->config, where);
+  // the dtypes the model keeps: fp32 masters, and the embedding tables as gpt_init_weights
+  // step 10 leaves them (whatever this model holds now)
+  const torch::ScalarType emb = checkpoint_gpt_embedding_dtype(model->compute_dtype);
+  std::vector<TensorSpec> specs = checkpoint_gpt_tensor_specs(model);
+  std::map<std::string, torch::ScalarType> want;
+  for (TensorSpec& s : specs) {
+    if (s.name == "transformer.wte.weight" || s.name.rfind("value_embeds.", 0) == 0) s.dtype = emb;
+    want[s.name] = *s.dtype;
+  }
+  for (auto& [name, t] : tensors)  // step 2 generalised: every floating tensor to the model's dtype
+    if (at::isFloatingType(t.scalar_type()) && t.scalar_type() != want.at(name)) t = t.to(want.at(name));
+  checkpoint_check_tensors(specs, tensors, where);
+  {
     torch::NoGradGuard no_grad;
-    const torch::ScalarType emb = checkpoint_gpt_embedding_dtype(model->compute_dtype);
     model->wte->weight.set_data(model->wte->weight.to(emb));
     for (auto& e : model->ve)
       if (e) e->weight.set_data(e->weight.to(emb));
   }
-  checkpoint_gpt_prepare(tensors, model->config, where);
-  std::vector<TensorSpec> specs = checkpoint_gpt_tensor_specs(model);
-  std::map<std::string, torch::ScalarType> want;
-  for (const TensorSpec& s : specs) want[s.name] = *s.dtype;
-  for (auto& [name, t] : tensors)  // step 2 generalised: every floating tensor to the model's dtype
-    if (at::isFloatingType(t.scalar_type()) && t.scalar_type() != want.at(name)) t = t.to(want.at(name));
-  checkpoint_check_tensors(specs, tensors, where);
   gpt_load_named_tensors(model, tensors);
 }
 
