@@ -35,6 +35,10 @@ int main(int argc, char** argv) {
   cli_register_tok_eval(app, exit_code);
   cli_register_tokenize(app, exit_code);
   cli_register_base_train(app, exit_code);
+  cli_register_base_eval(app, exit_code);
+  cli_register_import(app, exit_code);
+  cli_register_export(app, exit_code);
+  cli_register_generate(app, exit_code);
   cli_register_launch(app, exit_code);
   cli_register_doctor(app, exit_code);
   try {

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "nanochat/checkpoint.h"
+#include "nanochat/checkpoint_gpt.h"
 #include "nanochat/common.h"
 #include "nanochat/common/metrics_log.h"
 #include "nanochat/common/stop_signal.h"
@@ -121,7 +122,7 @@ int base_train_run(const BaseTrainOptions& o) {
     log_info("resuming from %s step %lld", ckpt_dir.c_str(), (long long)resume_step);
     resumed = checkpoint_load_model(ckpt_dir, resume_step);
     checkpoint_check_vocab(resumed->meta, tok.vocab_size(), ckpt_dir);
-    train_load_model_tensors(model, resumed->tensors);
+    checkpoint_load_into_gpt(model, resumed->tensors, checkpoint_model_path(ckpt_dir, resume_step));
   }
 
   ScalingParams counts = gpt_num_scaling_params(config);

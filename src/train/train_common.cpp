@@ -31,17 +31,6 @@ NamedTensors train_model_tensors(const GPT& model) {
   return out;
 }
 
-void train_load_model_tensors(GPT& model, NamedTensors tensors) {
-  checkpoint_strip_compile_prefix(tensors);
-  std::map<std::string, torch::ScalarType> dtypes;
-  for (auto& [name, p] : gpt_named_parameters(model)) dtypes[name] = p.scalar_type();
-  for (auto& [name, t] : tensors) {
-    auto it = dtypes.find(name);
-    if (it != dtypes.end() && t.is_floating_point() && t.scalar_type() != it->second) t = t.to(it->second);
-  }
-  gpt_load_named_tensors(model, tensors);
-}
-
 nlohmann::ordered_json train_loader_state_upstream(const std::optional<LoaderState>& state) {
   DocPosition last = state ? state->last : DocPosition();
   return {{"pq_idx", last.file}, {"rg_idx", last.row_group}, {"epoch", last.epoch}};

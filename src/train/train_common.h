@@ -1,4 +1,4 @@
-// defines: train_peak_flops, train_token_bytes, train_model_tensors, train_load_model_tensors,
+// defines: train_peak_flops, train_token_bytes, train_model_tensors,
 //          train_loader_state_upstream, train_loader_state_from_checkpoint, train_sample_greedy,
 //          train_format_thousands, train_json_number
 // Small pieces every training stage (base, SFT, RL) needs between the modules: the
@@ -27,10 +27,6 @@ torch::Tensor train_token_bytes(const Tokenizer& tok, torch::Device device);
 
 // the model's tensors under nanochat's names, detached (what a checkpoint stores)
 NamedTensors train_model_tensors(const GPT& model);
-// loads checkpoint tensors into the model: "_orig_mod." prefixes dropped, floating tensors
-// cast to the dtype the model keeps them in (a bf16 GPU checkpoint on the CPU and back),
-// then every name, shape and presence checked (Error naming the first bad key)
-void train_load_model_tensors(GPT& model, NamedTensors tensors);
 
 // upstream's {"pq_idx", "rg_idx", "epoch"} of a loader state (the start when there is none)
 nlohmann::ordered_json train_loader_state_upstream(const std::optional<LoaderState>& state);

@@ -1,0 +1,93 @@
+// defines: LoadedGPT, checkpoint_gpt_embedding_dtype, checkpoint_gpt_tensor_specs,
+//          checkpoint_gpt_prepare, checkpoint_load_into_gpt, checkpoint_load_gpt,
+//          checkpoint_read_gpt_config, ExportResult, checkpoint_export, ImportOptions,
+//          ImportResult, checkpoint_import
+// The bridge between the checkpoint module (named tensors + JSON) and the gpt module: spec
+// §13 build_model steps 1-7. A checkpoint from anywhere (ours, or upstream's .pt converted by
+// `nanochat import`) goes through the same fix-ups: "_orig_mod." prefixes stripped, missing
+// resid/x0 lambdas patched, floating tensors cast to the dtype the model keeps each parameter
+// in, then every name, shape and dtype checked before a single weight is written.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nanochat/checkpoint.h"
+#include "nanochat/gpt.h"
+
+namespace nanochat {
+
+// the dtype the model stores wte and value_embeds in (§0.5): the compute dtype, except fp32
+// when it is fp16 (GradScaler); every other parameter is an fp32 master weight
+torch::ScalarType checkpoint_gpt_embedding_dtype(torch::ScalarType compute_dtype);
+
+// names, shapes and dtypes of the model's parameters, in state-dict order
+std::vector<TensorSpec> checkpoint_gpt_tensor_specs(const GPT& model);
+
+// steps 3-4 on a tensor list from any source, then the check of names and shapes against
+// `config` (dtypes: any floating type). Tensors keep their dtypes (like assign=True), so an
+// import stores upstream's bf16 embeddings as bf16. Error starting with `where`.
+void checkpoint_gpt_prepare(NamedTensors& tensors, const GPTConfig& config, const std::string& where);
+
+// steps 2-6 into a built model: prepare, cast each floating tensor to the model's dtype for
+// that parameter (bf16 checkpoint on CPU -> fp32; fp32 embeddings -> bf16 on a bf16 GPU),
+// check names/shapes/dtypes (a non-floating tensor is a wrong dtype), copy in. After the
+// checks the embeddings are put in checkpoint_gpt_embedding_dtype(model->compute_dtype), as
+// gpt_init_weights leaves them. Nothing is written into the model on any error.
+void checkpoint_load_into_gpt(GPT& model, NamedTensors tensors, const std::string& where);
+
+// meta["model_config"] with step 4's patch, as a validated GPTConfig; Error naming `where`
+GPTConfig checkpoint_read_gpt_config(nlohmann::ordered_json& meta, const std::string& where);
+
+struct LoadedGPT {
+  GPT model{nullptr};
+  GPTConfig config;
+  nlohmann::ordered_json meta;
+  CheckpointRef ref;
+};
+// build_model for --source/--model-tag/--step (tag "" = largest, step < 0 = last complete):
+// locate, read the model and meta, check the vocab against the tokenizer's
+// (tokenizer_vocab_size < 0 skips the check), build the GPT on `device` in `compute_dtype`,
+// load, eval mode
+LoadedGPT checkpoint_load_gpt(const std::string& source, const std::string& tag, int64_t step,
+                              torch::Device device, torch::ScalarType compute_dtype,
+                              int64_t tokenizer_vocab_size);
+
+// ---- interop (src/checkpoint/checkpoint_interop.cpp) -----------------------------------
+// `nanochat export`: the checkpoint's model tensors (nanochat's names, saved dtypes) as one
+// safetensors file at `out_path`, and beside it config.json {"source", "model_tag", "step",
+// "model_config"} and the tokenizer files of $BASE/tokenizer (tokenizer.tiktoken,
+// tokenizer.json, token_bytes.bin). Everything is read and checked (tensors against the
+// config, vocab against the tokenizer) before any file is written; each file is atomic.
+struct ExportResult {
+  CheckpointRef ref;
+  std::string model_path, config_path, tokenizer_dir;
+  int64_t num_tensors = 0, num_bytes = 0;
+};
+ExportResult checkpoint_export(const std::string& source, const std::string& tag, int64_t step,
+                               const std::string& out_path);
+
+// `nanochat import`: upstream nanochat's checkpoint directory (model_<S>.pt from
+// torch.save(model.state_dict()), meta_<S>.json) into $BASE/<source dir>/<tag>/ as our
+// safetensors checkpoints (model + meta + done marker, no optimizer state), and the
+// tokenizer (a tiktoken rank file; nanochat's split pattern and 9 special tokens are added)
+// into $BASE/tokenizer when none is there. Every step is read and checked first (names,
+// shapes, floating dtypes, vocab vs tokenizer, existing files); only then is anything written.
+struct ImportOptions {
+  std::string from_dir;
+  std::string source = "base";  // base, sft, rl
+  std::string tag;              // "": DIR's name when it is d<digits>..., else d<n_layer>
+  std::string tokenizer_file;   // "": DIR/tokenizer.tiktoken if present
+  int64_t step = -1;            // < 0: every step in DIR
+  bool force = false;           // overwrite existing steps / a different $BASE/tokenizer
+};
+struct ImportResult {
+  std::string dir;
+  std::vector<int64_t> steps;
+  bool tokenizer_written = false;
+};
+ImportResult checkpoint_import(const ImportOptions& opts);
+
+}  // namespace nanochat

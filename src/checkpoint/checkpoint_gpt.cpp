@@ -1,0 +1,89 @@
+// defines: checkpoint_gpt_embedding_dtype, checkpoint_gpt_tensor_specs, checkpoint_gpt_prepare,
+//          checkpoint_load_into_gpt, checkpoint_read_gpt_config, checkpoint_load_gpt
+// Spec §13 build_model: a checkpoint's tensors and meta into a GPT (API in checkpoint_gpt.h).
+#include "nanochat/checkpoint_gpt.h"
+
+#include <map>
+
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+
+torch::ScalarType checkpoint_gpt_embedding_dtype(torch::ScalarType compute_dtype) {
+  return compute_dtype == torch::kFloat16 ? torch::kFloat32 : compute_dtype;
+}
+
+std::vector<TensorSpec> checkpoint_gpt_tensor_specs(const GPT& model) {
+  std::vector<TensorSpec> specs;
+  for (const auto& [name, p] : gpt_named_parameters(model))
+    specs.push_back({name, p.sizes().vec(), p.scalar_type()});
+  return specs;
+}
+
+void checkpoint_gpt_prepare(NamedTensors& tensors, const GPTConfig& config, const std::string& where) {
+  checkpoint_strip_compile_prefix(tensors);           // step 3
+  checkpoint_patch_tensors(tensors, config.n_layer);  // step 4 (old checkpoints)
+  // the names and shapes from a shapes-only model: no memory, no init
+  GPT shapes(config, torch::Device(torch::kMeta), torch::kFloat32);
+  std::vector<TensorSpec> specs = checkpoint_gpt_tensor_specs(shapes);
+  for (TensorSpec& s : specs) s.dtype.reset();
+  checkpoint_check_tensors(specs, tensors, where);
+  for (const auto& [name, t] : tensors)
+    if (!at::isFloatingType(t.scalar_type()))
+      fail("%s: tensor '%s' has dtype %s but model weights are floating point", where.c_str(), name.c_str(),
+           c10::toString(t.scalar_type()));
+}
+
+void checkpoint_load_into_gpt(GPT& model, NamedTensors tensors, const std::string& where) {
+  checkpoint_gpt_prepare(tensors, model->config, where);
+  // the dtypes the model keeps: fp32 masters, and the embedding tables as gpt_init_weights
+  // step 10 leaves them (whatever this model holds now)
+  const torch::ScalarType emb = checkpoint_gpt_embedding_dtype(model->compute_dtype);
+  std::vector<TensorSpec> specs = checkpoint_gpt_tensor_specs(model);
+  std::map<std::string, torch::ScalarType> want;
+  for (TensorSpec& s : specs) {
+    if (s.name == "transformer.wte.weight" || s.name.rfind("value_embeds.", 0) == 0) s.dtype = emb;
+    want[s.name] = *s.dtype;
+  }
+  for (auto& [name, t] : tensors)  // step 2 generalised: every floating tensor to the model's dtype
+    if (at::isFloatingType(t.scalar_type()) && t.scalar_type() != want.at(name)) t = t.to(want.at(name));
+  checkpoint_check_tensors(specs, tensors, where);
+  {
+    torch::NoGradGuard no_grad;
+    model->wte->weight.set_data(model->wte->weight.to(emb));
+    for (auto& e : model->ve)
+      if (e) e->weight.set_data(e->weight.to(emb));
+  }
+  gpt_load_named_tensors(model, tensors);
+}
+
+GPTConfig checkpoint_read_gpt_config(nlohmann::ordered_json& meta, const std::string& where) {
+  if (!meta.is_object() || !meta.contains("model_config") || !meta["model_config"].is_object())
+    fail("%s: meta has no model_config object", where.c_str());
+  checkpoint_patch_config(meta["model_config"]);
+  try {
+    return gpt_config_from_json(nlohmann::json::parse(meta["model_config"].dump()));
+  } catch (const Error& e) {
+    fail("%s: %s", where.c_str(), e.what());
+  }
+}
+
+LoadedGPT checkpoint_load_gpt(const std::string& source, const std::string& tag, int64_t step,
+                              torch::Device device, torch::ScalarType compute_dtype,
+                              int64_t tokenizer_vocab_size) {
+  LoadedGPT out;
+  out.ref = checkpoint_locate(source, tag, step);
+  ModelCheckpoint ck = checkpoint_load_model(out.ref.dir, out.ref.step);
+  const std::string where = checkpoint_model_path(out.ref.dir, out.ref.step);
+  out.config = checkpoint_read_gpt_config(ck.meta, checkpoint_meta_path(out.ref.dir, out.ref.step));
+  if (tokenizer_vocab_size >= 0)  // step 7, checked before the model costs any memory
+    checkpoint_check_vocab(ck.meta, tokenizer_vocab_size, checkpoint_meta_path(out.ref.dir, out.ref.step));
+  out.meta = std::move(ck.meta);
+  // step 5: the constructor computes the rotary tables, so no init is needed before loading
+  out.model = GPT(out.config, device, compute_dtype);
+  checkpoint_load_into_gpt(out.model, std::move(ck.tensors), where);  // step 6
+  out.model->eval();
+  return out;
+}
+
+}  // namespace nanochat

@@ -1,0 +1,30 @@
+// `nanochat base-eval`: bits per byte, samples and (later) CORE of a base checkpoint (spec §8.4).
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "nanochat/base_eval.h"
+
+namespace nanochat {
+
+void cli_register_base_eval(CLI::App& app, int& exit_code) {
+  auto* sub = app.add_subcommand("base-eval", "Evaluate a base checkpoint: bits per byte, samples, CORE");
+  static BaseEvalOptions o;
+  sub->add_option("--eval", o.eval, "comma-separated: core, bpb, sample")->capture_default_str();
+  sub->add_option("--source", o.source, "checkpoint family: base, sft or rl")->capture_default_str()
+      ->check(CLI::IsMember({"base", "sft", "rl"}));
+  sub->add_option("--model-tag", o.model_tag, "checkpoint folder (default: the largest d<N>)");
+  sub->add_option("--step", o.step, "checkpoint step (default: the last complete one)");
+  sub->add_option("--max-per-task", o.max_per_task, "CORE examples per task (-1: all)")->capture_default_str();
+  sub->add_option("--device-batch-size", o.device_batch_size, "rows per forward")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--split-tokens", o.split_tokens, "tokens per split for bpb (over all ranks)")->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  sub->add_option("--device-type", o.device_type, "cuda or cpu (empty: autodetect)")
+      ->check(CLI::IsMember({"", "cuda", "cpu"}));
+  sub->add_option("--tokenizer-threads", o.tokenizer_threads, "loader threads (0: all but one core)")
+      ->check(CLI::NonNegativeNumber);
+  cli_add_data_flags(sub, o.data);
+  sub->callback([&exit_code] { exit_code = base_eval_run(o); });
+}
+
+}  // namespace nanochat

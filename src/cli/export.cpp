@@ -1,0 +1,28 @@
+// `nanochat export`: a checkpoint as one safetensors file (nanochat's tensor names) with
+// config.json and the tokenizer files beside it, for other tools (spec §13, issue 6).
+#include <CLI/CLI.hpp>
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "nanochat/checkpoint_gpt.h"
+
+namespace nanochat {
+
+void cli_register_export(CLI::App& app, int& exit_code) {
+  auto* sub = app.add_subcommand("export", "Write a checkpoint as model.safetensors + config.json + tokenizer files");
+  static std::string source = "base", tag, out;
+  static int64_t step = -1;
+  sub->add_option("--source", source, "checkpoint kind: base, sft or rl")->check(CLI::IsMember({"base", "sft", "rl"}));
+  sub->add_option("--model-tag", tag, "model tag (default: the largest d<N>)");
+  sub->add_option("--step", step, "step (default: the last complete one)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--out", out, "the safetensors file to write; config.json and the tokenizer go beside it")->required();
+  sub->callback([&exit_code] {
+    ExportResult r = checkpoint_export(source, tag, step, out);
+    std::printf("exported %s step %lld: %lld tensors (%.1f MB) to %s, with %s and the tokenizer in %s\n",
+                r.ref.dir.c_str(), (long long)r.ref.step, (long long)r.num_tensors, r.num_bytes / 1e6,
+                r.model_path.c_str(), r.config_path.c_str(), r.tokenizer_dir.c_str());
+    exit_code = 0;
+  });
+}
+
+}  // namespace nanochat

@@ -1,0 +1,95 @@
+// base-eval (spec §8.4): load the checkpoint (not compiled, eval mode), then each mode.
+#include "nanochat/base_eval.h"
+
+#include <sstream>
+
+#include <torch/torch.h>
+
+#include "nanochat/base_train.h"
+#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/common.h"
+#include "nanochat/compute.h"
+#include "nanochat/dataloader.h"
+#include "nanochat/gpt.h"
+#include "nanochat/loss_eval.h"
+#include "nanochat/tokenizer.h"
+#include "train/train_common.h"
+
+namespace nanochat {
+
+namespace {
+
+bool has_mode(const std::string& modes, const std::string& mode) {
+  std::stringstream ss(modes);
+  for (std::string m; std::getline(ss, m, ',');)
+    if (m == mode) return true;
+  return false;
+}
+
+void check_modes(const std::string& modes) {
+  std::stringstream ss(modes);
+  for (std::string m; std::getline(ss, m, ',');)
+    if (m != "core" && m != "bpb" && m != "sample")
+      fail("--eval: unknown mode '%s' (expected a comma-separated list of core, bpb, sample)", m.c_str());
+}
+
+}  // namespace
+
+int base_eval_run(const BaseEvalOptions& o) {
+  check_modes(o.eval);
+  Compute c = compute_init(o.device_type);
+  const int world = c.env.world_size;
+  Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
+  LoadedGPT loaded = checkpoint_load_gpt(o.source, o.model_tag, o.step, c.device, c.dtype, tok.vocab_size());
+  GPT& model = loaded.model;
+  log_info("evaluating %s step %lld (%s)", loaded.ref.dir.c_str(), (long long)loaded.ref.step,
+           c.device.str().c_str());
+  torch::NoGradGuard no_grad;
+
+  if (has_mode(o.eval, "sample") && c.master()) {
+    log_info("greedy completions:");
+    for (const std::string& prompt : base_train_sample_prompts())
+      log_info("%s", train_sample_greedy(model, tok, prompt, 16).c_str());
+    log_info("unconditioned samples (temperature 1.0):");
+    for (uint64_t i = 0; i < 8; i++) {
+      std::vector<int64_t> out = gpt_generate(model, {tok.bos_id()}, 128, 1.0, 0, 42 + i);
+      log_info("%s", tok.decode(std::vector<int32_t>(out.begin(), out.end())).c_str());
+    }
+  }
+
+  if (has_mode(o.eval, "bpb")) {
+    const int64_t seq_len = loaded.config.sequence_len;
+    const int64_t tokens_per_step = o.device_batch_size * seq_len * world;
+    const int64_t steps = o.split_tokens / tokens_per_step;
+    if (steps < 1)
+      fail("--split-tokens %lld is less than one step of %lld tokens (--device-batch-size x sequence length %lld x %d ranks)",
+           (long long)o.split_tokens, (long long)tokens_per_step, (long long)seq_len, world);
+    Corpus corpus = corpus_open(o.data);
+    torch::Tensor token_bytes = train_token_bytes(tok, c.device);
+    for (const char* split : {"train", "val"}) {
+      LoaderOptions lo;
+      lo.batch_size = o.device_batch_size;
+      lo.seq_len = seq_len;
+      lo.device = c.device;
+      lo.rank = c.env.rank;
+      lo.world = world;
+      lo.local_world = c.env.local_world_size;
+      lo.tokenizer_threads = o.tokenizer_threads;
+      DataLoader loader(tok, corpus_split(corpus, split), lo);
+      double bpb = evaluate_bpb(
+          [&](const torch::Tensor& x, const torch::Tensor& y) { return gpt_loss(model, x, y, LossReduction::none); },
+          [&] {
+            LoaderBatch b = loader.next();
+            return std::make_pair(b.inputs, b.targets);
+          },
+          steps, token_bytes, c.dist.get());
+      log_info("%s bpb: %.6f (%lld tokens)", split, bpb, (long long)(steps * tokens_per_step));
+    }
+  }
+
+  if (has_mode(o.eval, "core"))
+    log_info("CORE: not available yet in this build (the core_eval module arrives with the CORE issue)");
+  return 0;
+}
+
+}  // namespace nanochat

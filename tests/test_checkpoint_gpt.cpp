@@ -1,0 +1,450 @@
+// Tests for checkpoint_gpt (build_model, spec §13), `nanochat import / export / generate`
+// and the UTF-8 stream. Independent answers come from Python (tests/fixtures/
+// gpt_io_fixtures.py): upstream-style checkpoints written by torch.save, logits and greedy
+// continuations from the PyTorch reference of the spec, token ids from tiktoken, exported
+// tensors read back by the safetensors package.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <functional>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/common/error.h"
+#include "nanochat/common/files.h"
+#include "nanochat/common/utf8.h"
+#include "nanochat/common/utf8_stream.h"
+#include "nanochat/tokenizer.h"
+#include "test_util.h"
+
+using namespace nanochat;
+using json = nlohmann::json;
+
+namespace {
+
+const std::string kScript = std::string(NANOCHAT_SOURCE_DIR) + "/tests/fixtures/gpt_io_fixtures.py";
+const std::string kBin = NANOCHAT_BIN;
+const std::string kPrompt = "the caf\xc3\xa9 costs 3\xe2\x82\xac \xf0\x9f\x98\x80";  // tokens split é, €, 😀
+
+std::vector<std::string>& temp_dirs() {
+  static std::vector<std::string> dirs;
+  return dirs;
+}
+struct RemoveTempDirs : ::testing::Environment {
+  void TearDown() override {
+    for (const auto& d : temp_dirs()) remove_tree(d);
+  }
+};
+[[maybe_unused]] auto* const kEnv = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
+
+std::string temp_dir() {
+  temp_dirs().push_back(make_temp_dir());
+  return temp_dirs().back();
+}
+
+// written by ctest's gpt_io_fixtures step, or here when missing
+const std::string& fixtures() {
+  static const std::string dir = [] {
+    std::string d = NANOCHAT_GPT_IO_FIXTURES;
+    if (!path_exists(d + "/expected.json")) {
+      CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript + " write " + d);
+      if (r.rc != 0) throw std::runtime_error("fixture script failed: " + r.err);
+    }
+    return d;
+  }();
+  return dir;
+}
+
+std::string quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+CommandResult run_cli(const std::string& base, const std::string& args) {
+  return run_shell("NANOCHAT_BASE_DIR=" + base + " OMP_NUM_THREADS=1 " + kBin + " " + args);
+}
+
+json python_json(const std::string& args) {
+  CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript + " " + args);
+  EXPECT_EQ(r.rc, 0) << r.err;
+  return json::parse(r.out);
+}
+
+// a base dir holding the imported fixture d2 (steps 5 and 10) and its tokenizer
+std::string imported_base() {
+  std::string base = temp_dir();
+  CommandResult r = run_cli(base, "import --from " + fixtures() + "/d2");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  return base;
+}
+
+// sets NANOCHAT_BASE_DIR for in-process calls while in scope
+struct BaseDirScope {
+  explicit BaseDirScope(const std::string& d) { setenv("NANOCHAT_BASE_DIR", d.c_str(), 1); }
+  ~BaseDirScope() { unsetenv("NANOCHAT_BASE_DIR"); }
+};
+
+GPTConfig tiny_config() {
+  GPTConfig c;
+  c.sequence_len = 32;
+  c.vocab_size = 300;
+  c.n_layer = 2;
+  c.n_head = 2;  // head dim 64
+  c.n_kv_head = 2;
+  c.n_embd = 128;
+  c.window_pattern = "SL";
+  return c;
+}
+
+GPT tiny_model(torch::ScalarType dtype = torch::kFloat32) {
+  GPT m(tiny_config(), torch::kCPU, dtype);
+  gpt_init_weights(m, 42);
+  torch::NoGradGuard ng;
+  auto gen = gpt_make_generator(torch::kCPU, 5);
+  for (auto& [name, p] : gpt_named_parameters(m)) p.add_(at::randn(p.sizes(), gen, torch::kFloat32).to(p.scalar_type()) * 0.05);
+  m->smear_lambda.fill_(0.5);
+  return m;
+}
+
+NamedTensors cpu_copy(const GPT& m) {
+  NamedTensors out;
+  for (auto& [name, p] : gpt_named_parameters(m)) out.emplace_back(name, p.detach().clone());
+  return out;
+}
+
+torch::Tensor fixture_idx() {
+  std::string bytes = read_file(fixtures() + "/idx.bin");
+  torch::Tensor t = torch::empty({2, 32}, torch::kLong);
+  EXPECT_EQ(bytes.size(), (size_t)t.numel() * 8);
+  std::memcpy(t.data_ptr(), bytes.data(), std::min(bytes.size(), (size_t)t.numel() * 8));
+  return t;
+}
+
+torch::Tensor fixture_logits(const std::string& name) {
+  std::string bytes = read_file(fixtures() + "/ref_logits_" + name + ".bin");
+  torch::Tensor t = torch::empty({2, 32, 300}, torch::kFloat32);
+  EXPECT_EQ(bytes.size(), (size_t)t.numel() * 4);
+  std::memcpy(t.data_ptr(), bytes.data(), std::min(bytes.size(), (size_t)t.numel() * 4));
+  return t;
+}
+
+double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) { return (a - b).abs().max().item<double>(); }
+
+void expect_one_error_line(const CommandResult& r, const std::string& needle) {
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  EXPECT_EQ(r.err.rfind("error: ", 0), 0u) << r.err;
+  EXPECT_NE(r.err.find(needle), std::string::npos) << "expected '" << needle << "' in: " << r.err;
+}
+
+}  // namespace
+
+// ---- build_model in process --------------------------------------------------------------
+
+TEST(CheckpointGpt, SaveLoadGivesIdenticalLogits) {
+  std::string base = temp_dir();
+  BaseDirScope scope(base);
+  GPT m = tiny_model();
+  nlohmann::ordered_json meta;
+  meta["step"] = 3;
+  meta["model_config"] = gpt_config_to_json(tiny_config());
+  std::string dir = checkpoint_dir("base", "d2");
+  checkpoint_save_model(dir, 3, gpt_named_parameters(m), meta);
+  checkpoint_mark_complete(dir, 3, 0);
+
+  LoadedGPT l = checkpoint_load_gpt("base", "", -1, torch::kCPU, torch::kFloat32, 300);
+  EXPECT_EQ(l.ref.step, 3);
+  EXPECT_EQ(l.ref.dir, dir);
+  EXPECT_EQ(l.config.n_layer, 2);
+  EXPECT_FALSE(l.model->is_training());
+  torch::NoGradGuard ng;
+  torch::Tensor idx = fixture_idx();
+  EXPECT_TRUE(torch::equal(m->forward(idx), l.model->forward(idx)));
+
+  // the tokenizer's vocab must be the model's
+  try {
+    checkpoint_load_gpt("base", "d2", 3, torch::kCPU, torch::kFloat32, 299);
+    FAIL() << "vocab mismatch not detected";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("vocab_size is 300"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CheckpointGpt, CastsToTheDtypesTheModelKeeps) {
+  GPT src = tiny_model();
+  NamedTensors fp32 = cpu_copy(src);
+  // a bf16 compute model keeps bf16 embedding tables and fp32 masters
+  GPT bf(tiny_config(), torch::kCPU, torch::kBFloat16);
+  checkpoint_load_into_gpt(bf, fp32, "test");
+  EXPECT_EQ(bf->wte->weight.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(bf->ve[1]->weight.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(bf->lm_head->weight.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(torch::equal(bf->wte->weight, src->wte->weight.to(torch::kBFloat16)));
+  EXPECT_TRUE(torch::equal(bf->lm_head->weight, src->lm_head->weight));
+  // a bf16 checkpoint (upstream after a GPU run) on the CPU: fp32, values exactly the bf16 ones
+  NamedTensors bf16 = cpu_copy(src);
+  for (auto& [name, t] : bf16) t = t.to(torch::kBFloat16);
+  GPT f(tiny_config(), torch::kCPU, torch::kFloat32);
+  checkpoint_load_into_gpt(f, bf16, "test");
+  EXPECT_EQ(f->wte->weight.scalar_type(), torch::kFloat32);
+  EXPECT_TRUE(torch::equal(f->wte->weight, src->wte->weight.to(torch::kBFloat16).to(torch::kFloat32)));
+  // "_orig_mod." prefixes and missing lambdas (old checkpoints) are fixed up
+  NamedTensors old;
+  for (auto& [name, t] : cpu_copy(src))
+    if (name != "resid_lambdas" && name != "x0_lambdas") old.emplace_back("_orig_mod." + name, t);
+  checkpoint_load_into_gpt(f, old, "test");
+  EXPECT_TRUE(torch::equal(f->resid_lambdas, torch::ones({2})));
+  EXPECT_TRUE(torch::equal(f->x0_lambdas, torch::zeros({2})));
+  EXPECT_TRUE(torch::equal(f->lm_head->weight, src->lm_head->weight));
+}
+
+TEST(CheckpointGpt, BadTensorsNameTheKeyAndChangeNothing) {
+  GPT src = tiny_model();
+  GPT dst = tiny_model();
+  {
+    torch::NoGradGuard ng;
+    dst->lm_head->weight.fill_(0.25);
+  }
+  NamedTensors good = cpu_copy(src);
+  auto with = [&](const std::function<void(NamedTensors&)>& edit) {
+    NamedTensors t = good;
+    edit(t);
+    return t;
+  };
+  struct Case {
+    NamedTensors tensors;
+    std::string needle;
+  };
+  std::vector<Case> cases = {
+      {with([](NamedTensors& t) { t.erase(t.begin() + 4); }), "missing tensor 'transformer.wte.weight'"},
+      {with([](NamedTensors& t) { t.emplace_back("transformer.h.0.attn.bias", torch::zeros({3})); }),
+       "unexpected tensor 'transformer.h.0.attn.bias'"},
+      {with([](NamedTensors& t) { t[5].second = t[5].second.to(torch::kInt64); }), "'transformer.h.0.attn.c_q.weight'"},
+      {with([](NamedTensors& t) { t.back().second = torch::zeros({320, 64}); }), "'value_embeds.1.weight'"},
+  };
+  ASSERT_EQ(good[4].first, "transformer.wte.weight");
+  ASSERT_EQ(good[5].first, "transformer.h.0.attn.c_q.weight");
+  ASSERT_EQ(good.back().first, "value_embeds.1.weight");
+  for (const Case& c : cases) {
+    try {
+      checkpoint_load_into_gpt(dst, c.tensors, "ckpt.safetensors");
+      ADD_FAILURE() << "no error for " << c.needle;
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      EXPECT_EQ(msg.rfind("ckpt.safetensors: ", 0), 0u) << msg;
+      EXPECT_NE(msg.find(c.needle), std::string::npos) << msg;
+    }
+    EXPECT_TRUE(torch::equal(dst->lm_head->weight, torch::full_like(dst->lm_head->weight, 0.25)));
+  }
+}
+
+// ---- UTF-8 streaming ----------------------------------------------------------------------
+
+TEST(Utf8Stream, HoldsBackIncompleteCharacters) {
+  Utf8Stream s;
+  EXPECT_EQ(s.push("a\xe2\x82"), "a");
+  EXPECT_EQ(s.push("\xac"), "\xe2\x82\xac");
+  EXPECT_EQ(s.push("\xf0"), "");
+  EXPECT_EQ(s.push("\x9f\x98"), "");
+  EXPECT_EQ(s.push("\x80!"), "\xf0\x9f\x98\x80!");
+  EXPECT_EQ(s.push("\xe0\x80"), "\xef\xbf\xbd\xef\xbf\xbd");  // E0 80 is ill-formed already: no waiting
+  EXPECT_EQ(s.push("\xc3"), "");
+  EXPECT_EQ(s.finish(), "\xef\xbf\xbd");  // an unfinished character at the end
+  EXPECT_EQ(utf8_incomplete_tail("\xed\xa0"), 0u);  // a surrogate can never complete
+  EXPECT_EQ(utf8_incomplete_tail("\xf4\x8f\xbf"), 3u);
+  EXPECT_EQ(utf8_incomplete_tail("\xf4\x90"), 0u);  // above U+10FFFF
+}
+
+TEST(Utf8Stream, ChunksAreValidAndConcatenateToTheFullDecode) {
+  // tokens of real text cut at random byte boundaries, plus random garbage bytes
+  const std::string text = "na\xc3\xafve caf\xc3\xa9 \xe2\x82\xac\xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87 ok";
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; trial++) {
+    std::string bytes;
+    for (int i = 0; i < 40; i++) {
+      if (rng() % 5 == 0) bytes += (char)(rng() % 256);
+      else bytes += text.substr(rng() % text.size(), 1 + rng() % 4);
+    }
+    Utf8Stream s;
+    std::string out;
+    for (size_t pos = 0; pos < bytes.size();) {
+      size_t n = 1 + rng() % 3;
+      std::string chunk = s.push(std::string_view(bytes).substr(pos, n));
+      ASSERT_TRUE(utf8_is_valid(chunk));
+      out += chunk;
+      pos += n;
+    }
+    out += s.finish();
+    ASSERT_EQ(out, utf8_decode_replace(bytes)) << "trial " << trial;
+  }
+}
+
+// ---- import -------------------------------------------------------------------------------
+
+TEST(Import, UpstreamCheckpointGivesTheReferenceLogits) {
+  std::string base = imported_base();
+  BaseDirScope scope(base);
+  std::string dir = base + "/base_checkpoints/d2";  // the tag from the directory name
+  for (int64_t step : {5, 10}) EXPECT_TRUE(checkpoint_is_complete(dir, step)) << step;
+  EXPECT_FALSE(path_exists(dir + "/optim_000010_rank0.safetensors"));
+  // tensors keep upstream's dtypes: bf16 tables, fp32 masters, names without _orig_mod.
+  SafetensorsFile f = safetensors_load(checkpoint_model_path(dir, 10));
+  std::map<std::string, torch::Tensor> by_name(f.tensors.begin(), f.tensors.end());
+  ASSERT_TRUE(by_name.count("transformer.wte.weight"));
+  EXPECT_EQ(by_name["transformer.wte.weight"].scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(by_name["lm_head.weight"].scalar_type(), torch::kFloat32);
+  Tokenizer tok = tokenizer_load(base + "/tokenizer");
+  EXPECT_EQ(tok.vocab_size(), 300);
+  EXPECT_EQ(tok.bos_id(), 291);
+
+  torch::NoGradGuard ng;
+  torch::Tensor idx = fixture_idx();
+  for (std::string step : {"000005", "000010"}) {
+    LoadedGPT l = checkpoint_load_gpt("base", "", std::stoll(step), torch::kCPU, torch::kFloat32, tok.vocab_size());
+    double diff = max_abs_diff(l.model->forward(idx), fixture_logits(step));
+    EXPECT_LT(diff, 1e-4) << "step " << step;
+    std::printf("[import] step %s: max |logits - reference| = %.3g\n", step.c_str(), diff);
+  }
+  EXPECT_EQ(checkpoint_load_gpt("base", "", -1, torch::kCPU, torch::kFloat32, 300).ref.step, 10);
+}
+
+TEST(Import, OldCheckpointIsPatched) {
+  std::string base = temp_dir();
+  // no tokenizer.tiktoken in old/: the one already in $BASE/tokenizer is used
+  CommandResult r0 = run_cli(base, "import --from " + fixtures() + "/old");
+  expect_one_error_line(r0, "no tokenizer");
+  CommandResult r = run_cli(base, "import --from " + fixtures() + "/old --tokenizer " + fixtures() + "/d2/tokenizer.tiktoken");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  BaseDirScope scope(base);
+  LoadedGPT l = checkpoint_load_gpt("base", "d2", 7, torch::kCPU, torch::kFloat32, 300);  // tag d<n_layer>
+  EXPECT_EQ(l.config.window_pattern, "L");
+  EXPECT_EQ(l.meta["model_config"]["window_pattern"], "L");
+  torch::NoGradGuard ng;
+  EXPECT_LT(max_abs_diff(l.model->forward(fixture_idx()), fixture_logits("old")), 1e-4);
+}
+
+TEST(Import, RefusesToOverwriteWithoutForce) {
+  std::string base = imported_base();
+  std::string model = base + "/base_checkpoints/d2/model_000010.safetensors";
+  std::string before = read_file(model);
+  CommandResult r = run_cli(base, "import --from " + fixtures() + "/d2");
+  expect_one_error_line(r, "model_000005.safetensors already exists");
+  EXPECT_EQ(read_file(model), before);
+  // a different tokenizer in $BASE is not replaced silently
+  std::string tok_json = read_file(base + "/tokenizer/tokenizer.json");
+  std::string ranks = base + "/other.tiktoken";
+  std::string text = read_file(fixtures() + "/d2/tokenizer.tiktoken");
+  text = text.substr(0, text.rfind('\n', text.size() - 2) + 1);  // one merge fewer
+  { std::FILE* f = std::fopen(ranks.c_str(), "wb"); std::fwrite(text.data(), 1, text.size(), f); std::fclose(f); }
+  CommandResult r2 = run_cli(base, "import --from " + fixtures() + "/d2 --model-tag x --tokenizer " + ranks);
+  expect_one_error_line(r2, "different tokenizer");
+  EXPECT_EQ(read_file(base + "/tokenizer/tokenizer.json"), tok_json);
+  EXPECT_FALSE(path_exists(base + "/base_checkpoints/x"));
+  CommandResult r3 = run_cli(base, "import --from " + fixtures() + "/d2 --force --step 10");
+  EXPECT_EQ(r3.rc, 0) << r3.err;
+}
+
+TEST(Import, BadStateDictsFailBeforeWritingAnything) {
+  struct Case {
+    std::string dir, needle;
+  };
+  for (const Case& c : std::vector<Case>{{"bad_dtype", "'transformer.h.1.mlp.c_fc.weight' has dtype Long"},
+                                         {"bad_missing", "missing tensor 'lm_head.weight'"},
+                                         {"bad_extra", "unexpected tensor 'transformer.h.0.attn.bias'"},
+                                         {"bad_shape", "'smear_gate.weight' is [1, 12]"}}) {
+    std::string base = temp_dir();
+    CommandResult r = run_cli(base, "import --from " + fixtures() + "/" + c.dir);
+    expect_one_error_line(r, c.needle);
+    EXPECT_NE(r.err.find("model_000001.pt"), std::string::npos) << r.err;
+    EXPECT_FALSE(path_exists(base + "/base_checkpoints")) << c.dir;
+    EXPECT_FALSE(path_exists(base + "/tokenizer")) << c.dir;
+  }
+}
+
+// ---- export -------------------------------------------------------------------------------
+
+TEST(Export, SafetensorsReadByPythonEqualTheUpstreamTensors) {
+  std::string base = imported_base();
+  std::string out = temp_dir() + "/sub/model.safetensors";
+  CommandResult r = run_cli(base, "export --source base --step 10 --out " + out);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json check = python_json("check_export " + fixtures() + "/d2/model_000010.pt " + out);
+  EXPECT_EQ(check["mismatches"], json::array());
+  EXPECT_EQ(check["keys"], 21);  // 4 scalars, wte, 6 + 7 in the blocks, lm_head, smear_gate, ve 1
+  json cfg = json::parse(read_file(parent_dir(out) + "/config.json"));
+  EXPECT_EQ(cfg["source"], "base");
+  EXPECT_EQ(cfg["model_tag"], "d2");
+  EXPECT_EQ(cfg["step"], 10);
+  json expected = json::parse(read_file(fixtures() + "/expected.json"));
+  EXPECT_EQ(cfg["model_config"], expected["config"]);
+  Tokenizer a = tokenizer_load(parent_dir(out)), b = tokenizer_load(base + "/tokenizer");
+  EXPECT_EQ(a.ranks(), b.ranks());
+  EXPECT_EQ(a.specials(), b.specials());
+  EXPECT_EQ(read_file(parent_dir(out) + "/token_bytes.bin"), read_file(base + "/tokenizer/token_bytes.bin"));
+}
+
+TEST(Export, TruncatedCheckpointIsOneErrorAndOverwritesNothing) {
+  std::string base = imported_base();
+  std::string model = base + "/base_checkpoints/d2/model_000010.safetensors";
+  std::string bytes = read_file(model);
+  ASSERT_EQ(truncate(model.c_str(), (off_t)bytes.size() - 100), 0);
+  std::string out_dir = temp_dir();
+  std::FILE* f = std::fopen((out_dir + "/model.safetensors").c_str(), "wb");
+  std::fputs("previous export", f);
+  std::fclose(f);
+  CommandResult r = run_cli(base, "export --out " + out_dir + "/model.safetensors");
+  expect_one_error_line(r, "model_000010.safetensors");
+  EXPECT_EQ(read_file(out_dir + "/model.safetensors"), "previous export");
+  EXPECT_FALSE(path_exists(out_dir + "/config.json"));
+  // generate reads the same file: the same kind of error
+  CommandResult g = run_cli(base, "generate -p hi --max-tokens 2");
+  expect_one_error_line(g, "model_000010.safetensors");
+}
+
+// ---- generate -----------------------------------------------------------------------------
+
+TEST(Generate, GreedyEqualsTheReferenceArgmaxLoop) {
+  std::string base = imported_base();
+  CommandResult r = run_cli(base, "generate --temperature 0 --max-tokens 8 --json -p " + quote(kPrompt));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  json out = json::parse(r.out);
+  // prompt ids: <|bos|> then tiktoken's encoding
+  json want_prompt = python_json("encode " + fixtures() + "/d2/tokenizer.tiktoken " + quote(kPrompt));
+  want_prompt.insert(want_prompt.begin(), 291);
+  EXPECT_EQ(out["prompt_ids"], want_prompt);
+  json ref = python_json("greedy " + fixtures() + "/d2/model_000010.pt 8 " + quote(out["prompt_ids"].dump()));
+  EXPECT_EQ(out["generated_ids"], ref["ids"]) << "reference min top-2 margin " << ref["min_margin"];
+  ASSERT_EQ(out["logprobs"].size(), 8u);
+  for (size_t i = 0; i < 8; i++)
+    EXPECT_NEAR(out["logprobs"][i].get<double>(), ref["logprobs"][i].get<double>(), 1e-4) << i;
+  Tokenizer tok = tokenizer_load(base + "/tokenizer");
+  std::vector<int32_t> gen = out["generated_ids"].get<std::vector<int32_t>>();
+  EXPECT_EQ(out["text"], tok.decode(gen));
+}
+
+TEST(Generate, SeededSamplingIsReproducibleAndStreamsWholeCharacters) {
+  std::string base = imported_base();
+  std::string args = "generate --temperature 1.0 --top-k 50 --max-tokens 24 -p " + quote(kPrompt);
+  CommandResult a = run_cli(base, args + " --seed 7 --json");
+  CommandResult b = run_cli(base, args + " --seed 7 --json");
+  CommandResult c = run_cli(base, args + " --seed 8 --json");
+  ASSERT_EQ(a.rc, 0) << a.err;
+  json ja = json::parse(a.out), jb = json::parse(b.out), jc = json::parse(c.out);
+  EXPECT_EQ(ja["generated_ids"], jb["generated_ids"]);
+  EXPECT_NE(ja["generated_ids"], jc["generated_ids"]);
+  // the same draws as gpt_generate in process
+  BaseDirScope scope(base);
+  LoadedGPT l = checkpoint_load_gpt("base", "", -1, torch::kCPU, torch::kFloat32, 300);
+  std::vector<int64_t> want = gpt_generate(l.model, ja["prompt_ids"].get<std::vector<int64_t>>(), 24, 1.0, 50, 7);
+  EXPECT_EQ(ja["generated_ids"].get<std::vector<int64_t>>(), want);
+  // streamed text: the prompt, then exactly the decoded completion, valid UTF-8 throughout
+  CommandResult s = run_cli(base, args + " --seed 7");
+  ASSERT_EQ(s.rc, 0) << s.err;
+  EXPECT_EQ(s.out, kPrompt + ja["text"].get<std::string>() + "\n");
+  EXPECT_TRUE(utf8_is_valid(s.out));
+}
