@@ -10,6 +10,7 @@
 #include "nanochat/common.h"
 #include "nanochat/compute.h"
 #include "nanochat/dataloader.h"
+#include "nanochat/engine.h"
 #include "nanochat/gpt.h"
 #include "nanochat/loss_eval.h"
 #include "nanochat/tokenizer.h"
@@ -47,14 +48,20 @@ int base_eval_run(const BaseEvalOptions& o) {
   torch::NoGradGuard no_grad;
 
   if (has_mode(o.eval, "sample") && c.master()) {
+    Engine engine(model, tok);
     log_info("greedy completions:");
     for (const std::string& prompt : base_train_sample_prompts())
-      log_info("%s", train_sample_greedy(model, tok, prompt, 16).c_str());
+      log_info("%s", train_sample_greedy(engine, prompt, 16).c_str());
+    // upstream: 8 rows from <|bos|>, 128 tokens at temperature 1.0, one generator seeded 42
     log_info("unconditioned samples (temperature 1.0):");
-    for (uint64_t i = 0; i < 8; i++) {
-      std::vector<int64_t> out = gpt_generate(model, {tok.bos_id()}, 128, 1.0, 0, 42 + i);
-      log_info("%s", tok.decode(std::vector<int32_t>(out.begin(), out.end())).c_str());
-    }
+    GenerateOptions go;
+    go.num_samples = 8;
+    go.max_tokens = 128;
+    go.temperature = 1.0;
+    go.seed = 42;
+    GenerateResult r = engine.generate_batch({tok.bos_id()}, go);
+    for (const auto& row : r.tokens)
+      log_info("%s", tok.decode(std::vector<int32_t>(row.begin() + 1, row.end())).c_str());
   }
 
   if (has_mode(o.eval, "bpb")) {

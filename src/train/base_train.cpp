@@ -278,8 +278,9 @@ int base_train_run(const BaseTrainOptions& o) {
       log_info("CORE metric: not available yet in this build (arrives with the CORE evaluation)");
     if (c.master() && o.sample_every > 0 && (last_step || (step > 0 && step % o.sample_every == 0))) {
       model->eval();
+      Engine engine(model, tok);
       for (const std::string& prompt : base_train_sample_prompts())
-        log_info("%s", train_sample_greedy(model, tok, prompt, 16).c_str());
+        log_info("%s", train_sample_greedy(engine, prompt, 16).c_str());
       model->train();
     }
     if (!last_step && step > 0 && step != resume_step && o.save_every > 0 && step % o.save_every == 0)

@@ -48,12 +48,15 @@ std::optional<LoaderState> train_loader_state_from_checkpoint(const nlohmann::or
   return std::nullopt;
 }
 
-std::string train_sample_greedy(GPT& model, const Tokenizer& tok, const std::string& prompt,
-                                int64_t max_tokens) {
-  std::vector<int64_t> ids = {tok.bos_id()};
+std::string train_sample_greedy(const Engine& engine, const std::string& prompt, int64_t max_tokens) {
+  const Tokenizer& tok = engine.tokenizer();
+  std::vector<int32_t> ids = {tok.bos_id()};
   for (int32_t id : tok.encode(prompt)) ids.push_back(id);
-  std::vector<int64_t> out = gpt_generate(model, ids, max_tokens, /*temperature=*/0.0);
-  return prompt + tok.decode(std::vector<int32_t>(out.begin(), out.end()));
+  GenerateOptions go;
+  go.max_tokens = max_tokens;
+  go.temperature = 0.0;
+  GenerateResult r = engine.generate_batch(ids, go);
+  return tok.decode(std::vector<int32_t>(r.tokens[0].begin() + 1, r.tokens[0].end()));
 }
 
 std::string train_format_thousands(int64_t n) {

@@ -13,6 +13,7 @@
 
 #include "nanochat/compute.h"
 #include "nanochat/dataloader.h"
+#include "nanochat/engine.h"
 #include "nanochat/gpt.h"
 #include "nanochat/safetensors.h"
 
@@ -35,9 +36,9 @@ nlohmann::ordered_json train_loader_state_upstream(const std::optional<LoaderSta
 std::optional<LoaderState> train_loader_state_from_checkpoint(const nlohmann::ordered_json& meta,
                                                               const nlohmann::ordered_json& rank_state);
 
-// "<prompt><greedy completion of max_tokens tokens>", the prompt prefixed with <|bos|>
-std::string train_sample_greedy(GPT& model, const Tokenizer& tok, const std::string& prompt,
-                                int64_t max_tokens);
+// "<prompt><greedy completion of up to max_tokens tokens>", the prompt prefixed with
+// <|bos|>, through the engine (KV cache; stops at <|bos|>/<|assistant_end|>) as upstream
+std::string train_sample_greedy(const Engine& engine, const std::string& prompt, int64_t max_tokens);
 
 std::string train_format_thousands(int64_t n);  // 1234567 -> "1,234,567"
 
