@@ -10,27 +10,9 @@
 
 #include "nanochat/common/device.h"
 #include "nanochat/gpt.h"
+#include "../bench_util.h"
 
 using namespace nanochat;
-using clk = std::chrono::steady_clock;
-
-static double seconds_since(clk::time_point t0) {
-  return std::chrono::duration<double>(clk::now() - t0).count();
-}
-
-// the best of several n x n x n fp32 matmuls, in FLOP/s
-static double matmul_roof(int64_t n, int reps) {
-  torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n});
-  torch::Tensor c = torch::mm(a, b);  // warm-up
-  double best = 0;
-  for (int r = 0; r < reps; r++) {
-    auto t0 = clk::now();
-    c = torch::mm(a, b);
-    best = std::max(best, 2.0 * n * n * n / seconds_since(t0));
-  }
-  return best;
-}
-
 int main(int argc, char** argv) {
   const int64_t T = argc > 1 ? std::atoll(argv[1]) : 256;
   const int64_t B = argc > 2 ? std::atoll(argv[2]) : 1;
@@ -39,7 +21,7 @@ int main(int argc, char** argv) {
   const HostInfo host = host_info();
   std::printf("bench_model: %s, %d threads, fp32, B=%lld T=%lld, %d timed steps\n", host.cpu_model.c_str(),
               threads, (long long)B, (long long)T, steps);
-  const double roof = std::max(matmul_roof(1024, 5), matmul_roof(2048, 2));
+  const double roof = std::max(bench_matmul_roof(1024, 5), bench_matmul_roof(2048, 2));
   std::printf("matmul roof (best of 1024^3 and 2048^3 fp32 mm): %.1f GFLOP/s\n\n", roof / 1e9);
   std::printf("%-5s %6s %12s %14s %12s %12s %10s\n", "model", "d", "params", "flops/token", "tokens/s",
               "GFLOP/s", "of roof");
@@ -54,9 +36,9 @@ int main(int argc, char** argv) {
       gpt_loss(m, idx, tgt).backward();
     };
     step();  // warm-up
-    auto t0 = clk::now();
+    auto t0 = bench_clock::now();
     for (int s = 0; s < steps; s++) step();
-    const double tok_s = (double)(B * T * steps) / seconds_since(t0);
+    const double tok_s = (double)(B * T * steps) / bench_seconds_since(t0);
     const double flops = (double)gpt_estimate_flops(c) * tok_s;
     std::printf("d%-4lld %6lld %12lld %14lld %12.1f %12.1f %9.1f%%\n", (long long)depth, (long long)c.n_embd,
                 (long long)gpt_num_scaling_params(c).total, (long long)gpt_estimate_flops(c), tok_s,

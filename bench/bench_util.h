@@ -1,0 +1,32 @@
+// defines: bench_seconds_since, bench_matmul_roof
+// What several benches share: a wall clock and the CPU's fp32 matmul FLOP/s measured in the
+// same run (the roof that model throughput is reported against).
+#pragma once
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+
+#include <torch/torch.h>
+
+namespace nanochat {
+
+using bench_clock = std::chrono::steady_clock;
+
+inline double bench_seconds_since(bench_clock::time_point t0) {
+  return std::chrono::duration<double>(bench_clock::now() - t0).count();
+}
+
+// the best of several n x n x n fp32 matmuls, in FLOP/s
+inline double bench_matmul_roof(int64_t n, int reps) {
+  torch::Tensor a = torch::randn({n, n}), b = torch::randn({n, n});
+  torch::Tensor c = torch::mm(a, b);  // warm-up
+  double best = 0;
+  for (int r = 0; r < reps; r++) {
+    auto t0 = bench_clock::now();
+    c = torch::mm(a, b);
+    best = std::max(best, 2.0 * (double)n * (double)n * (double)n / bench_seconds_since(t0));
+  }
+  return best;
+}
+
+}  // namespace nanochat
