@@ -39,6 +39,17 @@ echo "== GPU checks"
 ./build-gpu/nanochat doctor 2>&1 | tee "$OUT/doctor.txt"
 doctor_rc=${PIPESTATUS[0]}
 
+echo "== training throughput (base-train on a local corpus, d12 and d20, T=2048)"
+export NANOCHAT_BASE_DIR="$OUT/base"
+python3 runs/make_local_corpus.py "$OUT/corpus" > /dev/null
+./build-gpu/nanochat tok-train --data "$OUT/corpus" --max-chars 20000000 > "$OUT/tok_train.log" 2>&1
+for depth in 12 20; do
+  ./build-gpu/nanochat base-train --data "$OUT/corpus" --depth $depth --device-batch-size 16 \
+    --total-batch-size 524288 --num-iterations 25 --eval-every -1 --sample-every -1 --core-metric-every -1 \
+    --model-tag "gpu_d$depth" > "$OUT/train_d$depth.log" 2>&1
+  echo "d$depth: exit $?; $(grep '^.*step 0002[0-4]' "$OUT/train_d$depth.log" | tail -1 | grep -o 'tok/sec: [0-9,]* | bf16_mfu: [0-9.]*')"
+done
+
 echo "== summary"
 printf "%-28s %s\n" "check" "result"
 printf "%-28s %s\n" "ctest (CPU + CUDA)" "$([ "$tests_rc" = 0 ] && echo pass || echo FAIL)"
