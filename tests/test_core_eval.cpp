@@ -316,7 +316,9 @@ TEST(CoreEval, BatchSizeAndRanksDoNotChangeTheResult) {
     for (int rank = 0; rank < 3; rank++) {
       auto part = core_evaluate_task(fn, tok, task, data, o, rank, 3);
       for (size_t i = 0; i < part.size(); i++) {
-        if ((int64_t)i % 3 != rank) EXPECT_EQ(part[i], 0.0f);
+        if ((int64_t)i % 3 != rank) {
+          EXPECT_EQ(part[i], 0.0f);
+        }
         sum[i] += part[i];
       }
     }

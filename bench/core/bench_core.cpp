@@ -5,7 +5,7 @@
 // example's prompts per forward (batch 4: what upstream's per-example loop forwards), and
 // with many examples' prompts per forward (batched, longest first). Ratios are against
 // batch 1 of the same run. The CORE numbers must agree (printed) whatever the batch.
-// usage: bench_core [--depth 4] [--vocab 32768] [--examples 64] [--shots 3] [--batches 1,4,32] [--threads N]
+// usage: bench_core [--depth 4] [--vocab 32768] [--examples 32] [--shots 2] [--batches 1,4,32] [--threads N]
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -63,7 +63,7 @@ static std::string make_bundle(int64_t examples, int64_t shots) {
 
 int main(int argc, char** argv) {
   CLI::App app("CORE evaluation examples/s: batched vs one prompt per forward");
-  int64_t depth = 4, vocab = 32768, examples = 64, shots = 3;
+  int64_t depth = 4, vocab = 32768, examples = 32, shots = 2;
   std::string batches = "1,4,32";
   int threads_flag = 0;
   app.add_option("--depth", depth);
