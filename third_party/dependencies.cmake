@@ -16,6 +16,10 @@ find_package(ZLIB REQUIRED)
 find_package(Snappy CONFIG REQUIRED)
 find_package(OpenSSL REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # built with OpenSSL on Debian
+# the CORE eval bundle (spec §8.1): a zip (libzip) holding core.yaml (yaml-cpp)
+# (pkg-config for libzip: Debian's CMake config insists on the zipcmp tools of another package)
+pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)
+find_package(yaml-cpp CONFIG REQUIRED)
 
 # ProcessGroupGloo.hpp includes gloo headers, which the torch wheel does not ship; Debian's
 # libgloo-dev provides them (headers only: the Gloo code itself is inside libtorch_cpu).
@@ -27,7 +31,7 @@ endif()
 add_library(nanochat_deps INTERFACE)
 target_link_libraries(nanochat_deps INTERFACE ${TORCH_LIBRARIES} nlohmann_json::nlohmann_json
                       PkgConfig::ZSTD PkgConfig::PCRE2 ZLIB::ZLIB Snappy::snappy PkgConfig::HTTPLIB
-                      OpenSSL::SSL OpenSSL::Crypto Threads::Threads)
+                      OpenSSL::SSL OpenSSL::Crypto PkgConfig::LIBZIP yaml-cpp Threads::Threads)
 target_include_directories(nanochat_deps SYSTEM INTERFACE ${GLOO_INCLUDE_DIR})
 target_compile_definitions(nanochat_deps INTERFACE USE_C10D_GLOO)
 

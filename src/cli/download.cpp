@@ -1,6 +1,7 @@
 // `nanochat download [target]`: fetch named datasets into the base dir. Targets today:
-// climbmix (the pretraining shards of spec §2.1). Later issues add their own (eval bundle,
-// task data) to kTargets; every one goes through download_file (resume, verify, lock, retry).
+// climbmix (the pretraining shards of spec §2.1) and eval-bundle (the CORE bundle, §8.1).
+// Later issues add their own (task data) to kTargets; every one goes through download_file
+// (resume, verify, lock, retry).
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <mutex>
@@ -8,6 +9,7 @@
 
 #include "cli/commands.h"
 #include "nanochat/common.h"
+#include "nanochat/core_eval.h"
 #include "nanochat/dataset.h"
 #include "nanochat/dist.h"
 
@@ -20,6 +22,7 @@ struct DownloadFlags {
   std::string base_url = kClimbmixBaseUrl;
   double retry_delay = 2.0;
   int timeout = 30;
+  std::string url = kEvalBundleUrl;
 };
 
 // One progress line in MB for all workers. The total is each file's size once its server
@@ -124,6 +127,32 @@ static int download_climbmix(const DownloadFlags& f) {
   return 0;
 }
 
+static int download_eval_bundle(const DownloadFlags& f) {
+  std::string dest = base_dir_path("eval_bundle");
+  if (path_exists(dest + "/core.yaml")) {
+    log_info("the CORE eval bundle is already in %s", dest.c_str());
+    return 0;
+  }
+  log_info("download eval-bundle: %s -> %s", f.url.c_str(), dest.c_str());
+  DownloadMeter meter(1);
+  DownloadOptions o;
+  o.retry_base_seconds = f.retry_delay;
+  o.connect_timeout_seconds = o.read_timeout_seconds = f.timeout;
+  o.on_bytes = [&](int64_t d) { meter.add_bytes(d); };
+  o.on_total = [&](int64_t t) { meter.add_total(t); };
+  Timer timer;
+  try {
+    core_bundle_download(f.url, o);
+  } catch (const DownloadError& e) {
+    meter.finish();
+    fail("%s%s", e.what(), e.unreachable ? " (or pass --url with a reachable mirror)" : "");
+  }
+  meter.finish();
+  log_info("done in %s: %zu CORE tasks in %s", format_duration(timer.seconds()).c_str(),
+           core_bundle_load(dest).size(), dest.c_str());
+  return 0;
+}
+
 struct DownloadTarget {
   const char* name;
   const char* what;
@@ -132,6 +161,8 @@ struct DownloadTarget {
 static const DownloadTarget kTargets[] = {
     {"climbmix", "ClimbMix pretraining shards (~100 MB each) -> $NANOCHAT_BASE_DIR/base_data_climbmix/",
      download_climbmix},
+    {"eval-bundle", "the CORE eval bundle (22 DCLM tasks, spec §8.1) -> $NANOCHAT_BASE_DIR/eval_bundle/",
+     download_eval_bundle},
 };
 
 void cli_register_download(CLI::App& app, int& exit_code) {
@@ -147,6 +178,7 @@ void cli_register_download(CLI::App& app, int& exit_code) {
   sub->add_option("-w,--workers", f.workers, "parallel downloads")->default_val(4)->check(CLI::Range(1, 64));
   sub->add_option("--base-url", f.base_url, "where the shards are (a mirror): <base-url>/shard_00000.parquet")
       ->default_val(kClimbmixBaseUrl);
+  sub->add_option("--url", f.url, "eval-bundle: the zip's URL (a mirror)")->default_val(kEvalBundleUrl);
   sub->add_option("--retry-delay", f.retry_delay, "seconds before the first retry; doubles each time (5 attempts)")
       ->default_val(2.0)->check(CLI::Range(0.0, 600.0));
   sub->add_option("--timeout", f.timeout, "seconds to connect, and of silence before a transfer is retried")
