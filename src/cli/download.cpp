@@ -10,6 +10,7 @@
 #include "nanochat/common.h"
 #include "nanochat/dataset.h"
 #include "nanochat/dist.h"
+#include "nanochat/tasks.h"
 
 namespace nanochat {
 
@@ -124,6 +125,28 @@ static int download_climbmix(const DownloadFlags& f) {
   return 0;
 }
 
+// the chat task datasets (spec §9.1-§9.2) through the hub's parquet listing API ($HF_ENDPOINT
+// for a mirror), one split after the other, plus SpellingBee's word list
+static int download_tasks(const DownloadFlags& f) {
+  DownloadOptions o;
+  o.retry_base_seconds = f.retry_delay;
+  o.connect_timeout_seconds = o.read_timeout_seconds = f.timeout;
+  Timer timer;
+  for (const HubSplit& s : kTaskDataSplits) {
+    std::vector<std::string> shards = hub_download(s, o);
+    log_info("%s %s/%s: %zu shard(s) in %s", s.repo_id.c_str(), s.subset.c_str(), s.split.c_str(), shards.size(),
+             hub_split_dir(s).c_str());
+  }
+  try {  // only the historical spelling tasks need it, and they can use wamerican instead
+    download_file(kWordListUrl, spelling_word_list_path(), o);
+  } catch (const DownloadError& e) {
+    log_warn("%s; SpellingBee / SimpleSpelling will use /usr/share/dict/words (wamerican) instead", e.what());
+  }
+  log_info("done in %s: task data in %s, word list %s", format_duration(timer.seconds()).c_str(),
+           base_dir_path("task_data").c_str(), spelling_word_list_path().c_str());
+  return 0;
+}
+
 struct DownloadTarget {
   const char* name;
   const char* what;
@@ -132,6 +155,8 @@ struct DownloadTarget {
 static const DownloadTarget kTargets[] = {
     {"climbmix", "ClimbMix pretraining shards (~100 MB each) -> $NANOCHAT_BASE_DIR/base_data_climbmix/",
      download_climbmix},
+    {"tasks", "SFT / chat-eval datasets (SmolTalk, MMLU, GSM8K, ARC, HumanEval; $HF_ENDPOINT for a mirror) -> $NANOCHAT_BASE_DIR/task_data/",
+     download_tasks},
 };
 
 void cli_register_download(CLI::App& app, int& exit_code) {
