@@ -12,6 +12,7 @@
 #include "nanochat/core_eval.h"
 #include "nanochat/dataset.h"
 #include "nanochat/dist.h"
+#include "nanochat/tasks.h"
 
 namespace nanochat {
 
@@ -153,6 +154,28 @@ static int download_eval_bundle(const DownloadFlags& f) {
   return 0;
 }
 
+// the chat task datasets (spec §9.1-§9.2) through the hub's parquet listing API ($HF_ENDPOINT
+// for a mirror), one split after the other, plus SpellingBee's word list
+static int download_tasks(const DownloadFlags& f) {
+  DownloadOptions o;
+  o.retry_base_seconds = f.retry_delay;
+  o.connect_timeout_seconds = o.read_timeout_seconds = f.timeout;
+  Timer timer;
+  for (const HubSplit& s : kTaskDataSplits) {
+    std::vector<std::string> shards = hub_download(s, o);
+    log_info("%s %s/%s: %zu shard(s) in %s", s.repo_id.c_str(), s.subset.c_str(), s.split.c_str(), shards.size(),
+             hub_split_dir(s).c_str());
+  }
+  try {  // only the historical spelling tasks need it, and they can use wamerican instead
+    download_file(kWordListUrl, spelling_word_list_path(), o);
+  } catch (const DownloadError& e) {
+    log_warn("%s; SpellingBee / SimpleSpelling will use /usr/share/dict/words (wamerican) instead", e.what());
+  }
+  log_info("done in %s: task data in %s, word list %s", format_duration(timer.seconds()).c_str(),
+           base_dir_path("task_data").c_str(), spelling_word_list_path().c_str());
+  return 0;
+}
+
 struct DownloadTarget {
   const char* name;
   const char* what;
@@ -163,6 +186,8 @@ static const DownloadTarget kTargets[] = {
      download_climbmix},
     {"eval-bundle", "the CORE eval bundle (22 DCLM tasks, spec §8.1) -> $NANOCHAT_BASE_DIR/eval_bundle/",
      download_eval_bundle},
+    {"tasks", "SFT / chat-eval datasets (SmolTalk, MMLU, GSM8K, ARC, HumanEval; $HF_ENDPOINT for a mirror) -> $NANOCHAT_BASE_DIR/task_data/",
+     download_tasks},
 };
 
 void cli_register_download(CLI::App& app, int& exit_code) {
