@@ -26,22 +26,6 @@ namespace {
 
 const std::string kScript = std::string(NANOCHAT_SOURCE_DIR) + "/tests/fixtures/checkpoint_fixtures.py";
 
-std::vector<std::string>& temp_dirs() {
-  static std::vector<std::string> dirs;
-  return dirs;
-}
-struct RemoveTempDirs : ::testing::Environment {
-  void TearDown() override {
-    for (const auto& d : temp_dirs()) remove_tree(d);
-  }
-};
-[[maybe_unused]] auto* const kEnv = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
-
-std::string temp_dir() {
-  temp_dirs().push_back(make_temp_dir());
-  return temp_dirs().back();
-}
-
 // the Python side's files: written by ctest's checkpoint_fixtures step, or here when missing
 const std::string& fixtures() {
   static const std::string dir = [] {

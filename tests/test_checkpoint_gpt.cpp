@@ -30,22 +30,6 @@ const std::string kScript = std::string(NANOCHAT_SOURCE_DIR) + "/tests/fixtures/
 const std::string kBin = NANOCHAT_BIN;
 const std::string kPrompt = "the caf\xc3\xa9 costs 3\xe2\x82\xac \xf0\x9f\x98\x80";  // tokens split é, €, 😀
 
-std::vector<std::string>& temp_dirs() {
-  static std::vector<std::string> dirs;
-  return dirs;
-}
-struct RemoveTempDirs : ::testing::Environment {
-  void TearDown() override {
-    for (const auto& d : temp_dirs()) remove_tree(d);
-  }
-};
-[[maybe_unused]] auto* const kEnv = ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
-
-std::string temp_dir() {
-  temp_dirs().push_back(make_temp_dir());
-  return temp_dirs().back();
-}
-
 // written by ctest's gpt_io_fixtures step, or here when missing
 const std::string& fixtures() {
   static const std::string dir = [] {

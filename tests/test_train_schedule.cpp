@@ -108,6 +108,20 @@ TEST(Schedule, MuonMomentumAndWeightDecay) {
   EXPECT_NEAR(muon_weight_decay(1000, 1000, 0.2), 0.0, 1e-15);
 }
 
+TEST(Schedule, SftSchedules) {
+  // defaults: no warmup, flat to progress 0.5, then linear to 0 at progress 1
+  EXPECT_DOUBLE_EQ(sft_lr_multiplier(0.0), 1.0);
+  EXPECT_DOUBLE_EQ(sft_lr_multiplier(0.5), 1.0);
+  EXPECT_NEAR(sft_lr_multiplier(0.75), 0.5, 1e-15);
+  EXPECT_NEAR(sft_lr_multiplier(1.0), 0.0, 1e-15);
+  EXPECT_NEAR(sft_lr_multiplier(0.9, 0.0, 0.5, 0.1), 0.2 * 1.0 + 0.8 * 0.1, 1e-15);
+  EXPECT_NEAR(sft_lr_multiplier(0.05, 0.1), (0.05 + 1e-8) / 0.1, 1e-15);
+  EXPECT_DOUBLE_EQ(sft_muon_momentum(0), 0.85);
+  EXPECT_NEAR(sft_muon_momentum(150), 0.90, 1e-15);
+  EXPECT_DOUBLE_EQ(sft_muon_momentum(300), 0.95);
+  EXPECT_DOUBLE_EQ(sft_muon_momentum(5000), 0.95);
+}
+
 TEST(PeakFlops, Table) {
   EXPECT_EQ(peak_flops("NVIDIA H100 80GB HBM3"), 989e12);
   EXPECT_EQ(peak_flops("NVIDIA H100 PCIe"), 756e12);

@@ -1,10 +1,12 @@
-// defines: CommandResult, run_shell, make_temp_dir, read_file, count_lines
+// defines: CommandResult, run_shell, make_temp_dir, temp_dir, read_file, count_lines
 // Helpers for tests that run the real binary and inspect files.
 #pragma once
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +26,19 @@ inline std::string make_temp_dir() {
   std::string tmpl = "/tmp/nanochat_test_XXXXXX";
   char* dir = mkdtemp(tmpl.data());
   return dir ? std::string(dir) : std::string();
+}
+
+// a temp dir removed when the test binary ends (after every test has run)
+inline std::string temp_dir() {
+  static std::vector<std::string> dirs;
+  struct RemoveTempDirs : ::testing::Environment {
+    void TearDown() override {
+      for (const auto& d : dirs) std::system(("rm -rf '" + d + "'").c_str());
+    }
+  };
+  if (dirs.empty()) ::testing::AddGlobalTestEnvironment(new RemoveTempDirs);
+  dirs.push_back(make_temp_dir());
+  return dirs.back();
 }
 
 // runs `cmd` under /bin/sh with stdout and stderr captured separately

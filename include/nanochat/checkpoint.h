@@ -74,6 +74,9 @@ ModelCheckpoint checkpoint_load_model(const std::string& dir, int64_t step);
 // nullopt when this rank saved no optimizer state (upstream returns None)
 std::optional<OptimCheckpoint> checkpoint_load_optim(const std::string& dir, int64_t step, int rank);
 
+// a JSON file (meta, optimizer state, marker); Error naming the file when unreadable or invalid
+nlohmann::ordered_json checkpoint_read_json(const std::string& path);
+
 // ---- checks and fix-ups (spec §13 build_model) ---------------------------------------------
 struct TensorSpec {
   std::string name;

@@ -45,7 +45,9 @@ std::string step_name(const char* prefix, int64_t step, const char* suffix) {
   return strprintf("%s%06lld%s", prefix, (long long)step, suffix);
 }
 
-nlohmann::ordered_json read_json(const std::string& path) {
+}  // namespace
+
+nlohmann::ordered_json checkpoint_read_json(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot open %s: %s", path.c_str(), std::strerror(errno));
   std::stringstream ss;
@@ -56,6 +58,8 @@ nlohmann::ordered_json read_json(const std::string& path) {
     fail("%s: not valid JSON (%s)", path.c_str(), e.what());
   }
 }
+
+namespace {
 
 // the marker goes first: from here until checkpoint_mark_complete the step is incomplete
 void unmark(const std::string& dir, int64_t step) {
@@ -140,7 +144,7 @@ bool checkpoint_is_complete(const std::string& dir, int64_t step) {
   if (!path_exists(done)) return false;
   nlohmann::ordered_json marker;
   try {
-    marker = read_json(done);
+    marker = checkpoint_read_json(done);
   } catch (const Error&) {
     return false;
   }
@@ -214,7 +218,7 @@ ModelCheckpoint checkpoint_load_model(const std::string& dir, int64_t step) {
   }
   ModelCheckpoint ck;
   ck.tensors = safetensors_load(checkpoint_model_path(dir, step)).tensors;
-  ck.meta = read_json(checkpoint_meta_path(dir, step));
+  ck.meta = checkpoint_read_json(checkpoint_meta_path(dir, step));
   if (!ck.meta.is_object()) fail("%s: not a JSON object", checkpoint_meta_path(dir, step).c_str());
   return ck;
 }
@@ -226,7 +230,7 @@ std::optional<OptimCheckpoint> checkpoint_load_optim(const std::string& dir, int
   if (!has_st || !has_js) fail("%s is missing (its pair %s exists)", (has_st ? js : st).c_str(), (has_st ? st : js).c_str());
   OptimCheckpoint ck;
   ck.tensors = safetensors_load(st).tensors;
-  ck.state = read_json(js);
+  ck.state = checkpoint_read_json(js);
   return ck;
 }
 

@@ -21,18 +21,6 @@
 namespace nanochat {
 namespace {
 
-nlohmann::ordered_json read_json_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot open %s: %s", path.c_str(), std::strerror(errno));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  try {
-    return nlohmann::ordered_json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    fail("%s: not valid JSON (%s)", path.c_str(), e.what());
-  }
-}
-
 std::string step_file(const std::string& dir, const char* prefix, int64_t step, const char* suffix) {
   return dir + "/" + strprintf("%s%06lld%s", prefix, (long long)step, suffix);
 }
@@ -60,7 +48,7 @@ UpstreamStep read_upstream_step(const std::string& from, int64_t step) {
   const std::string meta_path = step_file(from, "meta_", step, ".json");
   const std::string model_path = step_file(from, "model_", step, ".pt");
   if (!path_exists(meta_path)) fail("%s is missing (every model_<step>.pt needs its meta_<step>.json)", meta_path.c_str());
-  s.meta = read_json_file(meta_path);
+  s.meta = checkpoint_read_json(meta_path);
   s.config = checkpoint_read_gpt_config(s.meta, meta_path);
   s.tensors = torch_pickle_load_state_dict(model_path);
   checkpoint_gpt_prepare(s.tensors, s.config, model_path);

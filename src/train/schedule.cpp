@@ -1,6 +1,7 @@
 // The scaling rules and schedules of spec §6.3/§6.4, term by term as upstream writes them.
 #include "nanochat/train_schedule.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "nanochat/common/error.h"
@@ -78,6 +79,18 @@ double muon_momentum(int64_t it, int64_t num_iterations, double warmdown_ratio) 
 
 double muon_weight_decay(int64_t it, int64_t num_iterations, double weight_decay) {
   return weight_decay * 0.5 * (1.0 + std::cos(M_PI * static_cast<double>(it) / static_cast<double>(num_iterations)));
+}
+
+double sft_lr_multiplier(double progress, double warmup_ratio, double warmdown_ratio, double final_lr_frac) {
+  if (progress < warmup_ratio) return (progress + 1e-8) / warmup_ratio;
+  if (progress <= 1.0 - warmdown_ratio) return 1.0;
+  const double decay = (progress - (1.0 - warmdown_ratio)) / warmdown_ratio;
+  return (1.0 - decay) * 1.0 + decay * final_lr_frac;
+}
+
+double sft_muon_momentum(int64_t it) {
+  const double frac = std::min(static_cast<double>(it) / 300.0, 1.0);
+  return (1.0 - frac) * 0.85 + frac * 0.95;
 }
 
 }  // namespace nanochat

@@ -1,0 +1,82 @@
+// defines: SftBatch, SftBatcher, sft_masked_mean, SftOptions, sft_mixture, sft_run
+// Supervised fine-tuning (spec §9.3): the base model learns the chat format, the calculator
+// tool and to answer, on a shuffled mixture of conversations. SftBatcher is upstream's
+// sft_data_generator_bos_bestfit: each rank walks the mixture with stride W, conversations
+// are rendered with their loss masks and packed best-fit into rows of T+1 tokens; when
+// nothing fits, the row is padded with BOS (masked) instead of cropping a conversation.
+#pragma once
+#include <cstdint>
+#include <deque>
+#include <string>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "nanochat/tasks.h"
+
+namespace nanochat {
+
+class Tokenizer;
+
+struct SftBatch {
+  torch::Tensor inputs;   // (B, T) int32
+  torch::Tensor targets;  // (B, T) int64, -1 where the loss is masked (and on padding)
+};
+
+class SftBatcher {
+ public:
+  SftBatcher(const Tokenizer& tok, TaskPtr dataset, int64_t batch_size, int64_t seq_len, int rank,
+             int world, size_t buffer_size = 100);
+  SftBatch next();  // on the CPU; the caller moves it to the device
+
+  int64_t consumed() const { return consumed_; }  // conversations placed, over all ranks (upstream's count)
+  int64_t size() const { return dataset_->size(); }
+  int epoch() const { return epoch_; }
+
+ private:
+  void refill();
+  const Tokenizer& tok_;
+  TaskPtr dataset_;
+  int64_t batch_size_, row_capacity_;
+  int world_;
+  size_t buffer_size_;
+  int64_t cursor_, consumed_;
+  int epoch_ = 1;
+  struct Rendered {
+    std::vector<int32_t> ids;
+    std::vector<uint8_t> mask;
+  };
+  std::deque<Rendered> buffer_;
+};
+
+// the mean of per-token losses (B*T,) over the targets that are not -1; 0 rather than NaN
+// when every target of the batch is masked (upstream issue #590)
+torch::Tensor sft_masked_mean(const torch::Tensor& losses, const torch::Tensor& targets);
+
+struct SftOptions {
+  std::string run = "dummy";
+  std::string device_type;
+  std::string model_tag;           // the base checkpoint (and the SFT output tag); "" = largest
+  int64_t model_step = -1;
+  bool load_optimizer = true;      // warm-start the optimizer from the base run's state
+  int64_t num_iterations = -1;     // -1: one epoch of the mixture
+  int64_t max_seq_len = -1, device_batch_size = -1, total_batch_size = -1;  // -1: inherit from base
+  double embedding_lr = -1, unembedding_lr = -1, matrix_lr = -1;            // -1: inherit from base
+  double init_lr_frac = 0.8, warmup_ratio = 0.0, warmdown_ratio = 0.5, final_lr_frac = 0.0;
+  int64_t eval_every = 200, eval_tokens = 40 * 524288;
+  int64_t chatcore_every = 200, chatcore_max_cat = -1, chatcore_max_sample = 24;
+  int mmlu_epochs = 3, gsm8k_epochs = 4;
+  std::string identity_path;       // CustomJSON conversations added identity_epochs times
+  int identity_epochs = 2;
+  // "chat": upstream's SmolTalk + MMLU + GSM8K (`nanochat download tasks`); "spelling": the
+  // historical SimpleSpelling + SpellingBee (+ identity), which need no download (wamerican)
+  std::string mixture = "chat";
+  std::vector<std::string> argv;
+};
+
+// the train or val mixture of opts.mixture
+TaskPtr sft_mixture(const SftOptions& opts, const std::string& split);
+
+int sft_run(const SftOptions& opts);
+
+}  // namespace nanochat

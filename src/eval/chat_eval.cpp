@@ -1,0 +1,164 @@
+// chat-eval (spec §9.5): pass@n for generative tasks, letter logits for categorical ones.
+#include "nanochat/chat_eval.h"
+
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "nanochat/common.h"
+#include "nanochat/dist.h"
+#include "nanochat/engine.h"
+#include "nanochat/tokenizer.h"
+
+namespace nanochat {
+
+namespace {
+
+const std::vector<std::string> kChatCoreTasks = {"ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval"};
+
+int64_t problem_count(const Task& task, const ChatEvalOptions& o) {
+  return o.max_problems > 0 ? std::min(task.size(), o.max_problems) : task.size();
+}
+
+// the letter's single token; Error when a letter is several tokens (the argmax needs one)
+int32_t letter_token(const Tokenizer& tok, const std::string& letter) {
+  std::vector<int32_t> ids = tok.encode(letter);
+  if (ids.size() != 1) fail("chat-eval: the answer letter '%s' is %zu tokens, expected 1", letter.c_str(), ids.size());
+  return ids[0];
+}
+
+std::pair<int64_t, int64_t> eval_generative(GPT& model, const Tokenizer& tok, const Task& task, const ChatEvalOptions& o,
+                                            int rank, int world, Progress& progress) {
+  Engine engine(model, tok);
+  GenerateOptions go;
+  go.num_samples = o.num_samples;
+  go.max_tokens = o.max_new_tokens;
+  go.temperature = o.temperature;
+  go.top_k = o.top_k;
+  go.seed = o.seed;
+  int64_t passed = 0, total = 0;
+  for (int64_t i = rank; i < problem_count(task, o); i += world) {
+    nlohmann::json conv = task.at(i);
+    std::vector<int32_t> prompt = render_for_completion(tok, conv);
+    GenerateResult r = engine.generate_batch(prompt, go);
+    bool any = false;
+    for (const auto& row : r.tokens) {
+      std::string completion = tok.decode(std::vector<int32_t>(row.begin() + (int64_t)prompt.size(), row.end()));
+      any = any || task.evaluate(conv, completion) != 0;
+    }
+    passed += any;
+    total++;
+    progress.update(world);
+  }
+  return {passed, total};
+}
+
+std::pair<int64_t, int64_t> eval_categorical(GPT& model, const Tokenizer& tok, const Task& task, const ChatEvalOptions& o,
+                                             int rank, int world, Progress& progress) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = problem_count(task, o), bs = std::max<int64_t>(1, o.batch_size);
+  const int64_t num_batches = (n + bs - 1) / bs;
+  int64_t passed = 0, total = 0;
+  for (int64_t bi = rank; bi < num_batches; bi += world) {
+    const int64_t i0 = bi * bs, i1 = std::min(n, i0 + bs);
+    std::vector<nlohmann::json> convs;
+    std::vector<std::vector<int32_t>> prompts;
+    size_t max_len = 0;
+    for (int64_t i = i0; i < i1; i++) {
+      convs.push_back(task.at(i));
+      prompts.push_back(render_for_completion(tok, convs.back()));
+      max_len = std::max(max_len, prompts.back().size());
+    }
+    // right-padded with BOS; each prompt's answer is read at its own last position
+    torch::Tensor ids = torch::full({(int64_t)prompts.size(), (int64_t)max_len}, (int64_t)tok.bos_id(), torch::kLong);
+    for (size_t r = 0; r < prompts.size(); r++)
+      for (size_t t = 0; t < prompts[r].size(); t++) ids[r][t] = (int64_t)prompts[r][t];
+    torch::Tensor logits = model->forward(ids.to(model->device())).to(torch::kCPU);
+    for (size_t r = 0; r < prompts.size(); r++) {
+      std::vector<std::string> letters = convs[r].at("letters").get<std::vector<std::string>>();
+      torch::Tensor last = logits[(int64_t)r][(int64_t)prompts[r].size() - 1];
+      size_t best = 0;
+      double best_logit = -INFINITY;
+      for (size_t k = 0; k < letters.size(); k++) {
+        double v = last[letter_token(tok, letters[k])].item<double>();
+        if (v > best_logit) best_logit = v, best = k;  // the first on ties, like argmax
+      }
+      passed += task.evaluate(convs[r], letters[best]);
+      total++;
+    }
+    progress.update((i1 - i0) * world);
+  }
+  return {passed, total};
+}
+
+}  // namespace
+
+double chat_eval_baseline(const std::string& name) {
+  return name == "ARC-Easy" || name == "ARC-Challenge" || name == "MMLU" ? 0.25 : 0.0;
+}
+
+ChatTaskResult chat_eval_task(GPT& model, const Tokenizer& tok, const Task& task, const ChatEvalOptions& o, Dist* dist) {
+  const int rank = dist ? dist->rank() : 0, world = dist ? dist->world_size() : 1;
+  Progress progress(task.name(), o.progress ? problem_count(task, o) : 0, "problems");
+  std::pair<int64_t, int64_t> counts;
+  if (task.eval_type() == "categorical")
+    counts = eval_categorical(model, tok, task, o, rank, world, progress);
+  else if (task.eval_type() == "generative")
+    counts = eval_generative(model, tok, task, o, rank, world, progress);
+  else
+    fail("chat-eval: %s is not an evaluation task", task.name().c_str());
+  progress.finish();
+  if (dist && world > 1) {
+    torch::Tensor t = torch::tensor({counts.first, counts.second}, torch::kLong).to(dist->device());
+    dist->all_reduce(t, ReduceOp::SUM);
+    t = t.cpu();
+    counts = {t[0].item<int64_t>(), t[1].item<int64_t>()};
+  }
+  ChatTaskResult r;
+  r.name = task.name();
+  r.passed = counts.first;
+  r.total = counts.second;
+  r.accuracy = r.total ? (double)r.passed / (double)r.total : 0.0;
+  r.baseline = chat_eval_baseline(r.name);
+  r.centered = (r.accuracy - r.baseline) / (1.0 - r.baseline);
+  return r;
+}
+
+ChatEvalResult chat_eval_run(GPT& model, const Tokenizer& tok, std::vector<std::string> names, const ChatEvalOptions& o,
+                             Dist* dist) {
+  if (names.empty()) names = kChatCoreTasks;
+  model->eval();
+  ChatEvalResult out;
+  for (const std::string& name : names) {
+    TaskPtr task = task_for_eval(name);
+    out.tasks.push_back(chat_eval_task(model, tok, *task, o, dist));
+    const ChatTaskResult& r = out.tasks.back();
+    log_info("%s accuracy: %.2f%% (%lld/%lld)", r.name.c_str(), 100 * r.accuracy, (long long)r.passed, (long long)r.total);
+  }
+  auto mean_centered = [&](size_t first, size_t count) {
+    double sum = 0;
+    for (size_t k = first; k < first + count; k++) {
+      const ChatTaskResult* found = nullptr;
+      for (const auto& r : out.tasks)
+        if (r.name == kChatCoreTasks[k]) found = &r;
+      if (!found) return (double)NAN;
+      sum += found->centered;
+    }
+    return sum / (double)count;
+  };
+  out.chatcore = mean_centered(0, 5);
+  out.chatcore_cat = mean_centered(0, 3);
+  return out;
+}
+
+nlohmann::ordered_json chat_eval_json(const ChatEvalResult& r) {
+  nlohmann::ordered_json j;
+  for (const auto& t : r.tasks)
+    j["tasks"].push_back({{"name", t.name}, {"passed", t.passed}, {"total", t.total}, {"accuracy", t.accuracy},
+                          {"baseline", t.baseline}, {"centered", t.centered}});
+  j["chatcore"] = std::isnan(r.chatcore) ? nlohmann::ordered_json() : nlohmann::ordered_json(r.chatcore);
+  j["chatcore_cat"] = std::isnan(r.chatcore_cat) ? nlohmann::ordered_json() : nlohmann::ordered_json(r.chatcore_cat);
+  return j;
+}
+
+}  // namespace nanochat
