@@ -1,7 +1,7 @@
 // defines: NpPcg64, np_default_rng, np_permutation
 // NumPy's default generator, bit for bit: `np.random.default_rng(seed)` is PCG64 (XSL-RR
 // 128/64) seeded through SeedSequence, and `Generator.permutation(n)` is arange(n) shuffled
-// by Fisher-Yates from the back with Lemire's bounded integers. Upstream shuffles every
+// by Fisher-Yates from the back with masked-rejection bounded integers (random_interval). Upstream shuffles every
 // task dataset with `default_rng(42).permutation(len)` (spec §9.1), which equals
 // `datasets.Dataset.shuffle(seed=42)`; this reproduces that row order.
 #pragma once
@@ -16,8 +16,8 @@ class NpPcg64 {
   NpPcg64(uint64_t state_hi, uint64_t state_lo, uint64_t inc_hi, uint64_t inc_lo);
   uint64_t next_uint64();
   uint32_t next_uint32();  // the low half of a 64-bit draw, then the high half (NumPy's buffer)
-  // uniform in [0, rng] inclusive (random_bounded_uint64 with Lemire's method, unmasked)
-  uint64_t bounded(uint64_t rng);
+  // uniform in [0, max] inclusive by masked rejection (random_interval, what shuffle uses)
+  uint64_t interval(uint64_t max);
 
  private:
   unsigned __int128 state_, inc_;

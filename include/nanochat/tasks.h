@@ -26,7 +26,7 @@ namespace nanochat {
 // ---- framework (spec §9.1) ---------------------------------------------------------------
 struct TaskSlice {  // a lazy view: example i is get_example(start + i*step)
   int64_t start = 0;
-  int64_t stop = -1;  // -1: num_examples()
+  int64_t stop = -1;  // -1: num_examples(); a stop past the end is clamped to it
   int64_t step = 1;
 };
 
@@ -44,7 +44,7 @@ class Task {
   double reward(const nlohmann::json& conversation, const std::string& completion) const {
     return (double)evaluate(conversation, completion);
   }
-  int64_t size() const;                  // ceil((stop - start) / step)
+  int64_t size() const;                  // ceil((min(stop, num_examples()) - start) / step)
   nlohmann::json at(int64_t i) const;    // get_example(start + i*step); Error when out of range
   const TaskSlice& slice() const { return slice_; }
 

@@ -1,5 +1,6 @@
 // NumPy's SeedSequence + PCG64 + Generator.permutation (numpy/random/bit_generator.pyx,
 // _pcg64.pyx, pcg64.h, distributions.c, _generator.pyx), ported for exact row orders.
+// Generator.shuffle of a 1-d array swaps a[i] with a[random_interval(i)] for i = n-1..1.
 #include "nanochat/np_random.h"
 
 #include <numeric>
@@ -90,36 +91,20 @@ uint32_t NpPcg64::next_uint32() {
   return (uint32_t)(v & 0xffffffffu);
 }
 
-uint64_t NpPcg64::bounded(uint64_t rng) {
-  if (rng == 0) return 0;
-  if (rng <= 0xffffffffULL) {
-    if (rng == 0xffffffffULL) return next_uint32();
-    // buffered_bounded_lemire_uint32 (no extra buffer: next_uint32 directly)
-    uint32_t rng_excl = (uint32_t)rng + 1;
-    uint64_t m = (uint64_t)next_uint32() * rng_excl;
-    uint32_t leftover = (uint32_t)m;
-    if (leftover < rng_excl) {
-      uint32_t threshold = (uint32_t)((UINT32_MAX - (uint32_t)rng) % rng_excl);
-      while (leftover < threshold) {
-        m = (uint64_t)next_uint32() * rng_excl;
-        leftover = (uint32_t)m;
-      }
+uint64_t NpPcg64::interval(uint64_t max) {
+  // random_interval (distributions.c): masked rejection sampling, 32-bit draws when they suffice
+  if (max == 0) return 0;
+  uint64_t mask = max;
+  for (int s = 1; s <= 32; s *= 2) mask |= mask >> s;
+  uint64_t value;
+  if (max <= 0xffffffffULL) {
+    while ((value = (next_uint32() & mask)) > max) {
     }
-    return m >> 32;
-  }
-  if (rng == UINT64_MAX) return next_uint64();
-  // bounded_lemire_uint64
-  uint64_t rng_excl = rng + 1;
-  u128 m = (u128)next_uint64() * rng_excl;
-  uint64_t leftover = (uint64_t)m;
-  if (leftover < rng_excl) {
-    uint64_t threshold = (UINT64_MAX - rng) % rng_excl;
-    while (leftover < threshold) {
-      m = (u128)next_uint64() * rng_excl;
-      leftover = (uint64_t)m;
+  } else {
+    while ((value = (next_uint64() & mask)) > max) {
     }
   }
-  return (uint64_t)(m >> 64);
+  return value;
 }
 
 NpPcg64 np_default_rng(uint64_t seed) {
@@ -135,7 +120,7 @@ std::vector<int64_t> np_permutation(uint64_t seed, int64_t n) {
   std::vector<int64_t> a(n > 0 ? n : 0);
   std::iota(a.begin(), a.end(), 0);
   NpPcg64 rng = np_default_rng(seed);
-  for (int64_t i = n - 1; i >= 1; i--) std::swap(a[i], a[(size_t)rng.bounded((uint64_t)i)]);
+  for (int64_t i = n - 1; i >= 1; i--) std::swap(a[i], a[(size_t)rng.interval((uint64_t)i)]);
   return a;
 }
 

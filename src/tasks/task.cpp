@@ -3,6 +3,7 @@
 #include "nanochat/tasks.h"
 #include "tasks/task_random.h"
 
+#include <algorithm>
 #include <numeric>
 
 namespace nanochat {
@@ -19,7 +20,9 @@ int Task::evaluate(const nlohmann::json&, const std::string&) const {
 }
 
 int64_t Task::size() const {
-  int64_t stop = slice_.stop < 0 ? num_examples() : slice_.stop;
+  // a stop past the end is clamped (upstream would fail on the first missing row; SFT's
+  // val mixture asks for MMLU[:5200] and GSM8K[:420], which small datasets do not have)
+  int64_t stop = slice_.stop < 0 ? num_examples() : std::min(slice_.stop, num_examples());
   int64_t n = (stop - slice_.start + slice_.step - 1) / slice_.step;  // ceil_div
   if (n < 0) fail("task %s: view start %lld is past its %lld examples", name().c_str(), (long long)slice_.start,
                   (long long)stop);
