@@ -1,7 +1,7 @@
 // defines: BaseEvalOptions, base_eval_run
 // Evaluation of a base checkpoint (spec §8.4): bits per byte on the train and val splits,
 // greedy samples of the training prompts plus unconditioned samples, and the CORE metric
-// (which arrives with the core_eval module).
+// (the 22 DCLM tasks, core_eval), written to $BASE/base_eval/base_model_<step>.csv.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -21,6 +21,7 @@ struct BaseEvalOptions {
   std::string device_type;
   CorpusOptions data;
   int tokenizer_threads = 0;
+  std::string eval_bundle;  // "": $NANOCHAT_BASE_DIR/eval_bundle
 };
 
 int base_eval_run(const BaseEvalOptions& opts);

@@ -43,6 +43,7 @@ struct BaseTrainOptions {
   int prefetch = 2;            // batches staged ahead by the loader
   int64_t min_doc_chars = 0;
   bool skip_bad_row_groups = false;
+  std::string eval_bundle;     // CORE bundle ("": $NANOCHAT_BASE_DIR/eval_bundle)
   std::vector<std::string> argv;  // the command line, recorded as user_config
 };
 

@@ -23,6 +23,8 @@ void cli_register_base_eval(CLI::App& app, int& exit_code) {
       ->check(CLI::IsMember({"", "cuda", "cpu"}));
   sub->add_option("--tokenizer-threads", o.tokenizer_threads, "loader threads (0: all but one core)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--eval-bundle", o.eval_bundle, "CORE bundle folder (default: $NANOCHAT_BASE_DIR/eval_bundle, "
+                                                  "from `nanochat download eval-bundle`)");
   cli_add_data_flags(sub, o.data);
   sub->callback([&exit_code] { exit_code = base_eval_run(o); });
 }

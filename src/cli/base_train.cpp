@@ -49,6 +49,8 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   opt("--sample-every", o.sample_every, "greedy samples every N steps (-1: off)");
   opt("--save-every", o.save_every, "checkpoint every N steps (-1: only at the end)");
   opt("--model-tag", o.model_tag, "checkpoint folder name (default d<depth>)");
+  opt("--eval-bundle", o.eval_bundle, "CORE bundle folder (default: $NANOCHAT_BASE_DIR/eval_bundle, from "
+                                      "`nanochat download eval-bundle`)");
   cli_add_data_flags(sub, o.data);
   opt("--tokenizer-threads", o.tokenizer_threads, "loader threads per rank (0: all but one core of the rank)")
       ->check(CLI::NonNegativeNumber);

@@ -9,6 +9,7 @@
 #include "nanochat/checkpoint_gpt.h"
 #include "nanochat/common.h"
 #include "nanochat/compute.h"
+#include "nanochat/core_eval.h"
 #include "nanochat/dataloader.h"
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
@@ -38,6 +39,8 @@ void check_modes(const std::string& modes) {
 
 int base_eval_run(const BaseEvalOptions& o) {
   check_modes(o.eval);
+  // a missing bundle is an error before any model is loaded
+  const std::string bundle = has_mode(o.eval, "core") ? core_eval_bundle_dir(o.eval_bundle) : "";
   Compute c = compute_init(o.device_type);
   const int world = c.env.world_size;
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
@@ -94,8 +97,19 @@ int base_eval_run(const BaseEvalOptions& o) {
     }
   }
 
-  if (has_mode(o.eval, "core"))
-    log_info("CORE: not available yet in this build (the core_eval module arrives with the CORE issue)");
+  if (has_mode(o.eval, "core")) {
+    CoreOptions co;
+    co.bundle_dir = bundle;
+    co.max_per_task = o.max_per_task;
+    co.batch_size = o.device_batch_size;
+    CoreResult r = core_evaluate(model, tok, co, c.dist.get(),
+                                 [](const CoreTaskResult& t) { log_info("%s", core_task_line(t).c_str()); });
+    if (c.master()) {
+      const std::string csv = core_csv_path(loaded.ref.step);
+      atomic_write_file(csv, core_csv(r));
+      log_info("CORE metric: %.4f (per task: %s)", r.core, csv.c_str());
+    }
+  }
   return 0;
 }
 

@@ -14,6 +14,7 @@
 #include "nanochat/common/metrics_log.h"
 #include "nanochat/common/stop_signal.h"
 #include "nanochat/compute.h"
+#include "nanochat/core_eval.h"
 #include "nanochat/dataloader.h"
 #include "nanochat/gpt.h"
 #include "nanochat/loss_eval.h"
@@ -96,6 +97,8 @@ std::string resume_command(const BaseTrainOptions& o, int64_t step) {
 int base_train_run(const BaseTrainOptions& o) {
   // ---- setup (§6.2) ---------------------------------------------------------------------
   stop_signal_install();
+  // CORE needs its bundle: a missing one fails now, not at step N
+  const std::string bundle = o.core_metric_every > 0 ? core_eval_bundle_dir(o.eval_bundle) : "";
   Compute c = compute_init(o.device_type);
   Dist& dist = *c.dist;
   const int world = c.env.world_size, rank = c.env.rank;
@@ -273,9 +276,18 @@ int base_train_run(const BaseTrainOptions& o) {
       model->train();
       if (last_step && c.master()) save_meta(step);  // the final val bpb into the saved meta
     }
-    if (o.core_metric_every > 0 && (last_step || (step > 0 && step % o.core_metric_every == 0)) &&
-        step == start_step)
-      log_info("CORE metric: not available yet in this build (arrives with the CORE evaluation)");
+    if (o.core_metric_every > 0 && (last_step || (step > 0 && step % o.core_metric_every == 0))) {
+      CoreOptions co;
+      co.bundle_dir = bundle;
+      co.max_per_task = o.core_metric_max_per_task;
+      co.batch_size = o.device_batch_size;
+      CoreResult r = core_evaluate(model, tok, co, &dist);
+      log_info("Step %05lld | CORE metric: %.4f", (long long)step, r.core);
+      nlohmann::json line = {{"step", step}, {"core_metric", r.core}, {"total_training_flops", flops_so_far}};
+      for (const CoreTaskResult& t : r.tasks) line["core/" + t.label] = t.centered;
+      metrics.log(line);
+      model->train();
+    }
     if (c.master() && o.sample_every > 0 && (last_step || (step > 0 && step % o.sample_every == 0))) {
       model->eval();
       Engine engine(model, tok);
