@@ -16,7 +16,7 @@ export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
 NC=build/nanochat
 say() { echo; echo "=== [runcpu] $* ==="; }
 
-say "1/6 data"
+say "1/8 data"
 DATA=()
 if $NC download -n 8; then
   echo "[runcpu] training on the ClimbMix shards in $NANOCHAT_BASE_DIR/base_data_climbmix"
@@ -26,11 +26,20 @@ else
   DATA=(--data "$NANOCHAT_BASE_DIR/local_corpus")
 fi
 
-say "2/6 tokenizer"
+# the CORE bundle and the chat task data, when they can be downloaded
+CORE=(--eval bpb,sample)
+if $NC download eval-bundle; then CORE=(--eval core,bpb,sample --max-per-task 16); fi
+MIXTURE=(--mixture chat)
+if ! $NC download tasks; then
+  echo "[runcpu] the chat task data cannot be downloaded: SFT on the offline spelling mixture instead"
+  MIXTURE=(--mixture spelling)
+fi
+
+say "2/8 tokenizer"
 $NC tok-train "${DATA[@]}" --max-chars 20000000 --vocab-size 8192
 $NC tok-eval "${DATA[@]}"
 
-say "3/6 pretraining (d4, 256 wide, context 256)"
+say "3/8 pretraining (d4, 256 wide, context 256)"
 # resumable: rerun the script and it continues from the last checkpoint
 RESUME=()
 if ls "$NANOCHAT_BASE_DIR"/base_checkpoints/d4/done_* >/dev/null 2>&1; then RESUME=(--resume latest); fi
@@ -39,12 +48,27 @@ $NC base-train "${DATA[@]}" "${RESUME[@]}" --depth 4 --head-dim 64 --window-patt
   --eval-every 100 --eval-tokens 32768 --core-metric-every -1 --sample-every 200 --save-every 100 \
   --run runcpu
 
-say "4/6 base model evaluation"
-$NC base-eval "${DATA[@]}" --eval bpb,sample --device-batch-size 8 --split-tokens 32768
+say "4/8 base model evaluation"
+$NC base-eval "${DATA[@]}" "${CORE[@]}" --device-batch-size 8 --split-tokens 32768
 
-say "5/6 a completion from the base model"
+say "5/8 a completion from the base model"
 $NC generate --source base -p "The meaning of" --max-tokens 32 --temperature 0
 
-say "6/6 done"
-echo "The base model is in $NANOCHAT_BASE_DIR/base_checkpoints/d4 (metrics.jsonl has every step)."
-echo "Complete a prompt:   $NC generate --source base -p 'Once upon a time'"
+say "6/8 SFT: the chat format, the calculator tool, who it is"
+$NC sft "${MIXTURE[@]}" --num-iterations 200 --device-batch-size 8 --max-seq-len 256 --total-batch-size 2048 \
+  --eval-every 100 --eval-tokens 16384 --chatcore-every -1 --run runcpu
+
+say "7/8 chat evaluation"
+if [ "${MIXTURE[1]}" = chat ]; then
+  $NC chat-eval -i sft -x 32 -m 64
+else
+  $NC chat-eval -i sft -a SpellingBee -x 32 -m 64
+fi
+
+say "8/8 a chat"
+$NC chat-cli -i sft -p "Hello! Who are you?" || true
+echo
+echo "Models: $NANOCHAT_BASE_DIR/base_checkpoints/d4 and $NANOCHAT_BASE_DIR/chatsft_checkpoints/d4"
+echo "(metrics.jsonl in each folder has every step)."
+echo "Talk to it in the terminal:  $NC chat-cli"
+echo "... or in the browser:       $NC chat-web   (then open http://127.0.0.1:8000)"
