@@ -332,7 +332,7 @@ int server_run(const ServerOptions& options) {
   svr.Post("/v1/chat/completions", guarded(handle_openai));
   svr.Get("/health", [&st](const httplib::Request&, httplib::Response& res) {
     json h = health_json(st);
-    res.status = h["ready"] ? 200 : 503;
+    res.status = h["ready"].get<bool>() ? 200 : 503;
     res.set_content(dump(h), "application/json");
   });
   svr.Get("/stats", [&st](const httplib::Request&, httplib::Response& res) {
@@ -358,7 +358,7 @@ int server_run(const ServerOptions& options) {
   });
   // httplib's own refusals (no route, 413, 400 on an unparsable request) get a JSON body;
   // a known path with another method is 405
-  svr.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     const char* allow = allowed_methods(req.path);
     if (res.status == 404 && allow) {
@@ -372,7 +372,7 @@ int server_run(const ServerOptions& options) {
       send_error(res, res.status, res.status == 400 ? "malformed HTTP request" : "request refused");
     }
     return httplib::Server::HandlerResponse::Handled;
-  });
+  }));
   svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     send_error(res, 500, "internal error");
   });
@@ -433,6 +433,7 @@ int server_run(const ServerOptions& options) {
       if (st.pool) st.pool->shutdown();
       if (st.in_flight == 0) break;
     }
+    while (!svr.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // stop() before listen is lost
     svr.stop();
   });
   svr.listen_after_bind();

@@ -129,7 +129,7 @@ ChatRequest server_parse_chat_request(const std::string& body, bool openai, cons
                     openai ? " ('system' only as the first message)" : ""));
     if (system_ok) {
       if (!content.is_string()) bad("Message 0: a system message must be text");
-      system_text = content;
+      system_text = content.get<std::string>();
       continue;
     }
     out.push_back({{"role", role}, {"content", content}});
