@@ -88,8 +88,8 @@ function addMessage(role, content, extraClass) {
   return div;
 }
 
-function consoleMessage(text, isError) {
-  addMessage('console', text, isError ? 'error' : '');
+function consoleMessage(text, isError, extraClass) {
+  addMessage('console', text, (isError ? 'error ' : '') + (extraClass || ''));
 }
 
 function scrollDown() {
@@ -209,7 +209,7 @@ const HELP = [
 
 function command(text) {
   const [name, arg] = text.trim().split(/\s+/);
-  if (name === '/help') return consoleMessage(HELP);
+  if (name === '/help') return consoleMessage(HELP, false, 'help');
   if (name === '/clear') return newConversation();
   if (name === '/temperature' || name === '/topk') {
     const isTemp = name === '/temperature';
