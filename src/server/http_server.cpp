@@ -344,9 +344,13 @@ int server_run(const ServerOptions& options) {
     res.set_content(dump({{"object", "list"}, {"data", data}}), "application/json");
   });
   svr.Get("/(.*)", [](const httplib::Request& req, httplib::Response& res) {
-    const WebAsset* a = server_web_asset(req.path == "/" ? "/ui.html" : req.path);
-    if (!a) return send_error(res, 404, "no such path: " + req.path);
-    res.set_content((const char*)a->data, a->size, content_type_of(a->path));
+    if (const WebAsset* a = server_web_asset(req.path == "/" ? "/ui.html" : req.path))
+      return res.set_content((const char*)a->data, a->size, content_type_of(a->path));
+    if (const char* allow = allowed_methods(req.path)) {  // GET on a POST route
+      res.set_header("Allow", allow);
+      return send_error(res, 405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")");
+    }
+    send_error(res, 404, "no such path: " + req.path);
   });
   svr.Options("/(.*)", [](const httplib::Request& req, httplib::Response& res) {
     const char* allow = allowed_methods(req.path);
