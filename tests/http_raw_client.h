@@ -60,6 +60,26 @@ inline std::string raw_read_all(int fd, int timeout_ms = 20000) {
   return out;
 }
 
+// reads one response whose length is known (Content-Length), or until EOF / timeout
+inline std::string raw_read_response(int fd, int timeout_ms = 5000) {
+  std::string out;
+  char buf[65536];
+  while (true) {
+    size_t head_end = out.find("\r\n\r\n");
+    if (head_end != std::string::npos) {
+      size_t cl = out.find("Content-Length: ");
+      if (cl != std::string::npos && cl < head_end &&
+          out.size() >= head_end + 4 + std::stoul(out.substr(cl + 16)))
+        return out;
+    }
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, timeout_ms) <= 0) return out;
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) return out;
+    out.append(buf, (size_t)n);
+  }
+}
+
 // strict chunked decoding: hex size line, CRLF, data, CRLF ... 0 CRLF CRLF
 inline std::string dechunk(const std::string& s) {
   std::string out;

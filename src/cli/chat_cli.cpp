@@ -102,12 +102,13 @@ static int chat_cli_run(const ChatCliFlags& f) {
     GenerateResult r = engine.generate(conversation, o, [&](const TokenColumn& col) {
       if (col.tokens[0] >= 0 && col.finished[0] != FinishReason::stop) {  // the stop token is not shown
         std::string text = stream.push(tok.decode_single_token_bytes(col.tokens[0]));
-        std::fputs(text.c_str(), stdout);
+        std::fwrite(text.data(), 1, text.size(), stdout);  // a NUL byte is text too
         std::fflush(stdout);
       }
       return true;
     });
-    std::printf("%s\n", stream.finish().c_str());
+    std::string tail = stream.finish() + "\n";
+    std::fwrite(tail.data(), 1, tail.size(), stdout);
     // the reply and its <|assistant_end|> join the conversation (spec §11.3 step 4)
     conversation = r.tokens[0];
     conversation.push_back(assistant_end);

@@ -360,6 +360,23 @@ int server_run(const ServerOptions& options) {
     res.set_header("Access-Control-Allow-Methods", allow);
     res.set_header("Access-Control-Allow-Headers", "*");
   });
+  // httplib reads (and discards) a body over the cap before its 413; one declared absurdly
+  // large (8x the cap) is refused from its Content-Length alone, the body left unread
+  const size_t max_body = (size_t)st.opt.limits.max_body_bytes;
+  svr.set_pre_routing_handler([max_body](const httplib::Request& req, httplib::Response& res) {
+    if (!req.has_header("Content-Length")) return httplib::Server::HandlerResponse::Unhandled;
+    const std::string v = req.get_header_value("Content-Length");
+    const bool close = req.get_header_value("Connection") != "close";  // (else httplib adds it)
+    if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos) {
+      if (close) res.set_header("Connection", "close");
+      send_error(res, 400, "bad Content-Length");
+      return httplib::Server::HandlerResponse::Handled;
+    }
+    if (std::stoull(v) <= 8 * max_body) return httplib::Server::HandlerResponse::Unhandled;
+    if (close) res.set_header("Connection", "close");
+    send_error(res, 413, strprintf("request body too large (%s bytes; the limit is %zu)", v.c_str(), max_body));
+    return httplib::Server::HandlerResponse::Handled;
+  });
   // httplib's own refusals (no route, 413, 400 on an unparsable request) get a JSON body;
   // a known path with another method is 405
   svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
