@@ -56,7 +56,7 @@ static double one_request(int port, const std::string& body) {
     ssize_t n = recv(fd, buf, sizeof buf, 0);
     if (n <= 0) break;
     got.append(buf, (size_t)n);
-    if (ttft < 0 && got.find("data: {\"token\"") != std::string::npos) ttft = ms_since(t0);
+    if (ttft < 0 && got.find("data: {\"token\":") != std::string::npos) ttft = ms_since(t0);
   }
   close(fd);
   if (got.rfind("HTTP/1.1 200", 0) != 0 || got.find("{\"done\":true}") == std::string::npos) return -1;

@@ -34,7 +34,7 @@ namespace nanochat {
 
 namespace {
 
-using json = nlohmann::json;
+using json = nlohmann::ordered_json;  // keys in the order written: upstream's {"token","gpu"}, OpenAI's {"id","object",...}
 using clk = std::chrono::steady_clock;
 
 std::atomic<int> g_signals{0};
