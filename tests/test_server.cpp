@@ -39,6 +39,10 @@ struct World {
   GPT model{nullptr};
   std::unique_ptr<ServerProcess> server;
   int port = 0;
+  ~World() {
+    server.reset();  // killed before its files go
+    if (base.rfind("/tmp/nanochat_server_", 0) == 0) std::system(("rm -rf " + base).c_str());
+  }
 };
 World& world() {
   static World w;
@@ -571,7 +575,13 @@ TEST(ServerApi, ThousandBadRequestsInARowThenHealthy) {
   EXPECT_EQ(raw_http(port(), "POST", "/v1/chat/completions", req.dump()).status, 200);
 }
 
+// the Python packages (and Chromium) come from runs/setup.sh; a machine without them skips
+static bool python_has(const std::string& module) {
+  return run_shell(std::string(NANOCHAT_PYTHON) + " -c 'import " + module + "'").rc == 0;
+}
+
 TEST(ServerApi, OpenAiPythonClient) {
+  if (!python_has("openai")) GTEST_SKIP() << "the openai package is not installed";
   Reference ref = greedy_reference({"hello world"}, 8);
   CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR + "/tests/fixtures/openai_client.py http://127.0.0.1:" +
                               std::to_string(port()));
@@ -586,6 +596,8 @@ TEST(ServerApi, OpenAiPythonClient) {
 }
 
 TEST(ServerApi, BrowserDrivesTheUi) {
+  if (!python_has("playwright") || access("/usr/bin/chromium", X_OK) != 0)
+    GTEST_SKIP() << "playwright or /usr/bin/chromium is missing (runs/setup.sh installs them)";
   const std::string shot = std::string(NANOCHAT_BINARY_DIR) + "/chat_web_ui.png";
   std::remove(shot.c_str());
   CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR + "/tests/browser/ui_test.py http://127.0.0.1:" +

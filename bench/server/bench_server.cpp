@@ -152,5 +152,5 @@ int main(int argc, char** argv) {
                 percentile(r.ttft_ms, 99), rps / base_rps, r.failures);
     std::fflush(stdout);
   }
-  return 0;
+  return 0;  // the server is killed with `server`; the temp base dir stays for a look
 }
