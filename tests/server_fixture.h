@@ -7,6 +7,7 @@
 #pragma once
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -106,6 +107,7 @@ class ServerProcess {
     int fd = open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     pid_ = fork();
     if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive a test killed by a timeout
       dup2(fd, 1);
       dup2(fd, 2);
       execve(bin.c_str(), cargv.data(), cenv.data());
