@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -83,7 +84,7 @@ static Run run_clients(int port, int clients, int requests, const std::string& b
   return run;
 }
 
-int main(int argc, char** argv) {
+static int bench_main(int argc, char** argv, std::string& base) {
   CLI::App app{"bench_server: chat-web requests/s and time to first token"};
   int workers = 2, requests = 64;
   int64_t max_tokens = 32;
@@ -94,7 +95,7 @@ int main(int argc, char** argv) {
   app.add_option("--clients", clients_list, "concurrency levels");
   CLI11_PARSE(app, argc, argv);
 
-  std::string base = tiny_chat_base_dir();
+  base = tiny_chat_base_dir();
   const std::string prompt = "what is two plus three";
   nlohmann::json req = {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"temperature", 0}, {"max_tokens", max_tokens}};
   const std::string body = req.dump();
@@ -152,5 +153,12 @@ int main(int argc, char** argv) {
                 percentile(r.ttft_ms, 99), rps / base_rps, r.failures);
     std::fflush(stdout);
   }
-  return 0;  // the server is killed with `server`; the temp base dir stays for a look
+  return 0;  // `server` is killed here
+}
+
+int main(int argc, char** argv) {
+  std::string base;
+  int rc = bench_main(argc, argv, base);
+  if (base.rfind("/tmp/nanochat_server_", 0) == 0) std::system(("rm -rf " + base).c_str());
+  return rc;
 }
