@@ -9,6 +9,7 @@
 // run to their end), a second cancels in-flight streams (each still sends its final event);
 // then the listener stops and server_run returns 0.
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <atomic>
 #include <chrono>
@@ -234,6 +235,12 @@ void handle_openai(State& st, const httplib::Request& http, httplib::Response& r
   });
 }
 
+// httplib 0.11 listens with a backlog of 5: a burst of connections beyond it has its SYNs
+// dropped and retried a second later. Linux lets listen() be called again to raise it.
+struct HttpServer : httplib::Server {
+  void raise_backlog(int n) { ::listen(svr_sock_, n); }
+};
+
 json health_json(const State& st) {
   const char* status = st.stop_level > 0 ? "shutting down" : st.ready ? "ok" : "loading";
   return {{"status", status},
@@ -305,7 +312,7 @@ int server_run(const ServerOptions& options) {
   if (st.opt.device_type != "cuda" && st.opt.num_gpus > 1) fail("--num-gpus %d needs CUDA; on the CPU use --workers", st.opt.num_gpus);
   cpu_threads_setup(st.opt.device_type == "cuda" ? 1 : st.opt.workers);
 
-  httplib::Server svr;
+  HttpServer svr;
   // every connection needs a thread while it waits for a worker or streams: room for the
   // workers, the queue and a few UI/health requests
   const size_t threads = (size_t)st.opt.workers + st.opt.num_gpus + st.opt.max_queue + 8;
@@ -409,6 +416,8 @@ int server_run(const ServerOptions& options) {
   } else if (!svr.bind_to_port(st.opt.host, port)) {
     fail("cannot bind %s:%d (in use? try --port)", st.opt.host.c_str(), port);
   }
+
+  svr.raise_backlog(1024);
 
   struct sigaction sa = {};
   sa.sa_handler = on_signal;
