@@ -1,0 +1,164 @@
+// defines: main (bench_server)
+// Serving throughput of `nanochat chat-web` on a tiny model (tests/server_fixture.h: 2 layers,
+// n_embd 128), driven over loopback by streaming clients on threads:
+//   requests/s and p50/p99 time to first token (request sent -> first token event) with
+//   1, 8 and 32 concurrent clients, each sending POST /chat/completions back to back.
+// Baseline, same run: the same request through the Engine in this process (no HTTP, no
+// queue), one after another; the table gives server/baseline ratios.
+// usage: bench_server [--workers 2] [--requests 64] [--max-tokens 32] [--clients 1,8,32]
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "http_raw_client.h"
+#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/engine.h"
+#include "nanochat/server.h"
+#include "server_fixture.h"
+
+using namespace nanochat;
+using clk = std::chrono::steady_clock;
+
+static double ms_since(clk::time_point t) { return std::chrono::duration<double, std::milli>(clk::now() - t).count(); }
+
+static double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return 0;
+  size_t i = (size_t)std::min<double>((double)v.size() - 1, std::ceil(p / 100.0 * (double)v.size()) - 1);
+  return v[i];
+}
+
+struct Run {
+  double seconds = 0;
+  std::vector<double> ttft_ms;
+  int failures = 0;
+};
+
+// one streaming request; returns its time to first token, or -1 on failure
+static double one_request(int port, const std::string& body) {
+  clk::time_point t0 = clk::now();
+  int fd = raw_connect(port);
+  if (fd < 0) return -1;
+  raw_send(fd, "POST /chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
+                   std::to_string(body.size()) + "\r\n\r\n" + body);
+  std::string got;
+  char buf[8192];
+  double ttft = -1;
+  while (true) {
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, (size_t)n);
+    if (ttft < 0 && got.find("data: {\"token\":") != std::string::npos) ttft = ms_since(t0);
+  }
+  close(fd);
+  if (got.rfind("HTTP/1.1 200", 0) != 0 || got.find("{\"done\":true}") == std::string::npos) return -1;
+  return ttft < 0 ? ms_since(t0) : ttft;  // an empty reply: the whole request
+}
+
+static Run run_clients(int port, int clients, int requests, const std::string& body) {
+  Run run;
+  std::mutex mu;
+  std::atomic<int> next{0};
+  clk::time_point t0 = clk::now();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; c++)
+    threads.emplace_back([&] {
+      while (next.fetch_add(1) < requests) {
+        double t = one_request(port, body);
+        std::lock_guard<std::mutex> lock(mu);
+        if (t < 0) run.failures++;
+        else run.ttft_ms.push_back(t);
+      }
+    });
+  for (auto& t : threads) t.join();
+  run.seconds = ms_since(t0) / 1000.0;
+  return run;
+}
+
+static int bench_main(int argc, char** argv, std::string& base) {
+  CLI::App app{"bench_server: chat-web requests/s and time to first token"};
+  int workers = 2, requests = 64;
+  int64_t max_tokens = 32;
+  std::string clients_list = "1,8,32";
+  app.add_option("--workers", workers, "chat-web --workers (CPU)");
+  app.add_option("--requests", requests, "requests per concurrency level");
+  app.add_option("--max-tokens", max_tokens, "tokens per reply (greedy)");
+  app.add_option("--clients", clients_list, "concurrency levels");
+  CLI11_PARSE(app, argc, argv);
+
+  base = tiny_chat_base_dir();
+  const std::string prompt = "what is two plus three";
+  nlohmann::json req = {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"temperature", 0}, {"max_tokens", max_tokens}};
+  const std::string body = req.dump();
+
+  // baseline: the engine in process, same prompt and options, one request after another
+  at::set_num_threads(1);
+  Tokenizer tok = tokenizer_load(base + "/tokenizer");
+  Engine engine(checkpoint_load_gpt("sft", "d2", 0, torch::kCPU, torch::kFloat32, tok.vocab_size()).model, tok);
+  std::vector<int32_t> ids = server_prompt_tokens(tok, req["messages"]);
+  GenerateOptions o;
+  o.max_tokens = max_tokens;
+  o.temperature = 0;
+  std::vector<double> base_ttft;
+  int64_t gen_tokens = 0;
+  const int base_requests = 16;
+  clk::time_point b0 = clk::now();
+  for (int i = 0; i < base_requests; i++) {
+    torch::NoGradGuard ng;
+    clk::time_point t0 = clk::now();
+    bool first = true;
+    GenerateResult r = engine.generate(ids, o, [&](const TokenColumn&) {
+      if (first) base_ttft.push_back(ms_since(t0));
+      first = false;
+      return true;
+    });
+    gen_tokens = r.steps;
+  }
+  const double base_rps = base_requests / (ms_since(b0) / 1000.0);
+  const double base_p50 = percentile(base_ttft, 50);
+
+  ServerProcess server(NANOCHAT_BIN, base, {"--workers", std::to_string(workers), "-q", "--max-queue", "256"});
+  if (server.port() == 0) {
+    std::fprintf(stderr, "chat-web did not start:\n%s\n", server.log().c_str());
+    return 1;
+  }
+  for (int i = 0; i < 3000; i++) {
+    try {
+      if (raw_http(server.port(), "GET", "/health").status == 200) break;
+    } catch (...) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  run_clients(server.port(), 2, 4, body);  // warm-up
+
+  std::printf("bench_server: tiny GPT (2 layers, n_embd 128, vocab %d), %lld tokens/reply (greedy), chat-web --workers %d, %u hardware threads\n",
+              tok.vocab_size(), (long long)gen_tokens, workers, std::thread::hardware_concurrency());
+  std::printf("baseline (engine in process, sequential): %.1f req/s, time to first token p50 %.2f ms\n\n", base_rps, base_p50);
+  std::printf("%8s %9s %10s %12s %12s %14s %9s\n", "clients", "requests", "req/s", "ttft p50 ms", "ttft p99 ms", "req/s / base", "failures");
+  std::stringstream ss(clients_list);
+  for (std::string item; std::getline(ss, item, ',');) {
+    int c = std::stoi(item);
+    Run r = run_clients(server.port(), c, std::max(requests, c), body);
+    double rps = (double)r.ttft_ms.size() / r.seconds;
+    std::printf("%8d %9zu %10.1f %12.2f %12.2f %14.2f %9d\n", c, r.ttft_ms.size(), rps, percentile(r.ttft_ms, 50),
+                percentile(r.ttft_ms, 99), rps / base_rps, r.failures);
+    std::fflush(stdout);
+  }
+  return 0;  // `server` is killed here
+}
+
+int main(int argc, char** argv) {
+  std::string base;
+  int rc = bench_main(argc, argv, base);
+  if (base.rfind("/tmp/nanochat_server_", 0) == 0) std::system(("rm -rf " + base).c_str());
+  return rc;
+}

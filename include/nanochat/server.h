@@ -1,0 +1,159 @@
+// defines: kServerLimits, ServerLimits, ServerError, ChatRequest, server_parse_chat_request,
+//          server_prompt_tokens, StopMatcher, WorkerPool, WorkerLease, ServerOptions,
+//          server_run, WebAsset, server_web_asset, server_web_assets
+// The server module (spec §11.1): `nanochat chat-web`. One HTTP server (cpp-httplib) with
+//   GET  /                      the chat UI (web/, embedded into the binary at build time)
+//   POST /chat/completions      upstream's SSE stream: {"token","gpu"} ... {"done":true}
+//   POST /v1/chat/completions   OpenAI-compatible (stream and not), GET /v1/models
+//   GET  /health, GET /stats    readiness (503 while loading) and the worker pool
+// Requests are checked here (limits of §11.1, types, UTF-8) before any model work; a bad
+// one is a 4xx with a JSON error. Generation runs on the connection's thread once it holds a
+// worker (one model per device) from a FIFO pool; a client that goes away cancels it.
+#pragma once
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "nanochat/tokenizer.h"
+
+namespace nanochat {
+
+// upstream's module constants (spec §11.1) plus the API's own caps
+struct ServerLimits {
+  int64_t max_messages = 500;
+  int64_t max_message_chars = 8000;         // Unicode code points, like Python's len()
+  int64_t max_total_chars = 32000;
+  double max_temperature = 2.0;
+  int64_t max_top_k = 200;                  // 0 = the full vocabulary
+  int64_t max_max_tokens = 4096;
+  int64_t max_choices = 8;                  // OpenAI's n
+  int64_t max_stop_strings = 4;             // OpenAI's limit
+  int64_t max_stop_chars = 256;
+  int64_t max_body_bytes = 1 << 20;         // 413 beyond
+};
+extern const ServerLimits kServerLimits;
+
+// a request the server refuses: HTTP status + one line for the client
+struct ServerError : std::runtime_error {
+  int status;
+  ServerError(int s, const std::string& m) : std::runtime_error(m), status(s) {}
+};
+
+struct ChatRequest {
+  nlohmann::json messages;         // validated: roles alternate user/assistant, starting with user
+  double temperature = 0.8;
+  int64_t top_k = 50;
+  double top_p = 1.0;
+  int64_t max_tokens = 512;
+  int64_t n = 1;
+  bool seed_given = false;
+  uint64_t seed = 0;
+  std::vector<std::string> stop;   // stop strings (OpenAI); the text stops before them
+  bool stream = false;             // OpenAI only; /chat/completions always streams
+  bool include_usage = false;      // stream_options.include_usage
+};
+struct ChatDefaults {
+  double temperature = 0.8;
+  int64_t top_k = 50;
+  int64_t max_tokens = 512;
+};
+// Parses and checks a request body. openai=false: upstream's /chat/completions (messages,
+// temperature, top_k, max_tokens; roles user/assistant only). openai=true: also model,
+// top_p, n, stop, seed, stream, stream_options, max_completion_tokens, a leading system
+// message, and content as a list of text parts. Throws ServerError(400) with the reason.
+ChatRequest server_parse_chat_request(const std::string& body, bool openai, const ChatDefaults& defaults,
+                                      const ServerLimits& limits = kServerLimits);
+
+// the prompt of spec §3.5 render_for_completion: <|bos|>, the turns, <|assistant_start|>
+std::vector<int32_t> server_prompt_tokens(const Tokenizer& tok, const nlohmann::json& messages);
+
+// Stop strings on a text stream: push() returns the text safe to emit now, holding back a
+// tail that could still begin a stop string; once a stop string appears, stopped() is true
+// and the text before it is all that was ever returned. finish() flushes the held tail.
+class StopMatcher {
+ public:
+  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
+  std::string push(const std::string& text);
+  std::string finish();
+  bool stopped() const { return stopped_; }
+
+ private:
+  std::vector<std::string> stops_;
+  std::string pending_;
+  bool stopped_ = false;
+};
+
+// Workers served first come, first served: acquire() queues a ticket and returns the free
+// worker once every earlier ticket got one. Returns -1 when the queue already holds
+// max_queue tickets (caller answers 503) or the pool is shutting down.
+class WorkerPool {
+ public:
+  WorkerPool(int num_workers, int max_queue);
+  int acquire();
+  void release(int worker);
+  void shutdown();  // wakes every waiter with -1; later acquires fail at once
+  int size() const { return (int)busy_.size(); }
+  int available() const;
+  int queued() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<bool> busy_;
+  std::deque<uint64_t> tickets_;
+  uint64_t next_ticket_ = 0;
+  int max_queue_;
+  bool shutdown_ = false;
+};
+
+// RAII: a worker held until destroyed
+class WorkerLease {
+ public:
+  WorkerLease(WorkerPool& pool, int worker) : pool_(pool), worker_(worker) {}
+  ~WorkerLease() {
+    if (worker_ >= 0) pool_.release(worker_);
+  }
+  WorkerLease(const WorkerLease&) = delete;
+  WorkerLease& operator=(const WorkerLease&) = delete;
+  int worker() const { return worker_; }
+
+ private:
+  WorkerPool& pool_;
+  int worker_;
+};
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string source = "sft", model_tag, device_type;
+  int64_t step = -1;
+  int num_gpus = 1;        // CUDA: one model copy per GPU
+  int workers = 1;         // CPU: concurrent generations (sharing one model copy)
+  int max_queue = 64;      // requests waiting for a worker beyond this get 503
+  ChatDefaults defaults;
+  ServerLimits limits;
+  bool quiet = false;      // no per-request log lines
+};
+// Binds, serves the UI and /health at once (503 until the models are loaded), loads one model
+// per device in the background, then serves until SIGINT/SIGTERM: the listener closes,
+// queued requests get 503, in-flight streams run to their end (a second signal cancels them,
+// each stream still ending with its final event), and it returns 0. Error if the port cannot
+// be bound or a model fails to load.
+int server_run(const ServerOptions& options);
+
+// the files of web/ embedded at build time (src/server/web_assets.cpp is generated)
+struct WebAsset {
+  const char* path;  // "/ui.html", "/ui.js", ...
+  const unsigned char* data;
+  size_t size;
+};
+const WebAsset* server_web_asset(const std::string& path);  // nullptr if absent
+const std::vector<WebAsset>& server_web_assets();
+
+}  // namespace nanochat

@@ -1,0 +1,34 @@
+// `nanochat chat-web`: the chat UI and the API of spec §11.1 (the server module does it all).
+#include <CLI/CLI.hpp>
+
+#include "cli/commands.h"
+#include "nanochat/server.h"
+
+namespace nanochat {
+
+void cli_register_chat_web(CLI::App& app, int& exit_code) {
+  auto* sub = app.add_subcommand(
+      "chat-web",
+      "Chat in a browser: the UI at /, upstream's POST /chat/completions stream, an OpenAI-compatible\n"
+      "POST /v1/chat/completions and GET /v1/models, GET /health and /stats. It listens on 127.0.0.1\n"
+      "(this machine only); to reach it from elsewhere pass --host 0.0.0.0 (all interfaces; there is no\n"
+      "authentication, so only on a trusted network) or keep 127.0.0.1 and tunnel: ssh -L 8000:localhost:8000 HOST");
+  static ServerOptions o;
+  sub->add_option("-n,--num-gpus", o.num_gpus, "GPUs to serve on, one model copy and one worker each")->check(CLI::Range(1, 64));
+  sub->add_option("--workers", o.workers, "on the CPU: concurrent generations (they share one model copy)")->check(CLI::Range(1, 64));
+  sub->add_option("-i,--source", o.source, "checkpoint kind: sft, rl or base")->check(CLI::IsMember({"base", "sft", "rl"}));
+  sub->add_option("-t,--temperature", o.defaults.temperature, "default temperature")->check(CLI::Range(0.0, 2.0));
+  sub->add_option("-k,--top-k", o.defaults.top_k, "default top-k (0: all tokens)")->check(CLI::Range(0, 200));
+  sub->add_option("-m,--max-tokens", o.defaults.max_tokens, "default max tokens per reply")->check(CLI::Range(1, 4096));
+  sub->add_option("-g,--model-tag", o.model_tag, "model tag (default: the largest d<N>)");
+  sub->add_option("-s,--step", o.step, "step (default: the last complete one)")->check(CLI::NonNegativeNumber);
+  sub->add_option("-p,--port", o.port, "port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
+  sub->add_option("--host", o.host, "address to listen on; 0.0.0.0 exposes it to the network");
+  sub->add_option("--max-queue", o.max_queue, "requests that may wait for a worker; more get 503")->check(CLI::Range(1, 4096));
+  sub->add_option("--device-type", o.device_type, "cuda or cpu (default: cuda when available)")
+      ->check(CLI::IsMember({"", "cuda", "cpu"}));
+  sub->add_flag("-q,--quiet", o.quiet, "no log line per request");
+  sub->callback([&exit_code] { exit_code = server_run(o); });
+}
+
+}  // namespace nanochat

@@ -1,0 +1,66 @@
+// defines: WorkerPool
+// First come, first served: each acquire() takes a ticket; a freed worker goes to the oldest
+// ticket, so a burst of requests cannot starve an earlier one (a plain condition variable
+// wakes waiters in no particular order).
+#include "nanochat/server.h"
+
+namespace nanochat {
+
+WorkerPool::WorkerPool(int num_workers, int max_queue) : busy_(num_workers, false), max_queue_(max_queue) {}
+
+int WorkerPool::acquire() {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (shutdown_ || (int)tickets_.size() >= max_queue_) return -1;
+  const uint64_t ticket = next_ticket_++;
+  tickets_.push_back(ticket);
+  int worker = -1;
+  cv_.wait(lock, [&] {
+    if (shutdown_) return true;
+    if (tickets_.front() != ticket) return false;
+    for (size_t i = 0; i < busy_.size(); i++)
+      if (!busy_[i]) {
+        worker = (int)i;
+        return true;
+      }
+    return false;
+  });
+  for (auto it = tickets_.begin(); it != tickets_.end(); ++it)
+    if (*it == ticket) {
+      tickets_.erase(it);
+      break;
+    }
+  if (shutdown_) worker = -1;
+  if (worker >= 0) busy_[worker] = true;
+  cv_.notify_all();  // the next ticket is now at the front
+  return worker;
+}
+
+void WorkerPool::release(int worker) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    busy_[worker] = false;
+  }
+  cv_.notify_all();
+}
+
+void WorkerPool::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shutdown_ = true;
+  }
+  cv_.notify_all();
+}
+
+int WorkerPool::available() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  int n = 0;
+  for (bool b : busy_) n += !b;
+  return n;
+}
+
+int WorkerPool::queued() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return (int)tickets_.size();
+}
+
+}  // namespace nanochat

@@ -1,0 +1,76 @@
+"""Playwright drives the chat UI of `nanochat chat-web` in Debian's Chromium (tests/test_server.cpp).
+
+usage: ui_test.py BASE_URL SCREENSHOT.png   prints one JSON object with what it saw.
+Steps: load (health banner gone), send a message and watch the reply stream in, edit the
+message (the conversation is cut there), regenerate the reply, /temperature, /help, /clear,
+then a screenshot of a conversation.
+"""
+import json
+import sys
+
+from playwright.sync_api import sync_playwright
+
+base, shot = sys.argv[1], sys.argv[2]
+out = {}
+TIMEOUT = 30000
+
+with sync_playwright() as p:
+    browser = p.chromium.launch(executable_path="/usr/bin/chromium",
+                                args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+    page = browser.new_page(viewport={"width": 1000, "height": 700})
+    errors = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(base + "/")
+    page.wait_for_function("document.getElementById('banner').classList.contains('hidden')", timeout=TIMEOUT)
+
+    def wait_idle():
+        page.wait_for_selector("#send:not(.hidden)", timeout=TIMEOUT)
+        page.wait_for_function("!document.querySelector('.message.streaming')", timeout=TIMEOUT)
+
+    # count the distinct texts the streaming reply goes through
+    page.evaluate("""() => {
+      window.__updates = new Set();
+      new MutationObserver(() => {
+        const d = document.querySelector('.message.assistant.streaming');
+        if (d && d.textContent && !d.textContent.includes('···')) window.__updates.add(d.textContent);
+      }).observe(document.getElementById('messages'), {subtree: true, childList: true, characterData: true});
+    }""")
+    page.fill("#input", "hello")
+    page.press("#input", "Enter")
+    page.wait_for_selector(".message.user", timeout=TIMEOUT)
+    wait_idle()
+    out["stream_updates"] = page.evaluate("window.__updates.size")
+    first_reply = page.inner_text(".message.assistant")
+    assert first_reply.strip(), "empty reply"
+
+    # edit: clicking the user message puts it back in the input and cuts the conversation
+    page.click(".message.user")
+    assert page.input_value("#input") == "hello"
+    assert page.locator(".message.assistant").count() == 0
+    page.fill("#input", "hello again")
+    page.press("#input", "Enter")
+    wait_idle()
+    out["after_edit_user"] = page.locator(".message.user").all_inner_texts()
+
+    # regenerate: clicking the reply replaces it
+    page.click(".message.assistant")
+    page.wait_for_timeout(50)
+    wait_idle()
+    out["after_regenerate_assistants"] = page.locator(".message.assistant").count()
+
+    page.fill("#input", "/temperature 0.5")
+    page.press("#input", "Enter")
+    out["settings"] = page.inner_text("#settings")
+    page.fill("#input", "/help")
+    page.press("#input", "Enter")
+    assert "/clear" in page.locator(".message.console").last.inner_text()
+    page.screenshot(path=shot, full_page=True)
+
+    page.fill("#input", "/clear")
+    page.press("#input", "Enter")
+    out["after_clear_messages"] = page.locator(".message.user, .message.assistant").count()
+    out["page_errors"] = errors
+    assert not errors, errors
+    browser.close()
+
+print(json.dumps(out, ensure_ascii=False))
