@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The whole nanochat pipeline at toy scale on a CPU (any machine, no GPU): data, tokenizer,
 # pretraining, evaluation, then a chat with the model. The model is tiny and the run is short
-# (about half an hour on 2 cores): it shows every stage working, not a capable model.
+# (about a quarter of an hour on 2 cores): it shows every stage working, not a capable model.
+# Pretraining passes 4x upstream's learning rates: the sqrt batch rule scales them by
+# sqrt(1K / 512K), so the effective rates equal upstream runcpu's at its 16K batch.
 # Upstream's runs/runcpu.sh with the scale cut to what 2 cores do in minutes.
 #
 # Without internet (the ClimbMix shards cannot be downloaded) it trains on a local English
@@ -39,24 +41,26 @@ say "2/8 tokenizer"
 $NC tok-train "${DATA[@]}" --max-chars 20000000 --vocab-size 8192
 $NC tok-eval "${DATA[@]}"
 
-say "3/8 pretraining (d4, 256 wide, context 256)"
+say "3/8 pretraining (d4, 256 wide, context 128)"
 # resumable: rerun the script and it continues from the last checkpoint
 RESUME=()
 if ls "$NANOCHAT_BASE_DIR"/base_checkpoints/d4/done_* >/dev/null 2>&1; then RESUME=(--resume latest); fi
-$NC base-train "${DATA[@]}" "${RESUME[@]}" --depth 4 --head-dim 64 --window-pattern L --max-seq-len 256 \
-  --device-batch-size 8 --total-batch-size 2048 --num-iterations 400 --warmup-steps 20 \
-  --eval-every 100 --eval-tokens 32768 --core-metric-every -1 --sample-every 200 --save-every 100 \
+$NC base-train "${DATA[@]}" "${RESUME[@]}" --depth 4 --head-dim 64 --window-pattern L --max-seq-len 128 \
+  --device-batch-size 8 --total-batch-size 1024 --num-iterations 300 --warmup-steps 20 \
+  --matrix-lr 0.08 --embedding-lr 1.2 --unembedding-lr 0.032 --scalar-lr 2.0 \
+  --eval-every 100 --eval-tokens 16384 --core-metric-every -1 --sample-every 150 --save-every 100 \
   --run runcpu
 
 say "4/8 base model evaluation"
-$NC base-eval "${DATA[@]}" "${CORE[@]}" --device-batch-size 8 --split-tokens 32768
+$NC base-eval "${DATA[@]}" "${CORE[@]}" --device-batch-size 8 --split-tokens 16384
 
 say "5/8 a completion from the base model"
 $NC generate --source base -p "The meaning of" --max-tokens 32 --temperature 0
 
 say "6/8 SFT: the chat format, the calculator tool, who it is"
-$NC sft "${MIXTURE[@]}" --num-iterations 200 --device-batch-size 8 --max-seq-len 256 --total-batch-size 2048 \
-  --eval-every 100 --eval-tokens 16384 --chatcore-every -1 --run runcpu
+$NC sft "${MIXTURE[@]}" --num-iterations 100 --device-batch-size 8 --max-seq-len 128 --total-batch-size 1024 \
+  --matrix-lr 0.02 --embedding-lr 0.3 --unembedding-lr 0.008 \
+  --eval-every 50 --eval-tokens 8192 --chatcore-every -1 --run runcpu
 
 say "7/8 chat evaluation"
 if [ "${MIXTURE[1]}" = chat ]; then
