@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The leaderboard run (upstream's runs/speedrun.sh): a d24 GPT-2-capability model on one
+# 8-GPU node, then SFT and chat evaluation. Designed for a blank 8xH100 node; about 1.5 h
+# of pretraining upstream. Launch it so it survives a closed terminal:
+#   screen -L -Logfile runs/speedrun.log -S speedrun bash runs/speedrun.sh
+# Every stage resumes: rerun the script after a crash and base-train continues from its
+# last checkpoint (--save-every 500).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1
+export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
+mkdir -p "$NANOCHAT_BASE_DIR"
+NPROC="${NPROC:-8}"
+RUN="${RUN:-speedrun}"
+bash runs/setup.sh
+NC=build/nanochat
+LAUNCH=($NC launch --nproc-per-node "$NPROC" --)
+$NC doctor
+
+# data: 8 shards for the tokenizer now, ~150 (+20 spare) for pretraining in the background
+$NC download -n 8
+$NC download -n 170 &
+DATASET_DOWNLOAD_PID=$!
+$NC download eval-bundle
+$NC download tasks
+
+# tokenizer: vocab 32768 on 2B characters
+$NC tok-train
+$NC tok-eval
+wait $DATASET_DOWNLOAD_PID
+
+# pretraining: d24, slightly undertrained (data:params 8) to beat GPT-2's CORE in the least time
+RESUME=()
+if ls "$NANOCHAT_BASE_DIR"/base_checkpoints/d24/done_* >/dev/null 2>&1; then RESUME=(--resume latest); fi
+"${LAUNCH[@]}" base-train --depth=24 --target-param-data-ratio=8 --device-batch-size=16 --fp8 \
+  --save-every 500 --run="$RUN" "${RESUME[@]}"
+"${LAUNCH[@]}" base-eval --device-batch-size=16
+
+# chat: SFT on SmolTalk + MMLU + GSM8K (+ identity), then ChatCORE
+"${LAUNCH[@]}" sft --run="$RUN"
+"${LAUNCH[@]}" chat-eval -i sft
+
+echo "Talk to it: $NC chat-cli    or in the browser: $NC chat-web (http://127.0.0.1:8000)"
