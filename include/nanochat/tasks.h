@@ -57,7 +57,7 @@ using TaskPtr = std::shared_ptr<const Task>;
 // Upstream: random.Random(42).shuffle(index_map), which is data-independent, so it equals
 // shuffling range(n).
 using PermutationFn = std::function<std::vector<int64_t>(int64_t n)>;
-// random.Random(seed).shuffle(list(range(n))) (the tasks module's own CPython port)
+// random.Random(seed).shuffle(list(range(n))) (py_random.h, CPython's generator)
 std::vector<int64_t> tasks_py_shuffled_range(uint64_t seed, int64_t n);
 
 // all examples of all tasks, shuffled once (a task listed twice is seen twice)

@@ -9,7 +9,7 @@
 #include "nanochat/common/files.h"
 #include "nanochat/common/log.h"
 #include "nanochat/tasks.h"
-#include "tasks/task_random.h"
+#include "nanochat/py_random.h"
 
 namespace nanochat {
 
@@ -114,7 +114,7 @@ SpellingBeeTask::SpellingBeeTask(int64_t size, std::string split, TaskSlice slic
 }
 
 nlohmann::json SpellingBeeTask::get_example(int64_t index) const {
-  TaskPyRandom rng((uint64_t)(test_ ? kTestSeedOffset + index : index));
+  PyRandom rng(test_ ? kTestSeedOffset + index : index);
   const std::string& word = words_[(size_t)rng.randbelow(words_.size())];
   if (word.empty()) fail("SpellingBee: the word list has an empty line");
   // the letter comes from the word 90% of the time, else from the alphabet
@@ -166,12 +166,12 @@ int SpellingBeeTask::evaluate(const nlohmann::json& conversation, const std::str
 SimpleSpellingTask::SimpleSpellingTask(int64_t size, std::string split, TaskSlice slice, std::vector<std::string> words)
     : Task(slice), size_(size), test_(parse_split(split, "SimpleSpelling")), words_(std::move(words)) {
   if (words_.empty()) words_ = spelling_load_words();
-  TaskPyRandom rng(42);  // a different word order than SpellingBee's
+  PyRandom rng(42);  // a different word order than SpellingBee's
   rng.shuffle(words_);
 }
 
 nlohmann::json SimpleSpellingTask::get_example(int64_t index) const {
-  TaskPyRandom rng((uint64_t)(test_ ? kTestSeedOffset + index : index));
+  PyRandom rng(test_ ? kTestSeedOffset + index : index);
   const std::string& word = words_[(size_t)rng.randbelow(words_.size())];
   return {{"messages", {{{"role", "user"}, {"content", "Spell the word: " + word}},
                         {{"role", "assistant"}, {"content", word + ":" + spelled(word)}}}}};

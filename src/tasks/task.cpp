@@ -1,7 +1,7 @@
 // Task views, TaskMixture, TaskSequence and render_mc (upstream tasks/common.py).
 #include "nanochat/common/error.h"
 #include "nanochat/tasks.h"
-#include "tasks/task_random.h"
+#include "nanochat/py_random.h"
 
 #include <algorithm>
 #include <numeric>
@@ -37,7 +37,7 @@ nlohmann::json Task::at(int64_t i) const {
 std::vector<int64_t> tasks_py_shuffled_range(uint64_t seed, int64_t n) {
   std::vector<int64_t> p(n > 0 ? n : 0);
   std::iota(p.begin(), p.end(), 0);
-  TaskPyRandom rng(seed);
+  PyRandom rng((int64_t)seed);
   rng.shuffle(p);
   return p;
 }
