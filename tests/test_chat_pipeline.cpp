@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
+#include <sstream>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -14,6 +16,51 @@
 #include "test_util.h"
 
 using json = nlohmann::json;
+
+namespace {
+
+// tok-train and 5 steps of base-train (d2, tag d2) on a small word-salad corpus in `data`;
+// `nc` runs the binary with the base dir set
+void make_tiny_base_model(const std::string& data, const std::string& nc) {
+  nanochat::make_dirs(data);
+  std::mt19937 rng(5);
+  const char* words[] = {"the", "answer", "is", "water", "plants", "sun", "a", "question", "which", "of", "B", "C"};
+  for (int f = 0; f < 2; f++) {
+    std::ofstream out(data + "/part_" + std::to_string(f) + ".jsonl");
+    for (int d = 0; d < 200; d++) {
+      std::string doc;
+      for (int w = 0; w < 40; w++) doc += std::string(words[rng() % 12]) + " ";
+      out << json({{"text", doc}}).dump() << "\n";
+    }
+  }
+  CommandResult tok = run_shell(nc + " tok-train --data " + data + " --vocab-size 290");
+  ASSERT_EQ(tok.rc, 0) << tok.err;
+  CommandResult bt = run_shell(nc + " base-train --data " + data +
+                               " --depth 2 --head-dim 64 --window-pattern L --max-seq-len 64 --device-batch-size 4"
+                               " --total-batch-size 256 --num-iterations 5 --eval-every -1 --sample-every -1"
+                               " --core-metric-every -1 --tokenizer-threads 1 --model-tag d2");
+  ASSERT_EQ(bt.rc, 0) << bt.out << bt.err;
+}
+
+// training lines of an SFT metrics.jsonl: step -> (loss_raw, debiased loss)
+std::map<int, std::pair<double, double>> read_losses(const std::string& path) {
+  std::map<int, std::pair<double, double>> out;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line);
+    if (j.contains("loss")) out[j["step"].get<int>()] = {j["loss_raw"].get<double>(), j["loss"].get<double>()};
+  }
+  return out;
+}
+
+// runs `cmd` in the background and sends `signal` once metrics.jsonl logs step `at`
+CommandResult run_and_signal(const std::string& cmd, const std::string& metrics, int at, const char* signal) {
+  return run_shell("(" + cmd + ") & pid=$!; for i in $(seq 1 1200); do grep -q '\"step\":" + std::to_string(at) +
+                   ",' " + metrics + " 2>/dev/null && break; sleep 0.05; done; kill -" + signal +
+                   " $pid; wait $pid; echo rc=$?");
+}
+
+}  // namespace
 
 TEST(ChatPipeline, BaseThenSftThenChatEvalOnFixtures) {
   std::string dir = temp_dir(), base = dir + "/base";
@@ -37,26 +84,8 @@ TEST(ChatPipeline, BaseThenSftThenChatEvalOnFixtures) {
     std::ofstream(split_dir + "/manifest.json") << manifest.dump();
   }
   // 2. a tiny base model on a small text corpus
-  std::string data = dir + "/text";
-  nanochat::make_dirs(data);
-  std::mt19937 rng(5);
-  const char* words[] = {"the", "answer", "is", "water", "plants", "sun", "a", "question", "which", "of", "B", "C"};
-  for (int f = 0; f < 2; f++) {
-    std::ofstream out(data + "/part_" + std::to_string(f) + ".jsonl");
-    for (int d = 0; d < 200; d++) {
-      std::string doc;
-      for (int w = 0; w < 40; w++) doc += std::string(words[rng() % 12]) + " ";
-      out << json({{"text", doc}}).dump() << "\n";
-    }
-  }
   const std::string nc = std::string("NANOCHAT_BASE_DIR=") + base + " " NANOCHAT_BIN;
-  CommandResult tok = run_shell(nc + " tok-train --data " + data + " --vocab-size 290");
-  ASSERT_EQ(tok.rc, 0) << tok.err;
-  CommandResult bt = run_shell(nc + " base-train --data " + data +
-                               " --depth 2 --head-dim 64 --window-pattern L --max-seq-len 64 --device-batch-size 4"
-                               " --total-batch-size 256 --num-iterations 5 --eval-every -1 --sample-every -1"
-                               " --core-metric-every -1 --tokenizer-threads 1 --model-tag d2");
-  ASSERT_EQ(bt.rc, 0) << bt.out << bt.err;
+  ASSERT_NO_FATAL_FAILURE(make_tiny_base_model(dir + "/text", nc));
   // 3. SFT on the fixture mixture (SmolTalk + MMLU + GSM8K + identity)
   CommandResult sft = run_shell(nc + " sft --num-iterations 3 --device-batch-size 2 --max-seq-len 256"
                                 " --total-batch-size 512 --eval-every 3 --eval-tokens 512 --chatcore-every -1");
@@ -80,4 +109,49 @@ TEST(ChatPipeline, BaseThenSftThenChatEvalOnFixtures) {
   double mean = 0;
   for (const auto& t : results["tasks"]) mean += t["centered"].get<double>() / 5;
   EXPECT_NEAR(results["chatcore"].get<double>(), mean, 1e-12);
+}
+
+// SFT resumes exactly (offline, on the spelling mixture, 2 micro-steps per step): a run
+// killed with SIGKILL and resumed with --resume latest from its last --save-every checkpoint,
+// and a run stopped with SIGTERM and resumed with the command it prints, log the very same
+// losses as an uninterrupted run
+TEST(ChatPipeline, SftKilledOrStoppedRunResumesWithTheSameLosses) {
+  std::string dir = temp_dir(), base = dir + "/base", out = base + "/chatsft_checkpoints";
+  const std::string nc = std::string("NANOCHAT_BASE_DIR=") + base + " " NANOCHAT_BIN;
+  ASSERT_NO_FATAL_FAILURE(make_tiny_base_model(dir + "/text", nc));
+  const std::string sft = nc + " sft --mixture spelling --num-iterations 24 --device-batch-size 2 --max-seq-len 64"
+                               " --total-batch-size 256 --eval-every -1 --save-every 4";
+  CommandResult full = run_shell(sft);
+  ASSERT_EQ(full.rc, 0) << full.out << full.err;
+  auto reference = read_losses(out + "/d2/metrics.jsonl");
+  ASSERT_EQ(reference.size(), 24u);
+  run_shell("mv " + out + "/d2 " + out + "/full");
+  auto expect_same_losses = [&](const std::string& what) {
+    auto after = read_losses(out + "/d2/metrics.jsonl");
+    ASSERT_EQ(after.size(), 24u) << what;
+    for (auto& [step, loss] : reference) EXPECT_EQ(after[step], loss) << "step " << step << ", " << what;
+    EXPECT_TRUE(nanochat::path_exists(out + "/d2/done_000024")) << what;
+  };
+
+  std::mt19937 rng(std::random_device{}());
+  int kill_at = 9 + (int)(rng() % 12);
+  CommandResult killed = run_and_signal(sft, out + "/d2/metrics.jsonl", kill_at, "9");
+  ASSERT_NE(killed.out.find("rc="), std::string::npos);
+  CommandResult resumed = run_shell(sft + " --resume latest");
+  ASSERT_EQ(resumed.rc, 0) << resumed.out << resumed.err;
+  EXPECT_NE(resumed.out.find("resuming from"), std::string::npos) << resumed.out;
+  expect_same_losses("killed after step " + std::to_string(kill_at));
+  run_shell("mv " + out + "/d2 " + out + "/killed");
+
+  int stop_at = 3 + (int)(rng() % 12);
+  CommandResult stopped = run_and_signal(sft, out + "/d2/metrics.jsonl", stop_at, "TERM");
+  ASSERT_NE(stopped.out.find("rc=0"), std::string::npos) << stopped.out << stopped.err;
+  const std::string all = stopped.out + stopped.err;
+  size_t at = all.find("Resume with:\n  ");
+  ASSERT_NE(at, std::string::npos) << all;
+  std::string command = all.substr(at + 15, all.find('\n', at + 15) - (at + 15));
+  EXPECT_NE(command.find(" --resume-from-step "), std::string::npos) << command;
+  CommandResult again = run_shell("NANOCHAT_BASE_DIR=" + base + " " + command);
+  ASSERT_EQ(again.rc, 0) << command << "\n" << again.out << again.err;
+  expect_same_losses("stopped after step " + std::to_string(stop_at));
 }

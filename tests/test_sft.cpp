@@ -99,3 +99,41 @@ TEST(SftBatcher, ConversationLongerThanARowIsCroppedNotPaddedForever) {
   torch::Tensor y = torch::tensor({{-1, 3, -1, 5}});
   EXPECT_DOUBLE_EQ(sft_masked_mean(torch::tensor({1.0, 2.0, 4.0, 8.0}), y).item<double>(), 5.0);
 }
+
+TEST(SftBatcher, StateResumesTheSameRows) {
+  Tokenizer tok = byte_tokenizer();
+  // the conversations of BestFitRowsWithBosPaddingAndMasks, a buffer of 2
+  auto data = std::make_shared<Conversations>(std::vector<std::pair<int, int>>{{1, 2}, {0, 1}, {4, 3}, {0, 0}});
+  SftBatcher batcher(tok, data, 2, 11, 0, 1, 2);
+  batcher.next();
+  // after batch 1 (worked out in that test): c0 and c2 placed, c1 still buffered, c3 next
+  SftBatcherState s = batcher.state();
+  EXPECT_EQ(s.cursor, 3);
+  EXPECT_EQ(s.consumed, 2);
+  EXPECT_EQ(s.epoch, 1);
+  EXPECT_EQ(s.buffer, std::vector<int64_t>{1});
+
+  // through JSON into a fresh batcher: the same batch 2 as the batcher that kept going
+  SftBatcherState back = sft_batcher_state_from_json(sft_batcher_state_to_json(s), data->size(), "test");
+  SftBatcher resumed(tok, data, 2, 11, 0, 1, 2, &back);
+  SftBatch expected = batcher.next(), got = resumed.next();
+  EXPECT_TRUE(torch::equal(expected.inputs, got.inputs));
+  EXPECT_TRUE(torch::equal(expected.targets, got.targets));
+  EXPECT_EQ(resumed.consumed(), 5);
+  EXPECT_EQ(resumed.epoch(), 2);
+  const int64_t bos = tok.special_id("<|bos|>"), us = tok.special_id("<|user_start|>"),
+                ue = tok.special_id("<|user_end|>"), as = tok.special_id("<|assistant_start|>"),
+                ae = tok.special_id("<|assistant_end|>"), a = 'a';
+  EXPECT_EQ(row(got.inputs, 0), (std::vector<int64_t>{bos, us, ue, as, a, ae, bos, us, ue, as, ae}));
+
+  // a state from another mixture (an index past its end) is refused with where it came from
+  nlohmann::json bad = sft_batcher_state_to_json(s);
+  bad["buffer"] = {7};
+  try {
+    sft_batcher_state_from_json(bad, data->size(), "optim_000010_rank0.json");
+    FAIL() << "accepted a buffered index past the mixture";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("optim_000010_rank0.json"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(sft_batcher_state_from_json(nlohmann::json::object(), data->size(), "x"), std::exception);
+}

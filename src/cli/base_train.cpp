@@ -10,7 +10,6 @@ namespace nanochat {
 void cli_register_base_train(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("base-train", "Pretrain the base model (data-parallel under `nanochat launch`)");
   static BaseTrainOptions o;
-  static std::string resume;
   auto opt = [&](const char* name, auto& var, const char* help) {
     return sub->add_option(name, var, help)->capture_default_str();
   };
@@ -39,15 +38,12 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   opt("--warmup-steps", o.warmup_steps, "linear lr warmup steps")->check(CLI::NonNegativeNumber);
   opt("--warmdown-ratio", o.warmdown_ratio, "fraction of steps of the final linear lr decay")->check(CLI::Range(0.0, 1.0));
   opt("--final-lr-frac", o.final_lr_frac, "lr at the end as a fraction of the peak")->check(CLI::Range(0.0, 1.0));
-  opt("--resume-from-step", o.resume_from_step, "resume from this checkpoint step (-1: start fresh)");
-  sub->add_option("--resume", resume, "'latest': resume from the last complete checkpoint of the tag")
-      ->check(CLI::IsMember({"latest"}));
+  cli_add_resume_flags(sub, o.save_every, o.resume_from_step, o.resume_latest);
   opt("--eval-every", o.eval_every, "val bpb every N steps (-1: off)");
   opt("--eval-tokens", o.eval_tokens, "val tokens per bpb evaluation")->check(CLI::PositiveNumber);
   opt("--core-metric-every", o.core_metric_every, "CORE metric every N steps (-1: off)");
   opt("--core-metric-max-per-task", o.core_metric_max_per_task, "examples per CORE task (-1: all)");
   opt("--sample-every", o.sample_every, "greedy samples every N steps (-1: off)");
-  opt("--save-every", o.save_every, "checkpoint every N steps (-1: only at the end)");
   opt("--model-tag", o.model_tag, "checkpoint folder name (default d<depth>)");
   opt("--eval-bundle", o.eval_bundle, "CORE bundle folder (default: $NANOCHAT_BASE_DIR/eval_bundle, from "
                                       "`nanochat download eval-bundle`)");
@@ -59,8 +55,6 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   sub->add_flag("--skip-bad-row-groups", o.skip_bad_row_groups,
                 "warn about and skip a row group that fails to decode (default: stop with an error)");
   sub->callback([&exit_code] {
-    o.resume_latest = resume == "latest";
-    if (o.resume_latest && o.resume_from_step >= 0) throw CLI::ValidationError("--resume latest and --resume-from-step exclude each other");
     o.argv = cli_argv();
     exit_code = base_train_run(o);
   });

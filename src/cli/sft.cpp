@@ -55,6 +55,7 @@ void cli_register_sft(CLI::App& app, int& exit_code) {
   opt("--mixture", o.mixture, "chat: SmolTalk + MMLU + GSM8K (needs `nanochat download tasks`); spelling: "
                               "SimpleSpelling + SpellingBee, offline (ChatCORE then off)")
       ->check(CLI::IsMember({"chat", "spelling"}));
+  cli_add_resume_flags(sub, o.save_every, o.resume_from_step, o.resume_latest);
   sub->preparse_callback([](size_t) { o.identity_path = default_identity_path(); });
   sub->callback([&exit_code] {
     o.argv = cli_argv();

@@ -83,14 +83,6 @@ nlohmann::ordered_json user_config_json(const BaseTrainOptions& o) {
   return j;
 }
 
-std::string resume_command(const BaseTrainOptions& o, int64_t step) {
-  std::string cmd;
-  for (const std::string& a : o.argv) {
-    if (a.rfind("--resume", 0) == 0) continue;
-    cmd += (cmd.empty() ? "" : " ") + a;
-  }
-  return strprintf("%s --resume-from-step %lld", cmd.c_str(), (long long)step);
-}
 
 }  // namespace
 
@@ -358,7 +350,7 @@ int base_train_run(const BaseTrainOptions& o) {
     if (stop.item<int64_t>() != 0) {
       save(step + 1);
       log_info("stopped by signal after step %lld. Resume with:\n  %s", (long long)step,
-               resume_command(o, step + 1).c_str());
+               train_resume_command(o.argv, step + 1).c_str());
       return 0;
     }
   }

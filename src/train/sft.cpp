@@ -1,6 +1,7 @@
 // The SFT loop (spec §9.3): the base checkpoint and (by default) its optimizer state, the
-// task mixture packed by SftBatcher, val bpb on the val mixture, one checkpoint at the end
-// into chatsft_checkpoints/<tag>/.
+// task mixture packed by SftBatcher, val bpb on the val mixture, checkpoints into
+// chatsft_checkpoints/<tag>/ (every --save-every steps, on SIGINT/SIGTERM and at the end)
+// that resume exactly: model, optimizer, each rank's batcher state and the loss average.
 #include "nanochat/sft.h"
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include "nanochat/checkpoint_gpt.h"
 #include "nanochat/common.h"
 #include "nanochat/common/metrics_log.h"
+#include "nanochat/common/stop_signal.h"
 #include "nanochat/compute.h"
 #include "nanochat/gpt.h"
 #include "nanochat/loss_eval.h"
@@ -65,6 +67,7 @@ TaskPtr sft_mixture(const SftOptions& o, const std::string& split) {
 }
 
 int sft_run(const SftOptions& o) {
+  stop_signal_install();
   Compute c = compute_init(o.device_type);
   Dist& dist = *c.dist;
   const int world = c.env.world_size, rank = c.env.rank;
@@ -91,22 +94,40 @@ int sft_run(const SftOptions& o) {
            base.ref.dir.c_str(), (long long)base.ref.step, (long long)T, (long long)B, (long long)total_batch,
            (long long)grad_accum);
 
+  // the output tag, and the checkpoint of this run to resume from, if any
+  const std::string tag = o.model_tag.empty() ? base.ref.dir.substr(base.ref.dir.rfind('/') + 1) : o.model_tag;
+  const std::string out_dir = checkpoint_dir("sft", tag);
+  const int64_t resume_step = o.resume_latest ? checkpoint_find_last_step(out_dir) : o.resume_from_step;
+  std::optional<ModelCheckpoint> resumed;
+  if (resume_step >= 0) {
+    log_info("resuming from %s step %lld", out_dir.c_str(), (long long)resume_step);
+    resumed = checkpoint_load_model(out_dir, resume_step);
+    checkpoint_check_vocab(resumed->meta, tok.vocab_size(), out_dir);
+    checkpoint_load_into_gpt(model, resumed->tensors, checkpoint_model_path(out_dir, resume_step));
+  }
+
   // optimizer: no batch-lr scaling, weight decay 0; warm start keeps the base run's moments
-  // and group fields (momentum, weight decay) but takes the fresh learning rates
+  // and group fields (momentum, weight decay) but takes the fresh learning rates; a resumed
+  // run takes this run's state the same way
   MuonAdamW opt(optim_param_groups_gpt(gpt_named_parameters(model), base.config.n_embd, unembedding_lr,
                                        embedding_lr, matrix_lr, 0.0, 0.5),
                 &dist, c.dtype);
-  if (o.load_optimizer) {
-    std::optional<OptimCheckpoint> st = checkpoint_load_optim(base.ref.dir, base.ref.step, rank);
-    if (st) {
-      std::vector<double> fresh;
-      for (const OptimGroup& g : opt.groups()) fresh.push_back(g.lr);
-      opt.load_state(st->tensors, st->state.at("optimizer"));
-      for (size_t i = 0; i < fresh.size(); i++) opt.groups()[i].lr = fresh[i];
-      log_info("optimizer warm-started from the base run's state (rank %d)", rank);
-    } else {
-      log_warn("the base checkpoint has no optimizer state for rank %d: starting the optimizer fresh", rank);
-    }
+  std::optional<OptimCheckpoint> st;
+  if (resumed) {
+    st = checkpoint_load_optim(out_dir, resume_step, rank);
+    if (!st)
+      fail("%s step %lld has no optimizer state for rank %d: resume with the world size it was saved with",
+           out_dir.c_str(), (long long)resume_step, rank);
+  } else if (o.load_optimizer) {
+    st = checkpoint_load_optim(base.ref.dir, base.ref.step, rank);
+    if (st) log_info("optimizer warm-started from the base run's state (rank %d)", rank);
+    else log_warn("the base checkpoint has no optimizer state for rank %d: starting the optimizer fresh", rank);
+  }
+  if (st) {
+    std::vector<double> fresh;
+    for (const OptimGroup& g : opt.groups()) fresh.push_back(g.lr);
+    opt.load_state(st->tensors, st->state.at("optimizer"));
+    for (size_t i = 0; i < fresh.size(); i++) opt.groups()[i].lr = fresh[i];
   }
   for (OptimGroup& g : opt.groups()) {
     g.lr *= o.init_lr_frac;
@@ -117,21 +138,57 @@ int sft_run(const SftOptions& o) {
   TaskPtr val_data = sft_mixture(o, "val");
   log_info("train mixture: %lld conversations, val mixture: %lld", (long long)train_data->size(),
            (long long)val_data->size());
-  SftBatcher train_batches(tok, train_data, B, T, rank, world);
+  std::optional<SftBatcherState> batcher_resume;
+  if (resumed) {
+    const std::string where = checkpoint_optim_json_path(out_dir, resume_step, rank);
+    if (!st->state.contains("sft_batcher_state")) fail("%s: no sft_batcher_state", where.c_str());
+    batcher_resume = sft_batcher_state_from_json(st->state["sft_batcher_state"], train_data->size(), where);
+  }
+  SftBatcher train_batches(tok, train_data, B, T, rank, world, 100, batcher_resume ? &*batcher_resume : nullptr);
   auto to_device = [&](SftBatch b) {
     return std::make_pair(b.inputs.to(c.device, /*non_blocking=*/true), b.targets.to(c.device, true));
   };
 
-  const std::string tag = o.model_tag.empty() ? base.ref.dir.substr(base.ref.dir.rfind('/') + 1) : o.model_tag;
-  const std::string out_dir = checkpoint_dir("sft", tag);
   MetricsLog metrics;
-  if (c.master()) metrics = MetricsLog(out_dir + "/metrics.jsonl", -1);
+  if (c.master()) metrics = MetricsLog(out_dir + "/metrics.jsonl", resumed ? resume_step : -1);
   const int64_t flops_per_token = gpt_estimate_flops(base.config);
 
+  // the batch in hand comes with the batcher state that reproduces it (saved in checkpoints)
+  SftBatcherState state_before_batch = train_batches.state();
   torch::Tensor x, y;
   std::tie(x, y) = to_device(train_batches.next());
   double smooth = 0, val_bpb = 0, progress = 0;
-  for (int64_t step = 0;; step++) {
+  if (resumed) {
+    val_bpb = train_json_number(resumed->meta, "val_bpb", 0.0);
+    smooth = train_json_number(resumed->meta.value("loop_state", nlohmann::ordered_json::object()),
+                               "smooth_train_loss", 0.0);
+  }
+  auto make_meta = [&](int64_t step) {
+    nlohmann::ordered_json out_meta;
+    GPTConfig cfg = base.config;
+    cfg.sequence_len = T;
+    out_meta["step"] = step;
+    out_meta["val_bpb"] = val_bpb;
+    out_meta["model_config"] = gpt_config_to_json(cfg);
+    out_meta["user_config"] = {{"argv", o.argv}, {"source_checkpoint", base.ref.dir}, {"source_step", base.ref.step}};
+    out_meta["max_seq_len"] = T;
+    out_meta["device_batch_size"] = B;
+    out_meta["total_batch_size"] = total_batch;
+    out_meta["loop_state"] = {{"smooth_train_loss", smooth}};
+    return out_meta;
+  };
+  auto save = [&](int64_t step) {
+    if (c.master()) checkpoint_save_model(out_dir, step, train_model_tensors(model), make_meta(step));
+    checkpoint_save_optim(out_dir, step, rank, opt.state_tensors(),
+                          {{"optimizer", opt.state_json()},
+                           {"sft_batcher_state", sft_batcher_state_to_json(state_before_batch)}});
+    dist.barrier();
+    if (c.master()) checkpoint_mark_complete(out_dir, step, world);
+    dist.barrier();
+    log_info("saved %s step %06lld", out_dir.c_str(), (long long)step);
+  };
+
+  for (int64_t step = std::max<int64_t>(resume_step, 0);; step++) {
     // the epoch ends when this rank's walk has placed every conversation once (or after
     // --num-iterations); ranks agree through a MAX
     bool last = o.num_iterations > 0 ? step >= o.num_iterations : train_batches.consumed() >= train_batches.size();
@@ -139,6 +196,8 @@ int sft_run(const SftOptions& o) {
     dist.all_reduce(flag, ReduceOp::MAX);
     last = flag.item<int64_t>() != 0;
 
+    // the final checkpoint comes before the final evals, which must not cost the run
+    if (last) save(step);
     if (o.eval_every > 0 && (last || step % o.eval_every == 0)) {
       model->eval();
       SftBatcher val_batches(tok, val_data, B, T, rank, world);
@@ -150,6 +209,7 @@ int sft_run(const SftOptions& o) {
       log_info("Step %05lld | Validation bpb: %.4f", (long long)step, val_bpb);
       metrics.log({{"step", step}, {"val_bpb", val_bpb}});
       model->train();
+      if (last && c.master()) atomic_write_file(checkpoint_meta_path(out_dir, step), make_meta(step).dump(2));
     }
     if (o.mixture == "chat" && o.chatcore_every > 0 && (last || (step > 0 && step % o.chatcore_every == 0))) {
       // upstream: categorical tasks over all problems, batched by the device batch size;
@@ -175,22 +235,8 @@ int sft_run(const SftOptions& o) {
       for (const auto& t : r.tasks) line[t.name] = t.accuracy;
       metrics.log(line);
     }
-    if (last) {
-      nlohmann::ordered_json out_meta;
-      GPTConfig cfg = base.config;
-      cfg.sequence_len = T;
-      out_meta["step"] = step;
-      out_meta["val_bpb"] = val_bpb;
-      out_meta["model_config"] = gpt_config_to_json(cfg);
-      out_meta["user_config"] = {{"argv", o.argv}, {"source_checkpoint", base.ref.dir}, {"source_step", base.ref.step}};
-      if (c.master()) checkpoint_save_model(out_dir, step, train_model_tensors(model), out_meta);
-      checkpoint_save_optim(out_dir, step, rank, opt.state_tensors(), {{"optimizer", opt.state_json()}});
-      dist.barrier();
-      if (c.master()) checkpoint_mark_complete(out_dir, step, world);
-      dist.barrier();
-      log_info("saved %s step %06lld", out_dir.c_str(), (long long)step);
-      break;
-    }
+    if (last) break;
+    if (step > 0 && step != resume_step && o.save_every > 0 && step % o.save_every == 0) save(step);
 
     device_synchronize(c.device);
     Timer timer;
@@ -199,6 +245,7 @@ int sft_run(const SftOptions& o) {
       torch::Tensor loss = masked_mean_loss(model, x, y);
       train_loss = loss.detach();
       (loss / (double)grad_accum).backward();
+      state_before_batch = train_batches.state();
       std::tie(x, y) = to_device(train_batches.next());
     }
     progress = o.num_iterations > 0 ? (double)(step + 1) / (double)o.num_iterations
@@ -223,6 +270,16 @@ int sft_run(const SftOptions& o) {
              train_format_thousands((int64_t)tok_per_sec).c_str(), mfu, train_batches.epoch());
     metrics.log({{"step", step}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", lrm}, {"dt", dt},
                  {"tok_per_sec", tok_per_sec}, {"mfu", mfu}, {"progress", progress}});
+
+    // graceful stop: every rank agrees, then the state after this step is saved
+    torch::Tensor stop = torch::tensor({(int64_t)stop_signal_received()}, torch::kLong).to(c.device);
+    dist.all_reduce(stop, ReduceOp::MAX);
+    if (stop.item<int64_t>() != 0) {
+      save(step + 1);
+      log_info("stopped by signal after step %lld. Resume with:\n  %s", (long long)step,
+               train_resume_command(o.argv, step + 1).c_str());
+      return 0;
+    }
   }
   return 0;
 }

@@ -9,16 +9,34 @@
 namespace nanochat {
 
 SftBatcher::SftBatcher(const Tokenizer& tok, TaskPtr dataset, int64_t batch_size, int64_t seq_len, int rank,
-                       int world, size_t buffer_size)
+                       int world, size_t buffer_size, const SftBatcherState* resume)
     : tok_(tok), dataset_(std::move(dataset)), batch_size_(batch_size), row_capacity_(seq_len + 1),
       world_(world), buffer_size_(buffer_size), cursor_(rank), consumed_(rank) {
   if (dataset_->size() == 0) fail("SFT: the %s dataset has no conversations", dataset_->name().c_str());
+  if (!resume) return;
+  cursor_ = resume->cursor;
+  consumed_ = resume->consumed;
+  epoch_ = resume->epoch;
+  for (int64_t index : resume->buffer) buffer_.push_back(render(index));  // rendering is deterministic
+}
+
+SftBatcher::Rendered SftBatcher::render(int64_t index) const {
+  RenderedConversation r = render_conversation(tok_, dataset_->at(index));
+  return {index, std::move(r.ids), std::move(r.mask)};
+}
+
+SftBatcherState SftBatcher::state() const {
+  SftBatcherState s;
+  s.cursor = cursor_;
+  s.consumed = consumed_;
+  s.epoch = epoch_;
+  for (const Rendered& r : buffer_) s.buffer.push_back(r.index);
+  return s;
 }
 
 void SftBatcher::refill() {
   while (buffer_.size() < buffer_size_) {
-    RenderedConversation r = render_conversation(tok_, dataset_->at(cursor_));
-    buffer_.push_back({std::move(r.ids), std::move(r.mask)});
+    buffer_.push_back(render(cursor_));
     cursor_ += world_;
     if (cursor_ >= dataset_->size()) {  // wrap around: the next epoch
       cursor_ %= dataset_->size();
@@ -79,6 +97,29 @@ SftBatch SftBatcher::next() {
   for (int64_t b = 0; b < batch_size_; b++)
     if (content_len[b] < row_capacity_) out.targets[b].slice(0, std::max<int64_t>(content_len[b] - 1, 0)).fill_(-1);
   return out;
+}
+
+nlohmann::json sft_batcher_state_to_json(const SftBatcherState& s) {
+  return {{"cursor", s.cursor}, {"consumed", s.consumed}, {"epoch", s.epoch}, {"buffer", s.buffer}};
+}
+
+SftBatcherState sft_batcher_state_from_json(const nlohmann::json& j, int64_t dataset_size, const std::string& where) {
+  auto index = [&](const nlohmann::json& v, const char* what) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= dataset_size)
+      fail("%s: SFT batcher %s %s is not an index of the %lld-conversation mixture (a different mixture?)",
+           where.c_str(), what, v.dump().c_str(), (long long)dataset_size);
+    return v.get<int64_t>();
+  };
+  if (!j.is_object() || !j.contains("cursor") || !j.contains("consumed") || !j.contains("epoch") ||
+      !j.contains("buffer") || !j["buffer"].is_array() || !j["consumed"].is_number_integer() ||
+      !j["epoch"].is_number_integer())
+    fail("%s: malformed SFT batcher state (want cursor, consumed, epoch, buffer)", where.c_str());
+  SftBatcherState s;
+  s.cursor = index(j["cursor"], "cursor");
+  s.consumed = j["consumed"].get<int64_t>();
+  s.epoch = j["epoch"].get<int>();
+  for (const nlohmann::json& v : j["buffer"]) s.buffer.push_back(index(v, "buffered conversation"));
+  return s;
 }
 
 torch::Tensor sft_masked_mean(const torch::Tensor& losses, const torch::Tensor& targets) {

@@ -1,5 +1,7 @@
 #include "train/train_common.h"
 
+#include <cctype>
+#include <cstring>
 #include <limits>
 
 #include <torch/torch.h>
@@ -76,6 +78,31 @@ double train_json_number(const nlohmann::ordered_json& j, const char* key, doubl
   if (!j.contains(key) || j[key].is_null()) return fallback;
   if (!j[key].is_number()) fail("checkpoint meta: '%s' is not a number", key);
   return j[key].get<double>();
+}
+
+namespace {
+// `a` as one shell word: as is when it is plain, else in single quotes
+std::string shell_quote(const std::string& a) {
+  bool plain = !a.empty();
+  for (char ch : a) plain = plain && (std::isalnum((unsigned char)ch) || (ch && std::strchr("_./=:,+-@%", ch)));
+  if (plain) return a;
+  std::string q = "'";
+  for (char ch : a) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+}  // namespace
+
+std::string train_resume_command(const std::vector<std::string>& argv, int64_t step) {
+  std::string cmd;
+  for (size_t i = 0; i < argv.size(); i++) {
+    const std::string& a = argv[i];
+    if (a.rfind("--resume", 0) == 0) {
+      if (a.find('=') == std::string::npos && i + 1 < argv.size()) i++;  // and its value
+      continue;
+    }
+    cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
+  }
+  return strprintf("%s --resume-from-step %lld", cmd.c_str(), (long long)step);
 }
 
 }  // namespace nanochat

@@ -1,12 +1,13 @@
 // defines: train_peak_flops, train_token_bytes, train_model_tensors,
 //          train_loader_state_upstream, train_loader_state_from_checkpoint, train_sample_greedy,
-//          train_format_thousands, train_json_number
+//          train_format_thousands, train_json_number, train_resume_command
 // Small pieces every training stage (base, SFT, RL) needs between the modules: the
 // accelerator's peak FLOPS for MFU, token byte lengths on the device, model tensors to and
 // from a checkpoint, loader state in and out of checkpoint JSON, greedy samples.
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
@@ -44,5 +45,8 @@ std::string train_format_thousands(int64_t n);  // 1234567 -> "1,234,567"
 
 // j[key] as a number; `fallback` when missing or null (nlohmann writes inf and nan as null)
 double train_json_number(const nlohmann::ordered_json& j, const char* key, double fallback);
+
+// the command line `argv` with its --resume* flags replaced by --resume-from-step <step>
+std::string train_resume_command(const std::vector<std::string>& argv, int64_t step);
 
 }  // namespace nanochat
