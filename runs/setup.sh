@@ -7,6 +7,7 @@
 # Environment knobs:
 #   NANOCHAT_CMAKE_ARGS   extra cmake arguments (e.g. -DNANOCHAT_SANITIZE=ON)
 #   NANOCHAT_BUILD_DIR    build directory (default build)
+#   NANOCHAT_BUILD_TARGETS  the targets to build, space-separated (default: all)
 #   NANOCHAT_TORCH_INDEX  a pip index for torch (e.g. https://download.pytorch.org/whl/cpu)
 #   LIBTORCH_DIR          use an unpacked LibTorch zip instead of the wheel's LibTorch
 set -euo pipefail
@@ -87,5 +88,6 @@ log "building (log: $BUILD_DIR.build.log)"
 mem_gb=$(awk '/MemAvailable/ {print int($2/1048576)}' /proc/meminfo)
 jobs=$(nproc)
 [ "$jobs" -gt $((mem_gb / 2 > 0 ? mem_gb / 2 : 1)) ] && jobs=$((mem_gb / 2 > 0 ? mem_gb / 2 : 1))
-cmake --build "$BUILD_DIR" -j "$jobs" > "$BUILD_DIR.build.log" 2>&1 || { tail -50 "$BUILD_DIR.build.log" >&2; exit 1; }
+# shellcheck disable=SC2086
+cmake --build "$BUILD_DIR" -j "$jobs" ${NANOCHAT_BUILD_TARGETS:+--target $NANOCHAT_BUILD_TARGETS} > "$BUILD_DIR.build.log" 2>&1 || { tail -50 "$BUILD_DIR.build.log" >&2; exit 1; }
 log "done: $BUILD_DIR/nanochat"
