@@ -345,9 +345,7 @@ int base_train_run(const BaseTrainOptions& o) {
     loop.step = step + 1;
 
     // ---- graceful stop: every rank agrees, then the state after this step is saved ----
-    torch::Tensor stop = torch::tensor({(int64_t)stop_signal_received()}, torch::kLong).to(c.device);
-    dist.all_reduce(stop, ReduceOp::MAX);
-    if (stop.item<int64_t>() != 0) {
+    if (train_any_rank(stop_signal_received(), dist, c.device)) {
       save(step + 1);
       log_info("stopped by signal after step %lld. Resume with:\n  %s", (long long)step,
                train_resume_command(o.argv, step + 1).c_str());

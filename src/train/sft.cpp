@@ -191,10 +191,9 @@ int sft_run(const SftOptions& o) {
   for (int64_t step = std::max<int64_t>(resume_step, 0);; step++) {
     // the epoch ends when this rank's walk has placed every conversation once (or after
     // --num-iterations); ranks agree through a MAX
-    bool last = o.num_iterations > 0 ? step >= o.num_iterations : train_batches.consumed() >= train_batches.size();
-    torch::Tensor flag = torch::tensor({(int64_t)last}, torch::kLong).to(c.device);
-    dist.all_reduce(flag, ReduceOp::MAX);
-    last = flag.item<int64_t>() != 0;
+    const bool last = train_any_rank(
+        o.num_iterations > 0 ? step >= o.num_iterations : train_batches.consumed() >= train_batches.size(), dist,
+        c.device);
 
     // the final checkpoint comes before the final evals, which must not cost the run
     if (last) save(step);
@@ -272,9 +271,7 @@ int sft_run(const SftOptions& o) {
                  {"tok_per_sec", tok_per_sec}, {"mfu", mfu}, {"progress", progress}});
 
     // graceful stop: every rank agrees, then the state after this step is saved
-    torch::Tensor stop = torch::tensor({(int64_t)stop_signal_received()}, torch::kLong).to(c.device);
-    dist.all_reduce(stop, ReduceOp::MAX);
-    if (stop.item<int64_t>() != 0) {
+    if (train_any_rank(stop_signal_received(), dist, c.device)) {
       save(step + 1);
       log_info("stopped by signal after step %lld. Resume with:\n  %s", (long long)step,
                train_resume_command(o.argv, step + 1).c_str());

@@ -8,6 +8,7 @@
 
 #include "nanochat/checkpoint.h"
 #include "nanochat/common.h"
+#include "nanochat/dist.h"
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {
@@ -103,6 +104,12 @@ std::string train_resume_command(const std::vector<std::string>& argv, int64_t s
     cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
   }
   return strprintf("%s --resume-from-step %lld", cmd.c_str(), (long long)step);
+}
+
+bool train_any_rank(bool flag, Dist& dist, torch::Device device) {
+  torch::Tensor t = torch::tensor({(int64_t)flag}, torch::kLong).to(device);
+  dist.all_reduce(t, ReduceOp::MAX);
+  return t.item<int64_t>() != 0;
 }
 
 }  // namespace nanochat

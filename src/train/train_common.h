@@ -1,6 +1,6 @@
 // defines: train_peak_flops, train_token_bytes, train_model_tensors,
 //          train_loader_state_upstream, train_loader_state_from_checkpoint, train_sample_greedy,
-//          train_format_thousands, train_json_number, train_resume_command
+//          train_format_thousands, train_json_number, train_resume_command, train_any_rank
 // Small pieces every training stage (base, SFT, RL) needs between the modules: the
 // accelerator's peak FLOPS for MFU, token byte lengths on the device, model tensors to and
 // from a checkpoint, loader state in and out of checkpoint JSON, greedy samples.
@@ -20,6 +20,7 @@
 
 namespace nanochat {
 
+class Dist;
 class Tokenizer;
 
 // the GPU's nominal BF16 FLOPS (spec §0.6), logged; +inf on the CPU (MFU then shows 0)
@@ -48,5 +49,8 @@ double train_json_number(const nlohmann::ordered_json& j, const char* key, doubl
 
 // the command line `argv` with its --resume* flags replaced by --resume-from-step <step>
 std::string train_resume_command(const std::vector<std::string>& argv, int64_t step);
+
+// true on every rank when `flag` is true on any (an all-reduce MAX): a decision all ranks share
+bool train_any_rank(bool flag, Dist& dist, torch::Device device);
 
 }  // namespace nanochat
