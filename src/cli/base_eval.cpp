@@ -10,10 +10,7 @@ void cli_register_base_eval(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("base-eval", "Evaluate a base checkpoint: bits per byte, samples, CORE");
   static BaseEvalOptions o;
   sub->add_option("--eval", o.eval, "comma-separated: core, bpb, sample")->capture_default_str();
-  sub->add_option("--source", o.source, "checkpoint family: base, sft or rl")->capture_default_str()
-      ->check(CLI::IsMember({"base", "sft", "rl"}));
-  sub->add_option("--model-tag", o.model_tag, "checkpoint folder (default: the largest d<N>)");
-  sub->add_option("--step", o.step, "checkpoint step (default: the last complete one)");
+  cli_add_checkpoint_flags(sub, o.source, o.model_tag, o.step);
   sub->add_option("--max-per-task", o.max_per_task, "CORE examples per task (-1: all)")->capture_default_str();
   sub->add_option("--device-batch-size", o.device_batch_size, "rows per forward")->capture_default_str()
       ->check(CLI::PositiveNumber);

@@ -120,9 +120,7 @@ static int chat_cli_run(const ChatCliFlags& f) {
 void cli_register_chat_cli(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("chat-cli", "Chat with a model in the terminal (-p for one answer)");
   static ChatCliFlags f;
-  sub->add_option("-i,--source", f.source, "checkpoint kind: sft, rl or base")->check(CLI::IsMember({"base", "sft", "rl"}));
-  sub->add_option("-g,--model-tag", f.tag, "model tag (default: the largest d<N>)");
-  sub->add_option("-s,--step", f.step, "step (default: the last complete one)")->check(CLI::NonNegativeNumber);
+  cli_add_checkpoint_flags(sub, f.source, f.tag, f.step);
   sub->add_option("-p,--prompt", f.prompt, "answer this one message and exit (prints only the reply)");
   sub->add_option("-t,--temperature", f.temperature, "sampling temperature (0: greedy)")->check(CLI::Range(0.0, 2.0));
   sub->add_option("-k,--top-k", f.top_k, "sample among the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);

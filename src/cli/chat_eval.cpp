@@ -46,8 +46,7 @@ static int chat_eval_main(const ChatEvalCli& a) {
 void cli_register_chat_eval(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("chat-eval", "Evaluate a chat model: ARC, MMLU, GSM8K, HumanEval, ChatCORE");
   static ChatEvalCli a;
-  sub->add_option("-i,--source", a.source, "checkpoint family: sft, rl (or base)")->required()
-      ->check(CLI::IsMember({"base", "sft", "rl"}));
+  cli_add_checkpoint_flags(sub, a.source, a.model_tag, a.step)->required();
   sub->add_option("-a,--task-name", a.task_names, "tasks separated by | (default: the five of ChatCORE)");
   sub->add_option("-t,--temperature", a.opts.temperature, "sampling temperature")->capture_default_str()
       ->check(CLI::Range(0.0, 2.0));
@@ -59,8 +58,6 @@ void cli_register_chat_eval(CLI::App& app, int& exit_code) {
       ->check(CLI::NonNegativeNumber);
   sub->add_option("-b,--batch-size", a.opts.batch_size, "categorical problems per forward")->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("-g,--model-tag", a.model_tag, "checkpoint folder (default: the largest d<N>)");
-  sub->add_option("-s,--step", a.step, "checkpoint step (default: the last complete one)");
   sub->add_option("-x,--max-problems", a.opts.max_problems, "problems per task (-1: all)")->capture_default_str();
   sub->add_option("--device-type", a.device_type, "cuda or cpu (empty: autodetect)")
       ->check(CLI::IsMember({"", "cuda", "cpu"}));

@@ -16,12 +16,10 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
   static ServerOptions o;
   sub->add_option("-n,--num-gpus", o.num_gpus, "GPUs to serve on, one model copy and one worker each")->check(CLI::Range(1, 64));
   sub->add_option("--workers", o.workers, "on the CPU: concurrent generations (they share one model copy)")->check(CLI::Range(1, 64));
-  sub->add_option("-i,--source", o.source, "checkpoint kind: sft, rl or base")->check(CLI::IsMember({"base", "sft", "rl"}));
+  cli_add_checkpoint_flags(sub, o.source, o.model_tag, o.step);
   sub->add_option("-t,--temperature", o.defaults.temperature, "default temperature")->check(CLI::Range(0.0, 2.0));
   sub->add_option("-k,--top-k", o.defaults.top_k, "default top-k (0: all tokens)")->check(CLI::Range(0, 200));
   sub->add_option("-m,--max-tokens", o.defaults.max_tokens, "default max tokens per reply")->check(CLI::Range(1, 4096));
-  sub->add_option("-g,--model-tag", o.model_tag, "model tag (default: the largest d<N>)");
-  sub->add_option("-s,--step", o.step, "step (default: the last complete one)")->check(CLI::NonNegativeNumber);
   sub->add_option("-p,--port", o.port, "port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
   sub->add_option("--host", o.host, "address to listen on; 0.0.0.0 exposes it to the network");
   sub->add_option("--max-queue", o.max_queue, "requests that may wait for a worker; more get 503")->check(CLI::Range(1, 4096));

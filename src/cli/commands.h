@@ -1,4 +1,4 @@
-// defines: cli_register_*, cli_add_data_flags, cli_add_resume_flags, cli_set_argv, cli_argv, cli_version_text
+// defines: cli_register_*, cli_add_data_flags, cli_add_checkpoint_flags, cli_add_resume_flags, cli_set_argv, cli_argv, cli_version_text
 // One register function per subcommand (one file each in src/cli/). Each adds its
 // subcommand to the app with a callback that wires modules together and stores the exit code.
 #pragma once
@@ -8,6 +8,7 @@
 
 namespace CLI {
 class App;
+class Option;
 }
 
 namespace nanochat {
@@ -33,7 +34,9 @@ void cli_register_chat_web(CLI::App& app, int& exit_code);
 
 // --data, --text-column, --txt-split for subcommands that read a corpus (src/cli/data_flags.cpp)
 void cli_add_data_flags(CLI::App* sub, CorpusOptions& opts);
-// --save-every, --resume-from-step, --resume latest of the training subcommands (resume_flags.cpp)
+// -i/--source, -g/--model-tag, -s/--step: which checkpoint to load; returns --source (checkpoint_flags.cpp)
+CLI::Option* cli_add_checkpoint_flags(CLI::App* sub, std::string& source, std::string& tag, int64_t& step);
+// --save-every, --resume-from-step, --resume latest of the training subcommands (checkpoint_flags.cpp)
 void cli_add_resume_flags(CLI::App* sub, int64_t& save_every, int64_t& resume_from_step, bool& resume_latest);
 
 // the process's command line (set first thing in main)

@@ -12,9 +12,7 @@ void cli_register_export(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("export", "Write a checkpoint as model.safetensors + config.json + tokenizer files");
   static std::string source = "base", tag, out;
   static int64_t step = -1;
-  sub->add_option("--source", source, "checkpoint kind: base, sft or rl")->check(CLI::IsMember({"base", "sft", "rl"}));
-  sub->add_option("--model-tag", tag, "model tag (default: the largest d<N>)");
-  sub->add_option("--step", step, "step (default: the last complete one)")->check(CLI::NonNegativeNumber);
+  cli_add_checkpoint_flags(sub, source, tag, step);
   sub->add_option("--out", out, "the safetensors file to write; config.json and the tokenizer go beside it")->required();
   sub->callback([&exit_code] {
     ExportResult r = checkpoint_export(source, tag, step, out);

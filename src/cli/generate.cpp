@@ -82,9 +82,7 @@ static int generate_run(const GenerateFlags& f) {
 void cli_register_generate(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("generate", "Complete a text prompt with a checkpoint (streams text; --json for ids)");
   static GenerateFlags f;
-  sub->add_option("--source", f.source, "checkpoint kind: base, sft or rl")->check(CLI::IsMember({"base", "sft", "rl"}));
-  sub->add_option("--model-tag", f.tag, "model tag (default: the largest d<N>)");
-  sub->add_option("--step", f.step, "step (default: the last complete one)")->check(CLI::NonNegativeNumber);
+  cli_add_checkpoint_flags(sub, f.source, f.tag, f.step);
   sub->add_option("-p,--prompt", f.prompt, "the text to complete")->required();
   sub->add_option("--max-tokens", f.max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
   sub->add_option("--temperature", f.temperature, "0 is greedy (argmax)")->check(CLI::NonNegativeNumber);
