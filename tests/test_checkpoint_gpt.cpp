@@ -20,6 +20,7 @@
 #include "nanochat/common/utf8_stream.h"
 #include "nanochat/tokenizer.h"
 #include "test_util.h"
+#include "test_models.h"
 
 using namespace nanochat;
 using json = nlohmann::json;
@@ -85,15 +86,7 @@ GPTConfig tiny_config() {
   return c;
 }
 
-GPT tiny_model(torch::ScalarType dtype = torch::kFloat32) {
-  GPT m(tiny_config(), torch::kCPU, dtype);
-  gpt_init_weights(m, 42);
-  torch::NoGradGuard ng;
-  auto gen = gpt_make_generator(torch::kCPU, 5);
-  for (auto& [name, p] : gpt_named_parameters(m)) p.add_(at::randn(p.sizes(), gen, torch::kFloat32).to(p.scalar_type()) * 0.05);
-  m->smear_lambda.fill_(0.5);
-  return m;
-}
+GPT tiny_model(torch::ScalarType dtype = torch::kFloat32) { return perturbed_gpt(tiny_config(), 5, 0.05, dtype); }
 
 NamedTensors cpu_copy(const GPT& m) {
   NamedTensors out;

@@ -13,6 +13,7 @@
 #include "nanochat/core_eval.h"
 #include "nanochat/tokenizer.h"
 #include "test_util.h"
+#include "test_models.h"
 
 using namespace nanochat;
 
@@ -22,11 +23,6 @@ static const std::string kBin = NANOCHAT_BIN;
 
 namespace {
 
-Tokenizer byte_tokenizer() {  // token = byte, <|bos|> = 256
-  std::vector<std::string> ranks;
-  for (int i = 0; i < 256; i++) ranks.push_back(std::string(1, (char)i));
-  return Tokenizer(ranks, kPatternNanochat, {{"<|bos|>", 256}}, "<|bos|>");
-}
 constexpr int64_t V = 257;
 
 // the fixture "model": logits[b,t,:] = W[idx[b,t], :], W[a][v] = ((a*131 + v*71) % 97) / 16
@@ -161,14 +157,7 @@ GPTConfig tiny_config() {
   c.window_pattern = "SL";
   return c;
 }
-GPT tiny_model() {
-  GPT m(tiny_config());
-  gpt_init_weights(m, 42);
-  torch::NoGradGuard ng;
-  auto gen = gpt_make_generator(torch::kCPU, 7);
-  for (auto& [name, p] : gpt_named_parameters(m)) p.add_(at::randn(p.sizes(), gen, p.options()) * 0.3);
-  return m;
-}
+GPT tiny_model() { return perturbed_gpt(tiny_config(), 7, 0.3); }
 
 }  // namespace
 
@@ -205,7 +194,7 @@ TEST(CoreEval, PyStripMatchesPython) {
 // whole tasks and for a subset (the few-shot pool is then the truncated list)
 TEST(CoreEval, MatchesUpstreamProcedureInPython) {
   if (!have_jinja2()) GTEST_SKIP() << "jinja2 or torch missing in " << kPython << ": the reference cannot run";
-  Tokenizer tok = byte_tokenizer();
+  Tokenizer tok = byte_tokenizer(false);
   auto tasks = core_bundle_load(kBundle);
   for (int64_t max_per_task : {-1, 8}) {
     SCOPED_TRACE("max_per_task " + std::to_string(max_per_task));
@@ -260,7 +249,7 @@ TEST(CoreEval, ForcedAnswersScoredByHand) {
   auto fn = rule_fn([](int64_t cur, int64_t v) {
     return (v >= 'A' && v <= 'Z' ? 5.0f : 0.0f) + (cur == 'Z' && v == ' ' ? 5.0f : 0.0f);
   });
-  Tokenizer tok = byte_tokenizer();
+  Tokenizer tok = byte_tokenizer(false);
   CoreOptions o;
   o.bundle_dir = dir, o.batch_size = 3;
   CoreResult r = core_evaluate(fn, tok, o, nullptr);
@@ -293,7 +282,7 @@ TEST(CoreEval, ForcedAnswersScoredByHand) {
 // strided shares add up to the whole
 TEST(CoreEval, BatchSizeAndRanksDoNotChangeTheResult) {
   GPT model = tiny_model();
-  Tokenizer tok = byte_tokenizer();
+  Tokenizer tok = byte_tokenizer(false);
   CoreOptions o;
   o.bundle_dir = kBundle, o.threads = 2;
   o.batch_size = 1;
@@ -329,7 +318,7 @@ TEST(CoreEval, BatchSizeAndRanksDoNotChangeTheResult) {
 TEST(CoreEval, TruncationKeepsTheLastTokensAndShiftsTheSpan) {
   auto tasks = core_bundle_load(kBundle);
   auto data = core_load_task_data(kBundle + "/eval_data/" + tasks[1].dataset_uri, tasks[1].type);
-  Tokenizer tok = byte_tokenizer();
+  Tokenizer tok = byte_tokenizer(false);
   CoreSequences full = core_prepare_example(tasks[1], data, 3, tok, 0);
   CoreSequences cut = core_prepare_example(tasks[1], data, 3, tok, 40);
   for (size_t r = 0; r < full.tokens.size(); r++) {

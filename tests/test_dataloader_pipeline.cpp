@@ -14,6 +14,7 @@
 #include "nanochat/dataloader.h"
 #include "nanochat/tokenizer.h"
 #include "test_util.h"
+#include "test_models.h"
 
 using namespace nanochat;
 using Batch = std::vector<int64_t>;  // inputs then targets, flattened
@@ -305,12 +306,6 @@ static std::vector<std::string> numbered_docs(const std::string& prefix, int n) 
   return d;
 }
 
-static Tokenizer byte_tokenizer() {
-  std::vector<std::string> ranks;
-  for (int b = 0; b < 256; b++) ranks.push_back(std::string(1, (char)b));
-  return Tokenizer(ranks, kPatternNanochat, {{"<|bos|>", 256}}, "<|bos|>");
-}
-
 static std::string error_of(DataLoader& loader, int max_batches = 1000) {
   try {
     for (int i = 0; i < max_batches; i++) loader.next();
@@ -324,7 +319,7 @@ TEST(LoaderBadInput, UndecodableRowGroupNamesFileAndRowGroupOrIsSkipped) {
   std::string dir = make_temp_dir();
   write_parquet(dir + "/a.parquet", numbered_docs("a", 40), 10, "--corrupt-row-group 2");
   write_parquet(dir + "/b.parquet", numbered_docs("val", 10), 10);
-  Tokenizer tok = byte_tokenizer();
+  Tokenizer tok = byte_tokenizer(false);
   CorpusOptions co;
   co.data_dir = dir;
   Corpus c = corpus_open(co);
@@ -361,7 +356,7 @@ TEST(LoaderBadInput, MissingTextColumnAndEmptySplitAreErrorsNotHangs) {
                                NANOCHAT_PYTHON, NANOCHAT_SOURCE_DIR, dir.c_str(), NANOCHAT_PYTHON,
                                NANOCHAT_SOURCE_DIR, dir.c_str()));
   ASSERT_EQ(r.rc, 0) << r.err;
-  Tokenizer tok = byte_tokenizer();
+  Tokenizer tok = byte_tokenizer(false);
   CorpusOptions co;
   co.data_dir = dir;
   Corpus c = corpus_open(co);
@@ -401,7 +396,7 @@ TEST(LoaderCleaning, DropsShortAndInvalidUtf8DocumentsWithCounts) {
   docs[27] = "also bad \xc3\x28 in the middle of a long enough document";
   write_parquet(dir + "/a.parquet", docs, 8, "--binary");
   write_parquet(dir + "/b.parquet", numbered_docs("val", 8), 8, "--binary");
-  Tokenizer tok = byte_tokenizer();
+  Tokenizer tok = byte_tokenizer(false);
   CorpusOptions co;
   co.data_dir = dir;
   Corpus c = corpus_open(co);

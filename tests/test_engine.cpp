@@ -16,19 +16,12 @@
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
 #include "nanochat/tokenizer.h"
+#include "test_models.h"
 
 using namespace nanochat;
 
 namespace {
 
-// bytes 0..255, then nanochat's 9 specials at 256..264
-Tokenizer byte_tokenizer() {
-  std::vector<std::string> ranks;
-  for (int i = 0; i < 256; i++) ranks.push_back(std::string(1, (char)i));
-  std::vector<std::pair<std::string, int32_t>> specials;
-  for (size_t i = 0; i < kSpecialTokens.size(); i++) specials.push_back({kSpecialTokens[i], 256 + (int32_t)i});
-  return Tokenizer(ranks, kPatternNanochat, specials, "<|bos|>");
-}
 constexpr int32_t BOS = 256, USER_START = 257, USER_END = 258, ASSISTANT_START = 259, ASSISTANT_END = 260,
                   PYTHON_START = 261, PYTHON_END = 262, OUTPUT_START = 263, OUTPUT_END = 264;
 
@@ -44,17 +37,7 @@ GPTConfig tiny_config() {
   return c;
 }
 
-// init, then perturb every parameter so no block is the identity and the smear matters
-GPT tiny_model(uint64_t seed = 7) {
-  GPT m(tiny_config());
-  gpt_init_weights(m, 42);
-  torch::NoGradGuard ng;
-  auto gen = gpt_make_generator(torch::kCPU, seed);
-  for (auto& [name, p] : gpt_named_parameters(m)) p.add_(at::randn(p.sizes(), gen, p.options()) * 0.3);
-  m->smear_lambda.fill_(0.5);
-  m->backout_lambda.fill_(0.3);
-  return m;
-}
+GPT tiny_model(uint64_t seed = 7) { return perturbed_gpt(tiny_config(), seed, 0.3); }
 
 // the scripted model: at every position the next token is script[current token] (others -inf),
 // so sampling at any temperature picks it; records the batch size of every forward

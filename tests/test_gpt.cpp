@@ -12,6 +12,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/gpt.h"
 #include "test_util.h"
+#include "test_models.h"
 
 using namespace nanochat;
 using torch::Tensor;
@@ -30,19 +31,7 @@ GPTConfig tiny_config(int64_t seq_len = 512, int64_t n_layer = 3, int64_t n_kv_h
   return c;
 }
 
-// init, then move every parameter off its init values so no block is the identity
-GPT tiny_model(const GPTConfig& c, torch::ScalarType dtype = torch::kFloat32, uint64_t seed = 42) {
-  GPT m(c, torch::kCPU, dtype);
-  gpt_init_weights(m, 42);
-  if (dtype == torch::kFloat64) m->to(torch::kFloat64);
-  torch::NoGradGuard ng;
-  auto gen = gpt_make_generator(torch::kCPU, seed);
-  for (auto& [name, p] : gpt_named_parameters(m))
-    p.add_(at::randn(p.sizes(), gen, p.options()) * 0.05);
-  m->smear_lambda.fill_(0.5);
-  m->backout_lambda.fill_(0.3);
-  return m;
-}
+GPT tiny_model(const GPTConfig& c, torch::ScalarType dtype = torch::kFloat32) { return perturbed_gpt(c, 42, 0.05, dtype); }
 
 Tensor random_tokens(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
   auto gen = gpt_make_generator(torch::kCPU, seed);

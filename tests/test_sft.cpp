@@ -7,18 +7,11 @@
 #include "nanochat/sft.h"
 #include "nanochat/tasks.h"
 #include "nanochat/tokenizer.h"
+#include "test_models.h"
 
 using namespace nanochat;
 
 namespace {
-
-Tokenizer byte_tokenizer() {
-  std::vector<std::string> ranks;
-  for (int b = 0; b < 256; b++) ranks.push_back(std::string(1, (char)b));
-  std::vector<std::pair<std::string, int32_t>> specials;
-  for (size_t i = 0; i < kSpecialTokens.size(); i++) specials.emplace_back(kSpecialTokens[i], 256 + (int32_t)i);
-  return Tokenizer(ranks, kPatternNanochat, specials, "<|bos|>");
-}
 
 // conversation i: user "u" x U, assistant "a" x A -> U + A + 5 tokens:
 // <|bos|> <|user_start|> u.. <|user_end|> <|assistant_start|> a.. <|assistant_end|>
