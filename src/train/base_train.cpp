@@ -107,18 +107,11 @@ int base_train_run(const BaseTrainOptions& o) {
                                            o.window_pattern, o.aspect_ratio, o.head_dim);
   const std::string tag = o.model_tag.empty() ? strprintf("d%lld", (long long)o.depth) : o.model_tag;
   const std::string ckpt_dir = checkpoint_dir("base", tag);
-  int64_t resume_step = o.resume_from_step;
-  if (o.resume_latest) resume_step = checkpoint_find_last_step(ckpt_dir);
+  const int64_t resume_step = o.resume_latest ? checkpoint_find_last_step(ckpt_dir) : o.resume_from_step;
 
   GPT model(config, c.device, c.dtype);
   gpt_init_weights(model, 42);
-  std::optional<ModelCheckpoint> resumed;
-  if (resume_step >= 0) {
-    log_info("resuming from %s step %lld", ckpt_dir.c_str(), (long long)resume_step);
-    resumed = checkpoint_load_model(ckpt_dir, resume_step);
-    checkpoint_check_vocab(resumed->meta, tok.vocab_size(), ckpt_dir);
-    checkpoint_load_into_gpt(model, resumed->tensors, checkpoint_model_path(ckpt_dir, resume_step));
-  }
+  std::optional<ModelCheckpoint> resumed = train_resume_model(model, ckpt_dir, resume_step, tok.vocab_size());
 
   ScalingParams counts = gpt_num_scaling_params(config);
   const int64_t flops_per_token = gpt_estimate_flops(config);

@@ -98,13 +98,7 @@ int sft_run(const SftOptions& o) {
   const std::string tag = o.model_tag.empty() ? base.ref.dir.substr(base.ref.dir.rfind('/') + 1) : o.model_tag;
   const std::string out_dir = checkpoint_dir("sft", tag);
   const int64_t resume_step = o.resume_latest ? checkpoint_find_last_step(out_dir) : o.resume_from_step;
-  std::optional<ModelCheckpoint> resumed;
-  if (resume_step >= 0) {
-    log_info("resuming from %s step %lld", out_dir.c_str(), (long long)resume_step);
-    resumed = checkpoint_load_model(out_dir, resume_step);
-    checkpoint_check_vocab(resumed->meta, tok.vocab_size(), out_dir);
-    checkpoint_load_into_gpt(model, resumed->tensors, checkpoint_model_path(out_dir, resume_step));
-  }
+  std::optional<ModelCheckpoint> resumed = train_resume_model(model, out_dir, resume_step, tok.vocab_size());
 
   // optimizer: no batch-lr scaling, weight decay 0; warm start keeps the base run's moments
   // and group fields (momentum, weight decay) but takes the fresh learning rates; a resumed

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "nanochat/checkpoint.h"
+#include "nanochat/checkpoint_gpt.h"
 #include "nanochat/common.h"
 #include "nanochat/dist.h"
 #include "nanochat/tokenizer.h"
@@ -110,6 +111,15 @@ bool train_any_rank(bool flag, Dist& dist, torch::Device device) {
   torch::Tensor t = torch::tensor({(int64_t)flag}, torch::kLong).to(device);
   dist.all_reduce(t, ReduceOp::MAX);
   return t.item<int64_t>() != 0;
+}
+
+std::optional<ModelCheckpoint> train_resume_model(GPT& model, const std::string& dir, int64_t step, int64_t vocab_size) {
+  if (step < 0) return std::nullopt;
+  log_info("resuming from %s step %lld", dir.c_str(), (long long)step);
+  ModelCheckpoint ckpt = checkpoint_load_model(dir, step);
+  checkpoint_check_vocab(ckpt.meta, vocab_size, dir);
+  checkpoint_load_into_gpt(model, ckpt.tensors, checkpoint_model_path(dir, step));
+  return ckpt;
 }
 
 }  // namespace nanochat

@@ -1,6 +1,7 @@
 // defines: train_peak_flops, train_token_bytes, train_model_tensors,
 //          train_loader_state_upstream, train_loader_state_from_checkpoint, train_sample_greedy,
-//          train_format_thousands, train_json_number, train_resume_command, train_any_rank
+//          train_format_thousands, train_json_number, train_resume_command, train_any_rank,
+//          train_resume_model
 // Small pieces every training stage (base, SFT, RL) needs between the modules: the
 // accelerator's peak FLOPS for MFU, token byte lengths on the device, model tensors to and
 // from a checkpoint, loader state in and out of checkpoint JSON, greedy samples.
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
 
+#include "nanochat/checkpoint.h"
 #include "nanochat/compute.h"
 #include "nanochat/dataloader.h"
 #include "nanochat/engine.h"
@@ -49,6 +51,10 @@ double train_json_number(const nlohmann::ordered_json& j, const char* key, doubl
 
 // the command line `argv` with its --resume* flags replaced by --resume-from-step <step>
 std::string train_resume_command(const std::vector<std::string>& argv, int64_t step);
+
+// step >= 0: loads `dir`'s checkpoint of that step into `model` (checking the vocab) and
+// returns it, for the meta; nullopt when step < 0 (a fresh run)
+std::optional<ModelCheckpoint> train_resume_model(GPT& model, const std::string& dir, int64_t step, int64_t vocab_size);
 
 // true on every rank when `flag` is true on any (an all-reduce MAX): a decision all ranks share
 bool train_any_rank(bool flag, Dist& dist, torch::Device device);
