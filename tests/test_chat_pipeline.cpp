@@ -109,6 +109,31 @@ TEST(ChatPipeline, BaseThenSftThenChatEvalOnFixtures) {
   double mean = 0;
   for (const auto& t : results["tasks"]) mean += t["centered"].get<double>() / 5;
   EXPECT_NEAR(results["chatcore"].get<double>(), mean, 1e-12);
+
+  // 5. RL on the fixture GSM8K (4 train problems: 2 per step, 2 steps), then chat-eval -i rl
+  CommandResult rl = run_shell(nc + " rl --examples-per-step 2 --num-samples 4 --device-batch-size 2"
+                                    " --max-new-tokens 12 --eval-every 1 --eval-examples 2 --save-every -1");
+  ASSERT_EQ(rl.rc, 0) << rl.out << rl.err;
+  EXPECT_NE(rl.out.find("Step 1/2 | Average reward: "), std::string::npos) << rl.out;
+  EXPECT_NE(rl.out.find("Pass@2: "), std::string::npos) << rl.out;
+  EXPECT_TRUE(nanochat::path_exists(base + "/chatrl_checkpoints/d2/done_000001"));
+  int train_lines = 0;
+  std::istringstream metrics(read_file(base + "/chatrl_checkpoints/d2/metrics.jsonl"));
+  for (std::string line; std::getline(metrics, line);) {
+    json j = json::parse(line);
+    if (!j.contains("reward")) continue;
+    train_lines++;
+    EXPECT_GE(j["reward"].get<double>(), 0.0);
+    EXPECT_LE(j["reward"].get<double>(), 1.0);
+    EXPECT_GT(j["sequence_length"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(train_lines, 2);
+  CommandResult ev_rl = run_shell(nc + " chat-eval -i rl -a GSM8K -m 8");
+  ASSERT_EQ(ev_rl.rc, 0) << ev_rl.out << ev_rl.err;
+  EXPECT_TRUE(nanochat::path_exists(base + "/chat_eval/rl_d2_000001.json"));
+  CommandResult bad = run_shell(nc + " rl --num-samples 3 --device-batch-size 2");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("--num-samples 3 must be a multiple of --device-batch-size 2"), std::string::npos) << bad.err;
 }
 
 // SFT resumes exactly (offline, on the spelling mixture, 2 micro-steps per step): a run

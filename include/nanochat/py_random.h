@@ -1,4 +1,4 @@
-// defines: PyRandom
+// defines: PyRandom, py_hash_int, py_hash_int_tuple
 // CPython's random.Random, bit for bit, for the parts nanochat's evaluations use: seeding
 // from an int (init_by_array over the 32-bit words of |seed|), getrandbits, _randbelow (the
 // getrandbits rejection loop), shuffle and sample (CPython 3.10+ algorithms, including
@@ -42,5 +42,11 @@ class PyRandom {
   uint32_t mt_[kN];
   int index_ = kN + 1;
 };
+
+// CPython's hash() of an int (its value mod 2^61 - 1, sign kept, -1 -> -2) and of a tuple of
+// ints (the xxHash-style tuplehash of CPython 3.8+): upstream's RL seeds its rollouts with
+// hash((step, example_idx, sampling_step)) & 0x7FFFFFFF
+int64_t py_hash_int(int64_t v);
+int64_t py_hash_int_tuple(const std::vector<int64_t>& items);
 
 }  // namespace nanochat

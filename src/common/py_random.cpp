@@ -114,4 +114,25 @@ std::vector<int64_t> PyRandom::sample_indices(int64_t n, int64_t k) {
   return result;
 }
 
+int64_t py_hash_int(int64_t v) {
+  const uint64_t modulus = (1ULL << 61) - 1;  // _PyHASH_MODULUS
+  const uint64_t magnitude = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+  const int64_t h = (int64_t)(magnitude % modulus);
+  const int64_t r = v < 0 ? -h : h;
+  return r == -1 ? -2 : r;  // -1 is CPython's error value
+}
+
+int64_t py_hash_int_tuple(const std::vector<int64_t>& items) {
+  const uint64_t prime1 = 11400714785074694791ULL, prime2 = 14029467366897019727ULL,
+                 prime5 = 2870177450012600261ULL;
+  uint64_t acc = prime5;
+  for (int64_t item : items) {
+    acc += (uint64_t)py_hash_int(item) * prime2;
+    acc = (acc << 31) | (acc >> 33);
+    acc *= prime1;
+  }
+  acc += (uint64_t)items.size() ^ (prime5 ^ 3527539ULL);
+  return acc == (uint64_t)-1 ? 1546275796 : (int64_t)acc;
+}
+
 }  // namespace nanochat
