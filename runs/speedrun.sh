@@ -39,5 +39,10 @@ if ls "$NANOCHAT_BASE_DIR"/base_checkpoints/d24/done_* >/dev/null 2>&1; then RES
 # chat: SFT on SmolTalk + MMLU + GSM8K (+ identity), then ChatCORE
 "${LAUNCH[@]}" sft --run="$RUN"
 "${LAUNCH[@]}" chat-eval -i sft
+# optional, as upstream (not part of the leaderboard time): RL on GSM8K, then its score
+if [ "${NANOCHAT_RL:-0}" = 1 ]; then
+  "${LAUNCH[@]}" rl --run="$RUN"
+  "${LAUNCH[@]}" chat-eval -i rl -a GSM8K
+fi
 
 echo "Talk to it: $NC chat-cli    or in the browser: $NC chat-web (http://127.0.0.1:8000)"
