@@ -18,6 +18,8 @@ export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
 NC=build/nanochat
 say() { echo; echo "=== [runcpu] $* ==="; }
 
+# the report card: a new one unless this run is being resumed (rerunning keeps its start time)
+[ -f "$NANOCHAT_BASE_DIR/report/header.md" ] || $NC report reset
 say "1/8 data"
 DATA=()
 if $NC download -n 8; then
@@ -72,6 +74,7 @@ fi
 say "8/8 a chat"
 $NC chat-cli -i sft -p "Hello! Who are you?" || true
 echo
+$NC report generate
 echo "Models: $NANOCHAT_BASE_DIR/base_checkpoints/d4 and $NANOCHAT_BASE_DIR/chatsft_checkpoints/d4"
 echo "(metrics.jsonl in each folder has every step)."
 echo "Talk to it in the terminal:  $NC chat-cli"

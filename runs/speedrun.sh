@@ -16,6 +16,8 @@ bash runs/setup.sh
 NC=build/nanochat
 LAUNCH=($NC launch --nproc-per-node "$NPROC" --)
 $NC doctor
+# the report card: a new one unless this run is being resumed (rerunning keeps its start time)
+[ -f "$NANOCHAT_BASE_DIR/report/header.md" ] || $NC report reset
 
 # data: 8 shards for the tokenizer now, ~150 (+20 spare) for pretraining in the background
 $NC download -n 8
@@ -45,4 +47,6 @@ if [ "${NANOCHAT_RL:-0}" = 1 ]; then
   "${LAUNCH[@]}" chat-eval -i rl -a GSM8K
 fi
 
+$NC report generate
+echo "Report card: report.md (and $NANOCHAT_BASE_DIR/report/)"
 echo "Talk to it: $NC chat-cli    or in the browser: $NC chat-web (http://127.0.0.1:8000)"

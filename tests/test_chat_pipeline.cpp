@@ -83,8 +83,10 @@ TEST(ChatPipeline, BaseThenSftThenChatEvalOnFixtures) {
     }
     std::ofstream(split_dir + "/manifest.json") << manifest.dump();
   }
-  // 2. a tiny base model on a small text corpus
+  // 2. a tiny base model on a small text corpus (a report card from the start)
   const std::string nc = std::string("NANOCHAT_BASE_DIR=") + base + " " NANOCHAT_BIN;
+  ASSERT_EQ(run_shell(nc + " report reset").rc, 0);
+  EXPECT_NE(read_file(base + "/report/header.md").find("Run started: "), std::string::npos);
   ASSERT_NO_FATAL_FAILURE(make_tiny_base_model(dir + "/text", nc));
   // 3. SFT on the fixture mixture (SmolTalk + MMLU + GSM8K + identity)
   CommandResult sft = run_shell(nc + " sft --num-iterations 3 --device-batch-size 2 --max-seq-len 256"
@@ -131,6 +133,17 @@ TEST(ChatPipeline, BaseThenSftThenChatEvalOnFixtures) {
   CommandResult ev_rl = run_shell(nc + " chat-eval -i rl -a GSM8K -m 8");
   ASSERT_EQ(ev_rl.rc, 0) << ev_rl.out << ev_rl.err;
   EXPECT_TRUE(nanochat::path_exists(base + "/chat_eval/rl_d2_000001.json"));
+  // 6. the report card: every stage's section, and the summary table from chat-eval's numbers
+  CommandResult rep = run_shell("cd " + dir + " && " + nc + " report generate");
+  ASSERT_EQ(rep.rc, 0) << rep.out << rep.err;
+  std::string report = read_file(dir + "/report.md");
+  EXPECT_EQ(report, read_file(base + "/report/report.md"));
+  for (const char* section : {"## Tokenizer training", "## Base model training", "## Chat SFT", "## Chat evaluation sft",
+                              "## Chat RL", "## Chat evaluation rl", "## Summary"})
+    EXPECT_NE(report.find(section), std::string::npos) << section << "\n" << report;
+  char row[64];
+  std::snprintf(row, sizeof row, "| ChatCORE        | -        | %-8.4f |", results["chatcore"].get<double>());
+  EXPECT_NE(report.find(row), std::string::npos) << row << "\n" << report;
   CommandResult bad = run_shell(nc + " rl --num-samples 3 --device-batch-size 2");
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.err.find("--num-samples 3 must be a multiple of --device-batch-size 2"), std::string::npos) << bad.err;

@@ -9,6 +9,7 @@
 #include "nanochat/checkpoint_gpt.h"
 #include "nanochat/common.h"
 #include "nanochat/compute.h"
+#include "nanochat/report.h"
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {
@@ -39,6 +40,16 @@ static int chat_eval_main(const ChatEvalCli& a) {
                                                               (long long)loaded.ref.step);
     atomic_write_file(path, j.dump(2) + "\n");
     log_info("results written to %s", path.c_str());
+    ReportItem accuracies = ReportItem::object();
+    for (const ChatTaskResult& t : r.tasks) accuracies[t.name] = t.accuracy;
+    ReportItem core = ReportItem::object();
+    if (!std::isnan(r.chatcore)) core["ChatCORE metric"] = r.chatcore;
+    report_log("Chat evaluation " + a.source,
+               {ReportItem{{"source", a.source}, {"checkpoint", loaded.ref.dir}, {"step", loaded.ref.step},
+                           {"task_name", a.task_names}, {"num_samples", a.opts.num_samples},
+                           {"temperature", a.opts.temperature}, {"max_new_tokens", a.opts.max_new_tokens},
+                           {"max_problems", a.opts.max_problems}},
+                accuracies, core});
   }
   return 0;
 }

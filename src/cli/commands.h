@@ -26,6 +26,7 @@ void cli_register_base_train(CLI::App& app, int& exit_code);
 void cli_register_base_eval(CLI::App& app, int& exit_code);
 void cli_register_sft(CLI::App& app, int& exit_code);
 void cli_register_rl(CLI::App& app, int& exit_code);
+void cli_register_report(CLI::App& app, int& exit_code);
 void cli_register_chat_eval(CLI::App& app, int& exit_code);
 void cli_register_export(CLI::App& app, int& exit_code);
 void cli_register_import(CLI::App& app, int& exit_code);

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "nanochat/common.h"
 #include "nanochat/dataset.h"
+#include "nanochat/report.h"
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {
@@ -38,6 +39,7 @@ static int tok_eval_run(const std::vector<std::string>& compares, const CorpusOp
     others.emplace_back(name, owned.back().get());
   }
   std::printf("%s", tok_eval_report(texts, ours, others, isatty(fileno(stdout))).c_str());
+  report_log("Tokenizer evaluation", {ReportItem("```\n" + tok_eval_report(texts, ours, others, false) + "```\n")});
   return 0;
 }
 

@@ -1,9 +1,13 @@
 // `nanochat tok-train`: train the BPE tokenizer on the train split (spec §3.2).
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <cmath>
+
 #include "cli/commands.h"
 #include "nanochat/common.h"
 #include "nanochat/dataset.h"
+#include "nanochat/report.h"
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {
@@ -29,6 +33,19 @@ static int tok_train_run(const TokTrainOptions& opts, const CorpusOptions& data,
   std::string dir = base_dir_path("tokenizer");
   tokenizer_save(tok, dir);
   log_info("saved the tokenizer to %s (vocab %d); the sanity text round-trips", dir.c_str(), tok.vocab_size());
+  // bytes per token over the non-special tokens, for the report
+  std::vector<int64_t> lengths;
+  for (int32_t n : tok.token_byte_counts())
+    if (n > 0) lengths.push_back(n);
+  double mean = 0, var = 0;  // torch's mean and (unbiased) std, as upstream logs them
+  for (int64_t n : lengths) mean += (double)n / (double)lengths.size();
+  for (int64_t n : lengths) var += ((double)n - mean) * ((double)n - mean) / (double)(lengths.size() - 1);
+  report_log("Tokenizer training",
+             {ReportItem{{"max_chars", opts.max_chars}, {"doc_cap", opts.doc_cap}, {"vocab_size", opts.vocab_size}},
+              ReportItem{{"train_time", stats.total_seconds}, {"num_special_tokens", (int64_t)tok.specials().size()},
+                         {"token_bytes_min", *std::min_element(lengths.begin(), lengths.end())},
+                         {"token_bytes_max", *std::max_element(lengths.begin(), lengths.end())},
+                         {"token_bytes_mean", mean}, {"token_bytes_std", std::sqrt(var)}}});
   return 0;
 }
 

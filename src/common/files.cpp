@@ -1,6 +1,7 @@
 #include "nanochat/common/files.h"
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <dirent.h>
 #include <fcntl.h>
@@ -62,6 +63,19 @@ void fsync_parent_dir(const std::string& path) {
     fsync(fd);
     close(fd);
   }
+}
+
+std::string read_file_bytes(const std::string& path) {
+  FILE* f = std::fopen(path.c_str(), "rb");
+  if (!f) fail("cannot read %s: %s", path.c_str(), std::strerror(errno));
+  std::string s;
+  char buf[1 << 16];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+  bool bad = std::ferror(f);
+  std::fclose(f);
+  if (bad) fail("cannot read %s", path.c_str());
+  return s;
 }
 
 }  // namespace nanochat

@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "nanochat/common/files.h"
 #include "sources.h"
 
 namespace nanochat {
@@ -46,19 +47,6 @@ class TxtParagraphsSource : public DocSource {
   LineGroups groups_;
 };
 
-std::string read_whole_file(const std::string& path) {
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (!f) fail("cannot read %s: %s", path.c_str(), std::strerror(errno));
-  std::string s;
-  char buf[1 << 16];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-  bool bad = std::ferror(f);
-  std::fclose(f);
-  if (bad) fail("cannot read %s", path.c_str());
-  return s;
-}
-
 class TxtFilesSource : public DocSource {
  public:
   TxtFilesSource(std::vector<std::string> files, int per_group) : files_(std::move(files)), per_group_(per_group) {}
@@ -72,7 +60,7 @@ class TxtFilesSource : public DocSource {
     std::vector<std::string> docs;
     size_t end = std::min(files_.size(), (size_t)(index + 1) * per_group_);
     for (size_t i = (size_t)index * per_group_; i < end; i++) {
-      std::string s = read_whole_file(files_[i]);
+      std::string s = read_file_bytes(files_[i]);
       if (s.find_first_not_of(" \t\r\n\f\v") == std::string::npos) continue;
       size_t bad = utf8_invalid_at(s);
       if (bad != std::string::npos) {

@@ -14,6 +14,7 @@
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
 #include "nanochat/loss_eval.h"
+#include "nanochat/report.h"
 #include "nanochat/tokenizer.h"
 #include "train/train_common.h"
 
@@ -49,12 +50,19 @@ int base_eval_run(const BaseEvalOptions& o) {
   log_info("evaluating %s step %lld (%s)", loaded.ref.dir.c_str(), (long long)loaded.ref.step,
            c.device.str().c_str());
   torch::NoGradGuard no_grad;
+  // for the report card: {model, CORE metric, train bpb, val bpb}, centred results, samples
+  ReportItem summary = {{"model", strprintf("%s step %lld", loaded.ref.dir.c_str(), (long long)loaded.ref.step)}};
+  ReportItem centered = ReportItem::object();
+  std::string samples;
 
   if (has_mode(o.eval, "sample") && c.master()) {
     Engine engine(model, tok);
     log_info("greedy completions:");
-    for (const std::string& prompt : base_train_sample_prompts())
-      log_info("%s", train_sample_greedy(engine, prompt, 16).c_str());
+    for (const std::string& prompt : base_train_sample_prompts()) {
+      const std::string text = train_sample_greedy(engine, prompt, 16);
+      samples += text + "\n";
+      log_info("%s", text.c_str());
+    }
     // upstream: 8 rows from <|bos|>, 128 tokens at temperature 1.0, one generator seeded 42
     log_info("unconditioned samples (temperature 1.0):");
     GenerateOptions go;
@@ -63,8 +71,12 @@ int base_eval_run(const BaseEvalOptions& o) {
     go.temperature = 1.0;
     go.seed = 42;
     GenerateResult r = engine.generate_batch({tok.bos_id()}, go);
-    for (const auto& row : r.tokens)
-      log_info("%s", tok.decode(std::vector<int32_t>(row.begin() + 1, row.end())).c_str());
+    samples += "\nunconditioned:\n";
+    for (const auto& row : r.tokens) {
+      const std::string text = tok.decode(std::vector<int32_t>(row.begin() + 1, row.end()));
+      samples += text + "\n";
+      log_info("%s", text.c_str());
+    }
   }
 
   if (has_mode(o.eval, "bpb")) {
@@ -94,6 +106,7 @@ int base_eval_run(const BaseEvalOptions& o) {
           },
           steps, token_bytes, c.dist.get());
       log_info("%s bpb: %.6f (%lld tokens)", split, bpb, (long long)(steps * tokens_per_step));
+      summary[std::string(split) + " bpb"] = bpb;
     }
   }
 
@@ -109,7 +122,12 @@ int base_eval_run(const BaseEvalOptions& o) {
       atomic_write_file(csv, core_csv(r));
       log_info("CORE metric: %.4f (per task: %s)", r.core, csv.c_str());
     }
+    summary["CORE metric"] = r.core;
+    for (const CoreTaskResult& t : r.tasks) centered[t.label] = t.centered;
   }
+  if (c.master())
+    report_log("Base model evaluation",
+               {summary, centered, samples.empty() ? ReportItem() : ReportItem("```\n" + samples + "```\n")});
   return 0;
 }
 

@@ -19,6 +19,7 @@
 #include "nanochat/gpt.h"
 #include "nanochat/loss_eval.h"
 #include "nanochat/optim.h"
+#include "nanochat/report.h"
 #include "nanochat/tokenizer.h"
 #include "nanochat/train_schedule.h"
 #include "train/train_common.h"
@@ -240,6 +241,7 @@ int base_train_run(const BaseTrainOptions& o) {
   // ---- the loop (§6.5) ----------------------------------------------------------------
   const int64_t start_step = loop.step;
   double smooth = loop.smooth_train_loss;
+  double last_core = NAN, last_mfu = 0;  // for the report
   double timed_steps_seconds = 0;  // for the ETA: steps > 10 of this process
   int64_t timed_steps = 0;
   log_info("training %s from step %lld to %lld; metrics in %s", o.run.c_str(), (long long)start_step,
@@ -267,6 +269,7 @@ int base_train_run(const BaseTrainOptions& o) {
       co.max_per_task = o.core_metric_max_per_task;
       co.batch_size = o.device_batch_size;
       CoreResult r = core_evaluate(model, tok, co, &dist);
+      last_core = r.core;
       log_info("Step %05lld | CORE metric: %.4f", (long long)step, r.core);
       nlohmann::json line = {{"step", step}, {"core_metric", r.core}, {"total_training_flops", flops_so_far}};
       for (const CoreTaskResult& t : r.tasks) line["core/" + t.label] = t.centered;
@@ -318,6 +321,7 @@ int base_train_run(const BaseTrainOptions& o) {
     loop.smooth_train_loss = smooth;
     const double tok_per_sec = (double)total_batch / dt;
     const double mfu = 100.0 * (double)flops_per_token * tok_per_sec / (peak * world);
+    last_mfu = mfu;
     if (step > 10) {
       loop.total_training_time += dt;
       timed_steps_seconds += dt;
@@ -350,6 +354,28 @@ int base_train_run(const BaseTrainOptions& o) {
   if (peak_mem >= 0) log_info("peak memory: %.2f MiB", (double)peak_mem / (1024.0 * 1024.0));
   log_info("total training time: %.2fm", loop.total_training_time / 60);
   log_info("minimum validation bpb: %.6f", loop.min_val_bpb);
+  if (c.master()) {
+    const int64_t tokens = total_batch * num_iterations;
+    ReportItem stats = {{"Number of parameters", counts.total},
+                        {"Number of FLOPs per token", (double)flops_per_token},
+                        {"Calculated number of iterations", num_iterations},
+                        {"Number of training tokens", tokens},
+                        {"Tokens : Scaling params ratio", (double)tokens / (double)scaling_of(counts)},
+                        {"DDP world size", world},
+                        {"warmup_steps", o.warmup_steps},
+                        {"warmdown_ratio", o.warmdown_ratio},
+                        {"final_lr_frac", o.final_lr_frac}};
+    ReportItem results = {{"Minimum validation bpb", loop.min_val_bpb},
+                          {"Final validation bpb", loop.val_bpb},
+                          {"CORE metric estimate", last_core},
+                          {"MFU %", strprintf("%.2f%%", last_mfu)},
+                          {"Total training flops", (double)flops_per_token * (double)tokens},
+                          {"Total training time", strprintf("%.2fm", loop.total_training_time / 60)},
+                          {"Peak memory usage", peak_mem >= 0 ? strprintf("%.2fMiB", (double)peak_mem / 1048576.0)
+                                                              : std::string("n/a (CPU)")}};
+    if (std::isnan(last_core)) results.erase("CORE metric estimate");
+    report_log("Base model training", {ReportItem(user_config_json(o)), stats, results});
+  }
   return 0;
 }
 

@@ -17,6 +17,7 @@
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
 #include "nanochat/optim.h"
+#include "nanochat/report.h"
 #include "nanochat/tasks.h"
 #include "nanochat/tokenizer.h"
 #include "train/train_common.h"
@@ -186,6 +187,12 @@ int rl_run(const RlOptions& o) {
     metrics.log({{"step", step}, {"reward", mean_reward}, {"sequence_length", mean_length}, {"lrm", lrm}, {"dt", dt}});
     if ((step > 0 && o.save_every > 0 && step % o.save_every == 0) || step == num_steps - 1) save(step);
   }
+  if (c.master())
+    report_log("Chat RL", {ReportItem{{"argv", o.argv}, {"source_checkpoint", sft.ref.dir}, {"source_step", sft.ref.step},
+                                      {"num_steps", num_steps}, {"examples_per_step", o.examples_per_step},
+                                      {"num_samples", o.num_samples}, {"max_new_tokens", o.max_new_tokens},
+                                      {"temperature", o.temperature}, {"top_k", o.top_k},
+                                      {"init_lr_frac", o.init_lr_frac}, {"DDP world size", world}}});
   return 0;
 }
 

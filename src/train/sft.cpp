@@ -18,6 +18,7 @@
 #include "nanochat/gpt.h"
 #include "nanochat/loss_eval.h"
 #include "nanochat/optim.h"
+#include "nanochat/report.h"
 #include "nanochat/tokenizer.h"
 #include "nanochat/train_schedule.h"
 #include "train/train_common.h"
@@ -151,11 +152,13 @@ int sft_run(const SftOptions& o) {
   SftBatcherState state_before_batch = train_batches.state();
   torch::Tensor x, y;
   std::tie(x, y) = to_device(train_batches.next());
-  double smooth = 0, val_bpb = 0, progress = 0;
+  double smooth = 0, val_bpb = 0, min_val_bpb = INFINITY, progress = 0;
+  int64_t final_step = 0;
   if (resumed) {
+    const nlohmann::ordered_json ls = resumed->meta.value("loop_state", nlohmann::ordered_json::object());
     val_bpb = train_json_number(resumed->meta, "val_bpb", 0.0);
-    smooth = train_json_number(resumed->meta.value("loop_state", nlohmann::ordered_json::object()),
-                               "smooth_train_loss", 0.0);
+    smooth = train_json_number(ls, "smooth_train_loss", 0.0);
+    min_val_bpb = train_json_number(ls, "min_val_bpb", INFINITY);  // JSON has no inf: null
   }
   auto make_meta = [&](int64_t step) {
     nlohmann::ordered_json out_meta;
@@ -168,7 +171,7 @@ int sft_run(const SftOptions& o) {
     out_meta["max_seq_len"] = T;
     out_meta["device_batch_size"] = B;
     out_meta["total_batch_size"] = total_batch;
-    out_meta["loop_state"] = {{"smooth_train_loss", smooth}};
+    out_meta["loop_state"] = {{"smooth_train_loss", smooth}, {"min_val_bpb", min_val_bpb}};
     return out_meta;
   };
   auto save = [&](int64_t step) {
@@ -199,6 +202,7 @@ int sft_run(const SftOptions& o) {
                                return gpt_loss(model, vx, vy, LossReduction::none);
                              },
                              [&] { return to_device(val_batches.next()); }, steps, token_bytes, &dist);
+      min_val_bpb = std::min(min_val_bpb, val_bpb);
       log_info("Step %05lld | Validation bpb: %.4f", (long long)step, val_bpb);
       metrics.log({{"step", step}, {"val_bpb", val_bpb}});
       model->train();
@@ -228,7 +232,10 @@ int sft_run(const SftOptions& o) {
       for (const auto& t : r.tasks) line[t.name] = t.accuracy;
       metrics.log(line);
     }
-    if (last) break;
+    if (last) {
+      final_step = step;
+      break;
+    }
     if (step > 0 && step != resume_step && o.save_every > 0 && step % o.save_every == 0) save(step);
 
     device_synchronize(c.device);
@@ -271,6 +278,16 @@ int sft_run(const SftOptions& o) {
                train_resume_command(o.argv, step + 1).c_str());
       return 0;
     }
+  }
+  if (c.master()) {
+    ReportItem results = {{"Number of iterations", final_step}, {"DDP world size", world}};
+    if (std::isfinite(min_val_bpb)) results["Minimum validation bpb"] = min_val_bpb;
+    report_log("Chat SFT", {ReportItem{{"argv", o.argv}, {"mixture", o.mixture}, {"source_checkpoint", base.ref.dir},
+                                       {"source_step", base.ref.step}, {"max_seq_len", T}, {"device_batch_size", B},
+                                       {"total_batch_size", total_batch}, {"embedding_lr", embedding_lr},
+                                       {"unembedding_lr", unembedding_lr}, {"matrix_lr", matrix_lr},
+                                       {"init_lr_frac", o.init_lr_frac}},
+                            results});
   }
   return 0;
 }

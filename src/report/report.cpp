@@ -1,0 +1,300 @@
+// The report card (spec §12): sections, header, summary. Formats follow upstream's
+// report.py so reports from both read the same.
+#include "nanochat/report.h"
+
+#include <sys/utsname.h>
+
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <torch/version.h>
+
+#include "nanochat/common.h"
+#include "nanochat/common/device.h"
+
+namespace nanochat {
+
+namespace {
+
+// the stages' sections, in report order
+const char* kSectionFiles[] = {"tokenizer-training.md",    "tokenizer-evaluation.md", "base-model-training.md",
+                               "base-model-loss.md",       "base-model-evaluation.md", "chat-sft.md",
+                               "chat-evaluation-sft.md",   "chat-rl.md",               "chat-evaluation-rl.md"};
+
+std::string now_timestamp() {
+  std::time_t t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+// "%Y-%m-%d %H:%M:%S" after `prefix` at the start of a line; -1 when there is none
+int64_t find_timestamp(const std::string& text, const std::string& prefix) {
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    std::tm tm{};
+    int n = std::sscanf(line.c_str() + prefix.size(), " %d-%d-%d %d:%d:%d", &tm.tm_year, &tm.tm_mon, &tm.tm_mday,
+                        &tm.tm_hour, &tm.tm_min, &tm.tm_sec);
+    if (n != 6) continue;
+    tm.tm_year -= 1900;
+    tm.tm_mon -= 1;
+    return (int64_t)timegm(&tm);  // both ends in the same zone: only the difference matters
+  }
+  return -1;
+}
+
+// upstream's extract(): for every line containing a key, the text after its first ':'
+std::map<std::string, std::string> extract(const std::string& section, const std::vector<std::string>& keys) {
+  std::map<std::string, std::string> out;
+  std::istringstream in(section);
+  for (std::string line; std::getline(in, line);)
+    for (const std::string& key : keys) {
+      if (line.find(key) == std::string::npos) continue;
+      size_t a = line.find(':');
+      if (a == std::string::npos) continue;
+      size_t b = line.find(':', a + 1);
+      std::string v = line.substr(a + 1, b == std::string::npos ? std::string::npos : b - a - 1);
+      v.erase(0, v.find_first_not_of(" \t"));
+      v.erase(v.find_last_not_of(" \t\r") + 1);
+      out[key] = v;
+    }
+  return out;
+}
+
+std::string pad(const std::string& s, size_t width) { return s.size() >= width ? s : s + std::string(width - s.size(), ' '); }
+
+std::string with_commas(int64_t v) {
+  std::string digits = std::to_string(v < 0 ? -v : v), out;
+  for (size_t i = 0; i < digits.size(); i++) {
+    if (i && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return (v < 0 ? "-" : "") + out;
+}
+
+std::string value_text(const nlohmann::ordered_json& v) {
+  if (v.is_number_float()) return strprintf("%.4f", v.get<double>());
+  if (v.is_number_integer()) {
+    int64_t i = v.get<int64_t>();
+    return i >= 10000 ? with_commas(i) : std::to_string(i);
+  }
+  if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
+  if (v.is_string()) return v.get<std::string>();
+  return v.dump();
+}
+
+bool falsy(const nlohmann::ordered_json& v) {
+  return v.is_null() || (v.is_string() && v.get<std::string>().empty()) || (v.is_object() && v.empty()) ||
+         (v.is_array() && v.empty());
+}
+
+// stdout of a shell command, "" on failure
+std::string command_output(const std::string& cmd) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>/dev/null").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  if (pclose(p) != 0) return "";
+  while (!out.empty() && (out.back() == '\n' || out.back() == '\r')) out.pop_back();
+  return out;
+}
+
+std::string header_text() {
+  std::string h = "# nanochat training report\n\nGenerated: " + now_timestamp() + "\n\n";
+  // git of the working directory (where the run was started from), as upstream
+  const std::string commit = command_output("git rev-parse --short HEAD");
+  h += "## Environment\n\n### Git Information\n";
+  if (commit.empty()) {
+    h += "- Branch: unknown\n- Commit: unknown\n- Dirty: unknown\n- Message: unknown\n\n";
+  } else {
+    std::string message = command_output("git log -1 --pretty=%B");
+    message = message.substr(0, message.find('\n')).substr(0, 80);
+    h += "- Branch: " + command_output("git rev-parse --abbrev-ref HEAD") + "\n- Commit: " + commit +
+         "\n- Dirty: " + (command_output("git status --porcelain").empty() ? "No" : "Yes") + "\n- Message: " + message +
+         "\n\n";
+  }
+  HostInfo host = host_info();
+  struct utsname u {};
+  uname(&u);
+  h += "### Hardware\n";
+  h += strprintf("- Platform: %s %s %s\n", u.sysname, u.release, u.machine);
+  h += "- CPU: " + host.cpu_model + "\n";
+  h += strprintf("- CPUs (logical): %d\n", host.hardware_threads);
+  if (host.memory_total_bytes > 0) h += strprintf("- Memory: %.1f GB\n", (double)host.memory_total_bytes / 1e9);
+  std::vector<CudaDeviceInfo> gpus = cuda_device_infos();
+  if (gpus.empty()) {
+    h += "- GPUs: none\n";
+  } else {
+    int64_t vram = 0;
+    for (const auto& g : gpus) vram += g.total_bytes;
+    h += strprintf("- GPUs: %zux %s\n- GPU Memory: %.1f GB total\n- CUDA Version: %s\n", gpus.size(),
+                   gpus[0].name.c_str(), (double)vram / 1e9, cuda_runtime_version().c_str());
+    // upstream's hourly rates per GPU: H100 $3.00, A100 $1.79, V100 $0.55, else $2.00
+    const std::string name = gpus[0].name;
+    const double rate = name.find("H100") != std::string::npos   ? 3.00
+                        : name.find("A100") != std::string::npos ? 1.79
+                        : name.find("V100") != std::string::npos ? 0.55
+                                                                  : 2.00;
+    h += strprintf("- Hourly Rate: $%.2f/hour\n", rate * (double)gpus.size());
+  }
+  h += "\n### Software\n";
+  h += strprintf("- nanochat: %s\n- LibTorch: %s\n", NANOCHAT_VERSION, TORCH_VERSION);
+  if (cuda_built()) h += "- NCCL: " + nccl_version() + "\n";
+  // the size of the code base, counted over the files git tracks, as upstream's "bloat"
+  const std::string files = command_output(
+      "git ls-files -- '*.cpp' '*.h' '*.cu' '*.md' '*.sh' '*.py' '*.html' '*.js' '*.css' '*.cmake' "
+      "'*CMakeLists.txt' | xargs -d '\\n' cat | wc -lc");
+  long long lines = 0, chars = 0;
+  if (std::sscanf(files.c_str(), "%lld %lld", &lines, &chars) == 2) {
+    const std::string nfiles = command_output(
+        "git ls-files -- '*.cpp' '*.h' '*.cu' '*.md' '*.sh' '*.py' '*.html' '*.js' '*.css' '*.cmake' "
+        "'*CMakeLists.txt' | wc -l");
+    h += "\n### Bloat\n";
+    h += "- Characters: " + with_commas(chars) + "\n- Lines: " + with_commas(lines) + "\n- Files: " + nfiles +
+         "\n- Tokens (approx): " + with_commas(chars / 4) + "\n";
+  }
+  h += "\nRun started: " + now_timestamp() + "\n\n---\n\n";
+  return h;
+}
+
+}  // namespace
+
+std::string report_dir() { return base_dir_path("report"); }
+
+std::string report_slug(const std::string& section) {
+  std::string s;
+  for (char ch : section) s += ch == ' ' ? '-' : (char)std::tolower((unsigned char)ch);
+  return s;
+}
+
+std::string report_render_section(const std::string& section, const std::vector<ReportItem>& items,
+                                  const std::string& timestamp) {
+  std::string out = "## " + section + "\ntimestamp: " + timestamp + "\n\n";
+  for (const ReportItem& item : items) {
+    if (falsy(item)) continue;
+    if (item.is_string()) {
+      out += item.get<std::string>();
+    } else if (item.is_object()) {
+      for (const auto& [k, v] : item.items()) out += "- " + k + ": " + value_text(v) + "\n";
+    } else {
+      out += value_text(item);
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+void report_log(const std::string& section, const std::vector<ReportItem>& items) {
+  try {
+    make_dirs(report_dir());
+    atomic_write_file(report_dir() + "/" + report_slug(section) + ".md",
+                      report_render_section(section, items, now_timestamp()));
+  } catch (const std::exception& e) {
+    log_warn("report: could not write the '%s' section: %s", section.c_str(), e.what());
+  }
+}
+
+void report_reset() {
+  make_dirs(report_dir());
+  for (const char* f : kSectionFiles) std::remove((report_dir() + "/" + f).c_str());
+  std::remove((report_dir() + "/report.md").c_str());
+  atomic_write_file(report_dir() + "/header.md", header_text());
+  log_info("report reset: %s/header.md", report_dir().c_str());
+}
+
+std::string report_format_summary(const std::string& header,
+                                  const std::vector<std::pair<std::string, std::string>>& sections) {
+  std::map<std::string, std::map<std::string, std::string>> metrics;  // stage -> metric -> value
+  const std::vector<std::string> chat = {"ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval", "ChatCORE"};
+  int64_t end_time = -1;
+  for (const auto& [file, text] : sections) {
+    if (file.find("rl") == std::string::npos) end_time = find_timestamp(text, "timestamp:");  // RL is optional
+    if (file == "base-model-evaluation.md") metrics["base"] = extract(text, {"CORE"});
+    if (file == "chat-evaluation-sft.md") metrics["sft"] = extract(text, chat);
+    if (file == "chat-evaluation-rl.md") metrics["rl"] = extract(text, {"GSM8K"});
+  }
+  // CORE first, ChatCORE last, the rest alphabetically
+  std::set<std::string> names;
+  for (const auto& [stage, m] : metrics)
+    for (const auto& [k, v] : m) names.insert(k);
+  std::vector<std::string> order;
+  if (names.count("CORE")) order.push_back("CORE");
+  for (const std::string& n : names)
+    if (n != "CORE" && n != "ChatCORE") order.push_back(n);
+  if (names.count("ChatCORE")) order.push_back("ChatCORE");
+
+  std::string out = "## Summary\n\n";
+  size_t bloat = header.find("### Bloat\n");
+  if (bloat != std::string::npos) {
+    size_t start = bloat + 10, end = header.find("\n\n", start);
+    out += header.substr(start, end == std::string::npos ? std::string::npos : end - start);
+  } else {
+    out += "[bloat data missing]";
+  }
+  out += "\n\n";
+  const char* stages[] = {"base", "sft", "rl"};
+  out += "| " + pad("Metric", 15) + " |";
+  for (const char* s : stages) {
+    std::string up = s;
+    for (char& ch : up) ch = (char)std::toupper((unsigned char)ch);
+    out += " " + pad(up, 8) + " |";
+  }
+  out += "\n|" + std::string(17, '-') + "|";
+  for (size_t i = 0; i < 3; i++) out += std::string(10, '-') + "|";
+  out += "\n";
+  for (const std::string& name : order) {
+    out += "| " + pad(name, 15) + " |";
+    for (const char* s : stages) {
+      auto st = metrics.find(s);
+      std::string v = "-";
+      if (st != metrics.end() && st->second.count(name)) v = st->second.at(name);
+      out += " " + pad(v, 8) + " |";
+    }
+    out += "\n";
+  }
+  out += "\n";
+  const int64_t start_time = find_timestamp(header, "Run started:");
+  if (start_time >= 0 && end_time >= 0) {
+    const int64_t seconds = end_time - start_time;
+    out += strprintf("Total wall clock time: %lldh%lldm\n", (long long)(seconds / 3600), (long long)(seconds % 3600 / 60));
+  } else {
+    out += "Total wall clock time: unknown\n";
+  }
+  return out;
+}
+
+std::string report_generate() {
+  const std::string dir = report_dir();
+  std::string header;
+  if (path_exists(dir + "/header.md")) {
+    header = read_file_bytes(dir + "/header.md");
+  } else {
+    log_warn("report: %s/header.md does not exist (run `nanochat report reset` at the start of a run)", dir.c_str());
+  }
+  std::vector<std::pair<std::string, std::string>> sections;
+  std::string body = header;
+  for (const char* f : kSectionFiles) {
+    const std::string path = dir + "/" + f;
+    if (!path_exists(path)) {
+      log_warn("report: %s does not exist, skipping", path.c_str());
+      continue;
+    }
+    sections.emplace_back(f, read_file_bytes(path));
+    body += sections.back().second + "\n";
+  }
+  body += report_format_summary(header, sections);
+  make_dirs(dir);
+  atomic_write_file(dir + "/report.md", body);
+  atomic_write_file("report.md", body);  // a copy where the run was started, as upstream
+  return dir + "/report.md";
+}
+
+}  // namespace nanochat
