@@ -4,7 +4,8 @@
 # of pretraining upstream. Launch it so it survives a closed terminal:
 #   screen -L -Logfile runs/speedrun.log -S speedrun bash runs/speedrun.sh
 # Every stage resumes: rerun the script after a crash and base-train continues from its
-# last checkpoint (--save-every 500).
+# last checkpoint (--save-every 500). NANOCHAT_RL=1 adds RL on GSM8K after SFT (as upstream,
+# not part of the leaderboard time). The report card ends up in report.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
