@@ -357,7 +357,7 @@ int base_train_run(const BaseTrainOptions& o) {
   if (c.master()) {
     const int64_t tokens = total_batch * num_iterations;
     ReportItem stats = {{"Number of parameters", counts.total},
-                        {"Number of FLOPs per token", (double)flops_per_token},
+                        {"Number of FLOPs per token", strprintf("%e", (double)flops_per_token)},
                         {"Calculated number of iterations", num_iterations},
                         {"Number of training tokens", tokens},
                         {"Tokens : Scaling params ratio", (double)tokens / (double)scaling_of(counts)},
@@ -369,7 +369,7 @@ int base_train_run(const BaseTrainOptions& o) {
                           {"Final validation bpb", loop.val_bpb},
                           {"CORE metric estimate", last_core},
                           {"MFU %", strprintf("%.2f%%", last_mfu)},
-                          {"Total training flops", (double)flops_per_token * (double)tokens},
+                          {"Total training flops", strprintf("%e", (double)flops_per_token * (double)tokens)},
                           {"Total training time", strprintf("%.2fm", loop.total_training_time / 60)},
                           {"Peak memory usage", peak_mem >= 0 ? strprintf("%.2fMiB", (double)peak_mem / 1048576.0)
                                                               : std::string("n/a (CPU)")}};
