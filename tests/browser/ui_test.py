@@ -27,6 +27,36 @@ with sync_playwright() as p:
         page.wait_for_selector("#send:not(.hidden)", timeout=TIMEOUT)
         page.wait_for_function("!document.querySelector('.message.streaming')", timeout=TIMEOUT)
 
+    # the server may finish a short reply before the page reads it, and the browser then gets
+    # every event in one chunk: hand the UI one SSE event per read, 5 ms apart, and count
+    # the token events, so "it streams" is checked against what was actually sent
+    page.evaluate("""() => {
+      window.__token_events = 0;
+      const original = window.fetch;
+      window.fetch = async (...args) => {
+        const res = await original(...args);
+        if (!String(args[0]).endsWith('/chat/completions') || !res.body) return res;
+        const reader = res.body.getReader(), dec = new TextDecoder(), enc = new TextEncoder();
+        let buf = '';
+        const paced = new ReadableStream({async pull(controller) {
+          for (;;) {
+            const end = buf.indexOf('\\n\\n');
+            if (end >= 0) {
+              const event = buf.slice(0, end + 2);
+              buf = buf.slice(end + 2);
+              if (event.includes('"token"')) window.__token_events++;
+              await new Promise(r => setTimeout(r, 5));
+              controller.enqueue(enc.encode(event));
+              return;
+            }
+            const {done, value} = await reader.read();
+            if (done) { if (buf) controller.enqueue(enc.encode(buf)); controller.close(); return; }
+            buf += dec.decode(value, {stream: true});
+          }
+        }});
+        return new Response(paced, {status: res.status, statusText: res.statusText, headers: res.headers});
+      };
+    }""")
     # count the distinct texts the streaming reply goes through
     page.evaluate("""() => {
       window.__updates = new Set();
@@ -40,6 +70,7 @@ with sync_playwright() as p:
     page.wait_for_selector(".message.user", timeout=TIMEOUT)
     wait_idle()
     out["stream_updates"] = page.evaluate("window.__updates.size")
+    out["token_events"] = page.evaluate("window.__token_events")
     first_reply = page.inner_text(".message.assistant")
     assert first_reply.strip(), "empty reply"
 
