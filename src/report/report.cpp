@@ -293,7 +293,11 @@ std::string report_generate() {
   body += report_format_summary(header, sections);
   make_dirs(dir);
   atomic_write_file(dir + "/report.md", body);
-  atomic_write_file("report.md", body);  // a copy where the run was started, as upstream
+  try {
+    atomic_write_file("report.md", body);  // a copy where the run was started, as upstream
+  } catch (const std::exception& e) {
+    log_warn("report: no copy in the current directory: %s", e.what());
+  }
   return dir + "/report.md";
 }
 
