@@ -1,5 +1,5 @@
 // defines: ChatEvalOptions, ChatTaskResult, ChatEvalResult, chat_eval_baseline, chat_eval_task,
-//          chat_eval_run, chat_eval_json
+//          chat_eval_run, chat_eval_json, chat_eval_sample_outcomes
 // Evaluation of a chat model (spec §9.5). Generative tasks (GSM8K, HumanEval, SpellingBee):
 // sample num_samples completions per problem, a problem passes when any passes (pass@n).
 // Categorical tasks (ARC, MMLU): one forward over a right-padded batch of prompts, the answer
@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nanochat/engine.h"
 #include "nanochat/gpt.h"
 #include "nanochat/tasks.h"
 
@@ -51,5 +52,10 @@ ChatTaskResult chat_eval_task(GPT& model, const Tokenizer& tok, const Task& task
 ChatEvalResult chat_eval_run(GPT& model, const Tokenizer& tok, std::vector<std::string> task_names,
                              const ChatEvalOptions& opts, Dist* dist);
 nlohmann::ordered_json chat_eval_json(const ChatEvalResult& r);
+
+// one generative problem: options.num_samples completions of its prompt, each judged by the
+// task (pass@n takes any of them; RL's pass@k the first k)
+std::vector<bool> chat_eval_sample_outcomes(const Engine& engine, const Task& task, const nlohmann::json& conversation,
+                                            const GenerateOptions& options);
 
 }  // namespace nanochat

@@ -1,6 +1,6 @@
 // defines: EngineModel, engine_model_from_gpt, engine_sample_next, engine_cache_select_rows,
 //          GenerateOptions, FinishReason, finish_reason_name, TokenColumn, TokenCallback,
-//          GenerateResult, Engine
+//          GenerateResult, engine_completion_text, Engine
 // The engine module (spec §10.1-§10.3): batched generation with a KV cache. One batch-1
 // prefill of the prompt is cloned into N sample rows; each row then samples on its own
 // (temperature, top-k, and top-p as an addition), may be fed forced tokens (the calculator's
@@ -92,6 +92,9 @@ struct GenerateResult {
   std::vector<FinishReason> finish;
   std::vector<int32_t> stop_token;            // the token that stopped each row, or -1
 };
+
+// the generated part of row `row` as text (the prompt cut off, the stop token already absent)
+std::string engine_completion_text(const Tokenizer& tok, const GenerateResult& r, size_t row);
 
 class Engine {
  public:

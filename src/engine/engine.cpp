@@ -247,4 +247,9 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
   return finish_rows();
 }
 
+std::string engine_completion_text(const Tokenizer& tok, const GenerateResult& r, size_t row) {
+  const std::vector<int32_t>& ids = r.tokens.at(row);
+  return tok.decode(std::vector<int32_t>(ids.begin() + std::min<int64_t>(r.prompt_len, (int64_t)ids.size()), ids.end()));
+}
+
 }  // namespace nanochat

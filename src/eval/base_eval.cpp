@@ -72,8 +72,8 @@ int base_eval_run(const BaseEvalOptions& o) {
     go.seed = 42;
     GenerateResult r = engine.generate_batch({tok.bos_id()}, go);
     samples += "\nunconditioned:\n";
-    for (const auto& row : r.tokens) {
-      const std::string text = tok.decode(std::vector<int32_t>(row.begin() + 1, row.end()));
+    for (size_t row = 0; row < r.tokens.size(); row++) {
+      const std::string text = engine_completion_text(tok, r, row);
       samples += text + "\n";
       log_info("%s", text.c_str());
     }

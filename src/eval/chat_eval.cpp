@@ -1,6 +1,7 @@
 // chat-eval (spec §9.5): pass@n for generative tasks, letter logits for categorical ones.
 #include "nanochat/chat_eval.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include <torch/torch.h>
@@ -11,6 +12,15 @@
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {
+
+std::vector<bool> chat_eval_sample_outcomes(const Engine& engine, const Task& task, const nlohmann::json& conversation,
+                                            const GenerateOptions& options) {
+  GenerateResult r = engine.generate_batch(render_for_completion(engine.tokenizer(), conversation), options);
+  std::vector<bool> outcomes;
+  for (size_t row = 0; row < r.tokens.size(); row++)
+    outcomes.push_back(task.evaluate(conversation, engine_completion_text(engine.tokenizer(), r, row)) != 0);
+  return outcomes;
+}
 
 namespace {
 
@@ -38,15 +48,8 @@ std::pair<int64_t, int64_t> eval_generative(GPT& model, const Tokenizer& tok, co
   go.seed = o.seed;
   int64_t passed = 0, total = 0;
   for (int64_t i = rank; i < problem_count(task, o); i += world) {
-    nlohmann::json conv = task.at(i);
-    std::vector<int32_t> prompt = render_for_completion(tok, conv);
-    GenerateResult r = engine.generate_batch(prompt, go);
-    bool any = false;
-    for (const auto& row : r.tokens) {
-      std::string completion = tok.decode(std::vector<int32_t>(row.begin() + (int64_t)prompt.size(), row.end()));
-      any = any || task.evaluate(conv, completion) != 0;
-    }
-    passed += any;
+    std::vector<bool> outcomes = chat_eval_sample_outcomes(engine, task, task.at(i), go);
+    passed += std::find(outcomes.begin(), outcomes.end(), true) != outcomes.end();
     total++;
     progress.update(world);
   }

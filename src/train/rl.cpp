@@ -9,6 +9,7 @@
 
 #include <torch/torch.h>
 
+#include "nanochat/chat_eval.h"
 #include "nanochat/checkpoint.h"
 #include "nanochat/checkpoint_gpt.h"
 #include "nanochat/common.h"
@@ -37,7 +38,6 @@ double mean_over_ranks(double v, Dist& dist, torch::Device device) {
 // temperature 1 (upstream's run_gsm8k_eval), the counts summed over ranks
 std::vector<double> evaluate_pass_at_k(const Engine& engine, const Task& task, const RlOptions& o, int rank,
                                        int world, Dist& dist, torch::Device device) {
-  const Tokenizer& tok = engine.tokenizer();
   const int64_t n = std::min<int64_t>(o.eval_examples, task.size());
   GenerateOptions go;
   go.num_samples = o.device_batch_size;
@@ -45,15 +45,7 @@ std::vector<double> evaluate_pass_at_k(const Engine& engine, const Task& task, c
   go.temperature = 1.0;
   go.top_k = o.top_k;
   std::vector<std::vector<bool>> outcomes;
-  for (int64_t i = rank; i < n; i += world) {
-    nlohmann::json conv = task.at(i);
-    std::vector<int32_t> prompt = render_for_completion(tok, conv);
-    GenerateResult r = engine.generate_batch(prompt, go);
-    std::vector<bool> correct;
-    for (const auto& row : r.tokens)
-      correct.push_back(task.evaluate(conv, tok.decode(std::vector<int32_t>(row.begin() + (int64_t)prompt.size(), row.end()))) != 0);
-    outcomes.push_back(correct);
-  }
+  for (int64_t i = rank; i < n; i += world) outcomes.push_back(chat_eval_sample_outcomes(engine, task, task.at(i), go));
   std::vector<int64_t> counts = rl_pass_at_k_counts(outcomes, o.device_batch_size);
   torch::Tensor t = torch::tensor(counts, torch::kLong);
   t = torch::cat({t, torch::tensor({(int64_t)outcomes.size()}, torch::kLong)}).to(device);
@@ -147,6 +139,7 @@ int rl_run(const RlOptions& o) {
       model->eval();
       std::vector<std::vector<int32_t>> sequences;
       std::vector<std::vector<uint8_t>> masks;
+      std::vector<double> rewards;
       for (int64_t s = 0; s < num_passes; s++) {
         GenerateOptions go;
         go.num_samples = o.device_batch_size;
@@ -155,15 +148,13 @@ int rl_run(const RlOptions& o) {
         go.top_k = o.top_k;
         go.seed = rl_rollout_seed(step, example_idx, s);
         GenerateResult r = engine.generate_batch(prompt, go);
+        for (size_t row = 0; row < r.tokens.size(); row++)
+          rewards.push_back(train_task.reward(conv, engine_completion_text(tok, r, row)));
         sequences.insert(sequences.end(), r.tokens.begin(), r.tokens.end());
         masks.insert(masks.end(), r.masks.begin(), r.masks.end());
       }
-      std::vector<double> rewards;
-      for (const auto& seq : sequences) {
-        rewards.push_back(train_task.reward(conv, tok.decode(std::vector<int32_t>(seq.begin() + (int64_t)prompt.size(), seq.end()))));
-        length_sum += (double)seq.size();
-        length_count++;
-      }
+      for (const auto& seq : sequences) length_sum += (double)seq.size();
+      length_count += (int64_t)sequences.size();
       RlRollout ro = rl_rollout_batch(sequences, masks, rewards, assistant_end);
       model->train();
       for (int64_t p = 0; p < num_passes; p++) {
