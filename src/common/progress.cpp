@@ -17,6 +17,15 @@ std::string format_duration(double s) {
   return strprintf("%ldh%02ldm", t / 3600, (t % 3600) / 60);
 }
 
+std::string format_thousands(int64_t n) {
+  std::string digits = std::to_string(n < 0 ? -n : n), out;
+  for (size_t i = 0; i < digits.size(); i++) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
 std::string format_count(double x) {
   double a = std::abs(x);
   if (a >= 1e9) return strprintf("%.2fG", x / 1e9);

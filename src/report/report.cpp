@@ -4,11 +4,9 @@
 
 #include <sys/utsname.h>
 
-#include <cinttypes>
-#include <cmath>
+#include <algorithm>
 #include <cstdio>
 #include <ctime>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -70,20 +68,11 @@ std::map<std::string, std::string> extract(const std::string& section, const std
 
 std::string pad(const std::string& s, size_t width) { return s.size() >= width ? s : s + std::string(width - s.size(), ' '); }
 
-std::string with_commas(int64_t v) {
-  std::string digits = std::to_string(v < 0 ? -v : v), out;
-  for (size_t i = 0; i < digits.size(); i++) {
-    if (i && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return (v < 0 ? "-" : "") + out;
-}
-
 std::string value_text(const nlohmann::ordered_json& v) {
   if (v.is_number_float()) return strprintf("%.4f", v.get<double>());
   if (v.is_number_integer()) {
     int64_t i = v.get<int64_t>();
-    return i >= 10000 ? with_commas(i) : std::to_string(i);
+    return i >= 10000 ? format_thousands(i) : std::to_string(i);
   }
   if (v.is_boolean()) return v.get<bool>() ? "True" : "False";
   if (v.is_string()) return v.get<std::string>();
@@ -149,17 +138,22 @@ std::string header_text() {
   h += strprintf("- nanochat: %s\n- LibTorch: %s\n", NANOCHAT_VERSION, TORCH_VERSION);
   if (cuda_built()) h += "- NCCL: " + nccl_version() + "\n";
   // the size of the code base, counted over the files git tracks, as upstream's "bloat"
-  const std::string files = command_output(
+  const std::string listing = command_output(
       "git ls-files -- '*.cpp' '*.h' '*.cu' '*.md' '*.sh' '*.py' '*.html' '*.js' '*.css' '*.cmake' "
-      "'*CMakeLists.txt' | xargs -d '\\n' cat | wc -lc");
-  long long lines = 0, chars = 0;
-  if (std::sscanf(files.c_str(), "%lld %lld", &lines, &chars) == 2) {
-    const std::string nfiles = command_output(
-        "git ls-files -- '*.cpp' '*.h' '*.cu' '*.md' '*.sh' '*.py' '*.html' '*.js' '*.css' '*.cmake' "
-        "'*CMakeLists.txt' | wc -l");
+      "'*CMakeLists.txt'");
+  if (!listing.empty()) {
+    int64_t files = 0, lines = 0, chars = 0;
+    std::istringstream paths(listing);
+    for (std::string path; std::getline(paths, path);) {
+      if (!path_exists(path)) continue;  // deleted in the working tree
+      const std::string text = read_file_bytes(path);
+      files++;
+      chars += (int64_t)text.size();
+      lines += std::count(text.begin(), text.end(), '\n');
+    }
     h += "\n### Bloat\n";
-    h += "- Characters: " + with_commas(chars) + "\n- Lines: " + with_commas(lines) + "\n- Files: " + nfiles +
-         "\n- Tokens (approx): " + with_commas(chars / 4) + "\n";
+    h += "- Characters: " + format_thousands(chars) + "\n- Lines: " + format_thousands(lines) +
+         "\n- Files: " + std::to_string(files) + "\n- Tokens (approx): " + format_thousands(chars / 4) + "\n";
   }
   h += "\nRun started: " + now_timestamp() + "\n\n---\n\n";
   return h;

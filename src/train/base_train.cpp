@@ -332,7 +332,7 @@ int base_train_run(const BaseTrainOptions& o) {
     log_info("step %05lld/%05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | "
              "bf16_mfu: %.2f | epoch: %d pq: %d rg: %d | data-wait: %.1f%% | total time: %.2fm%s",
              (long long)step, (long long)num_iterations, 100.0 * (double)step / (double)num_iterations,
-             debiased, lrm, dt * 1000, train_format_thousands((int64_t)tok_per_sec).c_str(), mfu, pos.epoch,
+             debiased, lrm, dt * 1000, format_thousands((int64_t)tok_per_sec).c_str(), mfu, pos.epoch,
              pos.file, pos.row_group, 100.0 * data_wait / dt, loop.total_training_time / 60,
              std::isnan(eta) ? "" : strprintf(" | eta: %.1fm", eta / 60).c_str());
     metrics.log({{"step", step}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", lrm}, {"dt", dt},

@@ -267,7 +267,7 @@ int sft_run(const SftOptions& o) {
     const double mfu = 100.0 * (double)flops_per_token * tok_per_sec / (peak * world);
     log_info("step %05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | mfu: %.2f | epoch: %d",
              (long long)step, 100.0 * std::min(progress, 1.0), debiased, lrm, dt * 1000,
-             train_format_thousands((int64_t)tok_per_sec).c_str(), mfu, train_batches.epoch());
+             format_thousands((int64_t)tok_per_sec).c_str(), mfu, train_batches.epoch());
     metrics.log({{"step", step}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", lrm}, {"dt", dt},
                  {"tok_per_sec", tok_per_sec}, {"mfu", mfu}, {"progress", progress}});
 

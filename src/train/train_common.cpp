@@ -63,15 +63,6 @@ std::string train_sample_greedy(const Engine& engine, const std::string& prompt,
   return tok.decode(std::vector<int32_t>(r.tokens[0].begin() + 1, r.tokens[0].end()));
 }
 
-std::string train_format_thousands(int64_t n) {
-  std::string digits = std::to_string(n < 0 ? -n : n), out;
-  for (size_t i = 0; i < digits.size(); i++) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
-    out += digits[i];
-  }
-  return n < 0 ? "-" + out : out;
-}
-
 }  // namespace nanochat
 
 namespace nanochat {

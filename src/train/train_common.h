@@ -1,6 +1,6 @@
 // defines: train_peak_flops, train_token_bytes, train_model_tensors,
 //          train_loader_state_upstream, train_loader_state_from_checkpoint, train_sample_greedy,
-//          train_format_thousands, train_json_number, train_resume_command, train_any_rank,
+//          train_json_number, train_resume_command, train_any_rank,
 //          train_resume_model
 // Small pieces every training stage (base, SFT, RL) needs between the modules: the
 // accelerator's peak FLOPS for MFU, token byte lengths on the device, model tensors to and
@@ -43,8 +43,6 @@ std::optional<LoaderState> train_loader_state_from_checkpoint(const nlohmann::or
 // "<prompt><greedy completion of up to max_tokens tokens>", the prompt prefixed with
 // <|bos|>, through the engine (KV cache; stops at <|bos|>/<|assistant_end|>) as upstream
 std::string train_sample_greedy(const Engine& engine, const std::string& prompt, int64_t max_tokens);
-
-std::string train_format_thousands(int64_t n);  // 1234567 -> "1,234,567"
 
 // j[key] as a number; `fallback` when missing or null (nlohmann writes inf and nan as null)
 double train_json_number(const nlohmann::ordered_json& j, const char* key, double fallback);

@@ -1,4 +1,4 @@
-// defines: Timer, Progress, format_duration, format_count
+// defines: Timer, Progress, format_duration, format_count, format_thousands
 // Progress of a long job: count, rate and ETA. On a terminal one line is redrawn at most
 // 10 times a second; otherwise (logs, CI) a plain line is printed every `every_seconds`.
 // Only rank 0 prints.
@@ -22,6 +22,7 @@ class Timer {
 
 std::string format_duration(double seconds);  // "1h02m", "3m07s", "12.3s"
 std::string format_count(double x);           // "950", "12.5", "250.0k", "3.20M", "2.00G"
+std::string format_thousands(int64_t n);      // 1234567 -> "1,234,567"
 
 class Progress {
  public:
