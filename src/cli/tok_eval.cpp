@@ -21,6 +21,20 @@ static void add_first_row_group(const Corpus& corpus, const std::string& split, 
   texts.push_back({"data-" + split, joined});
 }
 
+// the table without its terminal colours (ESC [ ... m), for the report
+static std::string without_colors(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i] == '\033' && i + 1 < s.size() && s[i + 1] == '[') {
+      i = s.find('m', i);
+      if (i == std::string::npos) break;
+      continue;
+    }
+    out += s[i];
+  }
+  return out;
+}
+
 static int tok_eval_run(const std::vector<std::string>& compares, const CorpusOptions& data, bool no_data) {
   Tokenizer ours = tokenizer_load(base_dir_path("tokenizer"));
   std::vector<TokEvalText> texts = tok_eval_builtin_texts();
@@ -38,8 +52,9 @@ static int tok_eval_run(const std::vector<std::string>& compares, const CorpusOp
     owned.push_back(std::make_unique<Tokenizer>(tokenizer_load_tiktoken(c.substr(eq + 1), name)));
     others.emplace_back(name, owned.back().get());
   }
-  std::printf("%s", tok_eval_report(texts, ours, others, isatty(fileno(stdout))).c_str());
-  report_log("Tokenizer evaluation", {ReportItem("```\n" + tok_eval_report(texts, ours, others, false) + "```\n")});
+  const std::string table = tok_eval_report(texts, ours, others, isatty(fileno(stdout)));
+  std::printf("%s", table.c_str());
+  report_log("Tokenizer evaluation", {ReportItem("```\n" + without_colors(table) + "```\n")});
   return 0;
 }
 
