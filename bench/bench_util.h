@@ -1,10 +1,13 @@
-// defines: bench_seconds_since, bench_matmul_roof
+// defines: bench_seconds_since, bench_matmul_roof, bench_parse_list
 // What several benches share: a wall clock and the CPU's fp32 matmul FLOP/s measured in the
 // same run (the roof that model throughput is reported against).
 #pragma once
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -27,6 +30,15 @@ inline double bench_matmul_roof(int64_t n, int reps) {
     best = std::max(best, 2.0 * (double)n * (double)n * (double)n / bench_seconds_since(t0));
   }
   return best;
+}
+
+// "1,8,32" -> {1, 8, 32}: the sweep flags of the benches
+inline std::vector<int64_t> bench_parse_list(const std::string& s) {
+  std::vector<int64_t> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
+  return out;
 }
 
 }  // namespace nanochat

@@ -146,17 +146,7 @@ nlohmann::json reference(int64_t max_per_task) {
   return nlohmann::json::parse(r.out);
 }
 
-GPTConfig tiny_config() {
-  GPTConfig c;
-  c.sequence_len = 64;
-  c.vocab_size = V;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_kv_head = 1;
-  c.n_embd = 64;
-  c.window_pattern = "SL";
-  return c;
-}
+GPTConfig tiny_config() { return tiny_gpt_config(V); }
 GPT tiny_model() { return perturbed_gpt(tiny_config(), 7, 0.3); }
 
 }  // namespace

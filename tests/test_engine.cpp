@@ -25,17 +25,7 @@ namespace {
 constexpr int32_t BOS = 256, USER_START = 257, USER_END = 258, ASSISTANT_START = 259, ASSISTANT_END = 260,
                   PYTHON_START = 261, PYTHON_END = 262, OUTPUT_START = 263, OUTPUT_END = 264;
 
-GPTConfig tiny_config() {
-  GPTConfig c;
-  c.sequence_len = 64;
-  c.vocab_size = 300;
-  c.n_layer = 2;
-  c.n_head = 2;
-  c.n_kv_head = 1;
-  c.n_embd = 64;
-  c.window_pattern = "SL";
-  return c;
-}
+GPTConfig tiny_config() { return tiny_gpt_config(300); }
 
 GPT tiny_model(uint64_t seed = 7) { return perturbed_gpt(tiny_config(), seed, 0.3); }
 

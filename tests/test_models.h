@@ -1,4 +1,4 @@
-// defines: byte_tokenizer, perturbed_gpt
+// defines: byte_tokenizer, tiny_gpt_config, perturbed_gpt
 // Tiny tokenizers and models for the tests that need one in process.
 #pragma once
 #include <cstdint>
@@ -23,6 +23,19 @@ inline nanochat::Tokenizer byte_tokenizer(bool chat_specials = true) {
       specials.emplace_back(nanochat::kSpecialTokens[i], 256 + (int32_t)i);
   }
   return nanochat::Tokenizer(ranks, nanochat::kPatternNanochat, specials, "<|bos|>");
+}
+
+// 2 layers of width 64, 2 query heads sharing 1 KV head, a short then a long window, T = 64
+inline nanochat::GPTConfig tiny_gpt_config(int64_t vocab_size) {
+  nanochat::GPTConfig c;
+  c.sequence_len = 64;
+  c.vocab_size = vocab_size;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_kv_head = 1;
+  c.n_embd = 64;
+  c.window_pattern = "SL";
+  return c;
 }
 
 // the model's init, then every parameter moved by seeded N(0, scale^2) noise and the smear and

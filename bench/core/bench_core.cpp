@@ -19,16 +19,9 @@
 #include "nanochat/core_eval.h"
 #include "nanochat/py_random.h"
 #include "nanochat/tokenizer.h"
+#include "../bench_util.h"
 
 using namespace nanochat;
-
-static std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
-  return out;
-}
 
 // words drawn with CPython's generator so every run writes the same bundle
 static std::string words(PyRandom& r, int n) {
@@ -87,7 +80,7 @@ int main(int argc, char** argv) {
               (long long)shots, threads);
   std::printf("%-10s %12s %12s %10s %12s\n", "batch", "seconds", "examples/s", "vs batch1", "CORE");
   double base = 0;
-  for (int64_t b : parse_list(batches)) {
+  for (int64_t b : bench_parse_list(batches)) {
     CoreOptions o;
     o.bundle_dir = dir, o.batch_size = b, o.threads = threads;
     auto t0 = std::chrono::steady_clock::now();

@@ -20,20 +20,13 @@
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
 #include "nanochat/tokenizer.h"
+#include "../bench_util.h"
 
 using namespace nanochat;
 using clk = std::chrono::steady_clock;
 
 static double seconds_between(clk::time_point a, clk::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-static std::vector<int64_t> parse_list(const std::string& s) {
-  std::vector<int64_t> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
-  return out;
 }
 
 // bytes plus nanochat's specials; generation below ignores them (default_stops off)
@@ -93,7 +86,7 @@ int main(int argc, char** argv) {
     torch::set_num_threads(threads_flag);
     threads = threads_flag;
   }
-  std::vector<int64_t> ctx_list = parse_list(contexts), batch_list = parse_list(batches);
+  std::vector<int64_t> ctx_list = bench_parse_list(contexts), batch_list = bench_parse_list(batches);
   int64_t max_ctx = batch_context;
   for (int64_t c : ctx_list) max_ctx = std::max(max_ctx, c);
   GPTConfig config = gpt_config_from_depth(depth, vocab, max_ctx + decode_tokens);
