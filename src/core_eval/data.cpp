@@ -1,13 +1,10 @@
 // defines: core_load_task_data, core_shuffle_truncate, core_fewshot_indices
 // One task's JSONL records (spec §8.1 formats), the seeded shuffle and subset, and the
 // few-shot draw (§8.2 items 1 and 3), with CPython's random module (PyRandom).
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-
 #include <nlohmann/json.hpp>
 
 #include "nanochat/common/error.h"
+#include "nanochat/common/jsonl.h"
 #include "nanochat/core_eval.h"
 #include "nanochat/py_random.h"
 
@@ -43,21 +40,8 @@ static int64_t field_gold(const nlohmann::json& j, size_t num_options, const std
 }
 
 std::vector<CoreItem> core_load_task_data(const std::string& path, const std::string& type) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot read the CORE task file %s: %s", path.c_str(), std::strerror(errno));
   std::vector<CoreItem> out;
-  std::string line;
-  int64_t lineno = 0;
-  while (std::getline(f, line)) {
-    lineno++;
-    if (line.find_first_not_of(" \t\r\n") == std::string::npos) continue;  // blank
-    std::string where = path + ":" + std::to_string(lineno);
-    nlohmann::json j;
-    try {
-      j = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      fail("%s: not valid JSON (%s)", where.c_str(), e.what());
-    }
+  jsonl_for_each(path, "CORE task file", [&](const nlohmann::json& j, int64_t lineno, const std::string& where) {
     if (!j.is_object()) fail("%s: not a JSON object", where.c_str());
     CoreItem it;
     it.line = lineno;
@@ -77,7 +61,7 @@ std::vector<CoreItem> core_load_task_data(const std::string& path, const std::st
            type.c_str());
     }
     out.push_back(std::move(it));
-  }
+  });
   if (out.empty()) fail("%s: no examples", path.c_str());
   return out;
 }

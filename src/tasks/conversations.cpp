@@ -1,8 +1,8 @@
 // SmolTalk and CustomJSON (upstream tasks/smoltalk.py, tasks/customjson.py): conversations
 // used as they are, after checking their shape.
-#include <fstream>
-
 #include "nanochat/common/error.h"
+#include "nanochat/common/files.h"
+#include "nanochat/common/jsonl.h"
 #include "nanochat/tasks.h"
 
 namespace nanochat {
@@ -38,27 +38,16 @@ nlohmann::json SmolTalkTask::get_example(int64_t index) const {
 }
 
 CustomJsonTask::CustomJsonTask(std::string path, TaskSlice slice) : Task(slice) {
-  std::ifstream f(path);
-  if (!f)
+  if (!path_exists(path))
     fail("CustomJSON: %s does not exist (the project ships data/identity_conversations.jsonl; upstream's file is at "
          "https://karpathy-public.s3.us-west-2.amazonaws.com/identity_conversations.jsonl)",
          path.c_str());
-  std::string line;
-  for (size_t n = 1; std::getline(f, line); n++) {
-    size_t a = line.find_first_not_of(" \t\r\n");
-    if (a == std::string::npos) continue;  // empty lines are skipped
-    std::string where = strprintf("%s:%zu", path.c_str(), n);
-    nlohmann::json messages;
-    try {
-      messages = nlohmann::json::parse(line);
-    } catch (const nlohmann::json::exception& e) {
-      fail("%s: not valid JSON (%s)", where.c_str(), e.what());
-    }
+  jsonl_for_each(path, "CustomJSON file", [&](const nlohmann::json& messages, int64_t, const std::string& where) {
     if (!messages.is_array()) fail("%s: expected a JSON list of messages", where.c_str());
     if (messages.size() < 2) fail("%s: a conversation needs at least 2 messages, got %zu", where.c_str(), messages.size());
     check_alternation(messages, 0, where);
-    conversations_.push_back(std::move(messages));
-  }
+    conversations_.push_back(messages);
+  });
 }
 
 nlohmann::json CustomJsonTask::get_example(int64_t index) const {
