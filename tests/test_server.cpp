@@ -33,6 +33,17 @@ using json = nlohmann::json;
 
 namespace {
 
+// the model loads after the port opens: up to 30 s for /health to say 200
+void wait_until_healthy(int port) {
+  for (int i = 0; i < 3000; i++) {
+    try {
+      if (raw_http(port, "GET", "/health").status == 200) return;
+    } catch (...) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+}
+
 struct World {
   std::string base;
   std::unique_ptr<Tokenizer> tok;
@@ -52,13 +63,7 @@ World& world() {
     w.model = checkpoint_load_gpt("sft", "d2", 0, torch::kCPU, torch::kFloat32, w.tok->vocab_size()).model;
     w.server = std::make_unique<ServerProcess>(NANOCHAT_BIN, w.base, std::vector<std::string>{"--workers", "2", "-q"});
     w.port = w.server->port();
-    for (int i = 0; i < 3000; i++) {  // the model loads after the port opens
-      try {
-        if (raw_http(w.port, "GET", "/health").status == 200) break;
-      } catch (...) {
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
+    wait_until_healthy(w.port);
   }
   return w;
 }
@@ -538,8 +543,7 @@ TEST(ServerApi, ClientDisconnectFreesItsWorker) {
 TEST(ServerApi, ThousandBadRequestsInARowThenHealthy) {
   ServerProcess s(NANOCHAT_BIN, world().base, {"--workers", "2", "-q"});
   ASSERT_GT(s.port(), 0) << s.log();
-  for (int i = 0; i < 3000 && raw_http(s.port(), "GET", "/health").status != 200; i++)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  wait_until_healthy(s.port());
   // {bytes, a reply is due}: a request the server can judge gets a 4xx; one it must wait on
   // (a body cut short, a TLS hello) is dropped by the client
   std::vector<std::pair<std::string, bool>> raw_requests = {
@@ -633,8 +637,7 @@ TEST(ServerLifecycle, SigtermLetsTheInFlightStreamFinish) {
   ASSERT_FALSE(prompt.empty());
   ServerProcess s(NANOCHAT_BIN, world().base, {"--workers", "1"});
   ASSERT_GT(s.port(), 0) << s.log();
-  for (int i = 0; i < 3000 && raw_http(s.port(), "GET", "/health").status != 200; i++)
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  wait_until_healthy(s.port());
   int fd = raw_connect(s.port());
   json req = {{"messages", user_messages(prompt)}, {"temperature", 0}, {"max_tokens", budget}};
   std::string body = req.dump();
