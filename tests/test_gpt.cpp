@@ -1,7 +1,7 @@
 // Tests for the gpt and attention modules: hand-computed pieces (rotary, windows, softcap,
-// smear, backout, init), the §4.1 count table, KV-cache decoding against the full forward,
+// smear, backout, init), upstream's parameter count table, KV-cache decoding against the full forward,
 // a float64 finite-difference gradient check, and the forward against an independent
-// PyTorch implementation written from the spec (fixtures/gpt_reference.py).
+// PyTorch implementation written independently of this code (fixtures/gpt_reference.py).
 #include <cmath>
 #include <fstream>
 #include <gtest/gtest.h>
@@ -134,6 +134,21 @@ TEST(GptConfig, FlopsOfSpec49) {
   EXPECT_EQ(gpt_estimate_prefill_flops(c, 600), 2LL * 729810648 * 600 + 4LL * 1536 * (18 * s_part + 6 * l_part));
   EXPECT_EQ(gpt_kv_bytes_per_token(c, torch::kBFloat16), 24 * 2 * 12 * 128 * 2);
   EXPECT_EQ(gpt_kv_read_bytes(c, 1000, torch::kBFloat16), 2LL * 12 * 128 * 2 * (6 * 1000 + 18 * 512));
+}
+
+TEST(GptConfig, TrainMemoryEstimateAndBatchFit) {
+  GPTConfig c = gpt_config_from_depth(20, 32768);  // C = 1280, 20 layers, 10 of them with ve
+  const int64_t params = gpt_num_scaling_params(c).total;
+  const int64_t per_token = (20 * 16 * 1280 + 10 * 10 * 128) * 2;  // bf16
+  const int64_t gib = int64_t(1) << 30;
+  EXPECT_EQ(gpt_estimate_train_memory_bytes(c, 32, torch::kBFloat16), 16 * params + 32 * 2048 * per_token + 2 * gib);
+  // d20 (896M params): ~67 GiB at batch 32, ~119 GiB at 64; 72 GiB of an 80 GB H100 takes
+  // upstream's 32, 126 GiB of a 141 GB H200 takes 64, 60 GiB only 16
+  EXPECT_EQ(gpt_fit_device_batch_size(c, torch::kBFloat16, 72 * gib), 32);
+  EXPECT_EQ(gpt_fit_device_batch_size(c, torch::kBFloat16, 126 * gib), 64);
+  EXPECT_EQ(gpt_fit_device_batch_size(c, torch::kBFloat16, 60 * gib), 16);
+  EXPECT_EQ(gpt_fit_device_batch_size(c, torch::kBFloat16, 126 * gib, 8), 8);  // capped
+  EXPECT_EQ(gpt_fit_device_batch_size(c, torch::kBFloat16, gib), 0);            // nothing fits
 }
 
 TEST(GptConfig, RealModelCountsEqualArithmetic) {

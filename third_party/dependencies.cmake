@@ -2,6 +2,17 @@
 # LibTorch zip (CMAKE_PREFIX_PATH), the CUDA toolkit when LibTorch has CUDA, and Debian's
 # -dev packages. Everything lands in one interface target, nanochat_deps.
 
+# The GPUs the CUDA kernels (src/kernels/*.cu) are built for: A100 (8.0) and H100/H200 (9.0a).
+# LibTorch's CMake config takes them as TORCH_CUDA_ARCH_LIST and turns them into nvcc's
+# -gencode flags (it overrides CMAKE_CUDA_ARCHITECTURES; without a list it probes for a GPU
+# and builds for a dozen architectures). A TORCH_CUDA_ARCH_LIST given by the user wins.
+if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
+  set(TORCH_CUDA_ARCH_LIST "8.0;9.0a")
+endif()
+# nvcc for LibTorch's enable_language(CUDA) when it is not on PATH (unused without CUDA)
+if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
+  set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+endif()
 find_package(Torch REQUIRED)
 if(Torch_VERSION VERSION_LESS 2.9)
   message(FATAL_ERROR "nanochat needs LibTorch >= 2.9 (found ${Torch_VERSION}); run runs/setup.sh")
@@ -41,6 +52,12 @@ set(NANOCHAT_HAS_CUDA OFF)
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
   set(NANOCHAT_HAS_CUDA ON)
   find_package(CUDAToolkit REQUIRED)
+  # our .cu files: C++17, and the shared CUDA runtime that LibTorch itself uses (a static one
+  # beside it would be a second runtime in the process)
+  enable_language(CUDA)  # LibTorch's config has done it already; this says that we need it
+  set(CMAKE_CUDA_STANDARD 17)
+  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
   # nccl.h: the one shipped with the wheel (nvidia-nccl) matches the NCCL torch loads
   find_path(NCCL_INCLUDE_DIR nccl.h
             HINTS "${TORCH_INSTALL_PREFIX}/../nvidia/nccl/include" "$ENV{NCCL_INCLUDE_DIR}" "${CUDAToolkit_INCLUDE_DIRS}")

@@ -1,5 +1,5 @@
-// defines: attention_causal, attention_with_kvcache, attention_window_mask, KVCache
-// The attention module (spec §4.5, §10.1): the one place that knows devices and kernels.
+// defines: attention_causal, attention_with_kvcache, attention_kernel_name, attention_window_mask, KVCache
+// The attention module (upstream flash_attention.py and engine.py's KVCache): the one place that knows devices and kernels.
 // Everything uses the FA3 layout (B, T, H, D) at the interface, like nanochat's
 // flash_attention.py, and FA3's window semantics: `window` is the left size, a query at
 // position i sees the keys j with i - window <= j <= i; window < 0 means unlimited.
@@ -7,14 +7,16 @@
 // Kernels (all through at::scaled_dot_product_attention, softmax scale 1/sqrt(D)):
 //  - full causal window: SDPA with is_causal (flash backend on CUDA for bf16/fp16, the CPU
 //    flash kernel on CPU);
-//  - sliding window shorter than the sequence: "chunked windows". Queries are cut into
-//    blocks of `window` rows; block b attends to key blocks b-1 and b (2*window keys) with a
-//    small (window x 2*window) mask. Exact, O(T*window) work instead of the O(T^2) masked
-//    fallback. Device-generic; its speed against FA3 must be measured on a GPU.
+//  - sliding window shorter than the sequence: on CUDA (bf16/fp16, sm80+) LibTorch's flash
+//    kernel with a real window (flash_window.h); elsewhere "chunked windows". Queries are cut
+//    into blocks of `window` rows; block b attends to key blocks b-1 and b (2*window keys)
+//    with a small (window x 2*window) mask, built once per shape. Exact, O(T*window) work
+//    (about twice a real window's) instead of the O(T^2) masked fallback.
 //  - KV cache: decode of 1 token keeps only the last window+1 keys (no mask); a prefill
 //    at position 0 is the training path; a prefill after position 0 uses an explicit mask.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <torch/types.h>
 
@@ -24,12 +26,17 @@ namespace nanochat {
 torch::Tensor attention_causal(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, int64_t window);
 
+// which kernel runs attention for q (B,T,H,D) and k (B,T,Hkv,D) like these with left window
+// `window`: "SDPA flash, causal", "flash with a real window of 512" (CUDA), "chunked windows
+// of 256 over SDPA math (cached mask)"; for the training log, once per layer kind
+std::string attention_kernel_name(const torch::Tensor& q, const torch::Tensor& k, int64_t window);
+
 // the boolean mask (true = attend) of a causal sliding window for Tq queries that are the
 // last Tq of Tk positions: row r is position Tk-Tq+r; shape (Tq, Tk)
 torch::Tensor attention_window_mask(int64_t Tq, int64_t Tk, int64_t window,
                                     torch::Device device = torch::kCPU);
 
-// KV cache of spec §10.1: k_cache and v_cache (L, B, T_max, Hkv, D) in the compute dtype,
+// upstream engine.py's KVCache: k_cache and v_cache (L, B, T_max, Hkv, D) in the compute dtype,
 // cache_seqlens int32 (B,), and the smear's previous (normed, pre-smear) embedding.
 // All rows are at the same position (nanochat's assumption); the position is also kept on
 // the host so that decoding does not synchronise with the device.

@@ -1,14 +1,15 @@
 // defines: GPTConfig, gpt_config_from_depth, gpt_config_to_json, gpt_config_from_json,
 //          gpt_padded_vocab, gpt_has_ve, gpt_window_sizes, GPT (GPTImpl), gpt_init_weights,
-//          gpt_to, gpt_loss, gpt_named_parameters, gpt_load_named_tensors, gpt_generate,
+//          gpt_to, gpt_loss, gpt_set_fp8, gpt_fp8_eligible, GptFp8Off, gpt_named_parameters, gpt_load_named_tensors, gpt_generate,
 //          ScalingParams, gpt_num_scaling_params, gpt_num_matmul_params, gpt_estimate_flops,
 //          gpt_estimate_decode_flops, gpt_estimate_prefill_flops, gpt_kv_bytes_per_token,
-//          gpt_kv_read_bytes, gpt_make_generator, gpt_rms_norm, gpt_rotary_tables,
+//          gpt_kv_read_bytes, gpt_estimate_train_memory_bytes, gpt_fit_device_batch_size,
+//          gpt_make_generator, gpt_rms_norm, gpt_rotary_tables,
 //          gpt_apply_rotary, gpt_softcap, gpt_smear
-// The gpt module: nanochat's GPT (spec §4) in LibTorch. Parameter names are nanochat's
+// The gpt module: nanochat's GPT (upstream nanochat/gpt.py) in LibTorch. Parameter names are nanochat's
 // state-dict keys, so checkpoints map one to one. Master weights are fp32; every matmul
 // runs in the activation (compute) dtype; wte and value_embeds are stored in the compute
-// dtype (fp32 when it is fp16), §0.5.
+// dtype (fp32 when it is fp16: upstream's GradScaler cannot unscale fp16 gradients).
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -27,7 +28,7 @@
 
 namespace nanochat {
 
-// ---- configuration (§4.1) -------------------------------------------------------------
+// ---- configuration (gpt.py GPTConfig) ----------------------------------------------------------
 struct GPTConfig {
   int64_t sequence_len = 2048;
   int64_t vocab_size = 32768;
@@ -43,7 +44,7 @@ struct GPTConfig {
 GPTConfig gpt_config_from_depth(int64_t depth, int64_t vocab_size, int64_t seq_len = 2048,
                                 const std::string& window_pattern = "SSSL",
                                 int64_t aspect_ratio = 64, int64_t head_dim = 128);
-// the meta JSON's model_config object (§13); a missing window_pattern reads as "L" (old
+// the meta JSON's model_config object (as checkpoint_manager.py writes it); a missing window_pattern reads as "L" (old
 // checkpoints); the config is validated (Error naming the field)
 nlohmann::json gpt_config_to_json(const GPTConfig& config);
 GPTConfig gpt_config_from_json(const nlohmann::json& j);
@@ -51,7 +52,7 @@ void gpt_config_validate(const GPTConfig& config);
 
 int64_t gpt_padded_vocab(int64_t vocab_size);          // ceil(vocab/64)*64
 bool gpt_has_ve(int64_t layer, int64_t n_layer);       // i % 2 == (L-1) % 2
-std::vector<int64_t> gpt_window_sizes(const GPTConfig& config);  // left size per layer (§4.5)
+std::vector<int64_t> gpt_window_sizes(const GPTConfig& config);  // left size per layer (gpt.py _compute_window_sizes)
 constexpr int64_t kSmearChannels = 24;   // smear_gate reads the first 24 channels
 constexpr int64_t kVeGateChannels = 12;  // ve_gate reads the first 12 channels
 constexpr double kSoftcap = 15.0;
@@ -59,7 +60,7 @@ constexpr double kRopeBase = 100000.0;
 
 // ---- the functional pieces (exposed for tests and the engine) ------------------------
 torch::Tensor gpt_rms_norm(const torch::Tensor& x);  // over the last dim, no weight, eps default
-// (cos, sin) of shape (1, seq_len, 1, head_dim/2) in `dtype`, base 100000 (§4.4)
+// (cos, sin) of shape (1, seq_len, 1, head_dim/2) in `dtype`, base 100000 (gpt.py _precompute_rotary_embeddings)
 std::pair<torch::Tensor, torch::Tensor> gpt_rotary_tables(int64_t seq_len, int64_t head_dim,
                                                           torch::ScalarType dtype, torch::Device device);
 // half-split rotary of x (B,T,H,D): [x1*cos + x2*sin, -x1*sin + x2*cos]
@@ -71,12 +72,13 @@ torch::Tensor gpt_softcap(const torch::Tensor& logits);  // 15 * tanh(logits / 1
 torch::Tensor gpt_smear(const torch::Tensor& x, const torch::Tensor& gate_weight,
                         const torch::Tensor& smear_lambda, const torch::Tensor& prev = torch::Tensor());
 
-// ---- modules (§4.2) -------------------------------------------------------------------
+// ---- modules (gpt.py) -----------------------------------------------------------------
 // nanochat's gpt.Linear (no bias): F.linear(x, weight.to(x.dtype))
 struct LinearImpl : torch::nn::Module {
   LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
   torch::Tensor weight;
+  bool fp8 = false;  // the matmul through kernels_fp8_linear (gpt_set_fp8)
 };
 TORCH_MODULE(Linear);
 
@@ -129,6 +131,8 @@ struct GPTImpl : torch::nn::Module {
   // logits (B,T,vocab_size), softcapped, in fp32 (fp64 when the compute dtype is fp64).
   // With a cache: positions continue at kv_cache->get_pos(), and the cache advances by T.
   torch::Tensor forward(const torch::Tensor& idx, KVCache* kv_cache = nullptr);
+  // the final normed hidden states (B,T,C) in the compute dtype: forward without lm_head
+  torch::Tensor hidden(const torch::Tensor& idx, KVCache* kv_cache = nullptr);
 
   void compute_rotary();  // cos/sin (1, 10*sequence_len, 1, hd/2) in the compute dtype
   torch::Device device() const { return cos.device(); }
@@ -149,11 +153,26 @@ struct GPTImpl : torch::nn::Module {
 };
 TORCH_MODULE(GPT);
 
-// §4.3 in its exact order, from a generator of the model's device seeded with `seed`
+// gpt.py GPT.init_weights in its exact order, from a generator of the model's device seeded with `seed`
 // (the same numbers as nanochat's init right after torch.manual_seed(seed))
 void gpt_init_weights(GPT& model, uint64_t seed = 42);
 // moves parameters and buffers to `device`, keeping their dtypes
 void gpt_to(GPT& model, torch::Device device);
+
+// FP8 training (upstream fp8.py): every Linear whose dimensions are multiples of 16 and at
+// least 128 runs through kernels_fp8_linear (q, k, v, the projections, the MLP), ve_gate and
+// smear_gate stay in the compute dtype. So does lm_head, unlike upstream: its matmul lives in
+// the fused loss, which never materialises the logits that a tensorwise fp8 gradient scale
+// would need whole. CUDA needs compute capability 8.9+ (Error below); the CPU runs it too.
+void gpt_set_fp8(GPT& model, bool on);
+bool gpt_fp8_eligible(int64_t in, int64_t out);
+// upstream's disable_fp8 context: evaluation and sampling in the compute dtype
+struct GptFp8Off {
+  explicit GptFp8Off(GPT& model);
+  ~GptFp8Off();
+  GPT& model;
+  std::vector<bool> was;
+};
 
 enum class LossReduction { mean, none };
 // cross-entropy of the softcapped logits, ignore_index -1; `none` gives a flat (B*T,) vector
@@ -169,7 +188,7 @@ std::vector<std::pair<std::string, torch::Tensor>> gpt_named_parameters(const GP
 void gpt_load_named_tensors(GPT& model,
                             const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
 
-// §4.8 naive generation: batch 1, no KV cache, the full forward each step. top_k <= 0 means
+// gpt.py GPT.generate, the naive loop: batch 1, no KV cache, the full forward each step. top_k <= 0 means
 // none; temperature 0 is argmax. Returns the new tokens; `on_token` (optional) sees each.
 std::vector<int64_t> gpt_generate(GPT& model, const std::vector<int64_t>& tokens,
                                   int64_t max_tokens, double temperature = 1.0,
@@ -178,7 +197,7 @@ std::vector<int64_t> gpt_generate(GPT& model, const std::vector<int64_t>& tokens
 // a fresh generator of `device`'s kind seeded with `seed` (torch.Generator(device).manual_seed)
 at::Generator gpt_make_generator(torch::Device device, uint64_t seed);
 
-// ---- counting (§4.9), from the configuration alone --------------------------------------
+// ---- counting (gpt.py num_scaling_params, estimate_flops), from the configuration alone --------------------------------------
 struct ScalingParams {
   int64_t wte, value_embeds, lm_head, transformer_matrices, scalars, total;
 };
@@ -189,6 +208,12 @@ int64_t gpt_estimate_decode_flops(const GPTConfig& config, int64_t ctx);
 int64_t gpt_estimate_prefill_flops(const GPTConfig& config, int64_t n);
 int64_t gpt_kv_bytes_per_token(const GPTConfig& config, torch::ScalarType dtype);
 int64_t gpt_kv_read_bytes(const GPTConfig& config, int64_t ctx, torch::ScalarType dtype);
+// one rank's training memory at device_batch_size rows of sequence_len (an estimate: see
+// counting.cpp), and the largest power of two <= max_batch whose estimate fits in
+// budget_bytes (0 when not even 1 fits): base-train's default --device-batch-size on a GPU
+int64_t gpt_estimate_train_memory_bytes(const GPTConfig& config, int64_t device_batch_size, torch::ScalarType dtype);
+int64_t gpt_fit_device_batch_size(const GPTConfig& config, torch::ScalarType dtype, int64_t budget_bytes,
+                                  int64_t max_batch = 64);
 // the same breakdown from a real model's tensors (numel sums); equals the arithmetic one
 ScalingParams gpt_count_params(const GPT& model);
 

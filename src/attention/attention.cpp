@@ -4,8 +4,12 @@
 #include "nanochat/attention.h"
 
 #include <algorithm>
+#include <map>
+#include <mutex>
+#include <tuple>
 #include <ATen/ATen.h>
 
+#include "flash_window.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -18,6 +22,30 @@ Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const std::option
             bool is_causal) {
   bool gqa = q.size(1) != k.size(1);
   return at::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, std::nullopt, gqa);
+}
+
+// The chunked window's mask for B rows of nb blocks: query b*blk + r sees key (b-1)*blk + c
+// when 0 <= query - key <= window and key >= 0. (B*nb, 1, blk, 2*blk). Every layer of a given
+// window and every step shares it: built once per shape and device, then kept (a handful of
+// shapes per process: training, eval and generation batch sizes).
+Tensor chunked_window_mask(int64_t B, int64_t nb, int64_t blk, int64_t window, torch::Device device) {
+  using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, int>;
+  static std::mutex mu;
+  static std::map<Key, Tensor> cache;
+  const Key key{B, nb, blk, window, (int)device.type(), (int)device.index()};
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
+  Tensor b = at::arange(nb, opts).view({nb, 1, 1});
+  Tensor qpos = b * blk + at::arange(blk, opts).view({1, blk, 1});
+  Tensor kpos = (b - 1) * blk + at::arange(2 * blk, opts).view({1, 1, 2 * blk});
+  Tensor diff = qpos - kpos;
+  Tensor mask = (diff >= 0) & (diff <= window) & (kpos >= 0);  // (nb, blk, 2*blk)
+  mask = mask.unsqueeze(1).unsqueeze(0).expand({B, nb, 1, blk, 2 * blk}).reshape({B * nb, 1, blk, 2 * blk});
+  if (cache.size() >= 32) cache.clear();  // a bound, should shapes keep changing
+  cache.emplace(key, mask);
+  return mask;
 }
 
 // Chunked sliding window, inputs (B,H,T,D) with 0 <= window < T-1. With blocks of
@@ -39,15 +67,7 @@ Tensor chunked_window(const Tensor& q, const Tensor& k, const Tensor& v, int64_t
   Tensor qb = pad_t(q).permute({0, 2, 1, 3, 4}).reshape({B * nb, H, blk, D});
   Tensor kb = with_prev(pad_t(k)).permute({0, 2, 1, 3, 4}).reshape({B * nb, Hkv, 2 * blk, D});
   Tensor vb = with_prev(pad_t(v)).permute({0, 2, 1, 3, 4}).reshape({B * nb, Hkv, 2 * blk, Dv});
-  // query b*blk + r sees key (b-1)*blk + c when 0 <= query - key <= window and key >= 0
-  auto opts = torch::TensorOptions().dtype(torch::kLong).device(q.device());
-  Tensor b = at::arange(nb, opts).view({nb, 1, 1});
-  Tensor qpos = b * blk + at::arange(blk, opts).view({1, blk, 1});
-  Tensor kpos = (b - 1) * blk + at::arange(2 * blk, opts).view({1, 1, 2 * blk});
-  Tensor diff = qpos - kpos;
-  Tensor mask = (diff >= 0) & (diff <= window) & (kpos >= 0);  // (nb, blk, 2*blk)
-  mask = mask.unsqueeze(1).unsqueeze(0).expand({B, nb, 1, blk, 2 * blk}).reshape({B * nb, 1, blk, 2 * blk});
-  Tensor y = sdpa(qb, kb, vb, mask, false);  // (B*nb, H, blk, Dv)
+  Tensor y = sdpa(qb, kb, vb, chunked_window_mask(B, nb, blk, window, q.device()), false);  // (B*nb, H, blk, Dv)
   y = y.reshape({B, nb, H, blk, Dv}).permute({0, 2, 1, 3, 4}).reshape({B, H, nb * blk, Dv});
   return y.narrow(2, 0, T);
 }
@@ -75,10 +95,27 @@ Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64
   if (q.size(1) != k.size(1)) fail("attention_causal: q has %lld positions, k %lld",
                                    (long long)q.size(1), (long long)k.size(1));
   const int64_t T = q.size(1);
+  const bool full = window < 0 || window >= T - 1;
+  if (!full && attention_flash_window_supported(q, k)) return attention_flash_window(q, k, v, window);
   Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);
-  Tensor y = (window < 0 || window >= T - 1) ? sdpa(qt, kt, vt, std::nullopt, true)
-                                             : chunked_window(qt, kt, vt, window);
+  Tensor y = full ? sdpa(qt, kt, vt, std::nullopt, true) : chunked_window(qt, kt, vt, window);
   return y.transpose(1, 2);
+}
+
+std::string attention_kernel_name(const Tensor& q, const Tensor& k, int64_t window) {
+  static const char* names[] = {"math", "flash", "memory-efficient", "cuDNN", "overrideable"};
+  auto sdpa_name = [&](const Tensor& qt, const Tensor& kt, const std::optional<Tensor>& mask, bool causal) {
+    int64_t choice = at::_fused_sdp_choice(qt, kt, kt, mask, 0.0, causal, std::nullopt, qt.size(1) != kt.size(1));
+    return std::string("SDPA ") + (choice >= 0 && choice < 5 ? names[choice] : "(no backend)");
+  };
+  const int64_t T = q.size(1);
+  Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2);
+  if (window < 0 || window >= T - 1) return sdpa_name(qt, kt, std::nullopt, true) + ", causal";
+  if (attention_flash_window_supported(q, k)) return "flash with a real window of " + std::to_string(window);
+  const int64_t blk = std::max<int64_t>(window, 1);
+  Tensor qb = qt.narrow(2, 0, std::min(blk, T)), kb = kt.narrow(2, 0, std::min(2 * blk, T));
+  Tensor mask = at::ones({1, 1, qb.size(2), kb.size(2)}, q.options().dtype(torch::kBool));
+  return "chunked windows of " + std::to_string(blk) + " over " + sdpa_name(qb, kb, mask, false) + " (cached mask)";
 }
 
 Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,

@@ -1,5 +1,5 @@
 // defines: KVCache
-// nanochat's engine.KVCache (spec §10.1): (L, B, T_max, Hkv, D) in the FA3 layout.
+// nanochat's engine.KVCache (upstream engine.py): (L, B, T_max, Hkv, D) in the FA3 layout.
 #include "nanochat/attention.h"
 
 #include <ATen/ATen.h>

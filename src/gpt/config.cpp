@@ -1,6 +1,6 @@
 // defines: gpt_config_from_depth, gpt_config_to_json, gpt_config_from_json,
 //          gpt_config_validate, gpt_padded_vocab, gpt_has_ve, gpt_window_sizes
-// nanochat's GPTConfig, the depth dial (§4.1) and the per-layer window sizes (§4.5).
+// nanochat's GPTConfig, the depth dial (base_train.py build_model_meta) and the per-layer window sizes (gpt.py _compute_window_sizes).
 #include "nanochat/gpt.h"
 
 #include <cctype>
@@ -76,7 +76,7 @@ GPTConfig gpt_config_from_json(const nlohmann::json& j) {
   get_int("n_kv_head", c.n_kv_head);
   get_int("n_embd", c.n_embd);
   if (!j.contains("window_pattern")) {
-    c.window_pattern = "L";  // checkpoints from before sliding windows (§13 build_model)
+    c.window_pattern = "L";  // checkpoints from before sliding windows (checkpoint_manager.py build_model)
   } else {
     if (!j["window_pattern"].is_string()) fail("model_config: field 'window_pattern' must be a string");
     c.window_pattern = j["window_pattern"].get<std::string>();

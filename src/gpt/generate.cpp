@@ -1,5 +1,5 @@
 // defines: gpt_generate
-// GPT.generate (spec §4.8): the naive reference loop, batch 1, the full forward each step.
+// GPT.generate (upstream gpt.py): the naive reference loop, batch 1, the full forward each step.
 #include "nanochat/gpt.h"
 
 #include <limits>

@@ -1,11 +1,12 @@
 // defines: GPTImpl, gpt_to, gpt_loss
-// nanochat's GPT (spec §4.2, §4.7): module registration in nanochat's order and the
+// nanochat's GPT (upstream gpt.py GPT.__init__ and forward): module registration in nanochat's order and the
 // forward, with or without a KV cache.
 #include "nanochat/gpt.h"
 
 #include <ATen/ATen.h>
 
 #include "nanochat/common/error.h"
+#include "nanochat/kernels.h"
 
 namespace nanochat {
 
@@ -59,7 +60,7 @@ KVCache GPTImpl::make_kv_cache(int64_t batch_size, int64_t max_seq_len) const {
                  cos.device(), compute_dtype);
 }
 
-torch::Tensor GPTImpl::forward(const torch::Tensor& idx, KVCache* kv_cache) {
+torch::Tensor GPTImpl::hidden(const torch::Tensor& idx, KVCache* kv_cache) {
   if (idx.dim() != 2) fail("GPT forward: idx must be (B, T), got %lld dims", (long long)idx.dim());
   const int64_t T = idx.size(1);
   const int64_t T0 = kv_cache ? kv_cache->get_pos() : 0;
@@ -91,8 +92,11 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx, KVCache* kv_cache) {
   }
   if (kv_cache) kv_cache->advance(T);
   x = x - backout_lambda.to(x.scalar_type()) * x_backout;  // "backout"
-  x = gpt_rms_norm(x);
-  torch::Tensor logits = lm_head(x).narrow(-1, 0, config.vocab_size);
+  return gpt_rms_norm(x);
+}
+
+torch::Tensor GPTImpl::forward(const torch::Tensor& idx, KVCache* kv_cache) {
+  torch::Tensor logits = lm_head(hidden(idx, kv_cache)).narrow(-1, 0, config.vocab_size);
   // fp32 logits (nanochat's .float()); a float64 model keeps float64 for gradient checks
   logits = logits.to(compute_dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
   return gpt_softcap(logits);
@@ -100,12 +104,16 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx, KVCache* kv_cache) {
 
 void gpt_to(GPT& model, torch::Device device) { model->to(device); }
 
+// the loss never materialises the logits: lm_head, softcap and cross-entropy are one fused
+// op over chunks of rows (kernels.h)
 torch::Tensor gpt_loss(GPT& model, const torch::Tensor& idx, const torch::Tensor& targets,
                        LossReduction reduction) {
-  torch::Tensor logits = model->forward(idx);
-  return at::cross_entropy_loss(logits.reshape({-1, logits.size(-1)}), targets.reshape({-1}), std::nullopt,
-                                reduction == LossReduction::mean ? at::Reduction::Mean : at::Reduction::None,
-                                -1);
+  torch::Tensor x = model->hidden(idx);
+  torch::Tensor flat_targets = targets.reshape({-1});
+  torch::Tensor losses = kernels_linear_softcap_ce(x.reshape({-1, x.size(-1)}), model->lm_head->weight, flat_targets,
+                                                   model->config.vocab_size, kSoftcap);
+  if (reduction == LossReduction::none) return losses;
+  return losses.sum() / (flat_targets != -1).sum();  // mean over the counted tokens, as cross_entropy
 }
 
 }  // namespace nanochat

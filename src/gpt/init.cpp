@@ -1,5 +1,5 @@
 // defines: gpt_init_weights, gpt_make_generator
-// GPT.init_weights (spec §4.3), step by step in nanochat's order: the random draws come
+// GPT.init_weights (upstream gpt.py), step by step in nanochat's order: the random draws come
 // from one generator in a fixed sequence, so the same seed gives the same weights.
 #include "nanochat/gpt.h"
 

@@ -1,9 +1,11 @@
 // defines: LinearImpl, EmbeddingImpl, CausalSelfAttentionImpl, MLPImpl, BlockImpl
-// The pieces of a transformer block (spec §4.5, §4.6). Storage is allocated uninitialised
+// The pieces of a transformer block (upstream gpt.py's CausalSelfAttention, MLP, Block). Storage is allocated uninitialised
 // (torch::empty) so that a model can be built on any device, "meta" included.
 #include "nanochat/gpt.h"
 
 #include <ATen/ATen.h>
+
+#include "nanochat/kernels.h"
 
 namespace nanochat {
 
@@ -12,6 +14,7 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opti
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  if (fp8) return kernels_fp8_linear(x, weight);
   return at::linear(x, weight.to(x.scalar_type()));  // the matmul runs in the activation dtype
 }
 
@@ -44,10 +47,8 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const tor
     torch::Tensor gate = 3 * at::sigmoid(ve_gate(x.narrow(-1, 0, kVeGateChannels)));  // (B,T,Hkv)
     v = v + gate.unsqueeze(-1) * ve.view({B, T, n_kv_head, head_dim});
   }
-  q = gpt_apply_rotary(q, cos, sin);
-  k = gpt_apply_rotary(k, cos, sin);
-  q = gpt_rms_norm(q) * 1.2;  // QK norm, then "sharper attention"
-  k = gpt_rms_norm(k) * 1.2;
+  q = kernels_rotary_norm(q, cos, sin, 1.2);  // rotary, QK norm, then "sharper attention"
+  k = kernels_rotary_norm(k, cos, sin, 1.2);
   torch::Tensor y;
   if (kv_cache) {
     auto [kc, vc] = kv_cache->get_layer_cache(layer_idx);
@@ -63,7 +64,11 @@ MLPImpl::MLPImpl(const GPTConfig& config, const torch::TensorOptions& options) {
   c_proj = register_module("c_proj", Linear(4 * config.n_embd, config.n_embd, options));
 }
 
-torch::Tensor MLPImpl::forward(const torch::Tensor& x) { return c_proj(at::relu(c_fc(x)).square()); }
+torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  if (c_fc->fp8 || c_proj->fp8) return c_proj(at::relu(c_fc(x)).square());
+  const auto dt = x.scalar_type();
+  return kernels_mlp_relu_square(x, c_fc->weight.to(dt), c_proj->weight.to(dt));
+}
 
 BlockImpl::BlockImpl(const GPTConfig& config, int64_t layer, const torch::TensorOptions& options) {
   attn = register_module("attn", CausalSelfAttention(config, layer, options));

@@ -1,5 +1,5 @@
 // defines: gpt_rms_norm, gpt_rotary_tables, gpt_apply_rotary, gpt_softcap, gpt_smear
-// The model's parameter-free operations (spec §4.4, §4.6, §4.7), shared by the modules.
+// The model's parameter-free operations (upstream gpt.py's norm, apply_rotary_emb, the softcap and the smear), shared by the modules.
 #include "nanochat/gpt.h"
 
 #include <ATen/ATen.h>

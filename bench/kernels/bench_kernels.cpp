@@ -1,0 +1,125 @@
+// defines: main (bench_kernels)
+// Forward+backward time of each fused op of the kernels module against its ATen reference,
+// measured in the same run on the same inputs, and of attention for a long (causal) and a
+// short (sliding window) layer. Shapes are a model's at --depth (width 64*depth, head dim
+// 128 or 64) with --batch x --seq-len tokens. Last line: one JSON object with every figure.
+// usage: bench_kernels [--device cpu|cuda] [--dtype float32|bfloat16] [--depth 4] [--batch 8]
+//        [--seq-len 512] [--vocab 32768] [--reps 5] [--threads N]
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "nanochat/attention.h"
+#include "nanochat/common/device.h"
+#include "nanochat/gpt.h"
+#include "nanochat/kernels.h"
+#include "../bench_util.h"
+
+using namespace nanochat;
+using torch::Tensor;
+
+namespace {
+
+// the best of `reps` timed calls of fwd+bwd (one untimed warm-up first)
+double time_fwd_bwd(const std::function<Tensor()>& fwd, int reps, torch::Device device) {
+  auto once = [&] {
+    Tensor out = fwd();
+    out.backward(torch::ones_like(out));
+  };
+  once();
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    device_synchronize(device);
+    auto t0 = bench_clock::now();
+    once();
+    device_synchronize(device);
+    best = std::min(best, bench_seconds_since(t0));
+  }
+  return best;
+}
+
+Tensor leaf(Tensor t) { return t.detach().requires_grad_(true); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_kernels: fused ops against their ATen references, fwd+bwd"};
+  std::string device_name = "cpu", dtype_name_flag = "float32";
+  int64_t depth = 4, batch = 8, seq_len = 512, vocab = 32768;
+  int reps = 5, threads = 0;
+  app.add_option("--device", device_name);
+  app.add_option("--dtype", dtype_name_flag);
+  app.add_option("--depth", depth);
+  app.add_option("--batch", batch);
+  app.add_option("--seq-len", seq_len);
+  app.add_option("--vocab", vocab);
+  app.add_option("--reps", reps);
+  app.add_option("--threads", threads);
+  CLI11_PARSE(app, argc, argv);
+  if (threads > 0) setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
+  threads = cpu_threads_setup(1);
+  torch::Device device(device_name == "cuda" ? torch::kCUDA : torch::kCPU);
+  const torch::ScalarType dtype = dtype_name_flag == "bfloat16" ? torch::kBFloat16 : torch::kFloat;
+  GPTConfig c = gpt_config_from_depth(depth, vocab, seq_len, "SSSL", 64, depth <= 8 ? 64 : 128);
+  const int64_t B = batch, T = seq_len, C = c.n_embd, H = c.n_head, D = c.head_dim(), N = B * T;
+  std::printf("bench_kernels: %s, %s, %d threads, d%lld (C=%lld, H=%lld, D=%lld), B=%lld T=%lld vocab %lld, "
+              "kernels %s\n\n", device.str().c_str(), dtype_name(dtype).c_str(), threads, (long long)depth,
+              (long long)C, (long long)H, (long long)D, (long long)B, (long long)T, (long long)vocab,
+              kernels_enabled() ? "on" : "off (NANOCHAT_KERNELS=0: both columns run the reference)");
+  auto opts = torch::TensorOptions().device(device);
+  torch::manual_seed(0);
+
+  struct Row {
+    std::string op;
+    double fused_ms, reference_ms;
+  };
+  std::vector<Row> rows;
+  auto compare = [&](const std::string& op, const std::function<Tensor()>& fused, const std::function<Tensor()>& ref) {
+    rows.push_back({op, 1000 * time_fwd_bwd(fused, reps, device), 1000 * time_fwd_bwd(ref, reps, device)});
+  };
+
+  // lm_head + softcap + cross-entropy, per-token losses
+  const int64_t vp = gpt_padded_vocab(vocab);
+  Tensor x = leaf(torch::randn({N, C}, opts).to(dtype)), w = leaf(torch::randn({vp, C}, opts) * 0.05);
+  Tensor targets = torch::randint(vocab, {N}, opts.dtype(torch::kLong));
+  compare("lm_head+softcap+CE", [&] { return kernels_linear_softcap_ce(x, w, targets, vocab, kSoftcap); },
+          [&] { return kernels_linear_softcap_ce_reference(x, w, targets, vocab, kSoftcap); });
+  // MLP with ReLU^2
+  Tensor xm = leaf(torch::randn({B, T, C}, opts).to(dtype));
+  Tensor wfc = leaf((torch::randn({4 * C, C}, opts) * 0.05).to(dtype)), wpr = leaf((torch::randn({C, 4 * C}, opts) * 0.05).to(dtype));
+  compare("MLP relu^2", [&] { return kernels_mlp_relu_square(xm, wfc, wpr); },
+          [&] { return kernels_mlp_relu_square_reference(xm, wfc, wpr); });
+  // rotary + QK norm + x1.2 on q
+  auto [cs, sn] = gpt_rotary_tables(T, D, dtype, device);
+  Tensor q = leaf(torch::randn({B, T, H, D}, opts).to(dtype));
+  compare("rotary+QKnorm", [&] { return kernels_rotary_norm(q, cs, sn, 1.2); },
+          [&] { return kernels_rotary_norm_reference(q, cs, sn, 1.2); });
+
+  // attention: the long layer (causal) and a short one (window T/4), reported alone
+  Tensor qa = leaf(torch::randn({B, T, H, D}, opts).to(dtype)), ka = leaf(torch::randn({B, T, H, D}, opts).to(dtype));
+  Tensor va = leaf(torch::randn({B, T, H, D}, opts).to(dtype));
+  const int64_t short_window = gpt_window_sizes(c)[0];
+  double attn_l = 1000 * time_fwd_bwd([&] { return attention_causal(qa, ka, va, -1); }, reps, device);
+  double attn_s = 1000 * time_fwd_bwd([&] { return attention_causal(qa, ka, va, short_window); }, reps, device);
+
+  std::printf("%-22s %12s %14s %10s\n", "op (fwd+bwd)", "fused ms", "reference ms", "speed-up");
+  nlohmann::json j = {{"bench", "kernels"}, {"device", device.str()}, {"dtype", dtype_name(dtype)}, {"depth", depth},
+                      {"batch", B}, {"seq_len", T}, {"vocab", vocab}, {"threads", threads}};
+  for (const Row& r : rows) {
+    std::printf("%-22s %12.2f %14.2f %9.2fx\n", r.op.c_str(), r.fused_ms, r.reference_ms, r.reference_ms / r.fused_ms);
+    j["ops"][r.op] = {{"fused_ms", r.fused_ms}, {"reference_ms", r.reference_ms}, {"speedup", r.reference_ms / r.fused_ms}};
+  }
+  std::printf("\nattention L (causal):        %8.2f ms   %s\n", attn_l, attention_kernel_name(qa, ka, -1).c_str());
+  std::printf("attention S (window %4lld):   %8.2f ms   %s\n", (long long)short_window, attn_s,
+              attention_kernel_name(qa, ka, short_window).c_str());
+  j["attention"] = {{"long_ms", attn_l}, {"short_ms", attn_s}, {"short_window", short_window},
+                    {"long_kernel", attention_kernel_name(qa, ka, -1)},
+                    {"short_kernel", attention_kernel_name(qa, ka, short_window)}};
+  std::printf("%s\n", j.dump().c_str());
+  return 0;
+}

@@ -1,0 +1,57 @@
+// defines: kernels_enabled, kernels_linear_softcap_ce, kernels_mlp_relu_square,
+//          kernels_rotary_norm, kernels_linear_softcap_ce_reference,
+//          kernels_mlp_relu_square_reference, kernels_rotary_norm_reference,
+//          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm
+// The kernels module: the model's fused hot paths. Each op is an autograd function with a
+// CPU kernel (at::parallel_for + at::vec, one pass over memory), a CUDA kernel (.cu) and a
+// plain ATen composition -- the `_reference` twin -- that the tests compare both against.
+// NANOCHAT_KERNELS=0 makes every op run its reference (read once, at the first call).
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <torch/types.h>
+
+namespace nanochat {
+
+bool kernels_enabled();
+
+// Per-token losses of cross_entropy(softcap * tanh((x @ weight^T)[:, :vocab] / softcap), targets)
+// with targets -1 ignored (loss 0): x (N, C) in the compute dtype, weight (Vp >= vocab, C) the
+// fp32 master (cast to x's dtype for the matmul, as gpt.Linear does), targets (N,) int64.
+// Returns (N,) fp32 (fp64 for an fp64 x). The fused op walks the rows in chunks and never
+// holds more than one chunk's logits: backward recomputes them from x and the log-sum-exp
+// saved per row. The weight's gradient is accumulated in fp32.
+torch::Tensor kernels_linear_softcap_ce(const torch::Tensor& x, const torch::Tensor& weight,
+                                        const torch::Tensor& targets, int64_t vocab, double softcap);
+torch::Tensor kernels_linear_softcap_ce_reference(const torch::Tensor& x, const torch::Tensor& weight,
+                                                  const torch::Tensor& targets, int64_t vocab, double softcap);
+
+// the MLP: relu(x @ w_fc^T)^2 @ w_proj^T, weights already in x's dtype. The fused op saves x
+// and the pre-activation only, and recomputes relu(h)^2 for w_proj's gradient.
+torch::Tensor kernels_mlp_relu_square(const torch::Tensor& x, const torch::Tensor& w_fc,
+                                      const torch::Tensor& w_proj);
+torch::Tensor kernels_mlp_relu_square_reference(const torch::Tensor& x, const torch::Tensor& w_fc,
+                                                const torch::Tensor& w_proj);
+
+// scale * rms_norm(rotary(x)) for q or k: x (B,T,H,D) with D even, cos and sin (1,T,1,D/2) in
+// x's dtype (half-split rotary, rms_norm without weight, eps = epsilon of the accumulation
+// type as at::rms_norm). The fused op saves its output and one fp32 rstd per row.
+torch::Tensor kernels_rotary_norm(const torch::Tensor& x, const torch::Tensor& cos,
+                                  const torch::Tensor& sin, double scale);
+torch::Tensor kernels_rotary_norm_reference(const torch::Tensor& x, const torch::Tensor& cos,
+                                            const torch::Tensor& sin, double scale);
+
+// FP8 training's linear (upstream fp8.py, tensorwise): x (..., in) in the compute dtype times
+// the fp32 master weight (out, in)^T, through e4m3 inputs and weights and e5m2 gradients with
+// one dynamic scale per tensor (kernels_fp8_mm; CPU and CUDA sm89+). Both dimensions must be
+// multiples of 16. Its reference is the quantise-dequantise emulation in the tests.
+torch::Tensor kernels_fp8_linear(const torch::Tensor& x, const torch::Tensor& weight);
+// (x quantized to `fp8`, 1/scale) with scale = fp8_max / max|x| (fp32; 448 for e4m3fn,
+// 57344 for e5m2), values clamped to +-fp8_max
+std::pair<torch::Tensor, torch::Tensor> kernels_fp8_quantize(const torch::Tensor& x, at::ScalarType fp8);
+// (a8 @ b8) * a_inv * b_inv in out_dtype: at::_scaled_mm on CUDA (b8 column-major), the same
+// products through an fp32 GEMM on the CPU
+torch::Tensor kernels_fp8_mm(const torch::Tensor& a8, const torch::Tensor& b8, const torch::Tensor& a_inv,
+                             const torch::Tensor& b_inv, at::ScalarType out_dtype, bool use_fast_accum);
+
+}  // namespace nanochat

@@ -1,0 +1,24 @@
+// defines: attention_flash_window_supported, attention_flash_window
+// Causal sliding-window attention through LibTorch's own FlashAttention-2 kernel, with a
+// real window: at::_flash_attention_forward/_backward take window_size_left/right, which
+// at::scaled_dot_product_attention does not expose. The kernel skips the key blocks outside
+// the window, so the work is O(T * window) with no mask in memory. CUDA builds only (the
+// _nocuda twin answers "not supported"); attention.cpp picks it when supported.
+#pragma once
+#include <cstdint>
+#include <torch/types.h>
+
+namespace nanochat {
+
+// true when attention_flash_window takes q and k: both 4-D CUDA tensors of bfloat16 or
+// float16 on the same GPU of compute capability >= 8.0, head dim <= 256 and a multiple of 8
+// (<= 192 on sm86/sm89, whose backward lacks the shared memory for larger), H % Hkv == 0
+bool attention_flash_window_supported(const torch::Tensor& q, const torch::Tensor& k);
+
+// q (B,T,H,D), k and v (B,T,Hkv,D) in FA3's layout (GQA when Hkv < H); causal, a query at
+// position i sees the keys i-window..i (window < 0: all keys up to i); softmax scale
+// 1/sqrt(D). Returns (B,T,H,D); differentiable in q, k and v.
+torch::Tensor attention_flash_window(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                     int64_t window);
+
+}  // namespace nanochat

@@ -1,0 +1,91 @@
+// defines: attention_flash_window_supported, attention_flash_window
+// CUDA-only (compiled when the LibTorch found has CUDA). The sliding window of flash_window.h
+// as an autograd function over ATen's FlashAttention-2 entry points, called the way
+// PyTorch's own SDPA flash path calls them but with a window:
+//   forward:  (out, lse, rng_state, rng_unused, debug) = at::_flash_attention_forward(
+//               q, k, v, cum_seq_q = none, cum_seq_k = none, max_q = Tq, max_k = Tk,
+//               dropout = 0, is_causal = true, return_debug_mask = false, scale,
+//               window_size_left = window (-1 = unlimited), window_size_right = 0)
+//   backward: (dq, dk, dv) = at::_flash_attention_backward(dout, q, k, v, out, lse,
+//               cum_seq_q = undefined, cum_seq_k = undefined, Tq, Tk, 0, true,
+//               rng_state, rng_unused, scale, window_size_left, window_size_right)
+// The kernel's layout is FA3's (B,T,H,D) already (SDPA transposes into it), so nothing is
+// copied. GQA is native to the kernel (H % Hkv == 0: each kv head serves H/Hkv query heads
+// and backward sums their dk, dv), so k and v keep their Hkv heads: no expand.
+// With is_causal the kernel forces window_size_right = 0; window_size_left >= Tk is the
+// same as unlimited. rng_state and rng_unused only matter for dropout (0 here) but the
+// backward takes them, so they are saved.
+#include "flash_window.h"
+
+#include <cmath>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <torch/autograd.h>
+
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// the kernel needs a unit stride on the head dim only; views of a fused projection have it
+Tensor unit_last_stride(const Tensor& t) { return t.stride(-1) == 1 ? t : t.contiguous(); }
+
+struct FlashWindow : public torch::autograd::Function<FlashWindow> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& q_in, const Tensor& k_in, const Tensor& v_in,
+                        int64_t window) {
+    const Tensor q = unit_last_stride(q_in), k = unit_last_stride(k_in), v = unit_last_stride(v_in);
+    const int64_t left = window < 0 ? -1 : window;
+    const double scale = 1.0 / std::sqrt((double)q.size(3));
+    auto [out, lse, rng_state, rng_unused, debug_mask] =
+        at::_flash_attention_forward(q, k, v, std::nullopt, std::nullopt, q.size(1), k.size(1), /*dropout_p=*/0.0,
+                                     /*is_causal=*/true, /*return_debug_mask=*/false, scale, left,
+                                     /*window_size_right=*/0);
+    ctx->save_for_backward({q, k, v, out, lse, rng_state, rng_unused});
+    ctx->saved_data["left"] = left;
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &q = saved[0], &k = saved[1], &v = saved[2], &out = saved[3], &lse = saved[4];
+    const Tensor &rng_state = saved[5], &rng_unused = saved[6];
+    const int64_t left = ctx->saved_data["left"].toInt();
+    const double scale = 1.0 / std::sqrt((double)q.size(3));
+    auto [dq, dk, dv] = at::_flash_attention_backward(grads[0], q, k, v, out, lse, /*cum_seq_q=*/Tensor(),
+                                                      /*cum_seq_k=*/Tensor(), q.size(1), k.size(1), /*dropout_p=*/0.0,
+                                                      /*is_causal=*/true, rng_state, rng_unused, scale, left,
+                                                      /*window_size_right=*/0);
+    return {dq, dk, dv, Tensor()};
+  }
+};
+
+}  // namespace
+
+bool attention_flash_window_supported(const Tensor& q, const Tensor& k) {
+  if (!q.defined() || !k.defined() || !q.is_cuda() || k.device() != q.device()) return false;
+  if ((q.scalar_type() != at::kBFloat16 && q.scalar_type() != at::kHalf) || k.scalar_type() != q.scalar_type())
+    return false;
+  if (q.dim() != 4 || k.dim() != 4 || k.size(3) != q.size(3) || k.size(2) == 0 || q.size(2) % k.size(2) != 0)
+    return false;
+  const int64_t D = q.size(3);
+  if (D % 8 != 0 || D > 256) return false;
+  const cudaDeviceProp* p = at::cuda::getDeviceProperties(q.device().index());
+  if (p->major < 8) return false;
+  if (D > 192 && p->major == 8 && p->minor > 0) return false;  // sm86/sm89: backward needs sm80/sm90 smem
+  return true;
+}
+
+Tensor attention_flash_window(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
+  if (!attention_flash_window_supported(q, k) || v.dim() != 4 || v.sizes() != k.sizes() ||
+      v.scalar_type() != q.scalar_type() || v.device() != q.device() || q.size(0) != k.size(0))
+    fail("attention_flash_window: needs q (B,T,H,D) and k, v (B,T,Hkv,D) in bf16/fp16 on an sm80+ GPU, "
+         "D <= 256 a multiple of 8, H a multiple of Hkv (check attention_flash_window_supported first)");
+  return FlashWindow::apply(q, k, v, window);
+}
+
+}  // namespace nanochat

@@ -1,0 +1,54 @@
+// defines: softcap_ce_forward_cpu/_cuda, softcap_ce_backward_cpu/_cuda,
+//          relu_square_forward_cpu/_cuda, relu_square_backward_cpu/_cuda,
+//          rotary_norm_forward_cpu/_cuda, rotary_norm_backward_cpu/_cuda
+// The element-wise and row-wise device kernels behind the autograd functions of kernels.h.
+// Matmuls stay in the autograd functions (at::mm on whatever device); these do the passes
+// over memory between them. Every tensor argument is contiguous unless said otherwise;
+// dtypes are float32, bfloat16, float16 (and float64 on the CPU, for gradient checks).
+// The _cuda versions live in kernels_cuda.cpp (launching the .cu kernels on the current
+// stream); in a build without CUDA they raise.
+#pragma once
+#include <cstdint>
+#include <torch/types.h>
+
+namespace nanochat {
+
+// softcapped cross-entropy over one chunk of rows. logits (n, ld) in the compute dtype, of which
+// the first `vocab` columns count; targets (n,) int64 (-1 = ignored). Writes loss (n,) and
+// lse (n,) (float32, float64 for float64 logits): z = cap*tanh(l/cap), lse = logsumexp(z),
+// loss = lse - z[target] (0 where ignored).
+void softcap_ce_forward_cpu(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
+                            double cap, torch::Tensor& loss, torch::Tensor& lse);
+void softcap_ce_forward_cuda(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
+                             double cap, torch::Tensor& loss, torch::Tensor& lse);
+// in place: logits (n, ld) becomes d loss / d logits for grad_loss (n,) (fp32/fp64):
+// dl = grad * (softmax(z) - onehot(target)) * (1 - (z/cap)^2), 0 in rows whose target is -1
+// and in the columns >= vocab.
+void softcap_ce_backward_cpu(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& lse,
+                             const torch::Tensor& grad_loss, int64_t vocab, double cap);
+void softcap_ce_backward_cuda(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& lse,
+                              const torch::Tensor& grad_loss, int64_t vocab, double cap);
+
+// y = relu(h)^2; dh = 2 * relu(h) * dy (written into dy's storage: dy is consumed)
+torch::Tensor relu_square_forward_cpu(const torch::Tensor& h);
+torch::Tensor relu_square_forward_cuda(const torch::Tensor& h);
+void relu_square_backward_cpu(const torch::Tensor& h, torch::Tensor& dy);
+void relu_square_backward_cuda(const torch::Tensor& h, torch::Tensor& dy);
+
+// x (R, D) rows of q or k (R = B*T*H), cos and sin (T, D/2) contiguous, row r at position
+// (r / H) % T. Forward returns y (R, D) in x's dtype = scale * r / rms(r) with r the rotated row,
+// and rstd (R,) float32 (float64 for float64); backward gives dx from dy, y and rstd.
+std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cpu(const torch::Tensor& x, const torch::Tensor& cos,
+                                                                const torch::Tensor& sin, int64_t T, int64_t H,
+                                                                double scale, double eps);
+std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cuda(const torch::Tensor& x, const torch::Tensor& cos,
+                                                                 const torch::Tensor& sin, int64_t T, int64_t H,
+                                                                 double scale, double eps);
+torch::Tensor rotary_norm_backward_cpu(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& rstd,
+                                       const torch::Tensor& cos, const torch::Tensor& sin, int64_t T, int64_t H,
+                                       double scale);
+torch::Tensor rotary_norm_backward_cuda(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& rstd,
+                                        const torch::Tensor& cos, const torch::Tensor& sin, int64_t T, int64_t H,
+                                        double scale);
+
+}  // namespace nanochat

@@ -1,0 +1,80 @@
+// defines: kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm
+// FP8 training's linear layer, as upstream fp8.py's Float8Linear (tensorwise recipe):
+// forward quantizes the input and the weight to e4m3 with one dynamic scale per tensor and
+// multiplies them with at::_scaled_mm (fast accumulation); backward quantizes the output's
+// gradient to e5m2 (wider range, for gradients) and runs two more scaled matmuls for the
+// input's and the weight's gradients. Only the fp8 tensors and their scales are kept for
+// backward. The master weight stays fp32 and gets an fp32 gradient.
+#include "nanochat/kernels.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// _scaled_mm wants its second operand column-major
+Tensor column_major(const Tensor& t) { return t.t().contiguous().t(); }
+
+}  // namespace
+
+// LibTorch's CPU _scaled_mm is a plain reference loop (~20 MFLOP/s here): on the CPU the fp8
+// operands are widened to fp32, where every e4m3 and e5m2 value is exact, and multiplied by
+// the fast fp32 GEMM -- the same products and fp32 sums, only summed in another order
+Tensor kernels_fp8_mm(const Tensor& a8, const Tensor& b8, const Tensor& a_inv, const Tensor& b_inv,
+                      at::ScalarType out_dtype, bool use_fast_accum) {
+  if (a8.is_cuda())
+    return at::_scaled_mm(a8, b8, a_inv, b_inv, std::nullopt, std::nullopt, out_dtype, use_fast_accum);
+  return (at::mm(a8.to(at::kFloat), b8.to(at::kFloat)) * (a_inv * b_inv)).to(out_dtype);
+}
+
+namespace {
+
+struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
+  // x (N, in) in the compute dtype, weight (out, in) the fp32 master
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight) {
+    auto [x8, x_inv] = kernels_fp8_quantize(x, at::kFloat8_e4m3fn);
+    auto [w8, w_inv] = kernels_fp8_quantize(weight, at::kFloat8_e4m3fn);
+    Tensor out = kernels_fp8_mm(x8, w8.t(), x_inv, w_inv, x.scalar_type(), /*use_fast_accum=*/true);
+    ctx->save_for_backward({x8, x_inv, w8, w_inv});
+    ctx->saved_data["weight_dtype"] = (int64_t)weight.scalar_type();
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const Tensor &x8 = saved[0], &x_inv = saved[1], &w8 = saved[2], &w_inv = saved[3];
+    const Tensor& go = grads[0];
+    auto [g8, g_inv] = kernels_fp8_quantize(go.contiguous(), at::kFloat8_e5m2);
+    Tensor grad_x = kernels_fp8_mm(g8, column_major(w8), g_inv, w_inv, go.scalar_type(), false);
+    Tensor grad_w = kernels_fp8_mm(g8.t().contiguous(), column_major(x8), g_inv, x_inv, at::kFloat, false);
+    return {grad_x, grad_w.to((at::ScalarType)ctx->saved_data["weight_dtype"].toInt())};
+  }
+};
+
+}  // namespace
+
+std::pair<Tensor, Tensor> kernels_fp8_quantize(const Tensor& x, at::ScalarType fp8) {
+  const double fp8_max = fp8 == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
+  Tensor amax = x.abs().max().to(at::kDouble);
+  Tensor scale = (fp8_max / at::clamp_min(amax, 1e-12)).to(at::kFloat);
+  Tensor q = at::clamp(x.to(at::kFloat) * scale, -fp8_max, fp8_max).to(fp8);
+  return {q, scale.reciprocal()};
+}
+
+Tensor kernels_fp8_linear(const Tensor& x, const Tensor& weight) {
+  const int64_t in = weight.size(1), out = weight.size(0);
+  if (x.size(-1) != in || in % 16 != 0 || out % 16 != 0)
+    fail("fp8 linear: dimensions must be multiples of 16 (got %lld x %lld)", (long long)out, (long long)in);
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = out;
+  return Fp8Linear::apply(x.reshape({-1, in}).contiguous(), weight).view(shape);
+}
+
+}  // namespace nanochat

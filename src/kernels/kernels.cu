@@ -1,0 +1,415 @@
+// defines: the CUDA kernels of the kernels module and their launchers (kernels_cuda_launch.h):
+//          softcap cross-entropy forward/backward, relu^2 forward/backward, rotary+norm
+//          forward/backward
+// Plain CUDA, no torch headers: nvcc compiles this file alone in seconds. Every kernel reads
+// the compute dtype (fp32, bf16, fp16), does its math in fp32 and rounds once on the store.
+// Row kernels (softcap CE) use one block per row sized to the row; the element-wise ones
+// move 16 bytes per load and store when the pointers allow it.
+#include "kernels_cuda_launch.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace nanochat {
+namespace {
+
+// ---- element types -----------------------------------------------------------------------
+__device__ __forceinline__ float to_f32(float x) { return x; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
+
+template <typename T> __device__ __forceinline__ T from_f32(float x);
+template <> __device__ __forceinline__ float from_f32<float>(float x) { return x; }
+template <> __device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> __device__ __forceinline__ __half from_f32<__half>(float x) { return __float2half_rn(x); }
+
+// N elements moved as one load/store: N = 16 / sizeof(T) on the vector path, 1 otherwise
+template <typename T, int N>
+struct alignas(sizeof(T) * N) pack_t {
+  T v[N];
+};
+
+// calls f(T{}) with T the C++ type of dtype, so one generic lambda launches every dtype
+template <typename F>
+cudaError_t with_dtype(kernels_dtype dtype, F&& f) {
+  switch (dtype) {
+    case kernels_dtype_f32: return f(float{});
+    case kernels_dtype_bf16: return f(__nv_bfloat16{});
+    case kernels_dtype_f16: return f(__half{});
+  }
+  return cudaErrorInvalidValue;
+}
+
+bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
+// a power of two in [32, 512] covering `work` items, one per thread
+int threads_for(int64_t work) {
+  int t = 32;
+  while (t < work && t < 512) t *= 2;
+  return t;
+}
+
+constexpr unsigned full_mask = 0xffffffffu;
+__device__ __forceinline__ float f32_inf() { return __int_as_float(0x7f800000); }
+__device__ __forceinline__ float f32_nan() { return __int_as_float(0x7fffffff); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(full_mask, v, o);
+  return v;
+}
+
+// ---- softcapped cross-entropy ------------------------------------------------------------
+// z = cap * tanh(l / cap), with tanh(u) = 1 - 2 / (exp(2u) + 1): one fast exp and one fast
+// reciprocal instead of tanhf's polynomial; exp(2u) -> inf or 0 gives exactly +-1. The
+// absolute error on z is ~cap * 1e-7, far below the logits' bf16 rounding.
+__device__ __forceinline__ float softcap_tanh(float l, float inv_cap) {
+  const float e = __expf(2.f * l * inv_cap);
+  return 1.f - __fdividef(2.f, e + 1.f);
+}
+
+// (m, s) stands for s * exp(m), a partial sum of exp(z); merging keeps the larger m
+__device__ __forceinline__ void lse_merge(float& m, float& s, float m2, float s2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == -f32_inf()) return;  // both empty
+  s = s * expf(m - mx) + s2 * expf(m2 - mx);
+  m = mx;
+}
+
+// reduces every thread's (m, s) of the block; thread 0 gets the result
+__device__ void block_lse_reduce(float& m, float& s) {
+  __shared__ float sh_m[32], sh_s[32];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(full_mask, m, o), s2 = __shfl_xor_sync(full_mask, s, o);
+    lse_merge(m, s, m2, s2);
+  }
+  if (nwarps == 1) return;
+  if (lane == 0) sh_m[warp] = m, sh_s[warp] = s;
+  __syncthreads();
+  if (warp == 0) {
+    m = lane < nwarps ? sh_m[lane] : -f32_inf();
+    s = lane < nwarps ? sh_s[lane] : 0.f;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float m2 = __shfl_xor_sync(full_mask, m, o), s2 = __shfl_xor_sync(full_mask, s, o);
+      lse_merge(m, s, m2, s2);
+    }
+  }
+}
+
+// one block per row: each thread keeps an online (max, sum of exp) over its packs of the
+// row, rescaling its sum once per pack when the max grows; then a block reduce.
+// lse = m + log(s); loss = lse - z[target].
+template <typename T, int N>
+__global__ void softcap_ce_forward_kernel(const T* __restrict__ logits, const int64_t* __restrict__ targets,
+                                          int64_t ld, int64_t vocab, float cap, float* __restrict__ loss,
+                                          float* __restrict__ lse) {
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * ld;
+  const float inv_cap = 1.f / cap;
+  const int64_t npacks = (vocab + N - 1) / N;  // the last pack may run past vocab (not past ld)
+  float m = -f32_inf(), s = 0.f;
+  for (int64_t p = threadIdx.x; p < npacks; p += blockDim.x) {
+    const pack_t<T, N> pk = reinterpret_cast<const pack_t<T, N>*>(x)[p];
+    float z[N], mz = -f32_inf();
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      z[i] = p * N + i < vocab ? cap * softcap_tanh(to_f32(pk.v[i]), inv_cap) : -f32_inf();
+      mz = fmaxf(mz, z[i]);
+    }
+    if (mz > m) {
+      s *= __expf(m - mz);
+      m = mz;
+    }
+#pragma unroll
+    for (int i = 0; i < N; i++) s += __expf(z[i] - m);
+  }
+  block_lse_reduce(m, s);
+  if (threadIdx.x == 0) {
+    const float row_lse = m + logf(s);
+    const int64_t t = targets[row];
+    float row_loss = 0.f;  // ignored row (target < 0)
+    if (t >= 0) row_loss = t < vocab ? row_lse - cap * softcap_tanh(to_f32(x[t]), inv_cap) : f32_nan();
+    lse[row] = row_lse;
+    loss[row] = row_loss;
+  }
+}
+
+// one block per row, in place over all ld columns:
+// dl = g * (exp(z - lse) - [j == target]) * (1 - tanh^2), 0 past vocab and in ignored rows
+template <typename T, int N>
+__global__ void softcap_ce_backward_kernel(T* __restrict__ logits, const int64_t* __restrict__ targets,
+                                           const float* __restrict__ lse, const float* __restrict__ grad_loss,
+                                           int64_t grad_stride, int64_t ld, int64_t vocab, float cap) {
+  const int64_t row = blockIdx.x;
+  T* x = logits + row * ld;
+  const float inv_cap = 1.f / cap;
+  const int64_t t = targets[row];
+  const bool live = t >= 0;
+  const float g = live ? grad_loss[row * grad_stride] : 0.f;
+  const float row_lse = lse[row];
+  const int64_t npacks = ld / N;  // ld % N == 0 on the vector path
+  for (int64_t p = threadIdx.x; p < npacks; p += blockDim.x) {
+    pack_t<T, N> pk = reinterpret_cast<const pack_t<T, N>*>(x)[p];
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      const int64_t j = p * N + i;
+      float d = 0.f;
+      if (live && j < vocab) {
+        const float th = softcap_tanh(to_f32(pk.v[i]), inv_cap);
+        const float prob = __expf(cap * th - row_lse);
+        d = g * (prob - (j == t ? 1.f : 0.f)) * (1.f - th * th);
+      }
+      pk.v[i] = from_f32<T>(d);
+    }
+    reinterpret_cast<pack_t<T, N>*>(x)[p] = pk;
+  }
+}
+
+// ---- relu^2 ------------------------------------------------------------------------------
+// relu that keeps NaN (as at::relu does): NaN < 0 is false
+__device__ __forceinline__ float relu_f(float h) { return h < 0.f ? 0.f : h; }
+
+// grid-stride over packs of N, then over the < N leftover elements
+template <typename T, int N>
+__global__ void relu_square_forward_kernel(const T* __restrict__ h, T* __restrict__ y, int64_t numel) {
+  const int64_t start = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+  const int64_t npacks = numel / N;
+  for (int64_t p = start; p < npacks; p += stride) {
+    const pack_t<T, N> a = reinterpret_cast<const pack_t<T, N>*>(h)[p];
+    pack_t<T, N> b;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      const float r = relu_f(to_f32(a.v[i]));
+      b.v[i] = from_f32<T>(r * r);
+    }
+    reinterpret_cast<pack_t<T, N>*>(y)[p] = b;
+  }
+  for (int64_t i = npacks * N + start; i < numel; i += stride) {
+    const float r = relu_f(to_f32(h[i]));
+    y[i] = from_f32<T>(r * r);
+  }
+}
+
+template <typename T, int N>
+__global__ void relu_square_backward_kernel(const T* __restrict__ h, T* __restrict__ dy, int64_t numel) {
+  const int64_t start = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+  const int64_t npacks = numel / N;
+  for (int64_t p = start; p < npacks; p += stride) {
+    const pack_t<T, N> a = reinterpret_cast<const pack_t<T, N>*>(h)[p];
+    pack_t<T, N> g = reinterpret_cast<const pack_t<T, N>*>(dy)[p];
+#pragma unroll
+    for (int i = 0; i < N; i++) g.v[i] = from_f32<T>(2.f * relu_f(to_f32(a.v[i])) * to_f32(g.v[i]));
+    reinterpret_cast<pack_t<T, N>*>(dy)[p] = g;
+  }
+  for (int64_t i = npacks * N + start; i < numel; i += stride)
+    dy[i] = from_f32<T>(2.f * relu_f(to_f32(h[i])) * to_f32(dy[i]));
+}
+
+// ---- rotary + rms norm -------------------------------------------------------------------
+// One warp per row of D <= 256: lane l owns the pairs i = l, l+32, ... (< D/2), each pair
+// being (x[i], x[i + D/2]), so the row stays in registers between the reduce and the store.
+constexpr int rot_warps_per_block = 8;
+constexpr int rot_pairs_per_lane = (int)(kernels_rotary_norm_max_dim / 2 / 32);
+
+// r1 = x1*cos + x2*sin, r2 = -x1*sin + x2*cos; y = scale * r * rstd, rstd = 1/sqrt(mean(r^2)+eps)
+template <typename T>
+__global__ void rotary_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ cos,
+                                           const T* __restrict__ sin, T* __restrict__ y, float* __restrict__ rstd,
+                                           int64_t R, int D, int64_t T_len, int64_t H, float scale, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = (int64_t)blockIdx.x * rot_warps_per_block + (threadIdx.x >> 5);
+  if (row >= R) return;  // the whole warp leaves together
+  const int half = D / 2;
+  const int64_t pos = (row / H) % T_len;
+  const T* xr = x + row * D;
+  const T* c = cos + pos * half;
+  const T* sn = sin + pos * half;
+  float r1[rot_pairs_per_lane], r2[rot_pairs_per_lane], ss = 0.f;
+#pragma unroll
+  for (int k = 0; k < rot_pairs_per_lane; k++) {
+    const int i = lane + 32 * k;
+    r1[k] = r2[k] = 0.f;
+    if (i < half) {
+      const float a = to_f32(xr[i]), b = to_f32(xr[i + half]), cs = to_f32(c[i]), si = to_f32(sn[i]);
+      r1[k] = a * cs + b * si;
+      r2[k] = b * cs - a * si;
+      ss += r1[k] * r1[k] + r2[k] * r2[k];
+    }
+  }
+  const float inv = 1.f / sqrtf(warp_sum(ss) / (float)D + eps);
+  const float f = scale * inv;
+  T* yr = y + row * D;
+#pragma unroll
+  for (int k = 0; k < rot_pairs_per_lane; k++) {
+    const int i = lane + 32 * k;
+    if (i < half) {
+      yr[i] = from_f32<T>(f * r1[k]);
+      yr[i + half] = from_f32<T>(f * r2[k]);
+    }
+  }
+  if (lane == 0) rstd[row] = inv;
+}
+
+// With n = r * rstd = y / scale (the normalised row) and g = dy:
+//   dr = scale * rstd * (g - n * mean(g . n))        (rms norm)
+//   dx1 = dr1*cos - dr2*sin, dx2 = dr1*sin + dr2*cos  (the rotation's transpose)
+template <typename T>
+__global__ void rotary_norm_backward_kernel(const T* __restrict__ dy, const T* __restrict__ y,
+                                            const float* __restrict__ rstd, const T* __restrict__ cos,
+                                            const T* __restrict__ sin, T* __restrict__ dx, int64_t R, int D,
+                                            int64_t T_len, int64_t H, float scale) {
+  const int lane = threadIdx.x & 31;
+  const int64_t row = (int64_t)blockIdx.x * rot_warps_per_block + (threadIdx.x >> 5);
+  if (row >= R) return;
+  const int half = D / 2;
+  const int64_t pos = (row / H) % T_len;
+  const float inv_scale = scale != 0.f ? 1.f / scale : 0.f;  // scale 0: y = 0 and dx = 0
+  const T* gr = dy + row * D;
+  const T* yr = y + row * D;
+  float g1[rot_pairs_per_lane], g2[rot_pairs_per_lane], n1[rot_pairs_per_lane], n2[rot_pairs_per_lane];
+  float dot = 0.f;
+#pragma unroll
+  for (int k = 0; k < rot_pairs_per_lane; k++) {
+    const int i = lane + 32 * k;
+    g1[k] = g2[k] = n1[k] = n2[k] = 0.f;
+    if (i < half) {
+      g1[k] = to_f32(gr[i]), g2[k] = to_f32(gr[i + half]);
+      n1[k] = to_f32(yr[i]) * inv_scale, n2[k] = to_f32(yr[i + half]) * inv_scale;
+      dot += g1[k] * n1[k] + g2[k] * n2[k];
+    }
+  }
+  const float mean_gn = warp_sum(dot) / (float)D;
+  const float f = scale * rstd[row];
+  const T* c = cos + pos * half;
+  const T* sn = sin + pos * half;
+  T* dxr = dx + row * D;
+#pragma unroll
+  for (int k = 0; k < rot_pairs_per_lane; k++) {
+    const int i = lane + 32 * k;
+    if (i < half) {
+      const float dr1 = f * (g1[k] - n1[k] * mean_gn), dr2 = f * (g2[k] - n2[k] * mean_gn);
+      const float cs = to_f32(c[i]), si = to_f32(sn[i]);
+      dxr[i] = from_f32<T>(dr1 * cs - dr2 * si);
+      dxr[i + half] = from_f32<T>(dr1 * si + dr2 * cs);
+    }
+  }
+}
+
+// blocks for a grid-stride loop over `work` items of 256 threads: enough to fill any GPU
+// several times over, few enough that each thread does a handful of items
+unsigned elementwise_blocks(int64_t work) {
+  const int64_t b = (work + 255) / 256;
+  return (unsigned)(b < 4096 ? (b > 0 ? b : 1) : 4096);
+}
+
+}  // namespace
+
+// ---- launchers ---------------------------------------------------------------------------
+cudaError_t kernels_launch_softcap_ce_forward(const void* logits, const int64_t* targets, int64_t n,
+                                              int64_t ld, int64_t vocab, float cap, float* loss,
+                                              float* lse, kernels_dtype dtype, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  return with_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = 16 / sizeof(T);
+    const T* p = static_cast<const T*>(logits);
+    if (aligned16(p) && ld % V == 0) {
+      softcap_ce_forward_kernel<T, V><<<(unsigned)n, threads_for((vocab + V - 1) / V), 0, stream>>>(
+          p, targets, ld, vocab, cap, loss, lse);
+    } else {
+      softcap_ce_forward_kernel<T, 1><<<(unsigned)n, threads_for(vocab), 0, stream>>>(p, targets, ld, vocab,
+                                                                                      cap, loss, lse);
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t kernels_launch_softcap_ce_backward(void* logits, const int64_t* targets, const float* lse,
+                                               const float* grad_loss, int64_t grad_stride, int64_t n,
+                                               int64_t ld, int64_t vocab, float cap, kernels_dtype dtype,
+                                               cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  return with_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = 16 / sizeof(T);
+    T* p = static_cast<T*>(logits);
+    if (aligned16(p) && ld % V == 0) {
+      softcap_ce_backward_kernel<T, V><<<(unsigned)n, threads_for(ld / V), 0, stream>>>(
+          p, targets, lse, grad_loss, grad_stride, ld, vocab, cap);
+    } else {
+      softcap_ce_backward_kernel<T, 1><<<(unsigned)n, threads_for(ld), 0, stream>>>(
+          p, targets, lse, grad_loss, grad_stride, ld, vocab, cap);
+    }
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t kernels_launch_relu_square_forward(const void* h, void* y, int64_t numel, kernels_dtype dtype,
+                                               cudaStream_t stream) {
+  if (numel == 0) return cudaSuccess;
+  return with_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = 16 / sizeof(T);
+    const T* hp = static_cast<const T*>(h);
+    T* yp = static_cast<T*>(y);
+    if (aligned16(hp) && aligned16(yp))
+      relu_square_forward_kernel<T, V><<<elementwise_blocks(numel / V), 256, 0, stream>>>(hp, yp, numel);
+    else
+      relu_square_forward_kernel<T, 1><<<elementwise_blocks(numel), 256, 0, stream>>>(hp, yp, numel);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t kernels_launch_relu_square_backward(const void* h, void* dy, int64_t numel, kernels_dtype dtype,
+                                                cudaStream_t stream) {
+  if (numel == 0) return cudaSuccess;
+  return with_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = 16 / sizeof(T);
+    const T* hp = static_cast<const T*>(h);
+    T* gp = static_cast<T*>(dy);
+    if (aligned16(hp) && aligned16(gp))
+      relu_square_backward_kernel<T, V><<<elementwise_blocks(numel / V), 256, 0, stream>>>(hp, gp, numel);
+    else
+      relu_square_backward_kernel<T, 1><<<elementwise_blocks(numel), 256, 0, stream>>>(hp, gp, numel);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t kernels_launch_rotary_norm_forward(const void* x, const void* cos, const void* sin, void* y,
+                                               float* rstd, int64_t R, int64_t D, int64_t T, int64_t H,
+                                               float scale, float eps, kernels_dtype dtype,
+                                               cudaStream_t stream) {
+  if (R == 0) return cudaSuccess;
+  if (D % 2 != 0 || D > kernels_rotary_norm_max_dim || T <= 0 || H <= 0) return cudaErrorInvalidValue;
+  const unsigned blocks = (unsigned)((R + rot_warps_per_block - 1) / rot_warps_per_block);
+  return with_dtype(dtype, [&](auto tag) {
+    using E = decltype(tag);
+    rotary_norm_forward_kernel<E><<<blocks, 32 * rot_warps_per_block, 0, stream>>>(
+        static_cast<const E*>(x), static_cast<const E*>(cos), static_cast<const E*>(sin), static_cast<E*>(y), rstd,
+        R, (int)D, T, H, scale, eps);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t kernels_launch_rotary_norm_backward(const void* dy, const void* y, const float* rstd,
+                                                const void* cos, const void* sin, void* dx, int64_t R,
+                                                int64_t D, int64_t T, int64_t H, float scale,
+                                                kernels_dtype dtype, cudaStream_t stream) {
+  if (R == 0) return cudaSuccess;
+  if (D % 2 != 0 || D > kernels_rotary_norm_max_dim || T <= 0 || H <= 0) return cudaErrorInvalidValue;
+  const unsigned blocks = (unsigned)((R + rot_warps_per_block - 1) / rot_warps_per_block);
+  return with_dtype(dtype, [&](auto tag) {
+    using E = decltype(tag);
+    rotary_norm_backward_kernel<E><<<blocks, 32 * rot_warps_per_block, 0, stream>>>(
+        static_cast<const E*>(dy), static_cast<const E*>(y), rstd, static_cast<const E*>(cos),
+        static_cast<const E*>(sin), static_cast<E*>(dx), R, (int)D, T, H, scale);
+    return cudaGetLastError();
+  });
+}
+
+}  // namespace nanochat

@@ -1,0 +1,240 @@
+// defines: softcap_ce_forward_cpu, softcap_ce_backward_cpu, relu_square_forward_cpu,
+//          relu_square_backward_cpu, rotary_norm_forward_cpu, rotary_norm_backward_cpu
+// The CPU kernels of the fused ops (contracts in device_kernels.h). Each is one pass over
+// memory, split over rows with at::parallel_for and vectorised with at::vec. This file alone
+// is compiled for AVX2+FMA (CMakeLists.txt); kernels_cpu_supported() guards every call, and
+// a CPU without AVX2 runs the ATen references instead.
+//
+// Reduced precision (bf16/fp16) rows are converted to an fp32 scratch row first: the math is
+// in fp32 as ATen's own kernels do it, and a row of even a 65536 vocab stays in L2.
+#include "device_kernels.h"
+
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include <ATen/ATen.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+namespace {
+
+using at::vec::Vectorized;
+
+template <typename T> using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// a row as acc_t: the row itself when it is already acc_t, else converted into `scratch`
+template <typename T>
+const acc_t<T>* row_as_acc(const T* row, int64_t n, std::vector<acc_t<T>>& scratch) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) {
+    return row;
+  } else {
+    scratch.resize(n);
+    at::vec::convert(row, scratch.data(), n);
+    return scratch.data();
+  }
+}
+
+template <typename T>
+void store_row(const acc_t<T>* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) {
+    if (src != dst) std::copy(src, src + n, dst);
+  } else {
+    at::vec::convert(src, dst, n);
+  }
+}
+
+void check_rows(const torch::Tensor& t, int64_t rows, const char* what) {
+  if (!t.is_contiguous() || t.size(0) != rows) fail("%s: expected a contiguous tensor of %lld rows", what, (long long)rows);
+}
+
+}  // namespace
+
+// z = cap*tanh(l/cap) lies in [-cap, cap], so exp(z) cannot overflow for any sane cap: the
+// log-sum-exp needs no running max, and the row is read once.
+void softcap_ce_forward_cpu(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
+                            double cap, torch::Tensor& loss, torch::Tensor& lse) {
+  const int64_t n = logits.size(0), ld = logits.size(1);
+  check_rows(logits, n, "softcap_ce_forward");
+  check_rows(targets, n, "softcap_ce_forward targets");
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, logits.scalar_type(), "softcap_ce_forward", [&] {
+    using acc = acc_t<scalar_t>;
+    using V = Vectorized<acc>;
+    const scalar_t* L = logits.data_ptr<scalar_t>();
+    const int64_t* tg = targets.data_ptr<int64_t>();
+    acc* out_loss = loss.data_ptr<acc>();
+    acc* out_lse = lse.data_ptr<acc>();
+    const acc c = (acc)cap, inv_c = (acc)(1.0 / cap);
+    at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+      std::vector<acc> scratch;
+      for (int64_t i = begin; i < end; i++) {
+        const acc* l = row_as_acc(L + i * ld, vocab, scratch);
+        V vsum(0);
+        int64_t j = 0;
+        for (; j + V::size() <= vocab; j += V::size())
+          vsum += ((V::loadu(l + j) * V(inv_c)).tanh() * V(c)).exp();
+        acc sum = at::vec::vec_reduce_all<acc>([](V a, V b) { return a + b; }, vsum);
+        for (; j < vocab; j++) sum += std::exp(c * std::tanh(l[j] * inv_c));
+        const acc log_z = std::log(sum);
+        out_lse[i] = log_z;
+        const int64_t t = tg[i];
+        if (t >= vocab) fail("cross-entropy: target %lld is outside the vocab of %lld", (long long)t, (long long)vocab);
+        out_loss[i] = t < 0 ? acc(0) : log_z - c * std::tanh(l[t] * inv_c);
+      }
+    });
+  });
+}
+
+void softcap_ce_backward_cpu(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& lse,
+                             const torch::Tensor& grad_loss, int64_t vocab, double cap) {
+  const int64_t n = logits.size(0), ld = logits.size(1);
+  check_rows(logits, n, "softcap_ce_backward");
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, logits.scalar_type(), "softcap_ce_backward", [&] {
+    using acc = acc_t<scalar_t>;
+    using V = Vectorized<acc>;
+    scalar_t* L = logits.data_ptr<scalar_t>();
+    const int64_t* tg = targets.data_ptr<int64_t>();
+    const acc* row_lse = lse.data_ptr<acc>();
+    const acc* grad = grad_loss.data_ptr<acc>();
+    const acc c = (acc)cap, inv_c = (acc)(1.0 / cap);
+    at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
+      std::vector<acc> scratch, out(ld);
+      for (int64_t i = begin; i < end; i++) {
+        scalar_t* row = L + i * ld;
+        const int64_t t = tg[i];
+        if (t < 0) {  // an ignored position contributes nothing
+          std::fill(row, row + ld, scalar_t(0));
+          continue;
+        }
+        const acc* l = row_as_acc(row, vocab, scratch);
+        const acc g = grad[i];
+        const V vg(g), vlse(row_lse[i]), vc(c), vinv(inv_c), one(1);
+        // dl = g * softmax(z) * (1 - tanh^2), then the target's -g * (1 - tanh^2)
+        int64_t j = 0;
+        for (; j + V::size() <= vocab; j += V::size()) {
+          V th = (V::loadu(l + j) * vinv).tanh();
+          V p = (th * vc - vlse).exp();
+          (vg * p * (one - th * th)).store(out.data() + j);
+        }
+        for (; j < vocab; j++) {
+          acc th = std::tanh(l[j] * inv_c);
+          out[j] = g * std::exp(th * c - row_lse[i]) * (1 - th * th);
+        }
+        const acc tht = std::tanh(l[t] * inv_c);
+        out[t] -= g * (1 - tht * tht);
+        std::fill(out.begin() + vocab, out.end(), acc(0));  // the padded vocab columns
+        store_row<scalar_t>(out.data(), row, ld);
+      }
+    });
+  });
+}
+
+torch::Tensor relu_square_forward_cpu(const torch::Tensor& h) {
+  torch::Tensor y = at::empty_like(h);
+  const int64_t n = h.numel();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, h.scalar_type(), "relu_square_forward", [&] {
+    using V = Vectorized<scalar_t>;
+    const scalar_t* in = h.data_ptr<scalar_t>();
+    scalar_t* out = y.data_ptr<scalar_t>();
+    at::parallel_for(0, n, 32768, [&](int64_t begin, int64_t end) {
+      at::vec::map([](V x) { V r = at::vec::clamp_min(x, V(scalar_t(0))); return r * r; }, out + begin, in + begin, end - begin);
+    });
+  });
+  return y;
+}
+
+void relu_square_backward_cpu(const torch::Tensor& h, torch::Tensor& dy) {
+  const int64_t n = h.numel();
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, h.scalar_type(), "relu_square_backward", [&] {
+    using V = Vectorized<scalar_t>;
+    const scalar_t* in = h.data_ptr<scalar_t>();
+    scalar_t* g = dy.data_ptr<scalar_t>();
+    at::parallel_for(0, n, 32768, [&](int64_t begin, int64_t end) {
+      at::vec::map2([](V x, V d) { return V(scalar_t(2)) * at::vec::clamp_min(x, V(scalar_t(0))) * d; }, g + begin, in + begin,
+                    g + begin, end - begin);
+    });
+  });
+}
+
+// Rows of D = 2*half channels; row r sits at position (r / H) % T of the (B,T,H,D) tensor.
+std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cpu(const torch::Tensor& x, const torch::Tensor& cos,
+                                                                const torch::Tensor& sin, int64_t T, int64_t H,
+                                                                double scale, double eps) {
+  const int64_t R = x.size(0), D = x.size(1), half = D / 2;
+  torch::Tensor y = at::empty_like(x);
+  torch::Tensor rstd = at::empty({R}, x.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rotary_norm_forward", [&] {
+    using acc = acc_t<scalar_t>;
+    const scalar_t* X = x.data_ptr<scalar_t>();
+    const scalar_t* C = cos.data_ptr<scalar_t>();
+    const scalar_t* S = sin.data_ptr<scalar_t>();
+    scalar_t* Y = y.data_ptr<scalar_t>();
+    acc* out_rstd = rstd.data_ptr<acc>();
+    at::parallel_for(0, R, 64, [&](int64_t begin, int64_t end) {
+      std::vector<acc> r(D);
+      for (int64_t i = begin; i < end; i++) {
+        const scalar_t* xr = X + i * D;
+        const int64_t pos = (i / H) % T;
+        acc ss = 0;
+        for (int64_t j = 0; j < half; j++) {
+          const acc x1 = xr[j], x2 = xr[j + half], c = C[pos * half + j], s = S[pos * half + j];
+          r[j] = x1 * c + x2 * s;
+          r[j + half] = -x1 * s + x2 * c;
+          ss += r[j] * r[j] + r[j + half] * r[j + half];
+        }
+        const acc inv = acc(1) / std::sqrt(ss / (acc)D + (acc)eps);
+        out_rstd[i] = inv;
+        const acc k = (acc)scale * inv;
+        for (int64_t j = 0; j < D; j++) Y[i * D + j] = scalar_t(r[j] * k);
+      }
+    });
+  });
+  return {y, rstd};
+}
+
+// n = y/scale (the normed row), dn = scale*dy: dr = rstd*(dn - n*mean(dn*n)), then the
+// rotation transposed: dx1 = dr1*c - dr2*s, dx2 = dr1*s + dr2*c
+torch::Tensor rotary_norm_backward_cpu(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& rstd,
+                                       const torch::Tensor& cos, const torch::Tensor& sin, int64_t T, int64_t H,
+                                       double scale) {
+  const int64_t R = y.size(0), D = y.size(1), half = D / 2;
+  torch::Tensor dx = at::empty_like(y);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, y.scalar_type(), "rotary_norm_backward", [&] {
+    using acc = acc_t<scalar_t>;
+    const scalar_t* DY = dy.data_ptr<scalar_t>();
+    const scalar_t* Y = y.data_ptr<scalar_t>();
+    const scalar_t* C = cos.data_ptr<scalar_t>();
+    const scalar_t* S = sin.data_ptr<scalar_t>();
+    const acc* in_rstd = rstd.data_ptr<acc>();
+    scalar_t* DX = dx.data_ptr<scalar_t>();
+    const acc sc = (acc)scale, inv_sc = acc(1) / (acc)scale;
+    at::parallel_for(0, R, 64, [&](int64_t begin, int64_t end) {
+      std::vector<acc> dn(D), nn(D);
+      for (int64_t i = begin; i < end; i++) {
+        acc dot = 0;
+        for (int64_t j = 0; j < D; j++) {
+          nn[j] = (acc)Y[i * D + j] * inv_sc;
+          dn[j] = (acc)DY[i * D + j] * sc;
+          dot += dn[j] * nn[j];
+        }
+        dot /= (acc)D;
+        const acc inv = in_rstd[i];
+        const int64_t pos = (i / H) % T;
+        for (int64_t j = 0; j < half; j++) {
+          const acc dr1 = inv * (dn[j] - nn[j] * dot), dr2 = inv * (dn[j + half] - nn[j + half] * dot);
+          const acc c = C[pos * half + j], s = S[pos * half + j];
+          DX[i * D + j] = scalar_t(dr1 * c - dr2 * s);
+          DX[i * D + j + half] = scalar_t(dr1 * s + dr2 * c);
+        }
+      }
+    });
+  });
+  return dx;
+}
+
+}  // namespace nanochat

@@ -1,0 +1,193 @@
+// defines: softcap_ce_forward_cuda, softcap_ce_backward_cuda, relu_square_forward_cuda,
+//          relu_square_backward_cuda, rotary_norm_forward_cuda, rotary_norm_backward_cuda
+// CUDA-only (compiled when the LibTorch found has CUDA): the torch side of the kernels in
+// kernels.cu. Checks what the raw-pointer launchers cannot (device, dtype, contiguity, sizes),
+// allocates the outputs on the input's device and launches on its current stream.
+#include "device_kernels.h"
+
+#include <ATen/ATen.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include "kernels_cuda_launch.h"
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+namespace {
+
+using torch::Tensor;
+
+// the launchers' dtype tag; float64 has no CUDA kernel (it exists for CPU gradient checks)
+kernels_dtype cuda_dtype(const Tensor& t, const char* where) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return kernels_dtype_f32;
+    case at::kBFloat16: return kernels_dtype_bf16;
+    case at::kHalf: return kernels_dtype_f16;
+    default:
+      fail("%s: the CUDA kernel takes float32, bfloat16 or float16, not %s (float64 runs on the CPU only)", where,
+           c10::toString(t.scalar_type()));
+  }
+}
+
+// t is a contiguous CUDA tensor of `dtype` on `device`
+void check_cuda(const Tensor& t, const char* name, at::ScalarType dtype, at::Device device, const char* where) {
+  if (!t.defined()) fail("%s: %s is undefined", where, name);
+  if (!t.is_cuda()) fail("%s: %s is on %s, expected a CUDA device", where, name, t.device().str().c_str());
+  if (t.device() != device)
+    fail("%s: %s is on %s, expected %s", where, name, t.device().str().c_str(), device.str().c_str());
+  if (t.scalar_type() != dtype)
+    fail("%s: %s is %s, expected %s", where, name, c10::toString(t.scalar_type()), c10::toString(dtype));
+  if (!t.is_contiguous()) fail("%s: %s must be contiguous", where, name);
+}
+
+void check_launch(cudaError_t err, const char* where) {
+  if (err != cudaSuccess) fail("%s: CUDA kernel launch failed: %s", where, cudaGetErrorString(err));
+}
+
+// one block per row: a grid of at most 2^31 - 1 blocks
+void check_grid_rows(int64_t n, const char* where) {
+  if (n > INT32_MAX) fail("%s: %lld rows is more than one launch takes; use smaller chunks", where, (long long)n);
+}
+
+cudaStream_t stream_of(const Tensor& t) { return c10::cuda::getCurrentCUDAStream(t.device().index()).stream(); }
+
+// (n,) float32 output: written in place when the caller passes one (e.g. a slice of the
+// whole batch's losses), else allocated
+void fp32_rows_out(Tensor& out, int64_t n, at::Device device, const char* name, const char* where) {
+  if (!out.defined()) {
+    out = at::empty({n}, at::TensorOptions().dtype(at::kFloat).device(device));
+    return;
+  }
+  check_cuda(out, name, at::kFloat, device, where);
+  if (out.numel() != n) fail("%s: %s has %lld elements, expected %lld", where, name, (long long)out.numel(), (long long)n);
+}
+
+}  // namespace
+
+void softcap_ce_forward_cuda(const Tensor& logits, const Tensor& targets, int64_t vocab, double cap, Tensor& loss,
+                             Tensor& lse) {
+  const char* where = "softcap_ce_forward_cuda";
+  const kernels_dtype dt = cuda_dtype(logits, where);
+  const at::Device dev = logits.device();
+  check_cuda(logits, "logits", logits.scalar_type(), dev, where);
+  if (logits.dim() != 2) fail("%s: logits must be (n, ld), got %lld dims", where, (long long)logits.dim());
+  const int64_t n = logits.size(0), ld = logits.size(1);
+  check_cuda(targets, "targets", at::kLong, dev, where);
+  if (targets.numel() != n) fail("%s: %lld targets for %lld rows", where, (long long)targets.numel(), (long long)n);
+  if (vocab <= 0 || vocab > ld) fail("%s: vocab %lld outside (0, %lld]", where, (long long)vocab, (long long)ld);
+  if (!(cap > 0)) fail("%s: the softcap must be > 0, got %g", where, cap);
+  check_grid_rows(n, where);
+  fp32_rows_out(loss, n, dev, "loss", where);
+  fp32_rows_out(lse, n, dev, "lse", where);
+  const c10::cuda::CUDAGuard guard(dev);
+  check_launch(kernels_launch_softcap_ce_forward(logits.data_ptr(), targets.data_ptr<int64_t>(), n, ld, vocab,
+                                                 (float)cap, loss.data_ptr<float>(), lse.data_ptr<float>(), dt,
+                                                 stream_of(logits)),
+               where);
+}
+
+void softcap_ce_backward_cuda(Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
+                              int64_t vocab, double cap) {
+  const char* where = "softcap_ce_backward_cuda";
+  const kernels_dtype dt = cuda_dtype(logits, where);
+  const at::Device dev = logits.device();
+  check_cuda(logits, "logits", logits.scalar_type(), dev, where);
+  if (logits.dim() != 2) fail("%s: logits must be (n, ld), got %lld dims", where, (long long)logits.dim());
+  const int64_t n = logits.size(0), ld = logits.size(1);
+  check_cuda(targets, "targets", at::kLong, dev, where);
+  check_cuda(lse, "lse", at::kFloat, dev, where);
+  if (targets.numel() != n || lse.numel() != n)
+    fail("%s: targets (%lld) and lse (%lld) must have one entry per row (%lld)", where, (long long)targets.numel(),
+         (long long)lse.numel(), (long long)n);
+  // grad_loss may be a broadcast scalar (stride 0, as from loss.sum()) or any 1-D stride
+  if (!grad_loss.defined() || grad_loss.device() != dev || grad_loss.scalar_type() != at::kFloat ||
+      grad_loss.dim() != 1 || grad_loss.size(0) != n)
+    fail("%s: grad_loss must be a float32 (%lld,) tensor on %s", where, (long long)n, dev.str().c_str());
+  if (vocab <= 0 || vocab > ld) fail("%s: vocab %lld outside (0, %lld]", where, (long long)vocab, (long long)ld);
+  if (!(cap > 0)) fail("%s: the softcap must be > 0, got %g", where, cap);
+  check_grid_rows(n, where);
+  const c10::cuda::CUDAGuard guard(dev);
+  check_launch(kernels_launch_softcap_ce_backward(logits.data_ptr(), targets.data_ptr<int64_t>(), lse.data_ptr<float>(),
+                                                  grad_loss.data_ptr<float>(), grad_loss.stride(0), n, ld, vocab,
+                                                  (float)cap, dt, stream_of(logits)),
+               where);
+}
+
+Tensor relu_square_forward_cuda(const Tensor& h) {
+  const char* where = "relu_square_forward_cuda";
+  const kernels_dtype dt = cuda_dtype(h, where);
+  check_cuda(h, "h", h.scalar_type(), h.device(), where);
+  Tensor y = at::empty_like(h, at::MemoryFormat::Contiguous);
+  const c10::cuda::CUDAGuard guard(h.device());
+  check_launch(kernels_launch_relu_square_forward(h.data_ptr(), y.data_ptr(), h.numel(), dt, stream_of(h)), where);
+  return y;
+}
+
+void relu_square_backward_cuda(const Tensor& h, Tensor& dy) {
+  const char* where = "relu_square_backward_cuda";
+  const kernels_dtype dt = cuda_dtype(h, where);
+  check_cuda(h, "h", h.scalar_type(), h.device(), where);
+  check_cuda(dy, "dy", h.scalar_type(), h.device(), where);
+  if (!dy.sizes().equals(h.sizes())) fail("%s: dy and h differ in shape", where);
+  const c10::cuda::CUDAGuard guard(h.device());
+  check_launch(kernels_launch_relu_square_backward(h.data_ptr(), dy.data_ptr(), h.numel(), dt, stream_of(h)), where);
+}
+
+namespace {
+
+// x, dy, y: R rows of D (the last dim); cos, sin: T*D/2 values; R a multiple of T*H
+void check_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t T, int64_t H, const char* where) {
+  check_cuda(cos, "cos", x.scalar_type(), x.device(), where);
+  check_cuda(sin, "sin", x.scalar_type(), x.device(), where);
+  if (x.dim() < 1) fail("%s: x must have at least one dimension", where);
+  const int64_t D = x.size(-1);
+  if (D % 2 != 0 || D <= 0 || D > kernels_rotary_norm_max_dim)
+    fail("%s: head dim %lld must be even and at most %lld on CUDA", where, (long long)D,
+         (long long)kernels_rotary_norm_max_dim);
+  if (T <= 0 || H <= 0 || x.numel() % (T * H * D) != 0)
+    fail("%s: %lld values are not whole (T=%lld, H=%lld, D=%lld) blocks", where, (long long)x.numel(), (long long)T,
+         (long long)H, (long long)D);
+  if (cos.numel() != T * (D / 2) || sin.numel() != T * (D / 2))
+    fail("%s: cos and sin must hold (T=%lld, D/2=%lld) values", where, (long long)T, (long long)(D / 2));
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> rotary_norm_forward_cuda(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t T,
+                                                   int64_t H, double scale, double eps) {
+  const char* where = "rotary_norm_forward_cuda";
+  const kernels_dtype dt = cuda_dtype(x, where);
+  check_cuda(x, "x", x.scalar_type(), x.device(), where);
+  check_rotary(x, cos, sin, T, H, where);
+  const int64_t D = x.size(-1), R = x.numel() / D;
+  Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+  Tensor rstd = at::empty({R}, x.options().dtype(at::kFloat));
+  const c10::cuda::CUDAGuard guard(x.device());
+  check_launch(kernels_launch_rotary_norm_forward(x.data_ptr(), cos.data_ptr(), sin.data_ptr(), y.data_ptr(),
+                                                  rstd.data_ptr<float>(), R, D, T, H, (float)scale, (float)eps, dt,
+                                                  stream_of(x)),
+               where);
+  return {y, rstd};
+}
+
+Tensor rotary_norm_backward_cuda(const Tensor& dy, const Tensor& y, const Tensor& rstd, const Tensor& cos,
+                                 const Tensor& sin, int64_t T, int64_t H, double scale) {
+  const char* where = "rotary_norm_backward_cuda";
+  const kernels_dtype dt = cuda_dtype(y, where);
+  check_cuda(y, "y", y.scalar_type(), y.device(), where);
+  check_cuda(dy, "dy", y.scalar_type(), y.device(), where);
+  if (dy.numel() != y.numel() || dy.size(-1) != y.size(-1)) fail("%s: dy and y differ in shape", where);
+  check_rotary(y, cos, sin, T, H, where);
+  const int64_t D = y.size(-1), R = y.numel() / D;
+  check_cuda(rstd, "rstd", at::kFloat, y.device(), where);
+  if (rstd.numel() != R) fail("%s: rstd has %lld values for %lld rows", where, (long long)rstd.numel(), (long long)R);
+  Tensor dx = at::empty_like(dy, at::MemoryFormat::Contiguous);
+  const c10::cuda::CUDAGuard guard(y.device());
+  check_launch(kernels_launch_rotary_norm_backward(dy.data_ptr(), y.data_ptr(), rstd.data_ptr<float>(), cos.data_ptr(),
+                                                   sin.data_ptr(), dx.data_ptr(), R, D, T, H, (float)scale, dt,
+                                                   stream_of(y)),
+               where);
+  return dx;
+}
+
+}  // namespace nanochat

@@ -1,0 +1,52 @@
+// defines: kernels_dtype, kernels_launch_softcap_ce_forward, kernels_launch_softcap_ce_backward,
+//          kernels_launch_relu_square_forward, kernels_launch_relu_square_backward,
+//          kernels_launch_rotary_norm_forward, kernels_launch_rotary_norm_backward
+// The launchers of the CUDA kernels in kernels.cu: raw pointers, sizes, a dtype tag and a
+// stream, no torch, so that kernels.cu compiles with nvcc alone. kernels_cuda.cpp checks the
+// tensors and calls these. Every pointer is to contiguous device memory; the "compute dtype"
+// arrays are of `dtype`, accumulation is always fp32. Each returns the launch's error
+// (cudaSuccess when nothing was launched because there was no work).
+#pragma once
+#include <cstdint>
+#include <cuda_runtime_api.h>
+
+namespace nanochat {
+
+enum kernels_dtype { kernels_dtype_f32, kernels_dtype_bf16, kernels_dtype_f16 };
+
+// logits (n, ld), of which the first `vocab` columns count; targets (n,) int64, < 0 = ignored
+// (-1 by convention). loss (n,), lse (n,) fp32: z = cap*tanh(l/cap), lse = logsumexp(z),
+// loss = lse - z[target] (0 where ignored, NaN for a target >= vocab: a kernel cannot raise).
+cudaError_t kernels_launch_softcap_ce_forward(const void* logits, const int64_t* targets, int64_t n,
+                                              int64_t ld, int64_t vocab, float cap, float* loss,
+                                              float* lse, kernels_dtype dtype, cudaStream_t stream);
+// in place: logits (n, ld) becomes g * (softmax(z) - onehot(target)) * (1 - (z/cap)^2), with
+// g = grad_loss[row * grad_stride] (fp32; a stride of 0 broadcasts one value), 0 in ignored
+// rows and in the columns >= vocab.
+cudaError_t kernels_launch_softcap_ce_backward(void* logits, const int64_t* targets, const float* lse,
+                                               const float* grad_loss, int64_t grad_stride, int64_t n,
+                                               int64_t ld, int64_t vocab, float cap, kernels_dtype dtype,
+                                               cudaStream_t stream);
+
+// y = relu(h)^2 over numel elements
+cudaError_t kernels_launch_relu_square_forward(const void* h, void* y, int64_t numel, kernels_dtype dtype,
+                                               cudaStream_t stream);
+// dy = 2 * relu(h) * dy, in place
+cudaError_t kernels_launch_relu_square_backward(const void* h, void* dy, int64_t numel, kernels_dtype dtype,
+                                                cudaStream_t stream);
+
+// rows (R, D) of q or k, D even and <= kernels_rotary_norm_max_dim; cos, sin (T, D/2);
+// row r at position (r / H) % T. y = scale * r / rms(r) with r the half-split rotation of
+// the row, rstd (R,) fp32 = 1 / sqrt(mean(r^2) + eps).
+constexpr int64_t kernels_rotary_norm_max_dim = 256;
+cudaError_t kernels_launch_rotary_norm_forward(const void* x, const void* cos, const void* sin, void* y,
+                                               float* rstd, int64_t R, int64_t D, int64_t T, int64_t H,
+                                               float scale, float eps, kernels_dtype dtype,
+                                               cudaStream_t stream);
+// dx from dy, the forward's y and rstd (same shapes and positions as above)
+cudaError_t kernels_launch_rotary_norm_backward(const void* dy, const void* y, const float* rstd,
+                                                const void* cos, const void* sin, void* dx, int64_t R,
+                                                int64_t D, int64_t T, int64_t H, float scale,
+                                                kernels_dtype dtype, cudaStream_t stream);
+
+}  // namespace nanochat

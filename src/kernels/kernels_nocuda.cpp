@@ -1,0 +1,38 @@
+// defines: softcap_ce_forward_cuda, softcap_ce_backward_cuda, relu_square_forward_cuda,
+//          relu_square_backward_cuda, rotary_norm_forward_cuda, rotary_norm_backward_cuda
+// Compiled instead of kernels_cuda.cpp when the LibTorch found has no CUDA: a CUDA tensor
+// cannot exist in such a build, so reaching one of these is a build mismatch, said plainly.
+#include "device_kernels.h"
+
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+namespace {
+
+[[noreturn]] void fail_no_cuda(const char* what) {
+  fail("%s needs a CUDA build of nanochat (this one was built against a LibTorch without CUDA)", what);
+}
+
+}  // namespace
+
+void softcap_ce_forward_cuda(const torch::Tensor&, const torch::Tensor&, int64_t, double, torch::Tensor&,
+                             torch::Tensor&) {
+  fail_no_cuda("softcap_ce_forward_cuda");
+}
+void softcap_ce_backward_cuda(torch::Tensor&, const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                              int64_t, double) {
+  fail_no_cuda("softcap_ce_backward_cuda");
+}
+torch::Tensor relu_square_forward_cuda(const torch::Tensor&) { fail_no_cuda("relu_square_forward_cuda"); }
+void relu_square_backward_cuda(const torch::Tensor&, torch::Tensor&) { fail_no_cuda("relu_square_backward_cuda"); }
+std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cuda(const torch::Tensor&, const torch::Tensor&,
+                                                                 const torch::Tensor&, int64_t, int64_t, double,
+                                                                 double) {
+  fail_no_cuda("rotary_norm_forward_cuda");
+}
+torch::Tensor rotary_norm_backward_cuda(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                        const torch::Tensor&, const torch::Tensor&, int64_t, int64_t, double) {
+  fail_no_cuda("rotary_norm_backward_cuda");
+}
+
+}  // namespace nanochat

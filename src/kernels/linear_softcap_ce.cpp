@@ -1,0 +1,115 @@
+// defines: kernels_linear_softcap_ce, kernels_linear_softcap_ce_reference
+// The model's last step fused: lm_head matmul, softcap, cross-entropy. The reference
+// materialises the (N, V) logits in fp32 several times over (the matmul output, its fp32
+// copy, tanh, the softcap product, log_softmax, and as many again in backward: ~17 GB kept
+// for backward at d20, B=32). The fused op walks the rows in chunks of a few MB (CPU) or a
+// few hundred MB (CUDA): per chunk one matmul into a compute-dtype buffer and one pass that
+// leaves only a loss and a log-sum-exp per row. Backward recomputes each chunk's logits,
+// turns them into d loss / d logits in place, and multiplies them out.
+#include "nanochat/kernels.h"
+
+#include <ATen/ATen.h>
+#include <torch/autograd.h>
+
+#include "device_kernels.h"
+#include "kernels_internal.h"
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+namespace {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// rows per chunk: a logits chunk of ~32 MB on the CPU (cache-friendly, and large enough that
+// the chunk's matmul keeps its efficiency), ~1 GB on a GPU
+int64_t chunk_rows(const Tensor& x, int64_t padded_vocab) {
+  const int64_t budget = x.is_cuda() ? (int64_t(1) << 30) : (int64_t(32) << 20);
+  return std::max<int64_t>(16, budget / (padded_vocab * x.element_size()));
+}
+
+Tensor acc_empty(const Tensor& x, int64_t n) {
+  return at::empty({n}, x.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
+}
+
+void forward_chunk(const Tensor& logits, const Tensor& targets, int64_t vocab, double cap, Tensor& loss, Tensor& lse) {
+  if (logits.is_cuda()) softcap_ce_forward_cuda(logits, targets, vocab, cap, loss, lse);
+  else softcap_ce_forward_cpu(logits, targets, vocab, cap, loss, lse);
+}
+
+void backward_chunk(Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad, int64_t vocab,
+                    double cap) {
+  if (logits.is_cuda()) softcap_ce_backward_cuda(logits, targets, lse, grad, vocab, cap);
+  else softcap_ce_backward_cpu(logits, targets, lse, grad, vocab, cap);
+}
+
+struct LinearSoftcapCE : public torch::autograd::Function<LinearSoftcapCE> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight, const Tensor& targets,
+                        int64_t vocab, double cap) {
+    const int64_t N = x.size(0);
+    const Tensor w = weight.to(x.scalar_type());
+    Tensor loss = acc_empty(x, N), lse = acc_empty(x, N);
+    const int64_t rows = chunk_rows(x, w.size(0));
+    for (int64_t r0 = 0; r0 < N; r0 += rows) {
+      const int64_t n = std::min(rows, N - r0);
+      Tensor logits = at::mm(x.narrow(0, r0, n), w.t());
+      Tensor l = loss.narrow(0, r0, n), s = lse.narrow(0, r0, n);
+      forward_chunk(logits, targets.narrow(0, r0, n), vocab, cap, l, s);
+    }
+    ctx->save_for_backward({x, weight, targets, lse});
+    ctx->saved_data["vocab"] = vocab;
+    ctx->saved_data["cap"] = cap;
+    return loss;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const Tensor &x = saved[0], &weight = saved[1], &targets = saved[2], &lse = saved[3];
+    const int64_t vocab = ctx->saved_data["vocab"].toInt();
+    const double cap = ctx->saved_data["cap"].toDouble();
+    const Tensor grad = grads[0].contiguous().to(lse.scalar_type());
+    const int64_t N = x.size(0);
+    const Tensor w = weight.to(x.scalar_type());
+    Tensor dx = at::empty_like(x);
+    // the weight's gradient is summed over chunks in fp32 (fp64 for fp64)
+    Tensor dw = at::zeros(weight.sizes(), weight.options().dtype(lse.scalar_type()));
+    const int64_t rows = chunk_rows(x, w.size(0));
+    for (int64_t r0 = 0; r0 < N; r0 += rows) {
+      const int64_t n = std::min(rows, N - r0);
+      const Tensor xc = x.narrow(0, r0, n);
+      Tensor dlogits = at::mm(xc, w.t());
+      backward_chunk(dlogits, targets.narrow(0, r0, n), lse.narrow(0, r0, n), grad.narrow(0, r0, n), vocab, cap);
+      Tensor dxc = dx.narrow(0, r0, n);
+      at::mm_out(dxc, dlogits, w);
+      kernels_addmm_acc(dw, dlogits.t(), xc);
+    }
+    return {dx, dw.to(weight.scalar_type()), Tensor(), Tensor(), Tensor()};
+  }
+};
+
+void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t vocab) {
+  if (x.dim() != 2 || weight.dim() != 2 || x.size(1) != weight.size(1) || vocab > weight.size(0) ||
+      targets.dim() != 1 || targets.size(0) != x.size(0))
+    fail("linear_softcap_ce: x (N, C), weight (V >= vocab, C) and targets (N,) expected");
+}
+
+}  // namespace
+
+Tensor kernels_linear_softcap_ce_reference(const Tensor& x, const Tensor& weight, const Tensor& targets,
+                                           int64_t vocab, double cap) {
+  check_inputs(x, weight, targets, vocab);
+  Tensor logits = at::linear(x, weight.to(x.scalar_type())).narrow(-1, 0, vocab);
+  logits = logits.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+  logits = cap * at::tanh(logits / cap);
+  return at::cross_entropy_loss(logits, targets, std::nullopt, at::Reduction::None, -1);
+}
+
+Tensor kernels_linear_softcap_ce(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t vocab,
+                                 double cap) {
+  if (!kernels_use_fused(x)) return kernels_linear_softcap_ce_reference(x, weight, targets, vocab, cap);
+  check_inputs(x, weight, targets, vocab);
+  return LinearSoftcapCE::apply(x.contiguous(), weight, targets.contiguous(), vocab, cap);
+}
+
+}  // namespace nanochat

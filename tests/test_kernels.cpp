@@ -1,0 +1,325 @@
+// Tests of the kernels module: each fused op against its plain-ATen reference (fp64 to 1e-10
+// on small shapes, fp32 and bf16 to stated tolerances on real ones) and its backward against
+// central finite differences in fp64. The fused path runs on this machine's CPU kernels (and
+// on CUDA when a GPU is present: the *Cuda tests).
+#include <functional>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "nanochat/gpt.h"
+#include "nanochat/kernels.h"
+#include "nanochat/optim.h"
+#include "test_models.h"
+
+using namespace nanochat;
+using torch::Tensor;
+
+namespace {
+
+using Fn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// the op's output weighted by a fixed random tensor and summed: one scalar whose gradient
+// exercises every output element with a different weight
+Tensor weighted_sum(const Tensor& out, uint64_t seed) {
+  torch::manual_seed(seed);
+  return (out * torch::randn(out.sizes(), out.options()).detach()).sum();
+}
+
+// gradients of the first `n_diff` inputs (all floating ones by default); the rest are constants
+std::vector<Tensor> grads_of(const Fn& f, const std::vector<Tensor>& inputs, size_t n_diff = 99) {
+  std::vector<Tensor> leaves;
+  for (size_t i = 0; i < inputs.size(); i++)
+    leaves.push_back(inputs[i].detach().clone().requires_grad_(i < n_diff && inputs[i].is_floating_point()));
+  weighted_sum(f(leaves), 7).backward();
+  std::vector<Tensor> g;
+  for (const Tensor& t : leaves) g.push_back(t.requires_grad() ? t.grad() : Tensor());
+  return g;
+}
+
+// every element of every floating input: (f(x+h) - f(x-h)) / 2h against the analytic gradient
+void expect_finite_differences(const Fn& f, const std::vector<Tensor>& inputs, double tol, size_t n_diff = 99) {
+  std::vector<Tensor> analytic = grads_of(f, inputs, n_diff);
+  torch::NoGradGuard no_grad;
+  const double h = 1e-6;
+  for (size_t i = 0; i < inputs.size(); i++) {
+    if (!analytic[i].defined()) continue;
+    Tensor x = inputs[i].detach().clone();
+    std::vector<Tensor> args = inputs;
+    args[i] = x;
+    auto flat = x.view({-1});
+    auto ga = analytic[i].reshape({-1});
+    for (int64_t j = 0; j < flat.numel(); j++) {
+      const double v = flat[j].item<double>();
+      flat[j] = v + h;
+      const double up = weighted_sum(f(args), 7).item<double>();
+      flat[j] = v - h;
+      const double down = weighted_sum(f(args), 7).item<double>();
+      flat[j] = v;
+      EXPECT_NEAR(ga[j].item<double>(), (up - down) / (2 * h), tol) << "input " << i << " element " << j;
+    }
+  }
+}
+
+// fused and reference: outputs and every input gradient within rtol of the reference's scale
+void expect_same(const Fn& fused, const Fn& reference, const std::vector<Tensor>& inputs, double rtol,
+                 const char* what, size_t n_diff = 99) {
+  Tensor a, b;
+  {
+    torch::NoGradGuard no_grad;
+    a = fused(inputs).to(torch::kDouble);
+    b = reference(inputs).to(torch::kDouble);
+  }
+  const double scale = std::max(1.0, b.abs().max().item<double>());
+  EXPECT_LE((a - b).abs().max().item<double>(), rtol * scale) << what << ": output";
+  std::vector<Tensor> ga = grads_of(fused, inputs, n_diff), gb = grads_of(reference, inputs, n_diff);
+  for (size_t i = 0; i < inputs.size(); i++) {
+    if (!ga[i].defined()) continue;
+    Tensor x = ga[i].to(torch::kDouble), y = gb[i].to(torch::kDouble);
+    const double s = std::max(1e-12, y.abs().max().item<double>());
+    EXPECT_LE((x - y).abs().max().item<double>(), rtol * s) << what << ": gradient of input " << i;
+  }
+}
+
+Fn softcap_ce(bool fused, int64_t vocab, double cap) {
+  return [=](const std::vector<Tensor>& in) {
+    return fused ? kernels_linear_softcap_ce(in[0], in[1], in[2], vocab, cap)
+                 : kernels_linear_softcap_ce_reference(in[0], in[1], in[2], vocab, cap);
+  };
+}
+
+Fn mlp(bool fused) {
+  return [=](const std::vector<Tensor>& in) {
+    return fused ? kernels_mlp_relu_square(in[0], in[1], in[2]) : kernels_mlp_relu_square_reference(in[0], in[1], in[2]);
+  };
+}
+
+Fn rotary_norm(bool fused, double scale) {
+  return [=](const std::vector<Tensor>& in) {
+    return fused ? kernels_rotary_norm(in[0], in[1], in[2], scale) : kernels_rotary_norm_reference(in[0], in[1], in[2], scale);
+  };
+}
+
+// rotary tables as the model builds them (base 100000), positions t0..t0+T-1
+std::pair<Tensor, Tensor> rotary_tables(int64_t t0, int64_t T, int64_t D, torch::ScalarType dtype) {
+  Tensor inv = 1.0 / torch::pow(100000.0, torch::arange(0, D, 2, torch::kDouble) / (double)D);
+  Tensor f = torch::outer(torch::arange(t0, t0 + T, torch::kDouble), inv);
+  return {f.cos().to(dtype).view({1, T, 1, D / 2}), f.sin().to(dtype).view({1, T, 1, D / 2})};
+}
+
+Tensor targets_with_ignored(int64_t n, int64_t vocab) {
+  Tensor t = torch::randint(vocab, {n}, torch::kLong);
+  t.index_put_({torch::arange(0, n, 5)}, -1);  // every fifth position ignored
+  return t;
+}
+
+}  // namespace
+
+TEST(Kernels, SwitchFollowsTheEnvironment) {
+  const char* v = std::getenv("NANOCHAT_KERNELS");
+  EXPECT_EQ(kernels_enabled(), !(v && std::string(v) == "0"));
+}
+
+TEST(LinearSoftcapCE, Fp64EqualsReferenceAndFiniteDifferences) {
+  torch::manual_seed(1);
+  const int64_t N = 7, C = 5, Vp = 16, vocab = 13;
+  auto f64 = torch::kDouble;
+  std::vector<Tensor> in = {torch::randn({N, C}, f64), torch::randn({Vp, C}, f64) * 2, targets_with_ignored(N, vocab)};
+  expect_same(softcap_ce(true, vocab, 3.0), softcap_ce(false, vocab, 3.0), in, 1e-12, "fp64");
+  expect_finite_differences(softcap_ce(true, vocab, 3.0), in, 1e-6);
+  // the padded rows of the weight get exactly zero gradient
+  Tensor gw = grads_of(softcap_ce(true, vocab, 3.0), in)[1];
+  EXPECT_EQ(gw.narrow(0, vocab, Vp - vocab).abs().max().item<double>(), 0.0);
+}
+
+TEST(LinearSoftcapCE, Fp32OverSeveralChunksEqualsReference) {
+  torch::manual_seed(2);
+  // 32768 padded columns: a CPU chunk is 256 rows, so 600 rows take three chunks
+  const int64_t N = 600, C = 32, Vp = 32768, vocab = 32700;
+  std::vector<Tensor> in = {torch::randn({N, C}), torch::randn({Vp, C}) * 0.5, targets_with_ignored(N, vocab)};
+  expect_same(softcap_ce(true, vocab, 15.0), softcap_ce(false, vocab, 15.0), in, 2e-5, "fp32");
+}
+
+TEST(LinearSoftcapCE, Bf16EqualsReference) {
+  torch::manual_seed(3);
+  const int64_t N = 300, C = 64, Vp = 8192, vocab = 8190;
+  std::vector<Tensor> in = {torch::randn({N, C}).to(torch::kBFloat16), torch::randn({Vp, C}) * 0.2,
+                            targets_with_ignored(N, vocab)};
+  expect_same(softcap_ce(true, vocab, 15.0), softcap_ce(false, vocab, 15.0), in, 2e-2, "bf16");
+}
+
+TEST(LinearSoftcapCE, LossOfHandComputedLogits) {
+  // x = identity rows, so the logits are the weight's rows: loss = lse(z) - z[t], z = cap*tanh(w/cap)
+  const double cap = 2.0;
+  Tensor x = torch::eye(3, torch::kDouble);
+  Tensor w = torch::tensor({1.0, -2.0, 0.5, 3.0, 0.0, -1.0, 0.25, 4.0, 2.0}, torch::kDouble).view({3, 3});
+  Tensor t = torch::tensor({2, 0, -1}, torch::kLong);
+  Tensor loss = kernels_linear_softcap_ce(x, w.t().contiguous(), t, 3, cap);
+  auto z = [&](double v) { return cap * std::tanh(v / cap); };
+  // weight = w^T makes the logits x @ weight^T = w: row i of the logits is w's row i
+  double r0 = std::log(std::exp(z(1.0)) + std::exp(z(-2.0)) + std::exp(z(0.5))) - z(0.5);
+  double r1 = std::log(std::exp(z(3.0)) + std::exp(z(0.0)) + std::exp(z(-1.0))) - z(3.0);
+  EXPECT_NEAR(loss[0].item<double>(), r0, 1e-12);
+  EXPECT_NEAR(loss[1].item<double>(), r1, 1e-12);
+  EXPECT_EQ(loss[2].item<double>(), 0.0);
+}
+
+TEST(MlpReluSquare, Fp64EqualsReferenceAndFiniteDifferences) {
+  torch::manual_seed(4);
+  auto f64 = torch::kDouble;
+  std::vector<Tensor> in = {torch::randn({2, 3, 4}, f64), torch::randn({16, 4}, f64), torch::randn({4, 16}, f64)};
+  expect_same(mlp(true), mlp(false), in, 1e-12, "fp64");
+  expect_finite_differences(mlp(true), in, 1e-6);
+}
+
+TEST(MlpReluSquare, Fp32AndBf16EqualReference) {
+  torch::manual_seed(5);
+  const int64_t C = 128;
+  std::vector<Tensor> in = {torch::randn({4, 64, C}), torch::randn({4 * C, C}) * 0.1, torch::randn({C, 4 * C}) * 0.1};
+  expect_same(mlp(true), mlp(false), in, 1e-5, "fp32");
+  for (Tensor& t : in) t = t.to(torch::kBFloat16);
+  expect_same(mlp(true), mlp(false), in, 2e-2, "bf16");
+}
+
+TEST(RotaryNorm, Fp64EqualsReferenceAndFiniteDifferences) {
+  torch::manual_seed(6);
+  auto [c, s] = rotary_tables(3, 5, 8, torch::kDouble);  // positions 3..7: a decode-style offset
+  std::vector<Tensor> in = {torch::randn({2, 5, 3, 8}, torch::kDouble), c, s};
+  expect_same(rotary_norm(true, 1.2), rotary_norm(false, 1.2), in, 1e-12, "fp64", 1);  // cos, sin: constants
+  expect_finite_differences(rotary_norm(true, 1.2), in, 1e-6, 1);
+}
+
+TEST(RotaryNorm, Fp32AndBf16EqualReferenceOnModelShapes) {
+  torch::manual_seed(7);
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    // the model hands cos/sin as a narrowed view of its long table
+    auto [c, s] = rotary_tables(0, 1024, 128, dtype);
+    std::vector<Tensor> in = {torch::randn({2, 256, 6, 128}).to(dtype), c.narrow(1, 100, 256), s.narrow(1, 100, 256)};
+    expect_same(rotary_norm(true, 1.2), rotary_norm(false, 1.2), in, dtype == torch::kFloat ? 1e-5 : 2e-2,
+                dtype == torch::kFloat ? "fp32" : "bf16", 1);
+  }
+}
+
+TEST(RotaryNorm, OutputRowsHaveRmsEqualToScale) {
+  auto [c, s] = rotary_tables(0, 4, 16, torch::kFloat);
+  Tensor y = kernels_rotary_norm(torch::randn({1, 4, 2, 16}) * 10, c, s, 1.2);
+  Tensor rms = y.pow(2).mean(-1).sqrt();
+  EXPECT_LE((rms - 1.2).abs().max().item<double>(), 1e-5);
+}
+
+// the same checks on a GPU, fused CUDA kernels against the references, where one is present
+TEST(KernelsCuda, AllOpsEqualReferences) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(8);
+  auto dev = torch::Device(torch::kCUDA);
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const double tol = dtype == torch::kFloat ? 1e-4 : 3e-2;
+    const int64_t N = 3000, C = 64, Vp = 32768, vocab = 32700;
+    std::vector<Tensor> ce = {torch::randn({N, C}, dev).to(dtype), torch::randn({Vp, C}, dev) * 0.3,
+                              targets_with_ignored(N, vocab).to(dev)};
+    expect_same(softcap_ce(true, vocab, 15.0), softcap_ce(false, vocab, 15.0), ce, tol, "cuda softcap_ce");
+    std::vector<Tensor> m = {torch::randn({8, 64, 128}, dev).to(dtype), (torch::randn({512, 128}, dev) * 0.1).to(dtype),
+                             (torch::randn({128, 512}, dev) * 0.1).to(dtype)};
+    expect_same(mlp(true), mlp(false), m, tol, "cuda mlp");
+    auto [c, s] = rotary_tables(0, 256, 128, dtype);
+    std::vector<Tensor> r = {torch::randn({2, 256, 6, 128}, dev).to(dtype), c.to(dev), s.to(dev)};
+    expect_same(rotary_norm(true, 1.2), rotary_norm(false, 1.2), r, tol, "cuda rotary_norm", 1);
+  }
+}
+
+// ---- FP8 ------------------------------------------------------------------------------------
+
+namespace {
+
+// upstream's _to_fp8 written out: amax, scale = max/amax, clamp, cast; then back to fp32
+Tensor quantize_dequantize(const Tensor& x, torch::ScalarType fp8, double fp8_max) {
+  const float scale = (float)(fp8_max / std::max(x.abs().max().item<double>(), 1e-12));
+  return (x.to(torch::kFloat) * scale).clamp(-fp8_max, fp8_max).to(fp8).to(torch::kFloat) / scale;
+}
+
+}  // namespace
+
+TEST(Fp8Linear, ForwardAndGradientsEqualTheQuantizeDequantizeEmulation) {
+  torch::manual_seed(9);
+  Tensor x = torch::randn({2, 32, 128}), w = (torch::randn({256, 128}) * 0.05).requires_grad_(true);
+  Tensor xr = x.clone().requires_grad_(true);
+  Tensor out = kernels_fp8_linear(xr, w);
+  Tensor go = torch::randn({2, 32, 256}) * 1e-3;
+  out.backward(go);
+  // the emulation: every operand rounded through its fp8 format, the products in fp32
+  Tensor xq = quantize_dequantize(x.view({-1, 128}), torch::kFloat8_e4m3fn, 448);
+  Tensor wq = quantize_dequantize(w.detach(), torch::kFloat8_e4m3fn, 448);
+  Tensor gq = quantize_dequantize(go.view({-1, 256}), torch::kFloat8_e5m2, 57344);
+  auto close = [](const Tensor& a, const Tensor& b) {
+    return (a - b).abs().max().item<double>() <= 1e-5 * b.abs().max().item<double>();
+  };
+  EXPECT_TRUE(close(out.view({-1, 256}).detach(), torch::mm(xq, wq.t())));
+  EXPECT_TRUE(close(xr.grad().view({-1, 128}), torch::mm(gq, wq)));
+  EXPECT_TRUE(close(w.grad(), torch::mm(gq.t(), xq)));
+  EXPECT_EQ(w.grad().scalar_type(), torch::kFloat);
+  // and fp8 is not fp32: the rounding is visible against the exact product
+  EXPECT_FALSE(close(out.view({-1, 256}).detach(), torch::mm(x.view({-1, 128}), w.detach().t())));
+}
+
+TEST(Fp8Linear, CpuMatmulEqualsLibTorchScaledMm) {
+  torch::manual_seed(11);
+  auto [a8, a_inv] = kernels_fp8_quantize(torch::randn({32, 64}), torch::kFloat8_e5m2);
+  auto [b8, b_inv] = kernels_fp8_quantize(torch::randn({48, 64}), torch::kFloat8_e4m3fn);
+  for (auto out : {torch::kFloat, torch::kBFloat16}) {
+    Tensor ours = kernels_fp8_mm(a8, b8.t(), a_inv, b_inv, out, false).to(torch::kFloat);
+    Tensor theirs = at::_scaled_mm(a8, b8.t(), a_inv, b_inv, std::nullopt, std::nullopt, out, false).to(torch::kFloat);
+    EXPECT_LE((ours - theirs).abs().max().item<double>(), (out == torch::kFloat ? 1e-5 : 1e-2) * theirs.abs().max().item<double>());
+  }
+}
+
+TEST(Fp8Linear, ModelFilterAndTheEvalGuard) {
+  EXPECT_TRUE(gpt_fp8_eligible(128, 512));
+  EXPECT_FALSE(gpt_fp8_eligible(64, 512));   // below 128
+  EXPECT_FALSE(gpt_fp8_eligible(136, 520));  // 520 % 16 != 0
+  GPTConfig c = gpt_config_from_depth(2, 512, 64, "L", 64, 64);  // width 128
+  GPT model = perturbed_gpt(c, 1, 0.05);  // the init's zero projections would hide every block
+  gpt_set_fp8(model, true);
+  EXPECT_TRUE(model->blocks[0]->mlp->c_fc->fp8);
+  EXPECT_TRUE(model->blocks[1]->attn->c_q->fp8);
+  Tensor idx = torch::randint(512, {2, 16}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  Tensor with_fp8 = model->forward(idx);
+  Tensor without;
+  {
+    GptFp8Off off(model);
+    EXPECT_FALSE(model->blocks[0]->mlp->c_fc->fp8);
+    without = model->forward(idx);
+  }
+  EXPECT_TRUE(model->blocks[0]->mlp->c_fc->fp8);  // restored
+  gpt_set_fp8(model, false);
+  EXPECT_TRUE(torch::equal(without, model->forward(idx)));
+  EXPECT_FALSE(torch::equal(with_fp8, without));
+}
+
+// 30 steps of a d2 model on a fixed batch, with and without FP8: the FP8 losses stay within
+// kTolerance (absolute, nats) of the fp32 ones at every step
+TEST(Fp8Linear, D2TrainingTracksTheRunWithoutFp8) {
+  constexpr double kTolerance = 0.1;
+  auto run = [](bool fp8) {
+    GPTConfig c = gpt_config_from_depth(2, 512, 64, "L", 64, 64);
+    GPT model(c);
+    gpt_init_weights(model, 42);
+    gpt_set_fp8(model, fp8);
+    MuonAdamW opt(optim_param_groups_gpt(gpt_named_parameters(model), c.n_embd), nullptr, torch::kFloat);
+    torch::manual_seed(10);
+    Tensor x = torch::randint(512, {8, 64}, torch::kLong), y = torch::roll(x, -1, 1);
+    std::vector<double> losses;
+    for (int step = 0; step < 30; step++) {
+      Tensor loss = gpt_loss(model, x, y);
+      losses.push_back(loss.item<double>());
+      loss.backward();
+      opt.step();
+      opt.zero_grad();
+    }
+    return losses;
+  };
+  std::vector<double> base = run(false), fp8 = run(true);
+  EXPECT_LT(base.back(), base.front() - 1.0) << "the run must learn for the comparison to mean anything";
+  for (size_t i = 0; i < base.size(); i++) EXPECT_NEAR(fp8[i], base[i], kTolerance) << "step " << i;
+}
