@@ -1,9 +1,9 @@
-// defines: OptimKind, OptimGroup, NamedTensors, MuonAdamW, optim_adamw_step, optim_muon_step,
-//          optim_polar_express_coeffs, optim_param_groups_gpt
-// nanochat's optimizer (spec §5): AdamW for embeddings, lm_head and scalars, Muon (Polar
+// defines: OptimKind, OptimGroup, NamedTensors, MuonAdamW, GradScaler, optim_adamw_step,
+//          optim_muon_step, optim_polar_express_coeffs, optim_param_groups_gpt
+// nanochat's optimizer (upstream nanochat/optim.py): AdamW for embeddings, lm_head and scalars, Muon (Polar
 // Express, MuonEq, Muon+, NorMuon, cautious weight decay) for the transformer matrices.
 // One class for one rank and many: with a Dist of world > 1 it also averages the gradients
-// itself (there is no DDP wrapper, §0.4) and shards its state ZeRO-2 style (§5.3):
+// itself (there is no DDP wrapper, as upstream) and shards its state ZeRO-2 style (DistMuonAdamW):
 //   AdamW, numel < 1024   all_reduce(AVG) the grad, every rank updates the whole param
 //   AdamW, larger         reduce_scatter(AVG) along dim 0 (shape[0] % world == 0), update
 //                         this rank's rows with sharded moments, all_gather the param
@@ -51,7 +51,7 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 class MuonAdamW {
  public:
-  // dist: null or world 1 means no communication. compute_dtype (§0.5): Polar Express runs
+  // dist: null or world 1 means no communication. compute_dtype (upstream's COMPUTE_DTYPE): Polar Express runs
   // in bf16 only when it is kBFloat16. Errors (nanochat::Error) for a Muon group with mixed
   // shapes or < 2 dims, and for an AdamW param with numel >= 1024 whose shape[0] is not a
   // multiple of the world size.
@@ -66,7 +66,7 @@ class MuonAdamW {
   std::vector<OptimGroup>& groups() { return groups_; }
   const std::vector<OptimGroup>& groups() const { return groups_; }
 
-  // This rank's state (spec §13). Params are numbered globally in group order. Tensors:
+  // This rank's state (upstream's optim_<step>_rank<r>.pt state dict). Params are numbered globally in group order. Tensors:
   //   state.<i>.exp_avg, state.<i>.exp_avg_sq      AdamW (this rank's rows when sharded)
   //   state.<i>.momentum_buffer (chunk,rows,cols), state.<i>.second_momentum_buffer
   //                                                Muon, on the first param i of the group
@@ -102,14 +102,36 @@ class MuonAdamW {
   std::vector<std::vector<AdamState>> adam_;  // [group][param], AdamW groups
   std::vector<MuonState> muon_;               // [group], Muon groups
 };
+// fp16 training's dynamic loss scaling, torch.amp.GradScaler with its defaults as upstream's
+// base_train and chat_sft use it: backward runs on scale(loss); step() divides every grad by
+// the scale and checks them for inf/NaN (one flag, MAX over ranks, so every rank decides
+// alike), skips the optimizer step if any is found, then updates the scale: x backoff
+// after an overflow, x growth after growth_interval clean steps in a row.
+class GradScaler {
+ public:
+  explicit GradScaler(torch::Device device, double init_scale = 65536.0, double growth_factor = 2.0,
+                      double backoff_factor = 0.5, int64_t growth_interval = 2000);
+  torch::Tensor scale(const torch::Tensor& loss) const;  // loss * the current scale
+  // unscale, check, opt.step() unless a grad is not finite, update the scale; false = skipped
+  bool step(MuonAdamW& opt, Dist* dist);
+  double scale_value() const;
+  // {"scale", "growth_tracker"}: saved with the optimizer so that a resumed run continues alike
+  nlohmann::json state_json() const;
+  void load_state(const nlohmann::json& j);
 
-// The fused AdamW step of §5.1 on one (slice of a) param: fp32 math, decoupled weight decay
+ private:
+  torch::Tensor scale_, growth_tracker_, found_inf_;  // on the device, as GradScaler keeps them
+  double growth_factor_, backoff_factor_;
+  int64_t growth_interval_;
+};
+
+// The fused AdamW step (upstream adamw_step_fused) on one (slice of a) param: fp32 math, decoupled weight decay
 // before the update, bias correction for `step` (>= 1), written back in each tensor's dtype.
 void optim_adamw_step(torch::Tensor p, const torch::Tensor& grad, torch::Tensor exp_avg,
                       torch::Tensor exp_avg_sq, int64_t step, double lr, double beta1,
                       double beta2, double eps, double weight_decay);
 
-// The fused Muon step of §5.2 on a stack of n matrices (n, rows, cols). `grads` is consumed
+// The fused Muon step (upstream muon_step_fused) on a stack of n matrices (n, rows, cols). `grads` is consumed
 // (overwritten); `params`, `momentum_buffer` (n,rows,cols) and `second_momentum_buffer`
 // ((n,rows,1) if rows >= cols else (n,1,cols)) are updated in place. lr is the effective
 // one (the caller applies sqrt(max(1, rows/cols))). bf16_polar: X in bf16 for Polar Express.
@@ -121,7 +143,7 @@ void optim_muon_step(torch::Tensor grads, torch::Tensor params, torch::Tensor mo
 // Polar Express coefficients (a, b, c) for num_iters=5, safety 2e-2, cushion 2
 const std::vector<std::array<double, 3>>& optim_polar_express_coeffs();
 
-// nanochat's groups (§4.10) from the model's parameter names alone:
+// nanochat's groups (gpt.py GPT.setup_optimizer) from the model's parameter names alone:
 //   lm_head.weight | transformer.wte.weight | value_embeds.* | resid_lambdas | x0_lambdas |
 //   smear_gate.weight, smear_lambda, backout_lambda -> six AdamW groups (in that order);
 //   transformer.h.* -> one Muon group per distinct shape, shapes in sorted order, params in

@@ -1,5 +1,5 @@
 // defines: optim_adamw_step
-// §5.1: upstream's compiled adamw_step_fused. Hyperparameters are rounded to fp32 first and the
+// upstream optim.py's compiled adamw_step_fused. Hyperparameters are rounded to fp32 first and the
 // scalar arithmetic (1 - lr*wd, beta**step, lr/bias1) is done in fp32, because upstream holds
 // them in 0-D fp32 tensors; the tensor math is fp32 even for bf16 params (wte, value_embeds),
 // whose moments stay bf16 (zeros_like) and are written back at the end.

@@ -1,5 +1,5 @@
 // defines: optim_param_groups_gpt
-// GPT.setup_optimizer (§4.10) from parameter names only, so optim needs no gpt header.
+// GPT.setup_optimizer (upstream gpt.py) from parameter names only, so optim needs no gpt header.
 #include <algorithm>
 #include <cmath>
 #include <torch/torch.h>
@@ -49,7 +49,7 @@ std::vector<OptimGroup> optim_param_groups_gpt(const NamedTensors& named_paramet
     else if (name == "smear_lambda") smear[1] = p;
     else if (name == "backout_lambda") smear[2] = p;
     else if (starts_with(name, "transformer.h.")) matrices.push_back(p);
-    else fail("parameter %s has no optimizer group (spec §4.10); is this a nanochat GPT?", name.c_str());
+    else fail("parameter %s has no optimizer group; is this a nanochat GPT?", name.c_str());
   }
   for (const auto& p : smear)
     if (p.defined()) groups[5].params.push_back(p);

@@ -1,5 +1,5 @@
 // defines: optim_polar_express_coeffs, optim_muon_step
-// §5.2: upstream's compiled muon_step_fused, op for op:
+// upstream optim.py's compiled muon_step_fused, op for op:
 //   Nesterov momentum (lerp) -> MuonEq row equilibration -> Polar Express (tall/wide branch)
 //   -> Muon+ renormalisation -> NorMuon variance reduction -> cautious weight decay + update.
 // Every norm and sum is per matrix (the last two dims), so a rank orthogonalising its chunk of

@@ -1,5 +1,5 @@
 // defines: MuonAdamW (construction, step, zero_grad)
-// The three phases of upstream's DistMuonAdamW.step() (§5.3), which on one rank reduce to
+// The three phases of upstream's DistMuonAdamW.step(), which on one rank reduce to
 // MuonAdamW.step(): no collectives, the same kernels on whole params.
 #include "nanochat/optim.h"
 
