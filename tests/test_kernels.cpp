@@ -149,6 +149,28 @@ TEST(LinearSoftcapCE, Bf16EqualsReference) {
   expect_same(softcap_ce(true, vocab, 15.0), softcap_ce(false, vocab, 15.0), in, 2e-2, "bf16");
 }
 
+Fn softcap_ce_mean(bool fused, int64_t vocab, double cap) {
+  return [=](const std::vector<Tensor>& in) {
+    return fused ? kernels_linear_softcap_ce_mean(in[0], in[1], in[2], vocab, cap)
+                 : kernels_linear_softcap_ce_mean_reference(in[0], in[1], in[2], vocab, cap);
+  };
+}
+
+// the mean's gradients come from its forward: the same values as the reference's backward
+TEST(LinearSoftcapCE, MeanEqualsReferenceAndFiniteDifferences) {
+  torch::manual_seed(12);
+  const int64_t N = 9, C = 5, Vp = 16, vocab = 14;
+  std::vector<Tensor> in = {torch::randn({N, C}, torch::kDouble), torch::randn({Vp, C}, torch::kDouble) * 2,
+                            targets_with_ignored(N, vocab)};
+  expect_same(softcap_ce_mean(true, vocab, 3.0), softcap_ce_mean(false, vocab, 3.0), in, 1e-12, "fp64 mean");
+  expect_finite_differences(softcap_ce_mean(true, vocab, 3.0), in, 1e-6);
+  torch::manual_seed(13);
+  std::vector<Tensor> big = {torch::randn({600, 32}), torch::randn({32768, 32}) * 0.5, targets_with_ignored(600, 32700)};
+  expect_same(softcap_ce_mean(true, 32700, 15.0), softcap_ce_mean(false, 32700, 15.0), big, 2e-5, "fp32 mean");
+  for (Tensor* t : {&big[0]}) *t = t->to(torch::kBFloat16);
+  expect_same(softcap_ce_mean(true, 32700, 15.0), softcap_ce_mean(false, 32700, 15.0), big, 2e-2, "bf16 mean");
+}
+
 TEST(LinearSoftcapCE, LossOfHandComputedLogits) {
   // x = identity rows, so the logits are the weight's rows: loss = lse(z) - z[t], z = cap*tanh(w/cap)
   const double cap = 2.0;

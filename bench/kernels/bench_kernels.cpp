@@ -83,12 +83,14 @@ int main(int argc, char** argv) {
     rows.push_back({op, 1000 * time_fwd_bwd(fused, reps, device), 1000 * time_fwd_bwd(ref, reps, device)});
   };
 
-  // lm_head + softcap + cross-entropy, per-token losses
+  // lm_head + softcap + cross-entropy: per-token losses (eval, SFT, RL), then the mean (pretraining)
   const int64_t vp = gpt_padded_vocab(vocab);
   Tensor x = leaf(torch::randn({N, C}, opts).to(dtype)), w = leaf(torch::randn({vp, C}, opts) * 0.05);
   Tensor targets = torch::randint(vocab, {N}, opts.dtype(torch::kLong));
   compare("lm_head+softcap+CE", [&] { return kernels_linear_softcap_ce(x, w, targets, vocab, kSoftcap); },
           [&] { return kernels_linear_softcap_ce_reference(x, w, targets, vocab, kSoftcap); });
+  compare("  ... mean (training)", [&] { return kernels_linear_softcap_ce_mean(x, w, targets, vocab, kSoftcap); },
+          [&] { return kernels_linear_softcap_ce_mean_reference(x, w, targets, vocab, kSoftcap); });
   // MLP with ReLU^2
   Tensor xm = leaf(torch::randn({B, T, C}, opts).to(dtype));
   Tensor wfc = leaf((torch::randn({4 * C, C}, opts) * 0.05).to(dtype)), wpr = leaf((torch::randn({C, 4 * C}, opts) * 0.05).to(dtype));

@@ -1,5 +1,5 @@
-// defines: kernels_enabled, kernels_linear_softcap_ce, kernels_mlp_relu_square,
-//          kernels_rotary_norm, kernels_linear_softcap_ce_reference,
+// defines: kernels_enabled, kernels_linear_softcap_ce, kernels_linear_softcap_ce_mean, kernels_mlp_relu_square,
+//          kernels_rotary_norm, kernels_linear_softcap_ce_reference, kernels_linear_softcap_ce_mean_reference,
 //          kernels_mlp_relu_square_reference, kernels_rotary_norm_reference,
 //          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm
 // The kernels module: the model's fused hot paths. Each op is an autograd function with a
@@ -25,6 +25,14 @@ torch::Tensor kernels_linear_softcap_ce(const torch::Tensor& x, const torch::Ten
                                         const torch::Tensor& targets, int64_t vocab, double softcap);
 torch::Tensor kernels_linear_softcap_ce_reference(const torch::Tensor& x, const torch::Tensor& weight,
                                                   const torch::Tensor& targets, int64_t vocab, double softcap);
+
+// the same loss averaged over the counted tokens (cross_entropy's mean; NaN when none counts).
+// With a gradient wanted, the fused op computes x's and weight's gradients in the forward,
+// while each chunk's logits are at hand, and backward scales them: one matmul less.
+torch::Tensor kernels_linear_softcap_ce_mean(const torch::Tensor& x, const torch::Tensor& weight,
+                                             const torch::Tensor& targets, int64_t vocab, double softcap);
+torch::Tensor kernels_linear_softcap_ce_mean_reference(const torch::Tensor& x, const torch::Tensor& weight,
+                                                       const torch::Tensor& targets, int64_t vocab, double softcap);
 
 // the MLP: relu(x @ w_fc^T)^2 @ w_proj^T, weights already in x's dtype. The fused op saves x
 // and the pre-activation only, and recomputes relu(h)^2 for w_proj's gradient.

@@ -109,11 +109,12 @@ void gpt_to(GPT& model, torch::Device device) { model->to(device); }
 torch::Tensor gpt_loss(GPT& model, const torch::Tensor& idx, const torch::Tensor& targets,
                        LossReduction reduction) {
   torch::Tensor x = model->hidden(idx);
+  x = x.reshape({-1, x.size(-1)});
   torch::Tensor flat_targets = targets.reshape({-1});
-  torch::Tensor losses = kernels_linear_softcap_ce(x.reshape({-1, x.size(-1)}), model->lm_head->weight, flat_targets,
-                                                   model->config.vocab_size, kSoftcap);
-  if (reduction == LossReduction::none) return losses;
-  return losses.sum() / (flat_targets != -1).sum();  // mean over the counted tokens, as cross_entropy
+  const int64_t vocab = model->config.vocab_size;
+  if (reduction == LossReduction::none)
+    return kernels_linear_softcap_ce(x, model->lm_head->weight, flat_targets, vocab, kSoftcap);
+  return kernels_linear_softcap_ce_mean(x, model->lm_head->weight, flat_targets, vocab, kSoftcap);
 }
 
 }  // namespace nanochat

@@ -1,4 +1,4 @@
-// defines: softcap_ce_forward_cpu/_cuda, softcap_ce_backward_cpu/_cuda,
+// defines: softcap_ce_forward_cpu/_cuda, softcap_ce_backward_cpu/_cuda, softcap_ce_forward_backward_cpu,
 //          relu_square_forward_cpu/_cuda, relu_square_backward_cpu/_cuda,
 //          rotary_norm_forward_cpu/_cuda, rotary_norm_backward_cpu/_cuda
 // The element-wise and row-wise device kernels behind the autograd functions of kernels.h.
@@ -28,6 +28,10 @@ void softcap_ce_backward_cpu(torch::Tensor& logits, const torch::Tensor& targets
                              const torch::Tensor& grad_loss, int64_t vocab, double cap);
 void softcap_ce_backward_cuda(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& lse,
                               const torch::Tensor& grad_loss, int64_t vocab, double cap);
+// both at once, for a gradient known before backward (a mean loss): loss and lse as the
+// forward, and logits replaced by their gradient for grad_loss, the row read while in cache
+void softcap_ce_forward_backward_cpu(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& grad_loss,
+                                     int64_t vocab, double cap, torch::Tensor& loss, torch::Tensor& lse);
 
 // y = relu(h)^2; dh = 2 * relu(h) * dy (written into dy's storage: dy is consumed)
 torch::Tensor relu_square_forward_cpu(const torch::Tensor& h);

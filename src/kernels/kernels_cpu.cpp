@@ -1,4 +1,5 @@
-// defines: softcap_ce_forward_cpu, softcap_ce_backward_cpu, relu_square_forward_cpu,
+// defines: softcap_ce_forward_cpu, softcap_ce_backward_cpu, softcap_ce_forward_backward_cpu,
+//          relu_square_forward_cpu,
 //          relu_square_backward_cpu, rotary_norm_forward_cpu, rotary_norm_backward_cpu
 // The CPU kernels of the fused ops (contracts in device_kernels.h). Each is one pass over
 // memory, split over rows with at::parallel_for and vectorised with at::vec. This file alone
@@ -53,85 +54,100 @@ void check_rows(const torch::Tensor& t, int64_t rows, const char* what) {
   if (!t.is_contiguous() || t.size(0) != rows) fail("%s: expected a contiguous tensor of %lld rows", what, (long long)rows);
 }
 
-}  // namespace
-
+// One row of the softcapped cross-entropy, l its logits as acc_t (the first `vocab` count).
 // z = cap*tanh(l/cap) lies in [-cap, cap], so exp(z) cannot overflow for any sane cap: the
 // log-sum-exp needs no running max, and the row is read once.
-void softcap_ce_forward_cpu(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
-                            double cap, torch::Tensor& loss, torch::Tensor& lse) {
+template <typename acc>
+acc row_lse(const acc* l, int64_t vocab, acc c, acc inv_c) {
+  using V = Vectorized<acc>;
+  V vsum(0);
+  int64_t j = 0;
+  for (; j + V::size() <= vocab; j += V::size()) vsum += ((V::loadu(l + j) * V(inv_c)).tanh() * V(c)).exp();
+  acc sum = at::vec::vec_reduce_all<acc>([](V a, V b) { return a + b; }, vsum);
+  for (; j < vocab; j++) sum += std::exp(c * std::tanh(l[j] * inv_c));
+  return std::log(sum);
+}
+
+// d loss / d l for the row's gradient g into out[0, ld): g * (softmax(z) - onehot(t)) * (1 - tanh^2),
+// 0 in the padded columns
+template <typename acc>
+void row_grad(const acc* l, int64_t vocab, int64_t ld, int64_t t, acc lse, acc g, acc c, acc inv_c, acc* out) {
+  using V = Vectorized<acc>;
+  const V vg(g), vlse(lse), vc(c), vinv(inv_c), one(1);
+  int64_t j = 0;
+  for (; j + V::size() <= vocab; j += V::size()) {
+    V th = (V::loadu(l + j) * vinv).tanh();
+    V p = (th * vc - vlse).exp();
+    (vg * p * (one - th * th)).store(out + j);
+  }
+  for (; j < vocab; j++) {
+    acc th = std::tanh(l[j] * inv_c);
+    out[j] = g * std::exp(th * c - lse) * (1 - th * th);
+  }
+  const acc tht = std::tanh(l[t] * inv_c);
+  out[t] -= g * (1 - tht * tht);
+  std::fill(out + vocab, out + ld, acc(0));
+}
+
+void check_target(int64_t t, int64_t vocab) {
+  if (t >= vocab) fail("cross-entropy: target %lld is outside the vocab of %lld", (long long)t, (long long)vocab);
+}
+
+// the row loop of the three entry points below: forward (loss, lse), backward (logits become
+// their gradient for grad_loss), or both while the row is in cache (grad_loss then known
+// up front, as for a mean loss)
+void softcap_ce_rows(torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab, double cap,
+                     torch::Tensor* loss, torch::Tensor* lse, const torch::Tensor* lse_in, const torch::Tensor* grad_loss) {
   const int64_t n = logits.size(0), ld = logits.size(1);
-  check_rows(logits, n, "softcap_ce_forward");
-  check_rows(targets, n, "softcap_ce_forward targets");
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, logits.scalar_type(), "softcap_ce_forward", [&] {
+  check_rows(logits, n, "softcap_ce");
+  check_rows(targets, n, "softcap_ce targets");
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, logits.scalar_type(), "softcap_ce", [&] {
     using acc = acc_t<scalar_t>;
-    using V = Vectorized<acc>;
-    const scalar_t* L = logits.data_ptr<scalar_t>();
+    scalar_t* L = logits.data_ptr<scalar_t>();
     const int64_t* tg = targets.data_ptr<int64_t>();
-    acc* out_loss = loss.data_ptr<acc>();
-    acc* out_lse = lse.data_ptr<acc>();
+    acc* out_loss = loss ? loss->data_ptr<acc>() : nullptr;
+    acc* out_lse = lse ? lse->data_ptr<acc>() : nullptr;
+    const acc* in_lse = lse_in ? lse_in->data_ptr<acc>() : nullptr;
+    const acc* grad = grad_loss ? grad_loss->data_ptr<acc>() : nullptr;
     const acc c = (acc)cap, inv_c = (acc)(1.0 / cap);
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
-      std::vector<acc> scratch;
+      std::vector<acc> scratch, out(grad ? ld : 0);
       for (int64_t i = begin; i < end; i++) {
-        const acc* l = row_as_acc(L + i * ld, vocab, scratch);
-        V vsum(0);
-        int64_t j = 0;
-        for (; j + V::size() <= vocab; j += V::size())
-          vsum += ((V::loadu(l + j) * V(inv_c)).tanh() * V(c)).exp();
-        acc sum = at::vec::vec_reduce_all<acc>([](V a, V b) { return a + b; }, vsum);
-        for (; j < vocab; j++) sum += std::exp(c * std::tanh(l[j] * inv_c));
-        const acc log_z = std::log(sum);
-        out_lse[i] = log_z;
+        scalar_t* row = L + i * ld;
         const int64_t t = tg[i];
-        if (t >= vocab) fail("cross-entropy: target %lld is outside the vocab of %lld", (long long)t, (long long)vocab);
-        out_loss[i] = t < 0 ? acc(0) : log_z - c * std::tanh(l[t] * inv_c);
+        check_target(t, vocab);
+        const acc* l = row_as_acc(row, vocab, scratch);
+        const acc row_lse_value = in_lse ? in_lse[i] : row_lse(l, vocab, c, inv_c);
+        if (out_lse) out_lse[i] = row_lse_value;
+        if (out_loss) out_loss[i] = t < 0 ? acc(0) : row_lse_value - c * std::tanh(l[t] * inv_c);
+        if (!grad) continue;
+        if (t < 0) {  // an ignored position contributes nothing
+          std::fill(row, row + ld, scalar_t(0));
+          continue;
+        }
+        row_grad(l, vocab, ld, t, row_lse_value, grad[i], c, inv_c, out.data());
+        store_row<scalar_t>(out.data(), row, ld);
       }
     });
   });
 }
 
+}  // namespace
+
+void softcap_ce_forward_cpu(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
+                            double cap, torch::Tensor& loss, torch::Tensor& lse) {
+  torch::Tensor l = logits;  // read only: no gradient is asked for
+  softcap_ce_rows(l, targets, vocab, cap, &loss, &lse, nullptr, nullptr);
+}
+
 void softcap_ce_backward_cpu(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& lse,
                              const torch::Tensor& grad_loss, int64_t vocab, double cap) {
-  const int64_t n = logits.size(0), ld = logits.size(1);
-  check_rows(logits, n, "softcap_ce_backward");
-  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, logits.scalar_type(), "softcap_ce_backward", [&] {
-    using acc = acc_t<scalar_t>;
-    using V = Vectorized<acc>;
-    scalar_t* L = logits.data_ptr<scalar_t>();
-    const int64_t* tg = targets.data_ptr<int64_t>();
-    const acc* row_lse = lse.data_ptr<acc>();
-    const acc* grad = grad_loss.data_ptr<acc>();
-    const acc c = (acc)cap, inv_c = (acc)(1.0 / cap);
-    at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
-      std::vector<acc> scratch, out(ld);
-      for (int64_t i = begin; i < end; i++) {
-        scalar_t* row = L + i * ld;
-        const int64_t t = tg[i];
-        if (t < 0) {  // an ignored position contributes nothing
-          std::fill(row, row + ld, scalar_t(0));
-          continue;
-        }
-        const acc* l = row_as_acc(row, vocab, scratch);
-        const acc g = grad[i];
-        const V vg(g), vlse(row_lse[i]), vc(c), vinv(inv_c), one(1);
-        // dl = g * softmax(z) * (1 - tanh^2), then the target's -g * (1 - tanh^2)
-        int64_t j = 0;
-        for (; j + V::size() <= vocab; j += V::size()) {
-          V th = (V::loadu(l + j) * vinv).tanh();
-          V p = (th * vc - vlse).exp();
-          (vg * p * (one - th * th)).store(out.data() + j);
-        }
-        for (; j < vocab; j++) {
-          acc th = std::tanh(l[j] * inv_c);
-          out[j] = g * std::exp(th * c - row_lse[i]) * (1 - th * th);
-        }
-        const acc tht = std::tanh(l[t] * inv_c);
-        out[t] -= g * (1 - tht * tht);
-        std::fill(out.begin() + vocab, out.end(), acc(0));  // the padded vocab columns
-        store_row<scalar_t>(out.data(), row, ld);
-      }
-    });
-  });
+  softcap_ce_rows(logits, targets, vocab, cap, nullptr, nullptr, &lse, &grad_loss);
+}
+
+void softcap_ce_forward_backward_cpu(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& grad_loss,
+                                     int64_t vocab, double cap, torch::Tensor& loss, torch::Tensor& lse) {
+  softcap_ce_rows(logits, targets, vocab, cap, &loss, &lse, nullptr, &grad_loss);
 }
 
 torch::Tensor relu_square_forward_cpu(const torch::Tensor& h) {
