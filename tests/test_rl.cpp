@@ -9,7 +9,7 @@
 
 #include "nanochat/engine.h"
 #include "nanochat/py_random.h"
-#include "nanochat/rl.h"
+#include "nanochat/rl_math.h"
 #include "test_models.h"
 #include "test_util.h"
 

@@ -4,7 +4,7 @@
 
 #include <torch/torch.h>
 
-#include "nanochat/sft.h"
+#include "nanochat/sft_data.h"
 #include "nanochat/tasks.h"
 #include "nanochat/tokenizer.h"
 #include "test_models.h"

@@ -76,6 +76,8 @@ std::optional<OptimCheckpoint> checkpoint_load_optim(const std::string& dir, int
 
 // a JSON file (meta, optimizer state, marker); Error naming the file when unreadable or invalid
 nlohmann::ordered_json checkpoint_read_json(const std::string& path);
+// meta[key] as a number; `fallback` when missing or null (nlohmann writes inf and nan as null)
+double checkpoint_meta_number(const nlohmann::ordered_json& meta, const char* key, double fallback);
 
 // ---- checks and fix-ups (spec §13 build_model) ---------------------------------------------
 struct TensorSpec {

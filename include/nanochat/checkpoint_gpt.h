@@ -1,6 +1,6 @@
 // defines: LoadedGPT, checkpoint_gpt_embedding_dtype, checkpoint_gpt_tensor_specs,
 //          checkpoint_gpt_prepare, checkpoint_load_into_gpt, checkpoint_load_gpt,
-//          checkpoint_read_gpt_config, ExportResult, checkpoint_export, ImportOptions,
+//          checkpoint_read_gpt_config, checkpoint_gpt_tensors, checkpoint_resume_gpt, ExportResult, checkpoint_export, ImportOptions,
 //          ImportResult, checkpoint_import
 // The bridge between the checkpoint module (named tensors + JSON) and the gpt module: spec
 // §13 build_model steps 1-7. A checkpoint from anywhere (ours, or upstream's .pt converted by
@@ -9,6 +9,7 @@
 // in, then every name, shape and dtype checked before a single weight is written.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,14 @@ struct LoadedGPT {
 LoadedGPT checkpoint_load_gpt(const std::string& source, const std::string& tag, int64_t step,
                               torch::Device device, torch::ScalarType compute_dtype,
                               int64_t tokenizer_vocab_size);
+
+// the model's tensors under nanochat's names, detached: what a training run saves
+NamedTensors checkpoint_gpt_tensors(const GPT& model);
+
+// a training run's resume: step >= 0 loads `dir`'s checkpoint of that step into `model`
+// (checking the vocab) and returns it, for its meta; nullopt when step < 0 (a fresh run)
+std::optional<ModelCheckpoint> checkpoint_resume_gpt(GPT& model, const std::string& dir, int64_t step,
+                                                     int64_t vocab_size);
 
 // ---- interop (src/checkpoint/checkpoint_interop.cpp) -----------------------------------
 // `nanochat export`: the checkpoint's model tensors (nanochat's names, saved dtypes) as one

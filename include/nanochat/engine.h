@@ -1,6 +1,7 @@
 // defines: EngineModel, engine_model_from_gpt, engine_sample_next, engine_cache_select_rows,
 //          GenerateOptions, FinishReason, finish_reason_name, TokenColumn, TokenCallback,
-//          GenerateResult, engine_completion_text, Engine
+//          GenerateResult, engine_completion_text, Engine, engine_sample_prompts,
+//          engine_sample_greedy
 // The engine module (spec §10.1-§10.3): batched generation with a KV cache. One batch-1
 // prefill of the prompt is cloned into N sample rows; each row then samples on its own
 // (temperature, top-k, and top-p as an addition), may be fed forced tokens (the calculator's
@@ -121,5 +122,11 @@ class Engine {
   // special ids, -1 where the tokenizer lacks them
   int32_t bos_, assistant_end_, python_start_, python_end_, output_start_, output_end_;
 };
+
+// the 7 prompts a base model is sampled on, during base-train and by base-eval (upstream's)
+const std::vector<std::string>& engine_sample_prompts();
+// "<prompt><greedy completion of up to max_tokens tokens>", the prompt prefixed with
+// <|bos|> (stops at <|bos|>/<|assistant_end|>), as upstream's base_train.py samples
+std::string engine_sample_greedy(const Engine& engine, const std::string& prompt, int64_t max_tokens);
 
 }  // namespace nanochat
