@@ -107,7 +107,7 @@ struct CorpusSplit {
 };
 CorpusSplit corpus_split(const Corpus& corpus, const std::string& split);
 
-// ---- iteration (spec §2.3, §7.1) --------------------------------------------------------
+// ---- iteration --------------------------------------------------------
 struct DocPosition {
   int file = 0;       // source index within the split
   int row_group = 0;  // row group within the file
@@ -119,34 +119,50 @@ inline bool operator==(const DocPosition& a, const DocPosition& b) {
 
 struct DocBatch {
   std::vector<std::string> docs;
-  DocPosition pos;  // the row group they came from
+  DocPosition pos;    // the row group they came from
+  int first_doc = 0;  // the index of docs[0] in that row group
 };
 
-// Rank r of W passes start = r, step = W and reads row groups r, r+W, r+2W, ... of every
-// file, file after file. infinite: epochs forever (training); else one pass. resume: the
-// position saved with a checkpoint; the walk continues with the next row group of this
-// rank after it (upstream's rule: row (resume.row_group / W + 1) * W + r of resume.file,
-// moving on when past its end), in the same epoch. batch_size > 0 splits row groups into
-// batches of at most that many documents, all tagged with the row group's position.
+// The one walk over a split's documents (tok-train, tok-eval and the dataloader), as
+// upstream's dataloader.py: rank r of W passes start = r, step = W and reads row groups r,
+// r+W, r+2W, ... of every file, file after file. infinite: epochs forever (training); else
+// one pass. resume: the position saved with a checkpoint; the walk continues with the next
+// row group of this rank after it (upstream's rule: row (resume.row_group / W + 1) * W + r
+// of resume.file, moving on when past its end), in the same epoch. batch_size > 0 splits
+// row groups into batches of at most that many documents, all tagged with the row group's
+// position.
 class DocIterator {
  public:
   DocIterator(CorpusSplit split, int start, int step, bool infinite,
               const DocPosition* resume = nullptr, int batch_size = 0);
+  // the loader's exact resume: from document `doc` of row group `at` (one of this rank's).
+  // full_pass: `at` begins a pass, so a pass without any document is an error (a rank with
+  // no row groups) instead of a hang.
+  DocIterator(CorpusSplit split, int start, int step, bool infinite, DocPosition at, int doc, bool full_pass,
+              int batch_size);
   bool next(DocBatch& out);  // false at the end of a finite pass
   DocPosition position() const { return last_; }  // of the last batch returned
+  // on: a row group that fails to decode is warned about, counted and skipped (else Error)
+  void set_skip_bad_row_groups(bool on) { skip_bad_ = on; }
+  int64_t bad_row_groups() const { return bad_row_groups_; }
+  // one whole row group (to re-read the documents of a saved buffer); Error names it
+  std::vector<std::string> read(int file, int row_group);
 
  private:
+  DocSource& source(int file);
+  std::vector<std::string> read_checked(DocSource& src, int row_group);
   bool advance();  // loads the next row group into pending_
   CorpusSplit split_;
   int start_, step_, batch_size_;
-  bool infinite_;
-  int file_ = 0, row_group_ = 0, epoch_ = 1;
+  bool infinite_, skip_bad_ = false;
+  int file_ = 0, row_group_ = 0, epoch_ = 1, skip_docs_ = 0;
   std::unique_ptr<DocSource> source_;
   int source_index_ = -1;
   bool pass_had_data_ = false, full_pass_ = true;
   std::vector<std::string> pending_;
   size_t pending_at_ = 0;
   DocPosition pending_pos_, last_;
+  int64_t bad_row_groups_ = 0;
 };
 
 }  // namespace nanochat
