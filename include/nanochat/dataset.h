@@ -1,6 +1,7 @@
 // defines: kClimbmixBaseUrl, kClimbmixMaxShard, climbmix_shard_name, climbmix_shard_url,
 //          climbmix_shard_ids, dataset_dir, dataset_list_parquet_files,
 //          DownloadError, DownloadOptions, DownloadOutcome, download_file, download_verify_parquet,
+//          DownloadMeter, download_climbmix_shards,
 //          CorpusOptions, DocSource, doc_source_open, Corpus, corpus_open, corpus_split_files,
 //          CorpusSplit, corpus_split,
 //          DocPosition, DocBatch, DocIterator
@@ -67,6 +68,30 @@ DownloadOutcome download_file(const std::string& url, const std::string& path,
                               const DownloadOptions& opts = DownloadOptions());
 // the verifier for parquet files: the footer must parse (ParquetFile)
 void download_verify_parquet(const std::string& tmp_path);
+
+// One progress line in MB for all of a download's threads. The total is each file's size
+// once its server said it, plus the mean of those for the files not started yet, so the
+// ETA exists early.
+class DownloadMeter {
+ public:
+  explicit DownloadMeter(int files);
+  ~DownloadMeter();
+  void add_bytes(int64_t delta);  // DownloadOptions::on_bytes
+  void add_total(int64_t total);  // DownloadOptions::on_total, once per file
+  void finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// `nanochat download climbmix`: the shards climbmix_shard_ids(num_files) from base_url into
+// $BASE/base_data_climbmix, `workers` at once, each through download_file with `opts`'s
+// retry and timeouts. Several ranks (launch, torchrun, srun) share the list: each starts at
+// its own offset so they fetch different shards at once; the file locks keep any shard to
+// one download. Errors are gathered: an unreachable host or an error not about one shard
+// stops all workers and is said once; failed shards are counted and the first one named.
+void download_climbmix_shards(int num_files, const std::string& base_url, int workers, const DownloadOptions& opts);
 
 // ---- local corpora (--data DIR) ---------------------------------------------------------
 struct CorpusOptions {
