@@ -1,6 +1,6 @@
 // optim: AdamW against a plain loop implementation and LibTorch's AdamW, Muon against an
-// independent float64 implementation of §5.2 and against properties checkable by hand
-// (orthogonality, NorMuon's equal row norms, the cautious mask), state save/load, the §4.10
+// independent float64 implementation of upstream's Muon step and against properties checkable by hand
+// (orthogonality, NorMuon's equal row norms, the cautious mask), state save/load, the setup_optimizer
 // groups from names, and world 1 vs 2 vs 3 real Gloo processes (tests/optim_worker.cpp).
 #include <gtest/gtest.h>
 #include <spawn.h>
@@ -25,7 +25,7 @@ static float fp32(double x) { return (float)x; }
 
 // ---- AdamW ------------------------------------------------------------------------------
 
-// §5.1 written out element by element: fp32 scalars, moments rounded to the param's dtype
+// upstream's fused AdamW step written out element by element: fp32 scalars, moments rounded to the param's dtype
 // after every step; lerp as torch's vectorised CPU kernel computes it: fma(w, b - a, a) for
 // w < 0.5, else fma(w - 1, b - a, b).
 template <typename T>
@@ -126,7 +126,7 @@ TEST(AdamW, ParamsWithoutGradAreSkippedOnOneRank) {
 
 // ---- Muon -------------------------------------------------------------------------------
 
-// §5.2 from the spec text in float64, one matrix at a time, with plain formulas
+// upstream's Muon step in float64, one matrix at a time, with plain formulas
 struct RefMuon {
   double mu, lr, wd, beta2;
   std::vector<torch::Tensor> buf, second;  // per matrix
@@ -388,7 +388,7 @@ TEST(State, OtherWorldSizeIsAClearError) {
   EXPECT_THROW(opt.load_state(t, opt.state_json()), Error);
 }
 
-// ---- groups from names (§4.10) -------------------------------------------------------------
+// ---- groups from names (upstream's setup_optimizer) -------------------------------------------------------------
 
 TEST(Groups, FromNanochatNamesD4) {
   const int64_t L = 4, d = 256, V = 512, H = 2, hd = 128;

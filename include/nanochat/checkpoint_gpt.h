@@ -2,8 +2,8 @@
 //          checkpoint_gpt_prepare, checkpoint_load_into_gpt, checkpoint_load_gpt,
 //          checkpoint_read_gpt_config, checkpoint_gpt_tensors, checkpoint_resume_gpt, ExportResult, checkpoint_export, ImportOptions,
 //          ImportResult, checkpoint_import
-// The bridge between the checkpoint module (named tensors + JSON) and the gpt module: spec
-// §13 build_model steps 1-7. A checkpoint from anywhere (ours, or upstream's .pt converted by
+// The bridge between the checkpoint module (named tensors + JSON) and the gpt module:
+// upstream checkpoint_manager.py's build_model, steps 1-7. A checkpoint from anywhere (ours, or upstream's .pt converted by
 // `nanochat import`) goes through the same fix-ups: "_orig_mod." prefixes stripped, missing
 // resid/x0 lambdas patched, floating tensors cast to the dtype the model keeps each parameter
 // in, then every name, shape and dtype checked before a single weight is written.
@@ -20,7 +20,7 @@
 
 namespace nanochat {
 
-// the dtype the model stores wte and value_embeds in (§0.5): the compute dtype, except fp32
+// the dtype the model stores wte and value_embeds in (upstream's precision policy): the compute dtype, except fp32
 // when it is fp16 (GradScaler); every other parameter is an fp32 master weight
 torch::ScalarType checkpoint_gpt_embedding_dtype(torch::ScalarType compute_dtype);
 

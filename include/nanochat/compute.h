@@ -1,5 +1,5 @@
 // defines: Compute, compute_init, compute_peak_flops
-// nanochat's compute_init (spec §0.4): ranks from the environment, CPU threads, device
+// upstream common.py's compute_init: ranks from the environment, CPU threads, device
 // (cuda:LOCAL_RANK or cpu), compute dtype, seed 42, TF32 on CUDA, and the process group.
 #pragma once
 #include <memory>

@@ -5,7 +5,7 @@
 //          CorpusOptions, DocSource, doc_source_open, Corpus, corpus_open, corpus_split_files,
 //          CorpusSplit, corpus_split,
 //          DocPosition, DocBatch, DocIterator
-// The dataset module (spec §2, §7.1): where the pretraining shards come from and how they
+// The dataset module (upstream's nanochat/dataset.py and dataloader.py's document walk): where the pretraining shards come from and how they
 // are fetched (resume, retry, verify, lock), local corpora (--data DIR of parquet, jsonl or
 // txt files), and the rank-strided, resumable walk over their documents. No torch in here.
 #pragma once
@@ -20,7 +20,7 @@
 
 namespace nanochat {
 
-// ---- ClimbMix shards (spec §2.1) --------------------------------------------------------
+// ---- ClimbMix shards (upstream's dataset.py) --------------------------------------------------------
 constexpr const char* kClimbmixBaseUrl =
     "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main";
 constexpr int kClimbmixMaxShard = 6542;  // shards 00000..06542; the last one is always val

@@ -1,7 +1,7 @@
 // defines: DistEnv, dist_env_from_environment, ReduceOp, DistWork, Dist, dist_shard_range,
 //          dist_any_rank, dist_self_test
 // Data parallelism over PyTorch's c10d: a TCPStore rendezvous and ProcessGroupNCCL on CUDA
-// or ProcessGroupGloo on CPU. nanochat has no DDP wrapper (spec §0.4): the optimizer and
+// or ProcessGroupGloo on CPU. nanochat has no DDP wrapper (upstream never wraps the model): the optimizer and
 // the loaders call these collectives themselves. With one process every collective is the
 // identity, so callers never branch on the world size.
 #pragma once

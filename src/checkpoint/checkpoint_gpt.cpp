@@ -1,7 +1,7 @@
 // defines: checkpoint_gpt_embedding_dtype, checkpoint_gpt_tensor_specs, checkpoint_gpt_prepare,
 //          checkpoint_load_into_gpt, checkpoint_read_gpt_config, checkpoint_load_gpt,
 //          checkpoint_gpt_tensors, checkpoint_resume_gpt
-// Spec §13 build_model: a checkpoint's tensors and meta into a GPT (API in checkpoint_gpt.h).
+// upstream checkpoint_manager.py's build_model: a checkpoint's tensors and meta into a GPT (API in checkpoint_gpt.h).
 #include "nanochat/checkpoint_gpt.h"
 
 #include <map>

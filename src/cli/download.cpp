@@ -56,7 +56,7 @@ static int download_eval_bundle(const DownloadFlags& f) {
   return 0;
 }
 
-// the chat task datasets (spec §9.1-§9.2) through the hub's parquet listing API ($HF_ENDPOINT
+// the chat task datasets (upstream's tasks/) through the hub's parquet listing API ($HF_ENDPOINT
 // for a mirror), one split after the other, plus SpellingBee's word list
 static int download_tasks(const DownloadFlags& f) {
   DownloadOptions o;
@@ -86,7 +86,7 @@ struct DownloadTarget {
 static const DownloadTarget kTargets[] = {
     {"climbmix", "ClimbMix pretraining shards (~100 MB each) -> $NANOCHAT_BASE_DIR/base_data_climbmix/",
      download_climbmix},
-    {"eval-bundle", "the CORE eval bundle (22 DCLM tasks, spec §8.1) -> $NANOCHAT_BASE_DIR/eval_bundle/",
+    {"eval-bundle", "the CORE eval bundle (22 DCLM tasks) -> $NANOCHAT_BASE_DIR/eval_bundle/",
      download_eval_bundle},
     {"tasks", "SFT / chat-eval datasets (SmolTalk, MMLU, GSM8K, ARC, HumanEval; $HF_ENDPOINT for a mirror) -> $NANOCHAT_BASE_DIR/task_data/",
      download_tasks},
