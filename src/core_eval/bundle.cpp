@@ -14,7 +14,7 @@
 #include <yaml-cpp/yaml.h>
 #include <zip.h>
 
-#include "dataset/file_lock.h"
+#include "nanochat/common/file_lock.h"
 #include "nanochat/common.h"
 #include "nanochat/core_eval.h"
 
