@@ -33,9 +33,8 @@ struct RlFlags {
   std::string run = "dummy";
   std::string device_type;
   std::string model_tag;  // the SFT checkpoint (and the RL output tag); "" = largest
-  int64_t model_step = -1;
-  int64_t num_epochs = 1;
-  int64_t num_steps = -1;  // -1: num_epochs x (GSM8K train problems / examples_per_step)
+  int64_t model_step = -1;  // -1: the last complete one
+  int64_t num_epochs = 1, num_steps = -1;  // num_steps -1: num_epochs x (GSM8K train problems / examples_per_step)
   int64_t device_batch_size = 8, examples_per_step = 16, num_samples = 16, max_new_tokens = 256;
   double temperature = 1.0;
   int64_t top_k = 50;
