@@ -20,7 +20,7 @@ nlohmann::ordered_json cli_flags_json(const CLI::App* sub) {
     if (opt == sub->get_help_ptr() || opt->get_lnames().empty()) continue;
     std::string key = opt->get_lnames()[0];
     std::replace(key.begin(), key.end(), '-', '_');
-    if (opt->get_type_size() == 0) {  // a flag: on when given
+    if (opt->get_expected_min() == 0) {  // a flag: on when given
       j[key] = opt->count() > 0 && opt->as<bool>();
       continue;
     }
