@@ -3,6 +3,8 @@
 // start+step, ... of each, every batch tagged with (file, row group, epoch) so a checkpoint
 // can save where the walk is and a resumed run continues with the next row group (or, for
 // the loader's exact resume, with the very next document).
+#include <algorithm>
+
 #include "nanochat/common/log.h"
 #include "nanochat/dataset.h"
 
