@@ -14,6 +14,7 @@
 #include "nanochat/common/progress.h"
 #include "nanochat/common/thread_pool.h"
 #include "nanochat/common/utf8.h"
+#include "nanochat/dataloader.h"
 #include "nanochat/tokenizer.h"
 #include "stager.h"
 
