@@ -27,6 +27,8 @@ int main(int argc, char** argv) {
   });
   app.require_subcommand(1);
   app.fallthrough(false);
+  // a repeated flag takes its last value, as argparse does (subcommands inherit this)
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   int exit_code = 0;
   // in pipeline order, as --help lists them
   cli_register_download(app, exit_code);

@@ -1,7 +1,7 @@
-// Tests for the calculator tool (spec §10.4): every expression is also evaluated by
+// Tests for the calculator tool (upstream engine.py's use_calculator): every expression is also evaluated by
 // upstream's own use_calculator in Python (fixtures/calculator_reference.py), which is the
 // reference; a seeded random sweep of arithmetic expressions and of float reprs; and each
-// rejection of §10.4 by name.
+// rejection of use_calculator by name.
 #include <cerrno>
 #include <cinttypes>
 #include <cmath>
@@ -105,7 +105,7 @@ TEST(Calculator, TableAgainstPython) {
       "R'a'.count('a')", "f'aa'.count('a')", "rb'aa'.count(b'a')", "'mississippi'.count('ss')",
       "'a b c'.count(' ')", "'a1b1'.count('1')", "'abc'.count('A')", "'ABC'.lower().upper().count('B')",
       "'a'.count('a') 'b'",
-      // rejections of §10.4 (all None)
+      // rejections of use_calculator (all None)
       "2**10", "2 ** 3", "__import__('os')", "'a'.__class__", "'abc'.count('a') + 1", "'abc'.upper()",
       "'import'.count('i')", "'EVAL'.count('E')", "'Exec'.count('e')", "'dir'.count('d')",
       "'FILE'.count('f')", "'open'.count('o')", "'vars'.count('v')", "'Input'.count('i')",

@@ -1,7 +1,7 @@
 // Tests for the checkpoint module: safetensors against Python's safetensors package, .pt
 // import against Python's torch.save (tests/fixtures/checkpoint_fixtures.py writes the
 // files and the expected values), corrupted and malicious inputs, and the directory, step
-// and completeness rules of spec §13.
+// and completeness rules of upstream's checkpoint_manager.py.
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// Tests for checkpoint_gpt (build_model, spec §13), `nanochat import / export / generate`
+// Tests for checkpoint_gpt (upstream's build_model), `nanochat import / export / generate`
 // and the UTF-8 stream. Independent answers come from Python (tests/fixtures/
 // gpt_io_fixtures.py): upstream-style checkpoints written by torch.save, logits and greedy
-// continuations from the PyTorch reference of the spec, token ids from tiktoken, exported
+// continuations from the PyTorch reference (tests/fixtures/gpt_reference.py), token ids from tiktoken, exported
 // tensors read back by the safetensors package.
 #include <gtest/gtest.h>
 

@@ -41,6 +41,19 @@ TEST(Cli, BadFlagsAndSubcommandsExit2WithOneLine) {
   EXPECT_NE(run_shell(kBin + " frob").err.find("unknown subcommand 'frob'"), std::string::npos);
 }
 
+TEST(Cli, RepeatedFlagsTakeTheLastValueLikeArgparse) {
+  // launch runs the command on as many ranks as the last --nproc-per-node says
+  auto r = run_shell(kBin + " launch --nproc-per-node 3 --nproc-per-node 2 --exec -- /bin/sh -c 'echo \"ws=$WORLD_SIZE\"'");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 1] ws=2\n"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("[rank 2]"), std::string::npos) << r.out;
+  // a training flag given twice is parsed (the run then fails for want of a tokenizer, exit 1)
+  r = run_shell("NANOCHAT_BASE_DIR=" + temp_dir() + " " + kBin +
+                " base-train --device-type cpu --device-batch-size 4 --device-batch-size 2 --num-iterations 1");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_EQ(r.err.find("At Most"), std::string::npos) << r.err;
+}
+
 TEST(Cli, RuntimeErrorsExit1WithOneLine) {
   auto r = run_shell("NANOCHAT_DTYPE=float8 " + kBin + " doctor");
   EXPECT_EQ(r.rc, 1);

@@ -187,7 +187,7 @@ TEST(Progress, LineShowsCountPercentRateAndEta) {
 
 TEST(Device, DtypePolicy) {
   unsetenv("NANOCHAT_DTYPE");
-  EXPECT_EQ(compute_dtype_detect("cpu"), torch::kFloat32);  // spec §0.5: no CUDA -> fp32
+  EXPECT_EQ(compute_dtype_detect("cpu"), torch::kFloat32);  // upstream's COMPUTE_DTYPE: no CUDA -> fp32
   setenv("NANOCHAT_DTYPE", "bfloat16", 1);
   EXPECT_EQ(compute_dtype_detect("cpu"), torch::kBFloat16);
   setenv("NANOCHAT_DTYPE", "float16", 1);

@@ -1,4 +1,4 @@
-// The CORE evaluation (spec §8) against an independent reference: the venv's Python runs
+// The CORE evaluation (upstream's core_eval.py) against an independent reference: the venv's Python runs
 // upstream's core_eval.py procedure (real Jinja2 with upstream's template strings,
 // random.Random, torch's cross entropy) on the fixture bundle with a fixed bigram-table
 // "model", and prints every prompt, every correct flag, accuracy, centred value and CORE.

@@ -1,5 +1,5 @@
 // dataloader: best-fit packing against hand-worked rows and an independent Python
-// implementation written from the spec (tests/fixtures/bestfit_reference.py)
+// implementation written from upstream's dataloader.py (tests/fixtures/bestfit_reference.py)
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 

@@ -9,7 +9,6 @@
 #include <set>
 #include <torch/cuda.h>
 
-#include "../src/dataloader/reader.h"
 #include "nanochat/common.h"
 #include "nanochat/dataloader.h"
 #include "nanochat/tokenizer.h"
@@ -255,10 +254,10 @@ TEST_F(LoaderCorpus, TwoRanksReadDisjointRowGroupsCoveringOneRank) {
   auto split = corpus_split(corpus, "train");
   auto row_groups = [&](int rank, int world) {
     std::vector<std::pair<int, int>> seen;
-    ChunkReader r(split, rank, world, false, 4, false, DocRef{1, 0, rank, 0}, true);
-    DocChunk c;
+    DocIterator r(split, rank, world, false, nullptr, 4);  // the walk the loader reads through
+    DocBatch c;
     while (r.next(c))
-      if (c.first.doc == 0) seen.push_back({c.first.file, c.first.row_group});
+      if (c.first_doc == 0) seen.push_back({c.pos.file, c.pos.row_group});
     return seen;
   };
   auto one = row_groups(0, 1), r0 = row_groups(0, 2), r1 = row_groups(1, 2);

@@ -94,7 +94,7 @@ static CorpusSplit fake_split(std::vector<int> rgs, int* opens = nullptr) {
 using Pos = std::tuple<int, int, int>;  // epoch, file, row group
 static Pos key(const DocPosition& p) { return Pos{p.epoch, p.file, p.row_group}; }
 
-// what rank r of w must read in `epochs` passes, written out directly from the spec
+// what rank r of w must read in `epochs` passes, written out directly from upstream's rule
 static std::vector<Pos> expected_walk(const std::vector<int>& rgs, int r, int w, int epochs) {
   std::vector<Pos> out;
   for (int e = 1; e <= epochs; e++)

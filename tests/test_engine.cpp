@@ -1,4 +1,4 @@
-// Tests for the engine (spec §10.1-§10.3): greedy KV-cache generation against the naive
+// Tests for the engine (upstream's engine.py): greedy KV-cache generation against the naive
 // full-recompute gpt_generate, seeded sampling, independent rows, dropped finished rows
 // checked by recomputing every row's log-probs without a cache, the sampler's top-k/top-p on
 // known distributions, and the tool state machine on a scripted model whose next token is a

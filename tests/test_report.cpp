@@ -1,4 +1,4 @@
-// The report card (spec §12): sections rendered and the summary table, wall-clock time and
+// The report card (upstream's report.py): sections rendered and the summary table, wall-clock time and
 // code-size lines worked out by hand from upstream's report.py rules.
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// RL (spec §9.4): rollouts into batches, the policy-gradient loss and pass@k worked out by
+// RL (upstream's chat_rl.py): rollouts into batches, the policy-gradient loss and pass@k worked out by
 // hand; the rollout seeds equal CPython's hash of the tuple; and one gradient step on the
 // loss makes the rewarded samples more likely under a tiny GPT (the sign and the masks).
 #include <gtest/gtest.h>
@@ -9,7 +9,7 @@
 
 #include "nanochat/engine.h"
 #include "nanochat/py_random.h"
-#include "nanochat/rl.h"
+#include "nanochat/rl_math.h"
 #include "test_models.h"
 #include "test_util.h"
 

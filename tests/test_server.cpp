@@ -1,9 +1,9 @@
 // Tests for the server module and the chat subcommands, against the real `nanochat` binary
 // on loopback with a tiny random model (tests/server_fixture.h):
 //  - every endpoint over raw HTTP; both stream formats through a strict chunked + SSE parser;
-//  - replies compared with an independent reference: the prompt built by hand from §3.5 and
-//    the naive full-recompute greedy loop of §4.8 (gpt_generate), cut at the stop token;
-//  - every limit of §11.1 and bad inputs -> 4xx JSON; 404/405/413; 1,000 bad requests in a
+//  - replies compared with an independent reference: the prompt built by hand (render_for_completion) and
+//    the naive full-recompute greedy loop of upstream's GPT.generate (gpt_generate), cut at the stop token;
+//  - every limit of upstream's chat_web.py and bad inputs -> 4xx JSON; 404/405/413; 1,000 bad requests in a
 //    row and the server still healthy; a dropped client frees its worker; SIGTERM drains;
 //  - the official `openai` Python client and a Playwright-driven Chromium against the UI;
 //  - chat-cli -p and an interactive session on a pipe.
@@ -71,7 +71,7 @@ int port() { return world().port; }
 
 int32_t sid(const char* name) { return world().tok->special_id(name); }
 
-// §3.5 by hand: <|bos|> (<|user_start|> u <|user_end|> <|assistant_start|> a <|assistant_end|>)* ... <|assistant_start|>
+// render_for_completion by hand: <|bos|> (<|user_start|> u <|user_end|> <|assistant_start|> a <|assistant_end|>)* ... <|assistant_start|>
 std::vector<int64_t> prompt_by_hand(const std::vector<std::string>& turns) {
   std::vector<int64_t> ids = {sid("<|bos|>")};
   for (size_t i = 0; i < turns.size(); i++) {
@@ -90,7 +90,7 @@ struct Reference {
   bool stopped;                  // hit <|assistant_end|>/<|bos|> within the budget
   std::vector<int64_t> kept;     // the generated ids before the stop token
 };
-// greedy with the naive loop of §4.8, cut at the first stop token
+// greedy with the naive loop (GPT.generate), cut at the first stop token
 Reference greedy_from_ids(const std::vector<int64_t>& prompt, int64_t max_tokens) {
   std::vector<int64_t> gen = gpt_generate(world().model, prompt, max_tokens, 0.0);
   Reference r{"", 0, false, {}};
@@ -372,7 +372,7 @@ TEST(ServerApi, OpenAiStreamEqualsNonStream) {
     EXPECT_EQ(finish[k], plain["choices"][k]["finish_reason"]) << k;
   }
   EXPECT_EQ(usage, plain["usage"]);
-  // the system text is merged into the first user turn (§3.5)
+  // the system text is merged into the first user turn (as render_conversation)
   EXPECT_EQ(usage["prompt_tokens"], (int64_t)prompt_by_hand({"be nice\n\nhello", "hello world", "numbers and cats"}).size());
 }
 

@@ -1,10 +1,10 @@
-// SFT packing (spec §9.3) on hand-made conversations with a byte-level tokenizer (token id =
+// SFT packing (upstream's sft_data_generator_bos_bestfit) on hand-made conversations with a byte-level tokenizer (token id =
 // byte value), so every row, mask and target below is worked out by hand.
 #include <gtest/gtest.h>
 
 #include <torch/torch.h>
 
-#include "nanochat/sft.h"
+#include "nanochat/sft_data.h"
 #include "nanochat/tasks.h"
 #include "nanochat/tokenizer.h"
 #include "test_models.h"

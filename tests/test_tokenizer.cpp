@@ -242,7 +242,7 @@ TEST(Files, BadRankFilesNameFileAndLine) {
   remove_tree(dir);
 }
 
-// ---- chat rendering (spec §3.5) ------------------------------------------------------------
+// ---- chat rendering (render_conversation) ------------------------------------------------------------
 
 class Chat : public ::testing::Test {
  protected:
@@ -311,7 +311,7 @@ TEST_F(Chat, RenderForCompletion) {
   EXPECT_THROW(render_for_completion(tok, nlohmann::json::parse(R"({"messages":[{"role":"user","content":"x"}]})")), Error);
 }
 
-// ---- tok-eval (spec §3.6) ------------------------------------------------------------------
+// ---- tok-eval (scripts/tok_eval.py) ------------------------------------------------------------------
 
 TEST(TokEval, TableAgainstAByteLevelTokenizer) {
   auto ranks = reference_ranks();

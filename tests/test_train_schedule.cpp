@@ -1,6 +1,6 @@
-// The base-train arithmetic: scaling rules and schedules (spec §6.3/§6.4) against numbers
-// worked out by hand and the leaderboard's logged step counts; the peak-FLOPS table (§0.6);
-// bits per byte (§7.3) on a batch whose sums are counted by hand.
+// The base-train arithmetic: scaling rules and schedules (upstream's base_train.py) against numbers
+// worked out by hand and the leaderboard's logged step counts; the peak-FLOPS table (get_peak_flops);
+// bits per byte (evaluate_bpb) on a batch whose sums are counted by hand.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,7 +15,7 @@
 
 using namespace nanochat;
 
-// scaling params (transformer matrices + lm_head) of §4.1's table, vocab 32768
+// scaling params (transformer matrices + lm_head) of upstream's num_scaling_params at each depth, vocab 32768
 constexpr int64_t kScalingD12 = 110100912, kScalingD16 = 234881792, kScalingD20 = 435160240,
                   kScalingD24 = 729810624, kScalingD26 = 918423532;
 

@@ -27,7 +27,7 @@ find_package(ZLIB REQUIRED)
 find_package(Snappy CONFIG REQUIRED)
 find_package(OpenSSL REQUIRED)
 pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # built with OpenSSL on Debian
-# the CORE eval bundle (spec §8.1): a zip (libzip) holding core.yaml (yaml-cpp)
+# the CORE eval bundle: a zip (libzip) holding core.yaml (yaml-cpp)
 # (pkg-config for libzip: Debian's CMake config insists on the zipcmp tools of another package)
 pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)
 find_package(yaml-cpp CONFIG REQUIRED)

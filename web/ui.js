@@ -1,4 +1,4 @@
-// nanochat chat UI (spec §11.2): streaming from POST /chat/completions, edit a user message,
+// nanochat chat UI (upstream's ui.html): streaming from POST /chat/completions, edit a user message,
 // regenerate a reply, slash commands, health banner, new conversation, stop button, and the
 // calculator tool's python blocks and outputs rendered as blocks. Plain JS, no dependencies.
 'use strict';
@@ -49,7 +49,7 @@ function parseParts(raw) {
   return parts.filter((p) => p.type !== 'text' || p.text);
 }
 
-// what the server gets back: a string, or parts when the reply used the tool (spec §3.5)
+// what the server gets back: a string, or parts when the reply used the tool (as render_conversation)
 function apiContent(msg) {
   if (msg.role !== 'assistant') return msg.content;
   const parts = parseParts(msg.content);

@@ -1,6 +1,6 @@
 // defines: main (bench_engine)
 // Decode speed of the engine's KV-cache generation against the naive full-recompute
-// gpt_generate of spec §4.8, measured in the same run on a randomly initialised model:
+// gpt_generate (upstream's GPT.generate), measured in the same run on a randomly initialised model:
 //  1. decode tok/s at contexts 128/512/2048, batch 1, greedy: KV cache vs naive (ratio);
 //  2. batch scaling at one context: tok/s of N rows, 1..32, and the ratio to batch 1;
 //  3. prefill tok/s (the prompt's forward into the cache, to the first token).

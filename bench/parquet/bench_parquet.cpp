@@ -1,4 +1,4 @@
-// bench_parquet: how fast the parquet reader turns a pretraining shard (spec 2.1: one zstd
+// bench_parquet: how fast the parquet reader turns a pretraining shard (as upstream's dataset.py ships them: one zstd
 // `text` column, 1024-row groups, no dictionary) into strings, against the floor of just
 // decompressing the same pages with libzstd, measured in the same process. Throughput is in
 // uncompressed page bytes per second for both, so the ratio reader/floor is what the reader

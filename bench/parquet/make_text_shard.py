@@ -1,4 +1,4 @@
-"""Writes a synthetic pretraining shard the way nanochat's dataset ships them (spec 2.1):
+"""Writes a synthetic pretraining shard the way nanochat's dataset ships them (upstream's dataset.py):
 one `text` string column, row_group_size=1024, no dictionary, zstd level 3, no statistics.
 The text is multilingual-ish: Zipf-distributed pseudo-words in Latin, Cyrillic, Greek and
 CJK scripts with punctuation, numbers and newlines, so it compresses about like real web text.

@@ -1,6 +1,6 @@
 // defines: calculator_use, calculator_float_repr, kCalculatorMaxChars, kCalculatorMaxParens,
 //          kCalculatorMaxDepth
-// The calculator tool of nanochat's engine (spec §10.4): upstream eval()s the model's
+// The calculator tool of nanochat's engine (engine.py's use_calculator): upstream eval()s the model's
 // expression under a 3 s SIGALRM. This is a small parser/evaluator instead: it never
 // executes anything, uses no signals (safe on any thread, any OS), and bounds its work by
 // the input's length (at most kCalculatorMaxChars characters, bounded nesting),

@@ -1,9 +1,9 @@
 // defines: TensorSpec, ModelCheckpoint, OptimCheckpoint, CheckpointRef, checkpoint_* functions
-// nanochat's checkpoints (spec §13), in safetensors instead of pickles. In
+// nanochat's checkpoints (upstream's checkpoint_manager.py), in safetensors instead of pickles. In
 // $NANOCHAT_BASE_DIR/{base,chatsft,chatrl}_checkpoints/<tag>/ (sources base, sft, rl), step S
 // is the files
 //   model_<S:06d>.safetensors   the model's tensors under nanochat's state-dict names (rank 0)
-//   meta_<S:06d>.json           the meta JSON of §13, indent 2 (rank 0)
+//   meta_<S:06d>.json           the meta JSON of upstream's save_checkpoint, indent 2 (rank 0)
 //   optim_<S:06d>_rank<r>.safetensors + optim_<S:06d>_rank<r>.json
 //                               each rank's optimizer tensors and its scalars (optional)
 //   done_<S:06d>                written last, by rank 0 after a barrier: lists the files
@@ -76,8 +76,10 @@ std::optional<OptimCheckpoint> checkpoint_load_optim(const std::string& dir, int
 
 // a JSON file (meta, optimizer state, marker); Error naming the file when unreadable or invalid
 nlohmann::ordered_json checkpoint_read_json(const std::string& path);
+// meta[key] as a number; `fallback` when missing or null (nlohmann writes inf and nan as null)
+double checkpoint_meta_number(const nlohmann::ordered_json& meta, const char* key, double fallback);
 
-// ---- checks and fix-ups (spec §13 build_model) ---------------------------------------------
+// ---- checks and fix-ups (checkpoint_manager.py's build_model) ---------------------------------------------
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;

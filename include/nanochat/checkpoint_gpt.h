@@ -1,14 +1,15 @@
 // defines: LoadedGPT, checkpoint_gpt_embedding_dtype, checkpoint_gpt_tensor_specs,
 //          checkpoint_gpt_prepare, checkpoint_load_into_gpt, checkpoint_load_gpt,
-//          checkpoint_read_gpt_config, ExportResult, checkpoint_export, ImportOptions,
+//          checkpoint_read_gpt_config, checkpoint_gpt_tensors, checkpoint_resume_gpt, ExportResult, checkpoint_export, ImportOptions,
 //          ImportResult, checkpoint_import
-// The bridge between the checkpoint module (named tensors + JSON) and the gpt module: spec
-// §13 build_model steps 1-7. A checkpoint from anywhere (ours, or upstream's .pt converted by
+// The bridge between the checkpoint module (named tensors + JSON) and the gpt module:
+// upstream checkpoint_manager.py's build_model, steps 1-7. A checkpoint from anywhere (ours, or upstream's .pt converted by
 // `nanochat import`) goes through the same fix-ups: "_orig_mod." prefixes stripped, missing
 // resid/x0 lambdas patched, floating tensors cast to the dtype the model keeps each parameter
 // in, then every name, shape and dtype checked before a single weight is written.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,7 @@
 
 namespace nanochat {
 
-// the dtype the model stores wte and value_embeds in (§0.5): the compute dtype, except fp32
+// the dtype the model stores wte and value_embeds in (upstream's precision policy): the compute dtype, except fp32
 // when it is fp16 (GradScaler); every other parameter is an fp32 master weight
 torch::ScalarType checkpoint_gpt_embedding_dtype(torch::ScalarType compute_dtype);
 
@@ -54,6 +55,14 @@ struct LoadedGPT {
 LoadedGPT checkpoint_load_gpt(const std::string& source, const std::string& tag, int64_t step,
                               torch::Device device, torch::ScalarType compute_dtype,
                               int64_t tokenizer_vocab_size);
+
+// the model's tensors under nanochat's names, detached: what a training run saves
+NamedTensors checkpoint_gpt_tensors(const GPT& model);
+
+// a training run's resume: step >= 0 loads `dir`'s checkpoint of that step into `model`
+// (checking the vocab) and returns it, for its meta; nullopt when step < 0 (a fresh run)
+std::optional<ModelCheckpoint> checkpoint_resume_gpt(GPT& model, const std::string& dir, int64_t step,
+                                                     int64_t vocab_size);
 
 // ---- interop (src/checkpoint/checkpoint_interop.cpp) -----------------------------------
 // `nanochat export`: the checkpoint's model tensors (nanochat's names, saved dtypes) as one

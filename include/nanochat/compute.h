@@ -1,5 +1,5 @@
-// defines: Compute, compute_init
-// nanochat's compute_init (spec §0.4): ranks from the environment, CPU threads, device
+// defines: Compute, compute_init, compute_peak_flops
+// upstream common.py's compute_init: ranks from the environment, CPU threads, device
 // (cuda:LOCAL_RANK or cpu), compute dtype, seed 42, TF32 on CUDA, and the process group.
 #pragma once
 #include <memory>
@@ -21,5 +21,8 @@ struct Compute {
 
 // device_type_flag: "" autodetects (cuda when a GPU is present)
 Compute compute_init(const std::string& device_type_flag);
+
+// the GPU's nominal BF16 FLOPS, logged (for MFU); +inf on the CPU (MFU then shows 0)
+double compute_peak_flops(const Compute& c);
 
 }  // namespace nanochat

@@ -4,7 +4,7 @@
 //          core_py_strip, core_render_prompts, CoreSequences, core_prepare_example,
 //          CoreLogitsFn, core_gpt_logits_fn, CoreOptions, core_evaluate_task,
 //          CoreTaskResult, CoreResult, core_evaluate, core_task_line, core_csv, core_csv_path
-// The CORE metric (spec §8): DCLM's 22 in-context tasks scored exactly as upstream's
+// The CORE metric (upstream's core_eval.py and base_eval.py): DCLM's 22 in-context tasks scored exactly as upstream's
 // nanochat/core_eval.py and scripts/base_eval.evaluate_core do it: the same shuffled
 // subsets (CPython's random), the same Jinja2 prompts, the same BOS-prepended tokens and
 // start/end indices, the same per-option mean losses and greedy matches, the same centring
@@ -29,7 +29,7 @@ class Tokenizer;
 
 constexpr const char* kEvalBundleUrl = "https://karpathy-public.s3.us-west-2.amazonaws.com/eval_bundle.zip";
 
-// ---- the bundle (spec §8.1) ---------------------------------------------------------------
+// ---- the bundle (upstream's eval_bundle) ---------------------------------------------------------------
 struct CoreTaskSpec {
   std::string label, type;        // type: multiple_choice, schema or language_modeling
   std::string dataset_uri;        // relative to <bundle>/eval_data/
@@ -53,7 +53,7 @@ void core_bundle_place(const std::string& zip_path, const std::string& dest);
 std::string core_bundle_download(const std::string& url = kEvalBundleUrl,
                                  const DownloadOptions& opts = DownloadOptions());
 
-// ---- one task's data (§8.2 items 1-3) -----------------------------------------------------
+// ---- one task's data (base_eval.evaluate_core: load, shuffle, few-shot) -----------------------------------------------------
 // One JSONL record. Multiple choice: text = query, options = choices, gold. Schema:
 // options = context_options, continuation, gold. Language modelling: text = context,
 // continuation. Non-string values render like Jinja2 (Python's str()) for ints and bools.
@@ -70,7 +70,7 @@ void core_shuffle_truncate(std::vector<CoreItem>& data, int64_t max_per_task);
 // random.Random(1234 + idx).sample([i for i in range(n) if i != idx], k)
 std::vector<int64_t> core_fewshot_indices(int64_t idx, int64_t n, int64_t k);
 
-// ---- prompts and tokens (§8.2 items 4-6) --------------------------------------------------
+// ---- prompts and tokens (core_eval.py's render_prompts_* and batch_sequences_*) --------------------------------------------------
 std::string core_py_strip(const std::string& s);  // Python's str.strip() (Unicode whitespace)
 // the Jinja2 templates of core_eval.py, rendered: MC one prompt per choice, schema one per
 // context option, LM [without continuation (stripped), with continuation]
@@ -86,7 +86,7 @@ struct CoreSequences {
 CoreSequences core_prepare_example(const CoreTaskSpec& task, const std::vector<CoreItem>& data, int64_t idx,
                                    const Tokenizer& tok, int64_t max_seq_len = 0);
 
-// ---- scoring (§8.2 items 7-9) -------------------------------------------------------------
+// ---- scoring (core_eval.py's forward_model and evaluate_example) -------------------------------------------------------------
 // (B,T) int64 token ids on the CPU -> (B,T,V) logits (any float dtype, any device)
 using CoreLogitsFn = std::function<torch::Tensor(const torch::Tensor& idx)>;
 
@@ -131,7 +131,7 @@ CoreResult core_evaluate(GPT& model, const Tokenizer& tok, CoreOptions opts,
 
 // "Evaluating: hellaswag (10-shot, type: multiple_choice)... accuracy: 0.2500 | centered: 0.0000 | time: 1.23s"
 std::string core_task_line(const CoreTaskResult& r);
-// the CSV of base_eval (§8.2 item 10): "{Task:<35}, {Accuracy:<10}, {Centered:<10}" rows, then CORE
+// the CSV of upstream's base_eval.py: "{Task:<35}, {Accuracy:<10}, {Centered:<10}" rows, then CORE
 std::string core_csv(const CoreResult& r);
 std::string core_csv_path(int64_t step);  // $BASE/base_eval/base_model_<step:06d>.csv
 

@@ -1,9 +1,10 @@
 // defines: DocRef, BestFitPacker, LoaderOptions, LoaderState, loader_state_to_json,
+//          loader_state_upstream_json, loader_state_from_checkpoint,
 //          loader_state_from_json, LoaderBatch, LoaderMetrics, DataLoader
-// The dataloader module (spec §7): nanochat's BOS-aligned best-fit packing (§7.2) fed by a
+// The dataloader module (upstream's nanochat/dataloader.py): its BOS-aligned best-fit packing fed by a
 // pipeline of worker threads that runs ahead of the model.
 //
-//   reader thread      reads and decompresses row groups (rank-strided, §7.1) and cuts them
+//   reader thread      reads and decompresses row groups (rank-strided, DocIterator) and cuts them
 //                      into chunks of tokenizer_batch_size documents, in stream order
 //   tokenizer threads  clean (min_doc_chars, invalid UTF-8) and tokenize chunks ([BOS] + ids)
 //   packer thread      takes the chunks back in stream order, packs rows of T+1 tokens and
@@ -24,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -99,6 +101,14 @@ struct LoaderState {
 nlohmann::json loader_state_to_json(const LoaderState& s);
 // also accepts upstream's {"pq_idx", "rg_idx", "epoch"} (exact = false); Error on bad fields
 LoaderState loader_state_from_json(const nlohmann::json& j);
+// upstream's {"pq_idx", "rg_idx", "epoch"} of a state (the start when there is none), which a
+// checkpoint's meta records as dataloader_state_dict
+nlohmann::ordered_json loader_state_upstream_json(const std::optional<LoaderState>& state);
+// a rank's state from a checkpoint: its exact state from its optimizer JSON ("dataloader_state")
+// when present, else upstream's fields from the meta (row-group resume); nullopt when the run
+// had not consumed a batch
+std::optional<LoaderState> loader_state_from_checkpoint(const nlohmann::ordered_json& meta,
+                                                        const nlohmann::ordered_json& rank_state);
 
 // inputs and targets are (B, T) int64 views of a persistent device buffer that the loader
 // overwrites two next() calls later (double buffered): use a batch within the step that
@@ -125,7 +135,7 @@ struct LoaderMetrics {
 class DataLoader {
  public:
   // tok must outlive the loader. resume: a state from a batch of this rank's stream (exact),
-  // or upstream's fields (next row group after the saved one, §7.1). Errors about the data
+  // or upstream's fields (next row group after the saved one, upstream's rule). Errors about the data
   // itself (an unreadable row group, no documents) are thrown from next().
   DataLoader(const Tokenizer& tok, CorpusSplit split, const LoaderOptions& opts,
              const LoaderState* resume = nullptr);

@@ -1,10 +1,11 @@
 // defines: kClimbmixBaseUrl, kClimbmixMaxShard, climbmix_shard_name, climbmix_shard_url,
 //          climbmix_shard_ids, dataset_dir, dataset_list_parquet_files,
 //          DownloadError, DownloadOptions, DownloadOutcome, download_file, download_verify_parquet,
+//          DownloadMeter, download_climbmix_shards,
 //          CorpusOptions, DocSource, doc_source_open, Corpus, corpus_open, corpus_split_files,
 //          CorpusSplit, corpus_split,
 //          DocPosition, DocBatch, DocIterator
-// The dataset module (spec §2, §7.1): where the pretraining shards come from and how they
+// The dataset module (upstream's nanochat/dataset.py and dataloader.py's document walk): where the pretraining shards come from and how they
 // are fetched (resume, retry, verify, lock), local corpora (--data DIR of parquet, jsonl or
 // txt files), and the rank-strided, resumable walk over their documents. No torch in here.
 #pragma once
@@ -19,7 +20,7 @@
 
 namespace nanochat {
 
-// ---- ClimbMix shards (spec §2.1) --------------------------------------------------------
+// ---- ClimbMix shards (upstream's dataset.py) --------------------------------------------------------
 constexpr const char* kClimbmixBaseUrl =
     "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main";
 constexpr int kClimbmixMaxShard = 6542;  // shards 00000..06542; the last one is always val
@@ -68,6 +69,30 @@ DownloadOutcome download_file(const std::string& url, const std::string& path,
 // the verifier for parquet files: the footer must parse (ParquetFile)
 void download_verify_parquet(const std::string& tmp_path);
 
+// One progress line in MB for all of a download's threads. The total is each file's size
+// once its server said it, plus the mean of those for the files not started yet, so the
+// ETA exists early.
+class DownloadMeter {
+ public:
+  explicit DownloadMeter(int files);
+  ~DownloadMeter();
+  void add_bytes(int64_t delta);  // DownloadOptions::on_bytes
+  void add_total(int64_t total);  // DownloadOptions::on_total, once per file
+  void finish();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// `nanochat download climbmix`: the shards climbmix_shard_ids(num_files) from base_url into
+// $BASE/base_data_climbmix, `workers` at once, each through download_file with `opts`'s
+// retry and timeouts. Several ranks (launch, torchrun, srun) share the list: each starts at
+// its own offset so they fetch different shards at once; the file locks keep any shard to
+// one download. Errors are gathered: an unreachable host or an error not about one shard
+// stops all workers and is said once; failed shards are counted and the first one named.
+void download_climbmix_shards(int num_files, const std::string& base_url, int workers, const DownloadOptions& opts);
+
 // ---- local corpora (--data DIR) ---------------------------------------------------------
 struct CorpusOptions {
   std::string data_dir;              // "" -> the ClimbMix shards (dataset_dir())
@@ -107,7 +132,7 @@ struct CorpusSplit {
 };
 CorpusSplit corpus_split(const Corpus& corpus, const std::string& split);
 
-// ---- iteration (spec §2.3, §7.1) --------------------------------------------------------
+// ---- iteration --------------------------------------------------------
 struct DocPosition {
   int file = 0;       // source index within the split
   int row_group = 0;  // row group within the file
@@ -119,34 +144,50 @@ inline bool operator==(const DocPosition& a, const DocPosition& b) {
 
 struct DocBatch {
   std::vector<std::string> docs;
-  DocPosition pos;  // the row group they came from
+  DocPosition pos;    // the row group they came from
+  int first_doc = 0;  // the index of docs[0] in that row group
 };
 
-// Rank r of W passes start = r, step = W and reads row groups r, r+W, r+2W, ... of every
-// file, file after file. infinite: epochs forever (training); else one pass. resume: the
-// position saved with a checkpoint; the walk continues with the next row group of this
-// rank after it (upstream's rule: row (resume.row_group / W + 1) * W + r of resume.file,
-// moving on when past its end), in the same epoch. batch_size > 0 splits row groups into
-// batches of at most that many documents, all tagged with the row group's position.
+// The one walk over a split's documents (tok-train, tok-eval and the dataloader), as
+// upstream's dataloader.py: rank r of W passes start = r, step = W and reads row groups r,
+// r+W, r+2W, ... of every file, file after file. infinite: epochs forever (training); else
+// one pass. resume: the position saved with a checkpoint; the walk continues with the next
+// row group of this rank after it (upstream's rule: row (resume.row_group / W + 1) * W + r
+// of resume.file, moving on when past its end), in the same epoch. batch_size > 0 splits
+// row groups into batches of at most that many documents, all tagged with the row group's
+// position.
 class DocIterator {
  public:
   DocIterator(CorpusSplit split, int start, int step, bool infinite,
               const DocPosition* resume = nullptr, int batch_size = 0);
+  // the loader's exact resume: from document `doc` of row group `at` (one of this rank's).
+  // full_pass: `at` begins a pass, so a pass without any document is an error (a rank with
+  // no row groups) instead of a hang.
+  DocIterator(CorpusSplit split, int start, int step, bool infinite, DocPosition at, int doc, bool full_pass,
+              int batch_size);
   bool next(DocBatch& out);  // false at the end of a finite pass
   DocPosition position() const { return last_; }  // of the last batch returned
+  // on: a row group that fails to decode is warned about, counted and skipped (else Error)
+  void set_skip_bad_row_groups(bool on) { skip_bad_ = on; }
+  int64_t bad_row_groups() const { return bad_row_groups_; }
+  // one whole row group (to re-read the documents of a saved buffer); Error names it
+  std::vector<std::string> read(int file, int row_group);
 
  private:
+  DocSource& source(int file);
+  std::vector<std::string> read_checked(DocSource& src, int row_group);
   bool advance();  // loads the next row group into pending_
   CorpusSplit split_;
   int start_, step_, batch_size_;
-  bool infinite_;
-  int file_ = 0, row_group_ = 0, epoch_ = 1;
+  bool infinite_, skip_bad_ = false;
+  int file_ = 0, row_group_ = 0, epoch_ = 1, skip_docs_ = 0;
   std::unique_ptr<DocSource> source_;
   int source_index_ = -1;
   bool pass_had_data_ = false, full_pass_ = true;
   std::vector<std::string> pending_;
   size_t pending_at_ = 0;
   DocPosition pending_pos_, last_;
+  int64_t bad_row_groups_ = 0;
 };
 
 }  // namespace nanochat

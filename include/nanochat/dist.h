@@ -1,7 +1,7 @@
 // defines: DistEnv, dist_env_from_environment, ReduceOp, DistWork, Dist, dist_shard_range,
-//          dist_self_test
+//          dist_any_rank, dist_self_test
 // Data parallelism over PyTorch's c10d: a TCPStore rendezvous and ProcessGroupNCCL on CUDA
-// or ProcessGroupGloo on CPU. nanochat has no DDP wrapper (spec §0.4): the optimizer and
+// or ProcessGroupGloo on CPU. nanochat has no DDP wrapper (upstream never wraps the model): the optimizer and
 // the loaders call these collectives themselves. With one process every collective is the
 // identity, so callers never branch on the world size.
 #pragma once
@@ -75,6 +75,10 @@ class Dist {
   torch::Device device_;
   c10::intrusive_ptr<c10d::Backend> backend_;  // null when world_size == 1
 };
+
+// true on every rank when `flag` is true on any (an all-reduce MAX): a decision all ranks
+// share, such as "stop now" or "the epoch is over"
+bool dist_any_rank(Dist& dist, bool flag);
 
 // the collective self-test of `nanochat doctor`: each collective on known values (checked
 // against sums computed by hand) and timed on a large buffer

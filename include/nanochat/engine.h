@@ -1,7 +1,8 @@
 // defines: EngineModel, engine_model_from_gpt, engine_sample_next, engine_cache_select_rows,
 //          GenerateOptions, FinishReason, finish_reason_name, TokenColumn, TokenCallback,
-//          GenerateResult, engine_completion_text, Engine
-// The engine module (spec §10.1-§10.3): batched generation with a KV cache. One batch-1
+//          GenerateResult, engine_completion_text, Engine, engine_sample_prompts,
+//          engine_sample_greedy
+// The engine module (upstream's nanochat/engine.py): batched generation with a KV cache. One batch-1
 // prefill of the prompt is cloned into N sample rows; each row then samples on its own
 // (temperature, top-k, and top-p as an addition), may be fed forced tokens (the calculator's
 // output), and finishes on its own stop tokens or token budget. Rows that finished are
@@ -39,7 +40,7 @@ struct EngineModel {
 };
 EngineModel engine_model_from_gpt(GPT model);
 
-// §10.2 sample_next_token plus top-p: logits (B,V) -> (B,1) int64 on the logits' device.
+// upstream's sample_next_token plus top-p: logits (B,V) -> (B,1) int64 on the logits' device.
 // temperature 0 is argmax; top_k <= 0 is off; top_p >= 1 is off, else the smallest set of
 // most likely tokens whose probability reaches top_p (after top-k and temperature). With
 // top-p off this is upstream's computation, draw for draw.
@@ -56,7 +57,7 @@ struct GenerateOptions {
   int64_t top_k = 0;         // <= 0: off
   double top_p = 1.0;        // in (0,1]; 1: off
   uint64_t seed = 42;        // torch.Generator(device).manual_seed(seed), as upstream
-  bool use_calculator = true;  // the python tool state machine (§10.3)
+  bool use_calculator = true;  // the python tool state machine (upstream's RowState)
   bool logprobs = false;       // report log p(token) under the model (softmax of the raw logits)
   // stop tokens: <|assistant_end|> and <|bos|> (unless default_stops is off: raw completion,
   // benchmarks), plus these (every row) ...
@@ -101,7 +102,7 @@ class Engine {
   Engine(EngineModel model, Tokenizer tokenizer);
   Engine(GPT model, Tokenizer tokenizer) : Engine(engine_model_from_gpt(model), std::move(tokenizer)) {}
 
-  // Engine.generate of §10.3 as a stream: calls on_column (if given) once per token column,
+  // upstream's Engine.generate as a stream: calls on_column (if given) once per token column,
   // until every row finished or the callback returns false; returns what generate_batch does.
   // Error on a bad request (empty prompt, bad option, prompt + max_tokens past the model).
   // Holds no state between calls: one Engine may serve one request per thread at a time.
@@ -121,5 +122,11 @@ class Engine {
   // special ids, -1 where the tokenizer lacks them
   int32_t bos_, assistant_end_, python_start_, python_end_, output_start_, output_end_;
 };
+
+// the 7 prompts a base model is sampled on, during base-train and by base-eval (upstream's)
+const std::vector<std::string>& engine_sample_prompts();
+// "<prompt><greedy completion of up to max_tokens tokens>", the prompt prefixed with
+// <|bos|> (stops at <|bos|>/<|assistant_end|>), as upstream's base_train.py samples
+std::string engine_sample_greedy(const Engine& engine, const std::string& prompt, int64_t max_tokens);
 
 }  // namespace nanochat

@@ -1,5 +1,5 @@
 // defines: ExecutionOptions, ExecutionResult, execution_guard_prelude, execute_code
-// Runs model-written Python (HumanEval programs) in a child process (spec §10.5): a fresh
+// Runs model-written Python (HumanEval programs) in a child process (as upstream's nanochat/execution.py): a fresh
 // interpreter in an empty temporary working directory that is deleted afterwards, a
 // scrubbed environment (PATH=/usr/bin:/bin), stdin from /dev/null, address-space / data /
 // stack limits (setrlimit), a wall-clock timeout that kills the whole process group, no

@@ -1,5 +1,5 @@
-// defines: BpbSums, bpb_accumulate, bpb_finish, evaluate_bpb
-// Bits per byte (spec §7.3): the model's summed cross-entropy in nats over the bytes those
+// defines: BpbSums, bpb_token_bytes, bpb_accumulate, bpb_finish, evaluate_bpb
+// Bits per byte (upstream's loss_eval.evaluate_bpb): the model's summed cross-entropy in nats over the bytes those
 // target tokens stand for, so models with different tokenizers compare. Special tokens
 // have 0 bytes and count in neither sum; targets -1 (masked) count in neither.
 #pragma once
@@ -11,6 +11,10 @@
 namespace nanochat {
 
 class Dist;
+class Tokenizer;
+
+// bytes per token id, 0 for special tokens, as an int64 tensor on `device`
+torch::Tensor bpb_token_bytes(const Tokenizer& tok, torch::Device device);
 
 struct BpbSums {
   double nats = 0;   // sum of per-token losses over counted tokens

@@ -2,7 +2,7 @@
 // NumPy's default generator, bit for bit: `np.random.default_rng(seed)` is PCG64 (XSL-RR
 // 128/64) seeded through SeedSequence, and `Generator.permutation(n)` is arange(n) shuffled
 // by Fisher-Yates from the back with masked-rejection bounded integers (random_interval). Upstream shuffles every
-// task dataset with `default_rng(42).permutation(len)` (spec §9.1), which equals
+// task dataset with `default_rng(42).permutation(len)` (upstream's tasks), which equals
 // `datasets.Dataset.shuffle(seed=42)`; this reproduces that row order.
 #pragma once
 #include <cstdint>

@@ -1,6 +1,6 @@
 // defines: ReportItem, report_dir, report_slug, report_render_section, report_log, report_reset,
 //          report_generate, report_format_summary
-// The report card (spec §12, upstream's nanochat/report.py): every stage writes one markdown
+// The report card (upstream's nanochat/report.py): every stage writes one markdown
 // section into $NANOCHAT_BASE_DIR/report/<slug>.md (rank 0 only); `nanochat report reset`
 // starts a run with header.md (git, hardware, software, code size, start time) and
 // `nanochat report generate` joins the header and the sections into report.md with a summary

@@ -1,12 +1,12 @@
 // defines: kServerLimits, ServerLimits, ServerError, ChatRequest, server_parse_chat_request,
 //          server_prompt_tokens, StopMatcher, WorkerPool, WorkerLease, ServerOptions,
 //          server_run, WebAsset, server_web_asset, server_web_assets
-// The server module (spec §11.1): `nanochat chat-web`. One HTTP server (cpp-httplib) with
+// The server module (upstream's scripts/chat_web.py): `nanochat chat-web`. One HTTP server (cpp-httplib) with
 //   GET  /                      the chat UI (web/, embedded into the binary at build time)
 //   POST /chat/completions      upstream's SSE stream: {"token","gpu"} ... {"done":true}
 //   POST /v1/chat/completions   OpenAI-compatible (stream and not), GET /v1/models
 //   GET  /health, GET /stats    readiness (503 while loading) and the worker pool
-// Requests are checked here (limits of §11.1, types, UTF-8) before any model work; a bad
+// Requests are checked here (upstream's limits, types, UTF-8) before any model work; a bad
 // one is a 4xx with a JSON error. Generation runs on the connection's thread once it holds a
 // worker (one model per device) from a FIFO pool; a client that goes away cancels it.
 #pragma once
@@ -24,7 +24,7 @@
 
 namespace nanochat {
 
-// upstream's module constants (spec §11.1) plus the API's own caps
+// upstream chat_web.py's module constants plus the API's own caps
 struct ServerLimits {
   int64_t max_messages = 500;
   int64_t max_message_chars = 8000;         // Unicode code points, like Python's len()
@@ -70,7 +70,7 @@ struct ChatDefaults {
 ChatRequest server_parse_chat_request(const std::string& body, bool openai, const ChatDefaults& defaults,
                                       const ServerLimits& limits = kServerLimits);
 
-// the prompt of spec §3.5 render_for_completion: <|bos|>, the turns, <|assistant_start|>
+// the prompt of upstream's render_for_completion: <|bos|>, the turns, <|assistant_start|>
 std::vector<int32_t> server_prompt_tokens(const Tokenizer& tok, const nlohmann::json& messages);
 
 // Stop strings on a text stream: push() returns the text safe to emit now, holding back a

@@ -5,7 +5,7 @@
 //          humaneval_extract_program, humaneval_program, SmolTalkTask, CustomJsonTask,
 //          kWordListUrl, spelling_word_list_path, spelling_load_words, SpellingBeeTask,
 //          SimpleSpellingTask, task_for_eval, SftMixtureOptions, tasks_sft_mixture
-// The chat tasks of spec §9.1-§9.2: datasets of conversations (JSON {"messages": [...]}, the
+// The chat tasks of upstream's tasks/: datasets of conversations (JSON {"messages": [...]}, the
 // format render_conversation takes), views over them, mixtures for SFT, and for evaluation
 // the task's kind (generative: sample and check; categorical: pick a letter) and its
 // evaluate(conversation, completion). Hub datasets come through the parquet listing API into
@@ -23,7 +23,7 @@
 
 namespace nanochat {
 
-// ---- framework (spec §9.1) ---------------------------------------------------------------
+// ---- framework (tasks/common.py) ---------------------------------------------------------------
 struct TaskSlice {  // a lazy view: example i is get_example(start + i*step)
   int64_t start = 0;
   int64_t stop = -1;  // -1: num_examples(); a stop past the end is clamped to it
@@ -94,7 +94,7 @@ class TaskSequence : public Task {
 std::string render_mc(const std::string& question, const std::vector<std::string>& letters,
                       const std::vector<std::string>& choices);
 
-// ---- hub datasets (spec §9.1: the parquet listing API) --------------------------------------
+// ---- hub datasets (upstream's load_dataset, here through the parquet listing API) --------------------------------------
 struct HubSplit {
   std::string repo_id, subset, split;  // e.g. "allenai/ai2_arc", "ARC-Easy", "test"
 };
@@ -124,10 +124,10 @@ class HubDataset {
   std::vector<int64_t> perm_;
 };
 
-// every split the tasks of spec §9.3/§9.5 read (what `nanochat download tasks` fetches)
+// every split the tasks of SFT and chat-eval read (what `nanochat download tasks` fetches)
 extern const std::vector<HubSplit> kTaskDataSplits;
 
-// ---- the tasks (spec §9.2) ------------------------------------------------------------------
+// ---- the tasks (tasks/*.py) ------------------------------------------------------------------
 // ARC: subset "ARC-Easy" | "ARC-Challenge", split train|validation|test. Categorical.
 class ArcTask : public Task {
  public:
@@ -223,7 +223,7 @@ class CustomJsonTask : public Task {
   std::vector<nlohmann::json> conversations_;
 };
 
-// ---- spelling (historical tasks of §9.2) --------------------------------------------------
+// ---- spelling (upstream's historical tasks/spellingbee.py) --------------------------------------------------
 constexpr const char* kWordListUrl =
     "https://raw.githubusercontent.com/dwyl/english-words/refs/heads/master/words_alpha.txt";
 // $BASE/words_alpha.txt (from `nanochat download tasks`)
@@ -267,7 +267,7 @@ class SimpleSpellingTask : public Task {
   std::vector<std::string> words_;
 };
 
-// ---- what SFT and chat-eval use (spec §9.3, §9.5) ------------------------------------------
+// ---- what SFT and chat-eval use (chat_sft.py, chat_eval.py) ------------------------------------------
 // chat-eval's tasks by name: "ARC-Easy", "ARC-Challenge" (test), "MMLU" (all/test),
 // "GSM8K" (main/test), "HumanEval", "SpellingBee" (size 256, test); Error on other names
 TaskPtr task_for_eval(const std::string& name);

@@ -1,6 +1,6 @@
 // defines: kPatternNanochat, kPatternGpt2, kPatternCl100k, kPatternO200k, pattern_by_name,
 //          kSpecialTokens, Splitter, Tokenizer, BpeTrainer
-// Byte-level BPE exactly as nanochat uses it (spec §3): pieces from a GPT-4 style split
+// Byte-level BPE exactly as nanochat uses it (upstream's nanochat/tokenizer.py): pieces from a GPT-4 style split
 // regex (PCRE2 with JIT), tiktoken's merge rule for encoding (lowest rank first, leftmost on
 // ties) and rustbpe's rule for training (highest pair count first, smallest pair on ties).
 // Token ids 0-255 are the raw bytes (no GPT-2 byte shuffling); special tokens come last.
@@ -22,14 +22,14 @@ namespace nanochat {
 class ThreadPool;
 class RankTable;
 
-extern const char* const kPatternNanochat;  // spec §3.1: cl100k with \p{N}{1,2}
+extern const char* const kPatternNanochat;  // upstream's SPLIT_PATTERN: cl100k with \p{N}{1,2}
 extern const char* const kPatternGpt2;
 extern const char* const kPatternCl100k;
 extern const char* const kPatternO200k;
 // "nanochat", "gpt2", "cl100k", "o200k" -> the pattern; Error for anything else
 std::string pattern_by_name(const std::string& name);
 
-// nanochat's 9 special tokens, in id order (spec §3.1); <|bos|> first
+// nanochat's 9 special tokens, in id order (upstream's SPECIAL_TOKENS); <|bos|> first
 extern const std::vector<std::string> kSpecialTokens;
 
 
@@ -93,7 +93,7 @@ class Tokenizer {
   int32_t bos_id_ = -1;
 };
 
-// rustbpe's training (spec §3.2). add_texts() splits each text with the pattern and counts
+// rustbpe's training (RustBPETokenizer.train_from_iterator). add_texts() splits each text with the pattern and counts
 // the pieces on the pool's threads, so memory grows with the unique pieces, not the text.
 // train() then merges the most frequent adjacent pair (smallest pair on ties) until
 // 256 + merges == vocab_size_no_special and returns the ranks (bytes of each token).
@@ -131,7 +131,7 @@ std::vector<std::string> tiktoken_ranks_read(const std::string& file);  // rank 
 std::string base64_encode(std::string_view bytes);
 std::string base64_decode(std::string_view text);  // Error on a bad character or length
 
-// ---- chat rendering (src/tokenizer/chat_render.cpp, spec §3.5) -----------------------------
+// ---- chat rendering (src/tokenizer/chat_render.cpp, upstream's render_conversation) -----------------------------
 // conversation: {"messages": [{"role": "system"|"user"|"assistant", "content": str or parts}]}
 // mask 1 marks the tokens the model is trained on (the assistant's own text, python calls
 // and <|assistant_end|>); Error with the message index on a malformed conversation.
@@ -144,7 +144,7 @@ RenderedConversation render_conversation(const Tokenizer& tok, const nlohmann::j
 // drops the final assistant message and ends with <|assistant_start|> (for RL and evaluation)
 std::vector<int32_t> render_for_completion(const Tokenizer& tok, const nlohmann::json& conversation);
 
-// ---- evaluation (src/tokenizer/tok_eval.cpp, spec §3.6) -----------------------------------
+// ---- evaluation (src/tokenizer/tok_eval.cpp, upstream's scripts/tok_eval.py) -----------------------------------
 struct TokEvalText {
   std::string name, text;
 };
@@ -154,7 +154,7 @@ std::vector<TokEvalText> tok_eval_builtin_texts();  // news, korean, code, math,
 std::string tok_eval_report(const std::vector<TokEvalText>& texts, const Tokenizer& ours,
                             const std::vector<std::pair<std::string, const Tokenizer*>>& others, bool color);
 
-// ---- tok-train (src/tokenizer/tok_train.cpp, spec §3.2) ---------------------------------
+// ---- tok-train (src/tokenizer/tok_train.cpp, upstream's scripts/tok_train.py) ---------------------------------
 class DocIterator;
 struct TokTrainOptions {
   int64_t max_chars = 2000000000;  // stop after the document that crosses this many characters

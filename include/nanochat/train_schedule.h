@@ -1,7 +1,7 @@
 // defines: kBatchRef, TrainScaling, train_scaling, train_num_iterations, train_grad_accum,
 //          python_round, lr_multiplier, muon_momentum, muon_weight_decay,
 //          sft_lr_multiplier, sft_muon_momentum
-// How big a pretraining run is and how its hyperparameters move (spec §6.3, §6.4): the
+// How big a pretraining run is and how its hyperparameters move (upstream's base_train.py): the
 // "muP-style" transfer from the d12 reference (batch size and weight decay from the token
 // horizon), the number of iterations, gradient accumulation, and the per-step schedules.
 // Pure arithmetic on numbers the model reports; nothing here touches tensors.
@@ -47,7 +47,7 @@ double muon_momentum(int64_t it, int64_t num_iterations, double warmdown_ratio =
 // Muon weight decay: cosine from weight_decay to 0 over the run
 double muon_weight_decay(int64_t it, int64_t num_iterations, double weight_decay);
 
-// SFT (spec §9.3), by progress through the data in [0, 1]: warmup to 1 over warmup_ratio,
+// SFT (upstream's chat_sft.py), by progress through the data in [0, 1]: warmup to 1 over warmup_ratio,
 // flat, then linear to final_lr_frac over the last warmdown_ratio
 double sft_lr_multiplier(double progress, double warmup_ratio = 0.0, double warmdown_ratio = 0.5,
                          double final_lr_frac = 0.0);

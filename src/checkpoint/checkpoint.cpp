@@ -293,4 +293,10 @@ void checkpoint_patch_tensors(NamedTensors& tensors, int64_t n_layer) {
   if (!has("x0_lambdas")) tensors.emplace_back("x0_lambdas", torch::zeros({n_layer}));
 }
 
+double checkpoint_meta_number(const nlohmann::ordered_json& meta, const char* key, double fallback) {
+  if (!meta.contains(key) || meta[key].is_null()) return fallback;
+  if (!meta[key].is_number()) fail("checkpoint meta: '%s' is not a number", key);
+  return meta[key].get<double>();
+}
+
 }  // namespace nanochat

@@ -1,11 +1,13 @@
 // defines: checkpoint_gpt_embedding_dtype, checkpoint_gpt_tensor_specs, checkpoint_gpt_prepare,
-//          checkpoint_load_into_gpt, checkpoint_read_gpt_config, checkpoint_load_gpt
-// Spec §13 build_model: a checkpoint's tensors and meta into a GPT (API in checkpoint_gpt.h).
+//          checkpoint_load_into_gpt, checkpoint_read_gpt_config, checkpoint_load_gpt,
+//          checkpoint_gpt_tensors, checkpoint_resume_gpt
+// upstream checkpoint_manager.py's build_model: a checkpoint's tensors and meta into a GPT (API in checkpoint_gpt.h).
 #include "nanochat/checkpoint_gpt.h"
 
 #include <map>
 
 #include "nanochat/common/error.h"
+#include "nanochat/common/log.h"
 
 namespace nanochat {
 
@@ -84,6 +86,22 @@ LoadedGPT checkpoint_load_gpt(const std::string& source, const std::string& tag,
   checkpoint_load_into_gpt(out.model, std::move(ck.tensors), where);  // step 6
   out.model->eval();
   return out;
+}
+
+NamedTensors checkpoint_gpt_tensors(const GPT& model) {
+  NamedTensors out;
+  for (auto& [name, t] : gpt_named_parameters(model)) out.emplace_back(name, t.detach());
+  return out;
+}
+
+std::optional<ModelCheckpoint> checkpoint_resume_gpt(GPT& model, const std::string& dir, int64_t step,
+                                                     int64_t vocab_size) {
+  if (step < 0) return std::nullopt;
+  log_info("resuming from %s step %lld", dir.c_str(), (long long)step);
+  ModelCheckpoint ckpt = checkpoint_load_model(dir, step);
+  checkpoint_check_vocab(ckpt.meta, vocab_size, dir);
+  checkpoint_load_into_gpt(model, ckpt.tensors, checkpoint_model_path(dir, step));
+  return ckpt;
 }
 
 }  // namespace nanochat

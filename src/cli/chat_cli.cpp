@@ -1,4 +1,4 @@
-// `nanochat chat-cli` (spec §11.3): talk to a chat model in the terminal. The conversation
+// `nanochat chat-cli` (upstream's scripts/chat_cli.py): talk to a chat model in the terminal. The conversation
 // is kept as tokens (<|bos|>, then user/assistant turns); each reply streams as it is
 // generated, never splitting a UTF-8 character and never showing the stop token.
 // `-p TEXT` answers once and prints only the reply (for scripts); otherwise it reads turns
@@ -109,7 +109,7 @@ static int chat_cli_run(const ChatCliFlags& f) {
     });
     std::string tail = stream.finish() + "\n";
     std::fwrite(tail.data(), 1, tail.size(), stdout);
-    // the reply and its <|assistant_end|> join the conversation (spec §11.3 step 4)
+    // the reply and its <|assistant_end|> join the conversation (as upstream)
     conversation = r.tokens[0];
     conversation.push_back(assistant_end);
     if (single) break;

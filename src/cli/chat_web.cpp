@@ -1,4 +1,4 @@
-// `nanochat chat-web`: the chat UI and the API of spec §11.1 (the server module does it all).
+// `nanochat chat-web`: the chat UI and the API of upstream's chat_web.py (the server module does it all).
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"

@@ -2,8 +2,11 @@
 // (upstream's -i/-g/-s of chat_cli, chat_web and chat_eval) and, for the training
 // subcommands (base-train, sft), when to save and where to resume.
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cstring>
 
 #include "cli/commands.h"
+#include "nanochat/common/error.h"
 
 namespace nanochat {
 
@@ -26,6 +29,29 @@ void cli_add_resume_flags(CLI::App* sub, int64_t& save_every, int64_t& resume_fr
          "'latest': resume from the last complete checkpoint of the tag")
       ->check(CLI::IsMember({"latest"}))
       ->excludes(from);
+}
+
+// `a` as one shell word: as is when it is plain, else in single quotes
+static std::string shell_quote(const std::string& a) {
+  bool plain = !a.empty();
+  for (char ch : a) plain = plain && (std::isalnum((unsigned char)ch) || (ch && std::strchr("_./=:,+-@%", ch)));
+  if (plain) return a;
+  std::string q = "'";
+  for (char ch : a) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+std::string cli_resume_command(const std::vector<std::string>& argv, int64_t step) {
+  std::string cmd;
+  for (size_t i = 0; i < argv.size(); i++) {
+    const std::string& a = argv[i];
+    if (a.rfind("--resume", 0) == 0) {
+      if (a.find('=') == std::string::npos && i + 1 < argv.size()) i++;  // and its value
+      continue;
+    }
+    cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
+  }
+  return strprintf("%s --resume-from-step %lld", cmd.c_str(), (long long)step);
 }
 
 }  // namespace nanochat

@@ -1,10 +1,13 @@
-// defines: cli_register_*, cli_add_data_flags, cli_add_checkpoint_flags, cli_add_resume_flags, cli_set_argv, cli_argv, cli_version_text
+// defines: cli_register_*, cli_add_data_flags, cli_add_checkpoint_flags, cli_add_resume_flags,
+//          cli_resume_command, cli_set_argv, cli_argv, cli_flags_json, cli_version_text
 // One register function per subcommand (one file each in src/cli/). Each adds its
 // subcommand to the app with a callback that wires modules together and stores the exit code.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace CLI {
 class App;
@@ -40,10 +43,17 @@ void cli_add_data_flags(CLI::App* sub, CorpusOptions& opts);
 CLI::Option* cli_add_checkpoint_flags(CLI::App* sub, std::string& source, std::string& tag, int64_t& step);
 // --save-every, --resume-from-step, --resume latest of the training subcommands (checkpoint_flags.cpp)
 void cli_add_resume_flags(CLI::App* sub, int64_t& save_every, int64_t& resume_from_step, bool& resume_latest);
+// the command line `argv` with its --resume* flags replaced by --resume-from-step <step>:
+// what a stopped run prints so it can be resumed (checkpoint_flags.cpp)
+std::string cli_resume_command(const std::vector<std::string>& argv, int64_t step);
 
 // the process's command line (set first thing in main)
 void cli_set_argv(int argc, char** argv);
 const std::vector<std::string>& cli_argv();
+// every flag of a parsed subcommand by upstream's argparse name (--matrix-lr: matrix_lr) with
+// its value, in the order --help lists them, as upstream records vars(args) for the run's
+// user_config: a flag added to the subcommand is recorded with no further edit (argv.cpp)
+nlohmann::ordered_json cli_flags_json(const CLI::App* sub);
 
 std::string cli_version_text();  // what `nanochat --version` prints
 

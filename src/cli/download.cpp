@@ -1,17 +1,13 @@
-// `nanochat download [target]`: fetch named datasets into the base dir. Targets today:
-// climbmix (the pretraining shards of spec §2.1) and eval-bundle (the CORE bundle, §8.1).
-// Later issues add their own (task data) to kTargets; every one goes through download_file
-// (resume, verify, lock, retry).
+// `nanochat download [target]`: fetch named datasets into the base dir: climbmix (the
+// pretraining shards, as upstream's nanochat/dataset.py; the fan-out lives in dataset),
+// eval-bundle (the CORE bundle) and tasks (the chat task data). Every file goes through
+// download_file (resume, verify, lock, retry).
 #include <CLI/CLI.hpp>
-#include <algorithm>
-#include <mutex>
-#include <optional>
 
 #include "cli/commands.h"
 #include "nanochat/common.h"
 #include "nanochat/core_eval.h"
 #include "nanochat/dataset.h"
-#include "nanochat/dist.h"
 #include "nanochat/tasks.h"
 
 namespace nanochat {
@@ -26,105 +22,11 @@ struct DownloadFlags {
   std::string url = kEvalBundleUrl;
 };
 
-// One progress line in MB for all workers. The total is each file's size once its server
-// said it, plus the mean of those for the files not started yet, so the ETA exists early.
-class DownloadMeter {
- public:
-  explicit DownloadMeter(int files) : files_(files) {}
-  void add_bytes(int64_t delta) {
-    std::lock_guard<std::mutex> g(mutex_);
-    bytes_ += delta;
-    if (!progress_) progress_.emplace("download", -1, "MB", 10.0);
-    if (known_ > 0) progress_->set_total((known_total_ + (files_ - known_) * (known_total_ / known_)) / 1000000);
-    progress_->set(bytes_ / 1000000);
-  }
-  void add_total(int64_t total) {
-    std::lock_guard<std::mutex> g(mutex_);
-    known_total_ += total, known_ += 1;
-  }
-  void finish() {
-    std::lock_guard<std::mutex> g(mutex_);
-    if (progress_) progress_->finish();
-  }
-
- private:
-  std::mutex mutex_;
-  std::optional<Progress> progress_;
-  int files_, known_ = 0;
-  int64_t bytes_ = 0, known_total_ = 0;
-};
-
 static int download_climbmix(const DownloadFlags& f) {
-  std::string dir = base_dir_path("base_data_climbmix");
-  make_dirs(dir);
-  // several ranks (launch, torchrun, srun) share the list: each starts at its own offset so
-  // they fetch different shards at once; the file locks keep any shard to one download
-  DistEnv env = dist_env_from_environment();
-  std::vector<int> ids = climbmix_shard_ids(f.num_files);
-  std::rotate(ids.begin(), ids.begin() + ids.size() * env.rank / env.world_size, ids.end());
-  std::vector<int> todo;
-  for (int id : ids)
-    if (!path_exists(dir + "/" + climbmix_shard_name(id))) todo.push_back(id);
-  log_info("download climbmix: %zu shard(s) (%zu already in %s) from %s with %d workers", ids.size(),
-           ids.size() - todo.size(), dir.c_str(), f.base_url.c_str(), f.workers);
-
-  DownloadMeter meter((int)todo.size());
-  std::atomic<bool> cancel{false};
-  std::mutex mutex;
-  std::string unreachable, fatal, first_error;
-  int failed = 0, downloaded = 0;
-  Timer timer;
-  {
-    ThreadPool pool(std::max(1, std::min<int>(f.workers, (int)std::max<size_t>(todo.size(), 1))));
-    std::vector<std::future<void>> jobs;
-    for (int id : todo) {
-      jobs.push_back(pool.submit([&, id] {
-        DownloadOptions o;
-        o.retry_base_seconds = f.retry_delay;
-        o.connect_timeout_seconds = o.read_timeout_seconds = f.timeout;
-        o.verify = download_verify_parquet;
-        o.cancel = &cancel;
-        int64_t my_total = -1;
-        o.on_bytes = [&](int64_t d) { meter.add_bytes(d); };
-        o.on_total = [&](int64_t t) {
-          if (my_total < 0) meter.add_total(my_total = t);
-        };
-        std::string url = climbmix_shard_url(f.base_url, id);
-        try {
-          if (cancel) return;
-          if (download_file(url, dir + "/" + climbmix_shard_name(id), o) == DownloadOutcome::downloaded) {
-            std::lock_guard<std::mutex> g(mutex);
-            downloaded++;
-          }
-        } catch (const DownloadError& e) {
-          std::lock_guard<std::mutex> g(mutex);
-          if (e.unreachable) {
-            // offline: stop everything and say it once
-            if (unreachable.empty()) unreachable = e.what();
-            cancel = true;
-          } else if (!cancel) {
-            failed++;
-            if (first_error.empty()) first_error = e.what();
-            log_warn("%s", e.what());
-          }
-        } catch (const Error& e) {
-          // not about one shard (a bad --base-url, an unwritable directory): stop, say it once
-          std::lock_guard<std::mutex> g(mutex);
-          if (fatal.empty()) fatal = e.what();
-          cancel = true;
-        }
-      }));
-    }
-    for (auto& j : jobs) j.wait();
-  }
-  meter.finish();
-  if (!fatal.empty()) fail("%s", fatal.c_str());
-  if (!unreachable.empty()) fail("%s (or pass --base-url with a reachable mirror)", unreachable.c_str());
-  if (failed)
-    fail("%d of %zu shards could not be downloaded (first: %s); run the same command again to resume", failed,
-         todo.size(), first_error.c_str());
-  log_info("done: %d downloaded, %zu were already there, in %s; shards in %s", downloaded,
-           ids.size() - todo.size(), format_duration(timer.seconds()).c_str(), dir.c_str());
+  DownloadOptions o;
+  o.retry_base_seconds = f.retry_delay;
+  o.connect_timeout_seconds = o.read_timeout_seconds = f.timeout;
+  download_climbmix_shards(f.num_files, f.base_url, f.workers, o);
   return 0;
 }
 
@@ -154,7 +56,7 @@ static int download_eval_bundle(const DownloadFlags& f) {
   return 0;
 }
 
-// the chat task datasets (spec §9.1-§9.2) through the hub's parquet listing API ($HF_ENDPOINT
+// the chat task datasets (upstream's tasks/) through the hub's parquet listing API ($HF_ENDPOINT
 // for a mirror), one split after the other, plus SpellingBee's word list
 static int download_tasks(const DownloadFlags& f) {
   DownloadOptions o;
@@ -184,7 +86,7 @@ struct DownloadTarget {
 static const DownloadTarget kTargets[] = {
     {"climbmix", "ClimbMix pretraining shards (~100 MB each) -> $NANOCHAT_BASE_DIR/base_data_climbmix/",
      download_climbmix},
-    {"eval-bundle", "the CORE eval bundle (22 DCLM tasks, spec §8.1) -> $NANOCHAT_BASE_DIR/eval_bundle/",
+    {"eval-bundle", "the CORE eval bundle (22 DCLM tasks) -> $NANOCHAT_BASE_DIR/eval_bundle/",
      download_eval_bundle},
     {"tasks", "SFT / chat-eval datasets (SmolTalk, MMLU, GSM8K, ARC, HumanEval; $HF_ENDPOINT for a mirror) -> $NANOCHAT_BASE_DIR/task_data/",
      download_tasks},

@@ -1,5 +1,5 @@
 // `nanochat export`: a checkpoint as one safetensors file (nanochat's tensor names) with
-// config.json and the tokenizer files beside it, for other tools (spec §13, issue 6).
+// config.json and the tokenizer files beside it, for other tools.
 #include <CLI/CLI.hpp>
 #include <cstdio>
 

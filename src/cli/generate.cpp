@@ -1,4 +1,4 @@
-// `nanochat generate`: raw text completion from a checkpoint with the naive loop of spec §4.8
+// `nanochat generate`: raw text completion from a checkpoint with the naive loop of upstream's GPT.generate
 // (gpt_generate; <|bos|> prepended like upstream's base-model sampling). Text streams to
 // stdout as tokens arrive, never splitting a UTF-8 character; --json prints one object:
 // {"prompt_ids", "generated_ids", "text", "logprobs"} where logprobs[i] is the log-probability

@@ -1,4 +1,4 @@
-// `nanochat report [reset|generate]`: the report card of a run (spec §12)
+// `nanochat report [reset|generate]`: the report card of a run (upstream's report.py)
 #include <CLI/CLI.hpp>
 
 #include "cli/commands.h"

@@ -1,5 +1,5 @@
 // `nanochat tok-eval`: bytes per token of the trained tokenizer on sample texts and the first
-// train and val row groups, against comparison tokenizers (spec §3.6).
+// train and val row groups, against comparison tokenizers (upstream's scripts/tok_eval.py).
 #include <CLI/CLI.hpp>
 #include <unistd.h>
 

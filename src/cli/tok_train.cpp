@@ -1,4 +1,4 @@
-// `nanochat tok-train`: train the BPE tokenizer on the train split (spec §3.2).
+// `nanochat tok-train`: train the BPE tokenizer on the train split (upstream's scripts/tok_train.py).
 #include <CLI/CLI.hpp>
 
 #include <algorithm>

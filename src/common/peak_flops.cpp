@@ -1,4 +1,4 @@
-// The tables of spec §0.6, in upstream's order (order matters: "h100 nvl" before "h100").
+// The tables of upstream's common.get_peak_flops, in upstream's order (order matters: "h100 nvl" before "h100").
 #include "nanochat/common/peak_flops.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // defines: core_bundle_load, core_eval_bundle_dir, core_bundle_verify_zip, core_bundle_place,
 //          core_bundle_download
-// The CORE eval bundle (spec §8.1): core.yaml (yaml-cpp), eval_meta_data.csv (a small
+// The CORE eval bundle (upstream's eval_bundle.zip): core.yaml (yaml-cpp), eval_meta_data.csv (a small
 // RFC 4180 reader: the file has quoted fields with commas), and the zip (libzip), placed
 // like upstream's place_eval_bundle: unzip into a temp dir, move eval_bundle/ into place.
 #include <cerrno>
@@ -14,7 +14,7 @@
 #include <yaml-cpp/yaml.h>
 #include <zip.h>
 
-#include "dataset/file_lock.h"
+#include "nanochat/common/file_lock.h"
 #include "nanochat/common.h"
 #include "nanochat/core_eval.h"
 

@@ -1,6 +1,6 @@
 // defines: core_load_task_data, core_shuffle_truncate, core_fewshot_indices
-// One task's JSONL records (spec §8.1 formats), the seeded shuffle and subset, and the
-// few-shot draw (§8.2 items 1 and 3), with CPython's random module (PyRandom).
+// One task's JSONL records (the eval bundle's formats), the seeded shuffle and subset, and the
+// few-shot draw (as upstream's evaluate_core and evaluate_example), with CPython's random module (PyRandom).
 #include <nlohmann/json.hpp>
 
 #include "nanochat/common/error.h"

@@ -1,9 +1,9 @@
 // defines: core_py_strip, core_render_prompts, core_prepare_example
-// The three Jinja2 templates of upstream's core_eval.py written out by hand (spec §8.2
-// item 4). With the template string .strip()ed, "{%- for -%}" eats the newline after it,
+// The three Jinja2 templates of upstream's core_eval.py written out by hand
+// (render_prompts_mc/schema/lm). With the template string .strip()ed, "{%- for -%}" eats the newline after it,
 // the body keeps its trailing "\n\n", and "{% endfor -%}" eats the newline before the final
 // line: so a prompt is the few-shot blocks, each followed by a blank line, then the item.
-// `| trim` is Python's str.strip(). Then BOS + tokens and the scored span (items 5, 6).
+// `| trim` is Python's str.strip(). Then BOS + tokens and the scored span (batch_sequences_*).
 #include "nanochat/common/error.h"
 #include "nanochat/core_eval.h"
 #include "nanochat/tokenizer.h"

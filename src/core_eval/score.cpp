@@ -1,6 +1,6 @@
 // defines: core_evaluate_task, core_evaluate, core_gpt_logits_fn, core_task_line, core_csv,
 //          core_csv_path
-// Scoring (spec §8.2 items 7-10). Upstream forwards one example at a time (its options as
+// Scoring (upstream core_eval.py's evaluate_example and base_eval.py's CSV). Upstream forwards one example at a time (its options as
 // one batch). Here every row (prompt) of this rank's examples is prepared on a thread pool,
 // the rows are sorted longest first and cut into forwards of at most batch_size rows (and
 // max_batch_tokens padded tokens), right-padded with BOS. Causal attention keeps a row's

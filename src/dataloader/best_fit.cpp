@@ -1,4 +1,4 @@
-// BOS-aligned best-fit packing, exactly as nanochat's dataloader (spec §7.2).
+// BOS-aligned best-fit packing, exactly as upstream's dataloader.py.
 #include "nanochat/common/error.h"
 #include "nanochat/dataloader.h"
 

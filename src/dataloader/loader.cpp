@@ -14,11 +14,21 @@
 #include "nanochat/common/progress.h"
 #include "nanochat/common/thread_pool.h"
 #include "nanochat/common/utf8.h"
+#include "nanochat/dataloader.h"
 #include "nanochat/tokenizer.h"
-#include "reader.h"
 #include "stager.h"
 
 namespace nanochat {
+
+// a batch of the document walk on its way through the tokenizer threads, in stream order
+struct DocChunk {
+  int64_t seq = 0;         // position in the stream of chunks
+  DocRef first;            // the chunk's first document
+  int raw_count = 0;       // documents read from the row group (before cleaning)
+  std::vector<std::string> docs;           // the text (emptied once tokenized)
+  std::vector<int32_t> index;              // row-group index of each kept document
+  std::vector<std::vector<int32_t>> tokens;  // [BOS] + ids of each kept document
+};
 
 struct HostSlot {
   torch::Tensor host;       // 2*B*T int64: inputs, then targets
@@ -70,7 +80,7 @@ struct DataLoader::Impl {
     cv_ready.notify_all();
   }
 
-  void reader_loop(ChunkReader reader) {
+  void reader_loop(DocIterator reader) {
     try {
       for (int64_t seq = 0;; seq++) {
         {
@@ -78,8 +88,8 @@ struct DataLoader::Impl {
           cv_read.wait(lk, [&] { return stop || error || seq - consumed < window; });
           if (stop || error) return;
         }
-        DocChunk c;
-        bool more = reader.next(c);  // reads and decompresses outside the lock
+        DocBatch b;
+        bool more = reader.next(b);  // reads and decompresses outside the lock
         std::lock_guard<std::mutex> lk(mu);
         m.bad_row_groups = reader.bad_row_groups();
         if (!more) {
@@ -89,7 +99,11 @@ struct DataLoader::Impl {
           cv_done.notify_all();
           return;
         }
+        DocChunk c;
         c.seq = seq;
+        c.first = DocRef{b.pos.epoch, b.pos.file, b.pos.row_group, b.first_doc};
+        c.raw_count = (int)b.docs.size();
+        c.docs = std::move(b.docs);
         raw.push_back(std::move(c));
         cv_tok.notify_one();
       }
@@ -158,7 +172,7 @@ struct DataLoader::Impl {
 
   // the buffer of a saved state: its documents re-read and re-tokenized, in buffer order
   void restore_buffer(BestFitPacker& packer) {
-    ChunkReader rr(split, opts.rank, opts.world, false, 1, false, DocRef{1, 0, opts.rank, 0}, false);
+    DocIterator rr(split, opts.rank, opts.world, false, DocPosition{0, opts.rank, 1}, 0, false, 1);
     const auto& refs = resume.buffered;
     for (size_t i = 0; i < refs.size();) {
       {
@@ -281,13 +295,16 @@ DataLoader::DataLoader(const Tokenizer& tok, CorpusSplit split, const LoaderOpti
         log_warn("dataloader state was saved by rank %d of %d, this is rank %d of %d: resuming at the next row "
                  "group (upstream's rule); the documents that were in its buffer are skipped",
                  resume->rank, resume->world, rank, world);
-      // spec §7.1: the next row group of this rank after the saved one, in the saved file
+      // upstream's rule: the next row group of this rank after the saved one, in the saved file
       I.start = DocRef{resume->last.epoch, resume->last.file, (resume->last.row_group / world + 1) * world + rank, 0};
     }
   }
   // validates rank, start and split before any thread starts
-  ChunkReader reader(I.split, rank, world, opts.infinite, opts.tokenizer_batch_size, opts.skip_bad_row_groups,
-                     I.start, resume == nullptr);
+  if (opts.tokenizer_batch_size < 1)
+    fail("dataloader: tokenizer batch size must be at least 1, not %d", opts.tokenizer_batch_size);
+  DocIterator reader(I.split, rank, world, opts.infinite, DocPosition{I.start.file, I.start.row_group, I.start.epoch},
+                     I.start.doc, resume == nullptr, opts.tokenizer_batch_size);
+  reader.set_skip_bad_row_groups(opts.skip_bad_row_groups);
 
   bool pin = opts.device.is_cuda();
   I.slots.resize((size_t)opts.prefetch + 1);

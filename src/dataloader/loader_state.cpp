@@ -76,4 +76,21 @@ LoaderState loader_state_from_json(const nlohmann::json& j) {
   return s;
 }
 
+nlohmann::ordered_json loader_state_upstream_json(const std::optional<LoaderState>& state) {
+  DocPosition last = state ? state->last : DocPosition();
+  return {{"pq_idx", last.file}, {"rg_idx", last.row_group}, {"epoch", last.epoch}};
+}
+
+std::optional<LoaderState> loader_state_from_checkpoint(const nlohmann::ordered_json& meta,
+                                                        const nlohmann::ordered_json& rank_state) {
+  if (rank_state.contains("dataloader_state")) {
+    const auto& s = rank_state["dataloader_state"];
+    if (s.is_null()) return std::nullopt;  // saved before the first batch was trained
+    return loader_state_from_json(s);
+  }
+  if (meta.contains("dataloader_state_dict") && meta["dataloader_state_dict"].is_object())
+    return loader_state_from_json(meta["dataloader_state_dict"]);  // upstream's: row-group resume
+  return std::nullopt;
+}
+
 }  // namespace nanochat

@@ -1,4 +1,4 @@
-// The ClimbMix shard set of spec §2.1: names, URLs, which ids a download fetches, and the
+// The ClimbMix shard set of upstream's nanochat/dataset.py: names, URLs, which ids a download fetches, and the
 // local directory with its legacy fallback.
 #include <algorithm>
 #include <dirent.h>

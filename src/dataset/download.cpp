@@ -17,7 +17,7 @@
 #include <thread>
 #include <unistd.h>
 
-#include "file_lock.h"
+#include "nanochat/common/file_lock.h"
 #include "http_get.h"
 #include "nanochat/common/files.h"
 #include "nanochat/common/log.h"

@@ -1,9 +1,14 @@
 #include "nanochat/compute.h"
 
+#include <cmath>
+#include <limits>
+
 #include <ATen/Context.h>
 
 #include "nanochat/common/device.h"
+#include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
+#include "nanochat/common/peak_flops.h"
 
 namespace nanochat {
 
@@ -19,6 +24,16 @@ Compute compute_init(const std::string& device_type_flag) {
   if (c.device_type == "cuda") at::globalContext().setFloat32MatmulPrecision("high");  // TF32
   c.dist = std::make_unique<Dist>(c.env, c.device);
   return c;
+}
+
+double compute_peak_flops(const Compute& c) {
+  if (c.device_type != "cuda") return std::numeric_limits<double>::infinity();
+  std::vector<CudaDeviceInfo> gpus = cuda_device_infos();
+  const std::string name = c.env.local_rank < (int)gpus.size() ? gpus[c.env.local_rank].name : "";
+  double peak = peak_flops(name, gpus.empty() ? 0 : gpus[c.env.local_rank].multiprocessors);
+  log_info("GPU: %s, peak %s", name.c_str(),
+           std::isinf(peak) ? "FLOPS unknown (MFU shows 0)" : strprintf("%.1f TFLOPS (bf16)", peak / 1e12).c_str());
+  return peak;
 }
 
 }  // namespace nanochat

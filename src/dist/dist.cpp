@@ -125,4 +125,10 @@ void Dist::barrier() {
   backend_->barrier(opts)->wait();
 }
 
+bool dist_any_rank(Dist& dist, bool flag) {
+  torch::Tensor t = torch::tensor({(int64_t)flag}, torch::kLong).to(dist.device());
+  dist.all_reduce(t, ReduceOp::MAX);
+  return t.item<int64_t>() != 0;
+}
+
 }  // namespace nanochat

@@ -1,5 +1,5 @@
 // defines: calculator_use, calculator_float_repr
-// A recursive-descent evaluator for the calculator tool (spec §10.4) with Python's numeric
+// A recursive-descent evaluator for the calculator tool (upstream engine.py's use_calculator) with Python's numeric
 // semantics. Values are computed while parsing; any error (syntax, type, overflow, division
 // by zero) unwinds as CalcError and becomes nullopt.
 #include "nanochat/calculator.h"

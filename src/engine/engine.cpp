@@ -1,11 +1,14 @@
 // defines: engine_model_from_gpt, finish_reason_name, Engine
-// Engine.generate (spec §10.3): batch-1 prefill, cloned into N rows, then one decode step
-// per token column with per-row forced tokens, stop tokens and the calculator tool.
+// Engine.generate as upstream's engine.py: batch-1 prefill, cloned into N rows, then one
+// decode step per token column, where each row (its RowState) takes its forced or sampled
+// token, stops on its stop tokens, and runs the calculator tool on its own.
 #include "nanochat/engine.h"
 
 #include <algorithm>
 #include <deque>
 #include <numeric>
+#include <optional>
+#include <utility>
 #include <ATen/ATen.h>
 
 #include "nanochat/calculator.h"
@@ -51,8 +54,8 @@ Engine::Engine(EngineModel model, Tokenizer tokenizer) : model_(std::move(model)
 
 namespace {
 
-// RowState of §10.3, plus what the result needs
-struct Row {
+// upstream's RowState, plus what the result needs
+struct RowState {
   std::vector<int32_t> tokens;
   std::vector<uint8_t> mask;
   std::vector<float> logprobs;
@@ -64,6 +67,59 @@ struct Row {
   FinishReason finish = FinishReason::none;
   int32_t stop_token = -1;
 };
+
+// the calculator's special tokens, -1 where the tokenizer lacks them
+struct ToolTokens {
+  int32_t python_start, python_end, output_start, output_end;
+};
+
+// the tool state machine on a kept token: python_start opens an expression, python_end
+// evaluates it and queues <|output_start|> result <|output_end|> as forced tokens
+void row_tool_step(RowState& row, int32_t tok, const Tokenizer& tokenizer, const ToolTokens& t) {
+  if (t.python_start >= 0 && tok == t.python_start) {
+    row.in_python = true;
+    row.expr.clear();
+  } else if (tok == t.python_end && row.in_python) {
+    row.in_python = false;
+    if (!row.expr.empty()) {
+      std::optional<std::string> result = calculator_use(tokenizer.decode(row.expr));
+      if (result && t.output_start >= 0 && t.output_end >= 0) {
+        row.forced.push_back(t.output_start);
+        for (int32_t id : tokenizer.encode(*result)) row.forced.push_back(id);
+        row.forced.push_back(t.output_end);
+      }
+      row.expr.clear();
+    }
+  } else if (row.in_python) {
+    row.expr.push_back(tok);
+  }
+}
+
+// one token column of an unfinished row: its forced token if it has one, else `sampled`; a
+// stop token finishes the row (and is not kept), any other is kept, goes through the tool
+// (tools: null without the calculator), and may exhaust the row's budget. Returns the token
+// the row took and its mask (1 sampled, 0 forced).
+std::pair<int32_t, uint8_t> row_step(RowState& row, int32_t sampled, const Tokenizer& tokenizer,
+                                     const ToolTokens* tools) {
+  int32_t tok = sampled;
+  uint8_t m = 1;
+  if (!row.forced.empty()) {
+    tok = row.forced.front();
+    row.forced.pop_front();
+    m = 0;
+  }
+  row.generated++;
+  if (std::find(row.stops.begin(), row.stops.end(), tok) != row.stops.end()) {
+    row.finish = FinishReason::stop;
+    row.stop_token = tok;
+    return {tok, m};
+  }
+  row.tokens.push_back(tok);
+  row.mask.push_back(m);
+  if (tools) row_tool_step(row, tok, tokenizer, *tools);
+  if (row.generated >= row.max_tokens) row.finish = FinishReason::length;
+  return {tok, m};
+}
 
 torch::Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t rows, torch::Device device) {
   return torch::tensor(ids, torch::kLong).view({rows, -1}).to(device);
@@ -90,10 +146,10 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
            (long long)T, (long long)model_.sequence_len);
   }
 
-  std::vector<Row> rows(N);
+  std::vector<RowState> rows(N);
   int64_t longest = 0;
   for (int64_t r = 0; r < N; r++) {
-    Row& row = rows[r];
+    RowState& row = rows[r];
     row.tokens = prompt;
     row.mask.assign(T, 0);
     row.max_tokens = max_tokens;
@@ -115,7 +171,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
   GenerateResult res;
   res.prompt_len = T;
   auto finish_rows = [&]() {
-    for (Row& row : rows) {
+    for (RowState& row : rows) {
       res.tokens.push_back(std::move(row.tokens));
       res.masks.push_back(std::move(row.mask));
       res.logprobs.push_back(std::move(row.logprobs));
@@ -124,13 +180,14 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
     }
     return std::move(res);
   };
-  for (Row& row : rows)
+  for (RowState& row : rows)
     if (row.max_tokens == 0) row.finish = FinishReason::length;
   if (longest == 0) return finish_rows();
 
   torch::NoGradGuard no_grad;
   const torch::Device device = model_.device;
   at::Generator rng = gpt_make_generator(device, opt.seed);
+  const ToolTokens tools = {python_start_, python_end_, output_start_, output_end_};
 
   // prefill: batch 1; with several samples the prompt's cache is copied into every row
   std::vector<int64_t> prompt64(prompt.begin(), prompt.end());
@@ -147,7 +204,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
   std::vector<int64_t> batch_rows(N);  // decode batch index -> row
   std::iota(batch_rows.begin(), batch_rows.end(), 0);
   int64_t active = 0;
-  for (const Row& row : rows) active += row.finish == FinishReason::none;
+  for (const RowState& row : rows) active += row.finish == FinishReason::none;
 
   for (int64_t step = 0; active > 0; step++) {
     const int64_t B = (int64_t)batch_rows.size();
@@ -161,47 +218,12 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
     col.finished.assign(N, FinishReason::none);
     std::vector<int64_t> feed(B, 0);  // the tokens the rows actually take (forced or sampled)
     for (int64_t b = 0; b < B; b++) {
-      Row& row = rows[batch_rows[b]];
+      RowState& row = rows[batch_rows[b]];
       if (row.finish != FinishReason::none) continue;  // still in the batch, its token ignored
-      int32_t tok;
-      uint8_t m;
-      if (!row.forced.empty()) {
-        tok = row.forced.front();
-        row.forced.pop_front();
-        m = 0;
-      } else {
-        tok = (int32_t)sampled_ptr[b];
-        m = 1;
-      }
+      auto [tok, m] = row_step(row, (int32_t)sampled_ptr[b], tokenizer_, opt.use_calculator ? &tools : nullptr);
       feed[b] = tok;
       col.tokens[batch_rows[b]] = tok;
       col.masks[batch_rows[b]] = m;
-      row.generated++;
-      if (std::find(row.stops.begin(), row.stops.end(), tok) != row.stops.end()) {
-        row.finish = FinishReason::stop;
-        row.stop_token = tok;
-      } else {
-        row.tokens.push_back(tok);
-        row.mask.push_back(m);
-        if (opt.use_calculator && python_start_ >= 0 && tok == python_start_) {  // tool state machine
-          row.in_python = true;
-          row.expr.clear();
-        } else if (opt.use_calculator && tok == python_end_ && row.in_python) {
-          row.in_python = false;
-          if (!row.expr.empty()) {
-            std::optional<std::string> result = calculator_use(tokenizer_.decode(row.expr));
-            if (result && output_start_ >= 0 && output_end_ >= 0) {
-              row.forced.push_back(output_start_);
-              for (int32_t t : tokenizer_.encode(*result)) row.forced.push_back(t);
-              row.forced.push_back(output_end_);
-            }
-            row.expr.clear();
-          }
-        } else if (row.in_python) {
-          row.expr.push_back(tok);
-        }
-        if (row.generated >= row.max_tokens) row.finish = FinishReason::length;
-      }
       col.finished[batch_rows[b]] = row.finish;
       if (row.finish != FinishReason::none) active--;
     }
@@ -220,7 +242,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
     }
     res.steps = step + 1;
     if (on_column && !on_column(col)) {
-      for (Row& row : rows)
+      for (RowState& row : rows)
         if (row.finish == FinishReason::none) row.finish = FinishReason::cancelled;
       break;
     }

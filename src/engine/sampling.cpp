@@ -1,5 +1,5 @@
 // defines: engine_sample_next, engine_cache_select_rows
-// Sampling (spec §10.2, plus top-p) and dropping finished rows from a KV cache.
+// Sampling (upstream engine.py's sample_next_token, plus top-p) and dropping finished rows from a KV cache.
 #include "nanochat/engine.h"
 
 #include <algorithm>

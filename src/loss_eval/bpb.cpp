@@ -8,8 +8,14 @@
 #include <torch/torch.h>
 
 #include "nanochat/dist.h"
+#include "nanochat/tokenizer.h"
 
 namespace nanochat {
+
+torch::Tensor bpb_token_bytes(const Tokenizer& tok, torch::Device device) {
+  std::vector<int32_t> counts = tok.token_byte_counts();
+  return torch::tensor(std::vector<int64_t>(counts.begin(), counts.end()), torch::kLong).to(device);
+}
 
 void bpb_accumulate(BpbSums& sums, const torch::Tensor& loss, const torch::Tensor& targets,
                     const torch::Tensor& token_bytes) {

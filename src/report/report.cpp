@@ -1,4 +1,4 @@
-// The report card (spec §12): sections, header, summary. Formats follow upstream's
+// The report card (upstream's report.py): sections, header, summary. Formats follow upstream's
 // report.py so reports from both read the same.
 #include "nanochat/report.h"
 

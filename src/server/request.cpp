@@ -1,5 +1,5 @@
 // defines: kServerLimits, server_parse_chat_request, server_prompt_tokens
-// Request checking for both chat endpoints. Upstream's validate_chat_request (spec §11.1) in
+// Request checking for both chat endpoints. Upstream's validate_chat_request (chat_web.py) in
 // its order and words, plus what FastAPI/pydantic did for it (malformed JSON, wrong types),
 // plus the OpenAI fields. Nothing here touches a model: a bad request costs no worker.
 #include <cmath>
@@ -69,7 +69,7 @@ json message_content(const json& content, const std::string& role, size_t i) {
     }
     joined += part["text"].get<std::string>();
   }
-  if (tool_parts) return content;  // rendered part by part (spec §3.5)
+  if (tool_parts) return content;  // rendered part by part (as render_conversation)
   return joined;
 }
 
@@ -143,7 +143,7 @@ ChatRequest server_parse_chat_request(const std::string& body, bool openai, cons
       bad(strprintf("Message %zu has role %s but roles must alternate user, assistant, ... starting with user", i + !system_text.empty(),
                     out[i]["role"].get<std::string>().c_str()));
   }
-  if (!system_text.empty())  // spec §3.5: the system text is merged into the first user message
+  if (!system_text.empty())  // as render_conversation: the system text is merged into the first user message
     out[0]["content"] = system_text + "\n\n" + out[0]["content"].get<std::string>();
   r.messages = out;
 

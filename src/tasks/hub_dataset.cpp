@@ -2,7 +2,7 @@
 // listing -> shards -> manifest.json last, under one lock; rows kept as compact JSON.
 #include <unistd.h>
 
-#include "dataset/file_lock.h"
+#include "nanochat/common/file_lock.h"
 #include "nanochat/common/atomic_file.h"
 #include "nanochat/common/base_dir.h"
 #include "nanochat/common/env.h"

@@ -1,4 +1,4 @@
-// The task sets SFT and chat-eval use (spec §9.3, §9.5), built in one place.
+// The task sets SFT and chat-eval use (upstream's chat_sft.py, chat_eval.py), built in one place.
 #include "nanochat/common/error.h"
 #include "nanochat/tasks.h"
 

@@ -1,4 +1,4 @@
-// rustbpe's BPE training (spec §3.2). Unique pieces become "words" (their bytes as ids) with
+// rustbpe's BPE training (RustBPETokenizer.train_from_iterator). Unique pieces become "words" (their bytes as ids) with
 // a count. Every adjacent pair's count is the sum of the counts of the words it occurs in.
 // A max-heap orders pairs by (count desc, pair asc); entries are refreshed lazily, which is
 // exact because after a pair's creation its count only ever goes down. Merging a pair

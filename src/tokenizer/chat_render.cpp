@@ -1,4 +1,4 @@
-// nanochat's chat format (spec §3.5): special tokens around each turn, no separators, and a
+// nanochat's chat format (upstream's render_conversation): special tokens around each turn, no separators, and a
 // mask that trains only on what the assistant writes itself.
 #include "nanochat/common/error.h"
 #include "nanochat/tokenizer.h"

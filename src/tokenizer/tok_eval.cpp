@@ -1,4 +1,4 @@
-// Tokenizer evaluation (spec §3.6): bytes per token of each text for our tokenizer and for
+// Tokenizer evaluation (upstream's scripts/tok_eval.py): bytes per token of each text for our tokenizer and for
 // comparison tokenizers, with the relative difference. The built-in samples were written
 // for this project.
 #include "nanochat/common/error.h"

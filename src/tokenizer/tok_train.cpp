@@ -1,4 +1,4 @@
-// tok-train's driver (spec §3.2): documents from the train split, each cropped to doc_cap
+// tok-train's driver (upstream's scripts/tok_train.py): documents from the train split, each cropped to doc_cap
 // characters, until just past max_chars characters; counted in buffers of 8192 documents
 // (memory holds one buffer plus the unique pieces), then merged.
 #include <algorithm>

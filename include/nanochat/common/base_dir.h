@@ -1,5 +1,5 @@
 // defines: base_dir, free_disk_bytes, expand_home
-// Where every artifact lives: $NANOCHAT_BASE_DIR, default ~/.cache/nanochat (spec §0.3).
+// Where every artifact lives: $NANOCHAT_BASE_DIR, default ~/.cache/nanochat (as upstream's get_base_dir).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,7 +1,7 @@
 // defines: device_autodetect, device_from_name, compute_dtype_detect, dtype_name,
 //          seed_everything, cpu_threads_setup, host_info, cuda_device_infos,
 //          device_synchronize, device_peak_memory_bytes
-// The device and precision policy of spec §0.4/§0.5, in one place.
+// The device and precision policy of upstream's common.py (compute_init, COMPUTE_DTYPE), in one place.
 #pragma once
 #include <cstdint>
 #include <string>

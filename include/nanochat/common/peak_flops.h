@@ -1,5 +1,5 @@
 // defines: peak_flops, peak_bandwidth
-// Nominal dense BF16 FLOPS and memory bandwidth of an accelerator by its name (spec §0.6),
+// Nominal dense BF16 FLOPS and memory bandwidth of an accelerator by its name (upstream's common.get_peak_flops table),
 // for MFU and the inference benchmark. The name is lower-cased; the first pattern whose
 // words all appear wins; an unknown device gives +inf (so MFU shows 0).
 #pragma once

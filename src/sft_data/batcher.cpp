@@ -1,9 +1,10 @@
-// SFT batches (spec §9.3, upstream's sft_data_generator_bos_bestfit), rank-strided and
+// defines: SftBatcher, sft_batcher_state_to_json, sft_batcher_state_from_json, sft_masked_mean
+// SFT batches as upstream chat_sft.py's sft_data_generator_bos_bestfit: rank-strided and
 // best-fit packed, with BOS padding where upstream pads.
 #include <torch/torch.h>
 
 #include "nanochat/common/error.h"
-#include "nanochat/sft.h"
+#include "nanochat/sft_data.h"
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {

@@ -1,8 +1,8 @@
 // defines: SftBatch, SftBatcherState, SftBatcher, sft_batcher_state_to_json,
-//          sft_batcher_state_from_json, sft_masked_mean, SftOptions, sft_mixture, sft_run
-// Supervised fine-tuning (spec §9.3): the base model learns the chat format, the calculator
-// tool and to answer, on a shuffled mixture of conversations. SftBatcher is upstream's
-// sft_data_generator_bos_bestfit: each rank walks the mixture with stride W, conversations
+//          sft_batcher_state_from_json, sft_masked_mean, sft_mixture
+// The data of supervised fine-tuning (the sft subcommand): the base model learns the chat
+// format, the calculator tool and to answer, on a shuffled mixture of conversations.
+// SftBatcher is upstream's sft_data_generator_bos_bestfit: each rank walks the mixture with stride W, conversations
 // are rendered with their loss masks and packed best-fit into rows of T+1 tokens; when
 // nothing fits, the row is padded with BOS (masked) instead of cropping a conversation.
 // Its state (cursor, counts, the dataset indices in the buffer) makes a resumed run pack
@@ -73,34 +73,9 @@ SftBatcherState sft_batcher_state_from_json(const nlohmann::json& j, int64_t dat
 // when every target of the batch is masked (upstream issue #590)
 torch::Tensor sft_masked_mean(const torch::Tensor& losses, const torch::Tensor& targets);
 
-struct SftOptions {
-  std::string run = "dummy";
-  std::string device_type;
-  std::string model_tag;           // the base checkpoint (and the SFT output tag); "" = largest
-  int64_t model_step = -1;
-  bool load_optimizer = true;      // warm-start the optimizer from the base run's state
-  int64_t num_iterations = -1;     // -1: one epoch of the mixture
-  int64_t max_seq_len = -1, device_batch_size = -1, total_batch_size = -1;  // -1: inherit from base
-  double embedding_lr = -1, unembedding_lr = -1, matrix_lr = -1;            // -1: inherit from base
-  double init_lr_frac = 0.8, warmup_ratio = 0.0, warmdown_ratio = 0.5, final_lr_frac = 0.0;
-  int64_t eval_every = 200, eval_tokens = 40 * 524288;
-  int64_t chatcore_every = 200, chatcore_max_cat = -1, chatcore_max_sample = 24;
-  int mmlu_epochs = 3, gsm8k_epochs = 4;
-  std::string identity_path;       // CustomJSON conversations added identity_epochs times
-  int identity_epochs = 2;
-  // "chat": upstream's SmolTalk + MMLU + GSM8K (`nanochat download tasks`); "spelling": the
-  // historical SimpleSpelling + SpellingBee (+ identity), which need no download (wamerican)
-  std::string mixture = "chat";
-  // checkpoints every N steps (-1: only at the end); resume from a step of this run's tag
-  // (-1: fresh) or from its last complete checkpoint
-  int64_t save_every = -1, resume_from_step = -1;
-  bool resume_latest = false;
-  std::vector<std::string> argv;
-};
-
-// the train or val mixture of opts.mixture
-TaskPtr sft_mixture(const SftOptions& opts, const std::string& split);
-
-int sft_run(const SftOptions& opts);
+// the train or val conversations of a mixture: "chat" is upstream's SmolTalk + MMLU + GSM8K
+// (tasks_sft_mixture, after `nanochat download tasks`); "spelling" the historical
+// SimpleSpelling + SpellingBee (+ identity), which need no download (wamerican)
+TaskPtr sft_mixture(const std::string& mixture, const std::string& split, const SftMixtureOptions& mix);
 
 }  // namespace nanochat

@@ -1,6 +1,7 @@
 // defines: RlRollout, rl_rollout_batch, rl_policy_gradient_loss, rl_pass_at_k_counts,
-//          rl_rollout_seed, RlOptions, rl_run
-// RL on GSM8K (spec §9.4): upstream's simplified GRPO, in effect REINFORCE with a mean
+//          rl_rollout_seed
+// The arithmetic of RL on GSM8K (the rl subcommand), as upstream's scripts/chat_rl.py: a
+// simplified GRPO, in effect REINFORCE with a mean
 // baseline. For each training problem the current model samples num_samples completions;
 // each is scored by the task's reward, advantage = reward - mean reward (no division by σ),
 // and the loss is minus the sum of log p(sampled token) x advantage over the sampled tokens,
@@ -40,23 +41,5 @@ std::vector<int64_t> rl_pass_at_k_counts(const std::vector<std::vector<bool>>& o
 
 // upstream's rollout seed: hash((step, example_idx, sampling_step)) & 0x7FFFFFFF (CPython)
 uint64_t rl_rollout_seed(int64_t step, int64_t example_idx, int64_t sampling_step);
-
-struct RlOptions {
-  std::string run = "dummy";
-  std::string device_type;
-  std::string model_tag;  // the SFT checkpoint (and the RL output tag); "" = largest
-  int64_t model_step = -1;
-  int64_t num_epochs = 1;
-  int64_t num_steps = -1;  // -1: num_epochs x (GSM8K train problems / examples_per_step)
-  int64_t device_batch_size = 8, examples_per_step = 16, num_samples = 16, max_new_tokens = 256;
-  double temperature = 1.0;
-  int64_t top_k = 50;
-  double embedding_lr = 0.2, unembedding_lr = 0.004, matrix_lr = 0.02, weight_decay = 0.0;
-  double init_lr_frac = 0.05;
-  int64_t eval_every = 60, eval_examples = 400, save_every = 60;
-  std::vector<std::string> argv;
-};
-
-int rl_run(const RlOptions& opts);
 
 }  // namespace nanochat

@@ -1,5 +1,7 @@
-// chat-eval (spec §9.5): pass@n for generative tasks, letter logits for categorical ones.
-#include "nanochat/chat_eval.h"
+// defines: task_eval_sample_outcomes, task_eval_baseline, task_evaluate
+// pass@n for generative tasks, letter logits for categorical ones (upstream chat_eval.py's
+// run_generative_eval and run_categorical_eval).
+#include "nanochat/task_eval.h"
 
 #include <algorithm>
 #include <cmath>
@@ -13,7 +15,7 @@
 
 namespace nanochat {
 
-std::vector<bool> chat_eval_sample_outcomes(const Engine& engine, const Task& task, const nlohmann::json& conversation,
+std::vector<bool> task_eval_sample_outcomes(const Engine& engine, const Task& task, const nlohmann::json& conversation,
                                             const GenerateOptions& options) {
   GenerateResult r = engine.generate_batch(render_for_completion(engine.tokenizer(), conversation), options);
   std::vector<bool> outcomes;
@@ -24,9 +26,7 @@ std::vector<bool> chat_eval_sample_outcomes(const Engine& engine, const Task& ta
 
 namespace {
 
-const std::vector<std::string> kChatCoreTasks = {"ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval"};
-
-int64_t problem_count(const Task& task, const ChatEvalOptions& o) {
+int64_t problem_count(const Task& task, const TaskEvalOptions& o) {
   return o.max_problems > 0 ? std::min(task.size(), o.max_problems) : task.size();
 }
 
@@ -37,7 +37,7 @@ int32_t letter_token(const Tokenizer& tok, const std::string& letter) {
   return ids[0];
 }
 
-std::pair<int64_t, int64_t> eval_generative(GPT& model, const Tokenizer& tok, const Task& task, const ChatEvalOptions& o,
+std::pair<int64_t, int64_t> eval_generative(GPT& model, const Tokenizer& tok, const Task& task, const TaskEvalOptions& o,
                                             int rank, int world, Progress& progress) {
   Engine engine(model, tok);
   GenerateOptions go;
@@ -48,7 +48,7 @@ std::pair<int64_t, int64_t> eval_generative(GPT& model, const Tokenizer& tok, co
   go.seed = o.seed;
   int64_t passed = 0, total = 0;
   for (int64_t i = rank; i < problem_count(task, o); i += world) {
-    std::vector<bool> outcomes = chat_eval_sample_outcomes(engine, task, task.at(i), go);
+    std::vector<bool> outcomes = task_eval_sample_outcomes(engine, task, task.at(i), go);
     passed += std::find(outcomes.begin(), outcomes.end(), true) != outcomes.end();
     total++;
     progress.update(world);
@@ -56,7 +56,7 @@ std::pair<int64_t, int64_t> eval_generative(GPT& model, const Tokenizer& tok, co
   return {passed, total};
 }
 
-std::pair<int64_t, int64_t> eval_categorical(GPT& model, const Tokenizer& tok, const Task& task, const ChatEvalOptions& o,
+std::pair<int64_t, int64_t> eval_categorical(GPT& model, const Tokenizer& tok, const Task& task, const TaskEvalOptions& o,
                                              int rank, int world, Progress& progress) {
   torch::NoGradGuard no_grad;
   const int64_t n = problem_count(task, o), bs = std::max<int64_t>(1, o.batch_size);
@@ -96,11 +96,11 @@ std::pair<int64_t, int64_t> eval_categorical(GPT& model, const Tokenizer& tok, c
 
 }  // namespace
 
-double chat_eval_baseline(const std::string& name) {
+double task_eval_baseline(const std::string& name) {
   return name == "ARC-Easy" || name == "ARC-Challenge" || name == "MMLU" ? 0.25 : 0.0;
 }
 
-ChatTaskResult chat_eval_task(GPT& model, const Tokenizer& tok, const Task& task, const ChatEvalOptions& o, Dist* dist) {
+TaskEvalResult task_evaluate(GPT& model, const Tokenizer& tok, const Task& task, const TaskEvalOptions& o, Dist* dist) {
   const int rank = dist ? dist->rank() : 0, world = dist ? dist->world_size() : 1;
   Progress progress(task.name(), o.progress ? problem_count(task, o) : 0, "problems");
   std::pair<int64_t, int64_t> counts;
@@ -117,51 +117,14 @@ ChatTaskResult chat_eval_task(GPT& model, const Tokenizer& tok, const Task& task
     t = t.cpu();
     counts = {t[0].item<int64_t>(), t[1].item<int64_t>()};
   }
-  ChatTaskResult r;
+  TaskEvalResult r;
   r.name = task.name();
   r.passed = counts.first;
   r.total = counts.second;
   r.accuracy = r.total ? (double)r.passed / (double)r.total : 0.0;
-  r.baseline = chat_eval_baseline(r.name);
+  r.baseline = task_eval_baseline(r.name);
   r.centered = (r.accuracy - r.baseline) / (1.0 - r.baseline);
   return r;
-}
-
-ChatEvalResult chat_eval_run(GPT& model, const Tokenizer& tok, std::vector<std::string> names, const ChatEvalOptions& o,
-                             Dist* dist) {
-  if (names.empty()) names = kChatCoreTasks;
-  model->eval();
-  ChatEvalResult out;
-  for (const std::string& name : names) {
-    TaskPtr task = task_for_eval(name);
-    out.tasks.push_back(chat_eval_task(model, tok, *task, o, dist));
-    const ChatTaskResult& r = out.tasks.back();
-    log_info("%s accuracy: %.2f%% (%lld/%lld)", r.name.c_str(), 100 * r.accuracy, (long long)r.passed, (long long)r.total);
-  }
-  auto mean_centered = [&](size_t first, size_t count) {
-    double sum = 0;
-    for (size_t k = first; k < first + count; k++) {
-      const ChatTaskResult* found = nullptr;
-      for (const auto& r : out.tasks)
-        if (r.name == kChatCoreTasks[k]) found = &r;
-      if (!found) return (double)NAN;
-      sum += found->centered;
-    }
-    return sum / (double)count;
-  };
-  out.chatcore = mean_centered(0, 5);
-  out.chatcore_cat = mean_centered(0, 3);
-  return out;
-}
-
-nlohmann::ordered_json chat_eval_json(const ChatEvalResult& r) {
-  nlohmann::ordered_json j;
-  for (const auto& t : r.tasks)
-    j["tasks"].push_back({{"name", t.name}, {"passed", t.passed}, {"total", t.total}, {"accuracy", t.accuracy},
-                          {"baseline", t.baseline}, {"centered", t.centered}});
-  j["chatcore"] = std::isnan(r.chatcore) ? nlohmann::ordered_json() : nlohmann::ordered_json(r.chatcore);
-  j["chatcore_cat"] = std::isnan(r.chatcore_cat) ? nlohmann::ordered_json() : nlohmann::ordered_json(r.chatcore_cat);
-  return j;
 }
 
 }  // namespace nanochat

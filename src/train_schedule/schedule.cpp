@@ -1,4 +1,4 @@
-// The scaling rules and schedules of spec §6.3/§6.4, term by term as upstream writes them.
+// The scaling rules and schedules of upstream's base_train.py and chat_sft.py, term by term as upstream writes them.
 #include "nanochat/train_schedule.h"
 
 #include <algorithm>

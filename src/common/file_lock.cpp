@@ -1,4 +1,4 @@
-#include "file_lock.h"
+#include "nanochat/common/file_lock.h"
 
 #include <cerrno>
 #include <cstring>

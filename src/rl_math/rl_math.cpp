@@ -1,4 +1,5 @@
-// The arithmetic of RL (spec §9.4): rollouts into padded, masked batches with advantages,
+// defines: rl_rollout_batch, rl_policy_gradient_loss, rl_pass_at_k_counts, rl_rollout_seed
+// The arithmetic of RL, as upstream's chat_rl.py: rollouts into padded, masked batches with advantages,
 // the token-normalised policy-gradient loss, pass@k counts and upstream's rollout seeds.
 #include <algorithm>
 
@@ -6,7 +7,7 @@
 
 #include "nanochat/common/error.h"
 #include "nanochat/py_random.h"
-#include "nanochat/rl.h"
+#include "nanochat/rl_math.h"
 
 namespace nanochat {
 
