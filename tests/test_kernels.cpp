@@ -320,15 +320,18 @@ TEST(Fp8Linear, ModelFilterAndTheEvalGuard) {
 }
 
 // 30 steps of a d2 model on a fixed batch, with and without FP8: the FP8 losses stay within
-// kTolerance (absolute, nats) of the fp32 ones at every step
+// kTolerance (absolute, nats) of the fp32 ones at every step. The learning rates are a tenth
+// of the defaults: at full rates a fixed batch is memorised within ten steps, chaotically
+// enough that two fp32 runs differing in the last bit of one sum part ways too.
 TEST(Fp8Linear, D2TrainingTracksTheRunWithoutFp8) {
-  constexpr double kTolerance = 0.1;
+  constexpr double kTolerance = 0.03;
   auto run = [](bool fp8) {
     GPTConfig c = gpt_config_from_depth(2, 512, 64, "L", 64, 64);
     GPT model(c);
     gpt_init_weights(model, 42);
     gpt_set_fp8(model, fp8);
-    MuonAdamW opt(optim_param_groups_gpt(gpt_named_parameters(model), c.n_embd), nullptr, torch::kFloat);
+    MuonAdamW opt(optim_param_groups_gpt(gpt_named_parameters(model), c.n_embd, 0.0004, 0.02, 0.002, 0.0, 0.05),
+                  nullptr, torch::kFloat);
     torch::manual_seed(10);
     Tensor x = torch::randint(512, {8, 64}, torch::kLong), y = torch::roll(x, -1, 1);
     std::vector<double> losses;
@@ -343,5 +346,11 @@ TEST(Fp8Linear, D2TrainingTracksTheRunWithoutFp8) {
   };
   std::vector<double> base = run(false), fp8 = run(true);
   EXPECT_LT(base.back(), base.front() - 1.0) << "the run must learn for the comparison to mean anything";
-  for (size_t i = 0; i < base.size(); i++) EXPECT_NEAR(fp8[i], base[i], kTolerance) << "step " << i;
+  double worst = 0;
+  for (size_t i = 0; i < base.size(); i++) {
+    EXPECT_NEAR(fp8[i], base[i], kTolerance) << "step " << i;
+    worst = std::max(worst, std::abs(fp8[i] - base[i]));
+  }
+  std::printf("d2, 30 steps: loss %.4f -> %.4f without FP8, %.4f with; largest gap %.4f\n", base.front(), base.back(),
+              fp8.back(), worst);
 }

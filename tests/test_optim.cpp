@@ -54,9 +54,9 @@ static std::vector<T> to_vec(const torch::Tensor& t) {
 }
 
 template <typename T>
-static void run_adamw_vs_plain(torch::ScalarType dtype) {
+static void run_adamw_vs_plain(torch::ScalarType dtype, std::vector<int64_t> shape = {7, 13}) {
   const double lr = 0.05, b1 = 0.8, b2 = 0.95, eps = 1e-10, wd = 0.1;
-  torch::Tensor p = randn({7, 13}, 1, dtype);
+  torch::Tensor p = randn(shape, 1, dtype);
   std::vector<T> rp = to_vec<T>(p), rm(p.numel(), T(0)), rv(p.numel(), T(0));
   OptimGroup grp;
   grp.name = "test";
@@ -67,7 +67,7 @@ static void run_adamw_vs_plain(torch::ScalarType dtype) {
   grp.weight_decay = wd;
   MuonAdamW opt({grp});
   for (int step = 1; step <= 6; step++) {
-    torch::Tensor g = randn({7, 13}, 100 + step, dtype);
+    torch::Tensor g = randn(shape, 100 + step, dtype);
     p.mutable_grad() = g;
     opt.step();
     plain_adamw<T>(rp, rm, rv, to_vec<float>(g.to(torch::kFloat)), step, lr, b1, b2, eps, wd);
@@ -89,6 +89,11 @@ static void run_adamw_vs_plain(torch::ScalarType dtype) {
 
 TEST(AdamW, MatchesPlainLoopFp32) { run_adamw_vs_plain<float>(torch::kFloat); }
 TEST(AdamW, MatchesPlainLoopBf16) { run_adamw_vs_plain<c10::BFloat16>(torch::kBFloat16); }
+// the fused kernel's blocks of 4096 and its vector tail (12297 = 3 blocks + 9 elements)
+TEST(AdamW, MatchesPlainLoopAcrossKernelBlocks) {
+  run_adamw_vs_plain<float>(torch::kFloat, {3, 4099});
+  run_adamw_vs_plain<c10::BFloat16>(torch::kBFloat16, {3, 4099});
+}
 
 TEST(AdamW, MatchesLibTorchAdamW) {
   // torch's AdamW has the same math (decoupled decay first, bias-corrected denominator);

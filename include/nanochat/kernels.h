@@ -1,7 +1,7 @@
 // defines: kernels_enabled, kernels_linear_softcap_ce, kernels_linear_softcap_ce_mean, kernels_mlp_relu_square,
 //          kernels_rotary_norm, kernels_linear_softcap_ce_reference, kernels_linear_softcap_ce_mean_reference,
 //          kernels_mlp_relu_square_reference, kernels_rotary_norm_reference,
-//          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm
+//          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm, kernels_adamw_step
 // The kernels module: the model's fused hot paths. Each op is an autograd function with a
 // CPU kernel (at::parallel_for + at::vec, one pass over memory), a CUDA kernel (.cu) and a
 // plain ATen composition -- the `_reference` twin -- that the tests compare both against.
@@ -61,5 +61,14 @@ std::pair<torch::Tensor, torch::Tensor> kernels_fp8_quantize(const torch::Tensor
 // products through an fp32 GEMM on the CPU
 torch::Tensor kernels_fp8_mm(const torch::Tensor& a8, const torch::Tensor& b8, const torch::Tensor& a_inv,
                              const torch::Tensor& b_inv, at::ScalarType out_dtype, bool use_fast_accum);
+
+// AdamW's update of one param in one pass (upstream's compiled adamw_step_fused): p, grad,
+// exp_avg and exp_avg_sq contiguous and of one dtype (fp32, or bf16 as wte's), fp32 math, the
+// same bits as optim_adamw_step's ATen composition, which is its reference. Returns false
+// (and does nothing) where the tensors do not qualify or kernels are off: the caller then
+// runs the composition.
+bool kernels_adamw_step(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg,
+                        torch::Tensor& exp_avg_sq, int64_t step, double lr, double beta1, double beta2, double eps,
+                        double weight_decay);
 
 }  // namespace nanochat

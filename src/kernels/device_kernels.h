@@ -1,6 +1,6 @@
 // defines: softcap_ce_forward_cpu/_cuda, softcap_ce_backward_cpu/_cuda, softcap_ce_forward_backward_cpu,
 //          relu_square_forward_cpu/_cuda, relu_square_backward_cpu/_cuda,
-//          rotary_norm_forward_cpu/_cuda, rotary_norm_backward_cpu/_cuda
+//          rotary_norm_forward_cpu/_cuda, rotary_norm_backward_cpu/_cuda, adamw_step_cpu/_cuda
 // The element-wise and row-wise device kernels behind the autograd functions of kernels.h.
 // Matmuls stay in the autograd functions (at::mm on whatever device); these do the passes
 // over memory between them. Every tensor argument is contiguous unless said otherwise;
@@ -54,5 +54,12 @@ torch::Tensor rotary_norm_backward_cpu(const torch::Tensor& dy, const torch::Ten
 torch::Tensor rotary_norm_backward_cuda(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& rstd,
                                         const torch::Tensor& cos, const torch::Tensor& sin, int64_t T, int64_t H,
                                         double scale);
+
+// AdamW's update of one tensor in place (kernels_adamw_step): p, grad, exp_avg, exp_avg_sq
+// contiguous, of one dtype (fp32 or bf16); the scalars as optim_adamw_step rounds them to fp32
+void adamw_step_cpu(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+                    float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2);
+void adamw_step_cuda(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+                     float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2);
 
 }  // namespace nanochat

@@ -1,6 +1,6 @@
 // defines: the CUDA kernels of the kernels module and their launchers (kernels_cuda_launch.h):
 //          softcap cross-entropy forward/backward, relu^2 forward/backward, rotary+norm
-//          forward/backward
+//          forward/backward, AdamW
 // Plain CUDA, no torch headers: nvcc compiles this file alone in seconds. Every kernel reads
 // the compute dtype (fp32, bf16, fp16), does its math in fp32 and rounds once on the store.
 // Row kernels (softcap CE) use one block per row sized to the row; the element-wise ones
@@ -209,6 +209,27 @@ __global__ void relu_square_backward_kernel(const T* __restrict__ h, T* __restri
     dy[i] = from_f32<T>(2.f * relu_f(to_f32(h[i])) * to_f32(dy[i]));
 }
 
+// ---- AdamW -------------------------------------------------------------------------------
+// one element per thread (grid-stride), fp32 math in optim_adamw_step's order: decay, the two
+// lerps (ATen's formula), sqrt(v/bias2) + eps, then p - step_size * m/denom as an fma
+__device__ __forceinline__ float lerp_f(float a, float b, float w) {
+  return w < 0.5f ? fmaf(w, b - a, a) : fmaf(w - 1.0f, b - a, b);
+}
+
+template <typename T>
+__global__ void adamw_step_kernel(T* __restrict__ p, const T* __restrict__ g, T* __restrict__ m, T* __restrict__ v,
+                                  int64_t n, float decay, float w1, float w2, float step_size, float bias2, float eps) {
+  const int64_t start = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = start; i < n; i += stride) {
+    const float gi = to_f32(g[i]);
+    const float mi = lerp_f(to_f32(m[i]), gi, w1), vi = lerp_f(to_f32(v[i]), gi * gi, w2);
+    const float pi = fmaf(-step_size, mi / (sqrtf(vi / bias2) + eps), to_f32(p[i]) * decay);
+    p[i] = from_f32<T>(pi);
+    m[i] = from_f32<T>(mi);
+    v[i] = from_f32<T>(vi);
+  }
+}
+
 // ---- rotary + rms norm -------------------------------------------------------------------
 // One warp per row of D <= 256: lane l owns the pairs i = l, l+32, ... (< D/2), each pair
 // being (x[i], x[i + D/2]), so the row stays in registers between the reduce and the store.
@@ -408,6 +429,19 @@ cudaError_t kernels_launch_rotary_norm_backward(const void* dy, const void* y, c
     rotary_norm_backward_kernel<E><<<blocks, 32 * rot_warps_per_block, 0, stream>>>(
         static_cast<const E*>(dy), static_cast<const E*>(y), rstd, static_cast<const E*>(cos),
         static_cast<const E*>(sin), static_cast<E*>(dx), R, (int)D, T, H, scale);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t kernels_launch_adamw_step(void* p, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+                                     float lr, float beta1, float beta2, float eps, float weight_decay, float bias1,
+                                     float bias2, kernels_dtype dtype, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  return with_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    adamw_step_kernel<T><<<elementwise_blocks(n), 256, 0, stream>>>(
+        static_cast<T*>(p), static_cast<const T*>(grad), static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq), n,
+        1.0f - lr * weight_decay, 1.0f - beta1, 1.0f - beta2, lr / bias1, bias2, eps);
     return cudaGetLastError();
   });
 }

@@ -1,5 +1,5 @@
 // defines: softcap_ce_forward_cuda, softcap_ce_backward_cuda, relu_square_forward_cuda,
-//          relu_square_backward_cuda, rotary_norm_forward_cuda, rotary_norm_backward_cuda
+//          relu_square_backward_cuda, rotary_norm_forward_cuda, rotary_norm_backward_cuda, adamw_step_cuda
 // CUDA-only (compiled when the LibTorch found has CUDA): the torch side of the kernels in
 // kernels.cu. Checks what the raw-pointer launchers cannot (device, dtype, contiguity, sizes),
 // allocates the outputs on the input's device and launches on its current stream.
@@ -188,6 +188,21 @@ Tensor rotary_norm_backward_cuda(const Tensor& dy, const Tensor& y, const Tensor
                                                    stream_of(y)),
                where);
   return dx;
+}
+
+void adamw_step_cuda(Tensor& p, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, float lr, float beta1,
+                     float beta2, float eps, float weight_decay, float bias1, float bias2) {
+  const char* where = "adamw_step_cuda";
+  const kernels_dtype dt = cuda_dtype(p, where);
+  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&p, "p"}, {&grad, "grad"}, {&exp_avg, "exp_avg"},
+                         {&exp_avg_sq, "exp_avg_sq"}}) {
+    check_cuda(*t, name, p.scalar_type(), p.device(), where);
+    if (t->numel() != p.numel()) fail("%s: %s has %lld elements, p %lld", where, name, (long long)t->numel(), (long long)p.numel());
+  }
+  const c10::cuda::CUDAGuard guard(p.device());
+  check_launch(kernels_launch_adamw_step(p.data_ptr(), grad.data_ptr(), exp_avg.data_ptr(), exp_avg_sq.data_ptr(),
+                                         p.numel(), lr, beta1, beta2, eps, weight_decay, bias1, bias2, dt, stream_of(p)),
+               where);
 }
 
 }  // namespace nanochat

@@ -1,6 +1,7 @@
 // defines: kernels_dtype, kernels_launch_softcap_ce_forward, kernels_launch_softcap_ce_backward,
 //          kernels_launch_relu_square_forward, kernels_launch_relu_square_backward,
-//          kernels_launch_rotary_norm_forward, kernels_launch_rotary_norm_backward
+//          kernels_launch_rotary_norm_forward, kernels_launch_rotary_norm_backward,
+//          kernels_launch_adamw_step
 // The launchers of the CUDA kernels in kernels.cu: raw pointers, sizes, a dtype tag and a
 // stream, no torch, so that kernels.cu compiles with nvcc alone. kernels_cuda.cpp checks the
 // tensors and calls these. Every pointer is to contiguous device memory; the "compute dtype"
@@ -48,5 +49,10 @@ cudaError_t kernels_launch_rotary_norm_backward(const void* dy, const void* y, c
                                                 const void* cos, const void* sin, void* dx, int64_t R,
                                                 int64_t D, int64_t T, int64_t H, float scale,
                                                 kernels_dtype dtype, cudaStream_t stream);
+
+// AdamW's update in place over n elements (all four arrays of `dtype`), as adamw_step_cpu
+cudaError_t kernels_launch_adamw_step(void* p, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
+                                     float lr, float beta1, float beta2, float eps, float weight_decay, float bias1,
+                                     float bias2, kernels_dtype dtype, cudaStream_t stream);
 
 }  // namespace nanochat

@@ -35,4 +35,9 @@ torch::Tensor rotary_norm_backward_cuda(const torch::Tensor&, const torch::Tenso
   fail_no_cuda("rotary_norm_backward_cuda");
 }
 
+void adamw_step_cuda(torch::Tensor&, const torch::Tensor&, torch::Tensor&, torch::Tensor&, float, float, float, float,
+                     float, float, float) {
+  fail_no_cuda("adamw_step_cuda");
+}
+
 }  // namespace nanochat

@@ -8,11 +8,15 @@
 #include <cmath>
 #include <torch/torch.h>
 
+#include "nanochat/kernels.h"
+
 namespace nanochat {
 
 void optim_adamw_step(torch::Tensor p, const torch::Tensor& grad, torch::Tensor exp_avg,
                       torch::Tensor exp_avg_sq, int64_t step, double lr, double beta1,
                       double beta2, double eps, double weight_decay) {
+  if (kernels_adamw_step(p, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay)) return;
+  // the ATen composition: the fused kernel's reference, and the path for what it does not take
   const float lr_f = (float)lr, b1 = (float)beta1, b2 = (float)beta2, eps_f = (float)eps,
               wd_f = (float)weight_decay, step_f = (float)step;
   // .to(kFloat) is the tensor itself for fp32 (in place, like upstream's p.float())
