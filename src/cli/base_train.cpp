@@ -7,7 +7,9 @@
 // rank's loader state), and stoppable: SIGINT/SIGTERM finish the step, save, and exit 0
 // with the command that resumes. Every step and eval is one line of metrics.jsonl.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
+#include <deque>
 #include <optional>
 
 #include <torch/torch.h>
@@ -16,6 +18,7 @@
 #include "nanochat/checkpoint.h"
 #include "nanochat/checkpoint_gpt.h"
 #include "nanochat/common.h"
+#include "nanochat/common/deferred_readback.h"
 #include "nanochat/common/metrics_log.h"
 #include "nanochat/common/stop_signal.h"
 #include "nanochat/compute.h"
@@ -38,7 +41,7 @@ struct BaseTrainFlags {
   // upstream's names and defaults
   std::string run = "dummy";  // a name recorded in metrics.jsonl (no wandb)
   std::string device_type;    // "" autodetect, cuda, cpu
-  bool fp8 = false;           // accepted; FP8 is not implemented yet (warns, trains in bf16)
+  bool fp8 = false;           // FP8 training on CUDA sm89+ (tensorwise); elsewhere a warning
   std::string fp8_recipe = "tensorwise";
   int64_t depth = 20, aspect_ratio = 64, head_dim = 128, max_seq_len = 2048;
   std::string window_pattern = "SSSL";
@@ -46,6 +49,7 @@ struct BaseTrainFlags {
   double target_flops = -1.0;
   double target_param_data_ratio = 12.0;
   int64_t device_batch_size = 32, total_batch_size = -1;
+  bool device_batch_size_given = false;  // else on a GPU: the largest power of two <= 32 that fits
   double embedding_lr = 0.3, unembedding_lr = 0.008, weight_decay = 0.28, matrix_lr = 0.02,
          scalar_lr = 0.5;
   int64_t warmup_steps = 40;
@@ -85,7 +89,8 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   opt("--run", o.run, "run name, recorded in <checkpoint dir>/metrics.jsonl (there is no wandb: "
                       "every step and eval is logged to that local file instead)");
   opt("--device-type", o.device_type, "cuda or cpu (empty: autodetect)")->check(CLI::IsMember({"", "cuda", "cpu"}));
-  sub->add_flag("--fp8", o.fp8, "FP8 training (not implemented yet: warns and trains in the compute dtype)");
+  sub->add_flag("--fp8", o.fp8, "FP8 training of the blocks' matmuls (CUDA, compute capability 8.9+; "
+                                "evaluation and sampling stay in the compute dtype)");
   opt("--fp8-recipe", o.fp8_recipe, "tensorwise or rowwise")->check(CLI::IsMember({"tensorwise", "rowwise"}));
   opt("--depth", o.depth, "number of layers; width, heads, batch and learning rates derive from it")
       ->check(CLI::Range(1, 1024));
@@ -97,7 +102,9 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   opt("--num-iterations", o.num_iterations, "optimizer steps (-1: from --target-flops or the data ratio)");
   opt("--target-flops", o.target_flops, "training FLOPs to spend (-1: off)");
   opt("--target-param-data-ratio", o.target_param_data_ratio, "tokens per scaling parameter (-1: off)");
-  opt("--device-batch-size", o.device_batch_size, "rows per rank per micro-step")->check(CLI::PositiveNumber);
+  opt("--device-batch-size", o.device_batch_size, "rows per rank per micro-step (on a GPU, by default the "
+                                                   "largest power of two up to 32 that fits its memory)")
+      ->check(CLI::PositiveNumber);
   opt("--total-batch-size", o.total_batch_size, "tokens per optimizer step over all ranks (-1: auto from depth)");
   opt("--embedding-lr", o.embedding_lr, "AdamW lr of wte (value embeddings: half)");
   opt("--unembedding-lr", o.unembedding_lr, "AdamW lr of lm_head");
@@ -126,6 +133,7 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   sub->callback([sub, &exit_code] {
     nlohmann::ordered_json user_config = cli_flags_json(sub);
     user_config["argv"] = cli_argv();
+    o.device_batch_size_given = sub->get_option("--device-batch-size")->count() > 0;
     exit_code = base_train(o, user_config);
   });
 }
@@ -144,7 +152,9 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
            c.device.str().c_str(), c.device_type.c_str(), dtype_name(c.dtype).c_str(), world,
            c.cpu_threads);
   double peak = compute_peak_flops(c);
-  if (o.fp8) log_warn("--fp8 is not implemented yet: training in %s", dtype_name(c.dtype).c_str());
+  if (o.fp8 && o.fp8_recipe != "tensorwise")
+    fail("--fp8-recipe %s is not implemented (neither is it upstream): use --fp8-recipe tensorwise", o.fp8_recipe.c_str());
+  if (o.fp8 && !c.device.is_cuda()) log_warn("--fp8 is for CUDA (as upstream): training in %s", dtype_name(c.dtype).c_str());
 
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
   torch::Tensor token_bytes = bpb_token_bytes(tok, c.device);
@@ -158,6 +168,31 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   GPT model(config, c.device, c.dtype);
   gpt_init_weights(model, 42);
   std::optional<ModelCheckpoint> resumed = checkpoint_resume_gpt(model, ckpt_dir, resume_step, tok.vocab_size());
+  if (o.fp8 && c.device.is_cuda()) gpt_set_fp8(model, true);  // Error below compute capability 8.9
+
+  // rows per micro-step: the flag, or on a GPU the largest power of two up to upstream's 32
+  // whose memory estimate fits in 90% of what is free
+  int64_t device_batch_size = o.device_batch_size;
+  if (c.device.is_cuda() && !o.device_batch_size_given) {
+    for (const CudaDeviceInfo& d : cuda_device_infos())
+      if (d.index == c.device.index()) {
+        device_batch_size = std::max<int64_t>(1, gpt_fit_device_batch_size(config, c.dtype, d.free_bytes / 10 * 9, 32));
+        log_info("device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% "
+                 "of the %.1f GiB free on %s (--device-batch-size overrides)", (long long)device_batch_size,
+                 (double)gpt_estimate_train_memory_bytes(config, device_batch_size, c.dtype) / (1 << 30),
+                 (double)d.free_bytes / (1 << 30), d.name.c_str());
+      }
+  }
+  {  // which attention kernel each kind of layer runs, once
+    auto probe = torch::TensorOptions().dtype(c.dtype).device(c.device);
+    torch::Tensor q = torch::empty({1, config.sequence_len, config.n_head, config.head_dim()}, probe);
+    torch::Tensor k = torch::empty({1, config.sequence_len, config.n_kv_head, config.head_dim()}, probe);
+    std::vector<int64_t> kinds = gpt_window_sizes(config);
+    std::sort(kinds.begin(), kinds.end());
+    kinds.erase(std::unique(kinds.begin(), kinds.end()), kinds.end());
+    for (int64_t w : kinds)
+      log_info("attention, window %lld: %s", (long long)w, attention_kernel_name(q, k, w).c_str());
+  }
 
   ScalingParams counts = gpt_num_scaling_params(config);
   const int64_t flops_per_token = gpt_estimate_flops(config);
@@ -180,7 +215,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
                                                       (double)flops_per_token, scaling,
                                                       o.target_param_data_ratio);
   const int64_t total_batch = scaling.total_batch_size;
-  const int64_t grad_accum = train_grad_accum(total_batch, o.device_batch_size, o.max_seq_len, world);
+  const int64_t grad_accum = train_grad_accum(total_batch, device_batch_size, o.max_seq_len, world);
   log_info("total batch %lld tokens (%s), grad accumulation %lld, %lld iterations, %s tokens, "
            "%.2f tokens per scaling param, %e FLOPs",
            (long long)total_batch, o.total_batch_size == -1 ? "auto" : "--total-batch-size",
@@ -196,6 +231,10 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
                                        o.scalar_lr * bls),
                 &dist, c.dtype);
 
+  // fp16: dynamic loss scaling, as upstream's GradScaler (bf16 and fp32 need none)
+  std::optional<GradScaler> scaler;
+  if (c.dtype == torch::kHalf) scaler.emplace(c.device);
+
   LoopState loop;
   std::optional<LoaderState> loader_resume;
   if (resumed) {
@@ -204,6 +243,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
       fail("%s step %lld has no optimizer state for rank %d: resume with the world size it was saved with",
            ckpt_dir.c_str(), (long long)resume_step, rank);
     opt.load_state(optim->tensors, optim->state.at("optimizer"));
+    if (scaler && optim->state.contains("grad_scaler")) scaler->load_state(optim->state["grad_scaler"]);
     loader_resume = loader_state_from_checkpoint(resumed->meta, optim->state);
     const auto& ls = resumed->meta.at("loop_state");
     loop.step = resume_step;
@@ -216,7 +256,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   // ---- data --------------------------------------------------------------------------
   Corpus corpus = corpus_open(o.data);
   LoaderOptions lo;
-  lo.batch_size = o.device_batch_size;
+  lo.batch_size = device_batch_size;
   lo.seq_len = o.max_seq_len;
   lo.device = c.device;
   lo.rank = rank;
@@ -241,7 +281,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
     meta["val_bpb"] = loop.val_bpb;
     meta["model_config"] = gpt_config_to_json(config);
     meta["user_config"] = user_config;
-    meta["device_batch_size"] = o.device_batch_size;
+    meta["device_batch_size"] = device_batch_size;
     meta["max_seq_len"] = o.max_seq_len;
     meta["total_batch_size"] = total_batch;
     meta["dataloader_state_dict"] = loader_state_upstream_json(state_before_batch);
@@ -258,6 +298,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
     if (c.master()) checkpoint_save_model(ckpt_dir, step, checkpoint_gpt_tensors(model), make_meta(step));
     nlohmann::ordered_json state;
     state["optimizer"] = opt.state_json();
+    if (scaler) state["grad_scaler"] = scaler->state_json();
     state["dataloader_state"] = state_before_batch ? loader_state_to_json(*state_before_batch) : nlohmann::json();
     checkpoint_save_optim(ckpt_dir, step, rank, opt.state_tensors(), state);
     dist.barrier();
@@ -268,11 +309,12 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
 
   auto evaluate_val_bpb = [&]() {
     torch::NoGradGuard no_grad;
+    GptFp8Off fp8_off(model);  // evaluation and sampling in the compute dtype, as upstream
     LoaderOptions vo = lo;
     vo.rank = rank;
     vo.infinite = true;  // upstream: a fresh, endless val iterator from the start of the shard
     DataLoader val_loader(tok, corpus_split(corpus, "val"), vo);
-    const int64_t eval_steps = std::max<int64_t>(1, o.eval_tokens / (o.device_batch_size * o.max_seq_len * world));
+    const int64_t eval_steps = std::max<int64_t>(1, o.eval_tokens / (device_batch_size * o.max_seq_len * world));
     return evaluate_bpb([&](const torch::Tensor& x, const torch::Tensor& y) {
                           return gpt_loss(model, x, y, LossReduction::none);
                         },
@@ -289,16 +331,83 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   double last_core = NAN, last_mfu = 0;  // for the report
   double timed_steps_seconds = 0;  // for the ETA: steps > 10 of this process
   int64_t timed_steps = 0;
+
+  // A step's loss (and whether any rank was signalled) comes back one step late on a GPU:
+  // the host queues step s+1 before it waits for step s, once (DeferredReadback). The log
+  // line of a step is written when its values arrive; dt is then the time between two
+  // arrivals, which is the device's step time once the queue is steady.
+  struct StepRecord {
+    int64_t step;
+    double lrm, data_wait;
+    DocPosition pos;
+  };
+  std::deque<StepRecord> in_flight;
+  DeferredReadback readback(c.device);
+  Timer since_last_log;
+  // logs the oldest step in flight; true when some rank was signalled to stop
+  auto log_oldest = [&]() {
+    const std::vector<double> v = readback.take();
+    const StepRecord r = in_flight.front();
+    in_flight.pop_front();
+    const double dt = since_last_log.seconds();
+    since_last_log.reset();
+    const double loss = v[0] / world;  // the mean over ranks
+    smooth = 0.9 * smooth + 0.1 * loss;
+    const double debiased = smooth / (1.0 - std::pow(0.9, (double)(r.step + 1)));
+    loop.smooth_train_loss = smooth;
+    const double tok_per_sec = (double)total_batch / dt;
+    const double mfu = 100.0 * (double)flops_per_token * tok_per_sec / (peak * world);
+    last_mfu = mfu;
+    if (r.step > 10) {
+      loop.total_training_time += dt;
+      timed_steps_seconds += dt;
+      timed_steps++;
+    }
+    const double eta = timed_steps ? timed_steps_seconds / timed_steps * (double)(num_iterations - r.step - 1) : NAN;
+    log_info("step %05lld/%05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | "
+             "bf16_mfu: %.2f | epoch: %d pq: %d rg: %d | data-wait: %.1f%% | total time: %.2fm%s",
+             (long long)r.step, (long long)num_iterations, 100.0 * (double)r.step / (double)num_iterations,
+             debiased, r.lrm, dt * 1000, format_thousands((int64_t)tok_per_sec).c_str(), mfu, r.pos.epoch,
+             r.pos.file, r.pos.row_group, 100.0 * r.data_wait / dt, loop.total_training_time / 60,
+             std::isnan(eta) ? "" : strprintf(" | eta: %.1fm", eta / 60).c_str());
+    metrics.log({{"step", r.step}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", r.lrm}, {"dt", dt},
+                 {"tok_per_sec", tok_per_sec}, {"mfu", mfu}, {"data_wait", r.data_wait / dt},
+                 {"epoch", r.pos.epoch}, {"total_training_time", loop.total_training_time},
+                 {"total_training_flops", (double)flops_per_token * (double)total_batch * (double)(r.step + 1)}});
+    return v[1] > 0;
+  };
+  // every step in flight logged (before evals and saves, which want the loop state whole)
+  auto drain = [&]() {
+    bool stop = false;
+    while (!readback.empty()) stop = log_oldest() || stop;
+    return stop;
+  };
+  // graceful stop: every rank saw the flag in the same all-reduce; save the state after the
+  // last step that ran, and say how to resume
+  auto stop_and_save = [&]() {
+    drain();
+    save(loop.step);
+    log_info("stopped by signal after step %lld. Resume with:\n  %s", (long long)(loop.step - 1),
+             cli_resume_command(cli_argv(), loop.step).c_str());
+    return 0;
+  };
+
   log_info("training %s from step %lld to %lld; metrics in %s", o.run.c_str(), (long long)start_step,
            (long long)num_iterations, (ckpt_dir + "/metrics.jsonl").c_str());
   for (int64_t step = start_step;; step++) {
     const bool last_step = step == num_iterations;
     const double flops_so_far = (double)flops_per_token * (double)total_batch * (double)step;
+    const bool eval_now = o.eval_every > 0 && (last_step || step % o.eval_every == 0);
+    const bool core_now = o.core_metric_every > 0 && (last_step || (step > 0 && step % o.core_metric_every == 0));
+    const bool sample_due = o.sample_every > 0 && (last_step || (step > 0 && step % o.sample_every == 0));
+    const bool save_now = !last_step && step > 0 && step != resume_step && o.save_every > 0 && step % o.save_every == 0;
+    // every rank drains at the same steps, so that a stop flag is seen by all at once
+    if ((last_step || eval_now || core_now || sample_due || save_now) && drain()) return stop_and_save();
 
     // the final checkpoint comes before the final evals: an eval that fails (out of
     // memory, say) must not cost the run (upstream issue #446)
     if (last_step) save(step);
-    if (o.eval_every > 0 && (last_step || step % o.eval_every == 0)) {
+    if (eval_now) {
       model->eval();
       loop.val_bpb = evaluate_val_bpb();
       loop.min_val_bpb = std::min(loop.min_val_bpb, loop.val_bpb);
@@ -308,11 +417,12 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
       model->train();
       if (last_step && c.master()) save_meta(step);  // the final val bpb into the saved meta
     }
-    if (o.core_metric_every > 0 && (last_step || (step > 0 && step % o.core_metric_every == 0))) {
+    if (core_now) {
       CoreOptions co;
       co.bundle_dir = bundle;
       co.max_per_task = o.core_metric_max_per_task;
-      co.batch_size = o.device_batch_size;
+      co.batch_size = device_batch_size;
+      GptFp8Off fp8_off(model);
       CoreResult r = core_evaluate(model, tok, co, &dist);
       last_core = r.core;
       log_info("Step %05lld | CORE metric: %.4f", (long long)step, r.core);
@@ -321,26 +431,26 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
       metrics.log(line);
       model->train();
     }
-    if (c.master() && o.sample_every > 0 && (last_step || (step > 0 && step % o.sample_every == 0))) {
+    if (sample_due && c.master()) {
       model->eval();
+      GptFp8Off fp8_off(model);
       Engine engine(model, tok);
       for (const std::string& prompt : engine_sample_prompts())
         log_info("%s", engine_sample_greedy(engine, prompt, 16).c_str());
       model->train();
     }
-    if (!last_step && step > 0 && step != resume_step && o.save_every > 0 && step % o.save_every == 0)
-      save(step);
+    if (save_now) save(step);
     if (last_step) break;
 
-    // ---- one optimizer step ----
-    device_synchronize(c.device);
-    Timer step_timer;
+    // ---- one optimizer step: queued without waiting for the device ----
+    if (in_flight.empty()) since_last_log.reset();  // nothing queued: this step's time starts now
     double data_wait = 0;
     torch::Tensor train_loss;
     for (int64_t micro = 0; micro < grad_accum; micro++) {
       torch::Tensor loss = gpt_loss(model, batch.inputs, batch.targets);
       train_loss = loss.detach();
-      (loss / (double)grad_accum).backward();
+      loss = loss / (double)grad_accum;
+      (scaler ? scaler->scale(loss) : loss).backward();
       state_before_batch = batch.state;
       batch = train_loader.next();  // prefetch: the loader's workers already packed it
       data_wait += train_loader.metrics().wait_last_s;
@@ -353,46 +463,19 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
         g.weight_decay = muon_weight_decay(step, num_iterations, scaling.weight_decay);
       }
     }
-    opt.step();
+    if (!scaler) opt.step();
+    else if (!scaler->step(opt, &dist))
+      log_warn("step %lld: fp16 gradients overflowed; step skipped, loss scale now %g", (long long)step,
+               scaler->scale_value());
     opt.zero_grad();
-    dist.all_reduce(train_loss, ReduceOp::AVG);  // the loss of all ranks, not just rank 0's
-    const double loss = train_loss.item<double>();
-    device_synchronize(c.device);
-    const double dt = step_timer.seconds();
-
-    // ---- logging ----
-    smooth = 0.9 * smooth + 0.1 * loss;
-    const double debiased = smooth / (1.0 - std::pow(0.9, (double)(step + 1)));
-    loop.smooth_train_loss = smooth;
-    const double tok_per_sec = (double)total_batch / dt;
-    const double mfu = 100.0 * (double)flops_per_token * tok_per_sec / (peak * world);
-    last_mfu = mfu;
-    if (step > 10) {
-      loop.total_training_time += dt;
-      timed_steps_seconds += dt;
-      timed_steps++;
-    }
-    const double eta = timed_steps ? timed_steps_seconds / timed_steps * (double)(num_iterations - step - 1) : NAN;
-    const DocPosition& pos = batch.state.last;
-    log_info("step %05lld/%05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | "
-             "bf16_mfu: %.2f | epoch: %d pq: %d rg: %d | data-wait: %.1f%% | total time: %.2fm%s",
-             (long long)step, (long long)num_iterations, 100.0 * (double)step / (double)num_iterations,
-             debiased, lrm, dt * 1000, format_thousands((int64_t)tok_per_sec).c_str(), mfu, pos.epoch,
-             pos.file, pos.row_group, 100.0 * data_wait / dt, loop.total_training_time / 60,
-             std::isnan(eta) ? "" : strprintf(" | eta: %.1fm", eta / 60).c_str());
-    metrics.log({{"step", step}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", lrm}, {"dt", dt},
-                 {"tok_per_sec", tok_per_sec}, {"mfu", mfu}, {"data_wait", data_wait / dt},
-                 {"epoch", pos.epoch}, {"total_training_time", loop.total_training_time},
-                 {"total_training_flops", flops_so_far + (double)flops_per_token * (double)total_batch}});
+    // the loss summed over ranks and the stop flag (any rank), in one collective
+    torch::Tensor stats = at::stack({train_loss.to(torch::kFloat32).reshape({}),
+                                     torch::full({}, stop_signal_received() ? 1.0f : 0.0f, train_loss.options().dtype(torch::kFloat32))});
+    dist.all_reduce(stats, ReduceOp::SUM);
+    readback.push(stats);
+    in_flight.push_back({step, lrm, data_wait, batch.state.last});
     loop.step = step + 1;
-
-    // ---- graceful stop: every rank agrees, then the state after this step is saved ----
-    if (dist_any_rank(dist, stop_signal_received())) {
-      save(step + 1);
-      log_info("stopped by signal after step %lld. Resume with:\n  %s", (long long)step,
-               cli_resume_command(cli_argv(), step + 1).c_str());
-      return 0;
-    }
+    if (readback.due() && log_oldest()) return stop_and_save();
   }
 
   int64_t peak_mem = device_peak_memory_bytes(c.device);

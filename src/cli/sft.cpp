@@ -186,6 +186,10 @@ int sft(const SftFlags& o) {
     g.lr *= o.init_lr_frac;
     g.initial_lr = g.lr;
   }
+  // fp16: dynamic loss scaling, as upstream chat_sft's GradScaler
+  std::optional<GradScaler> scaler;
+  if (c.dtype == torch::kHalf) scaler.emplace(c.device);
+  if (scaler && resumed && st->state.contains("grad_scaler")) scaler->load_state(st->state["grad_scaler"]);
 
   SftMixtureOptions mix;
   mix.mmlu_epochs = o.mmlu_epochs;
@@ -239,9 +243,10 @@ int sft(const SftFlags& o) {
   };
   auto save = [&](int64_t step) {
     if (c.master()) checkpoint_save_model(out_dir, step, checkpoint_gpt_tensors(model), make_meta(step));
-    checkpoint_save_optim(out_dir, step, rank, opt.state_tensors(),
-                          {{"optimizer", opt.state_json()},
-                           {"sft_batcher_state", sft_batcher_state_to_json(state_before_batch)}});
+    nlohmann::json state = {{"optimizer", opt.state_json()},
+                            {"sft_batcher_state", sft_batcher_state_to_json(state_before_batch)}};
+    if (scaler) state["grad_scaler"] = scaler->state_json();
+    checkpoint_save_optim(out_dir, step, rank, opt.state_tensors(), state);
     dist.barrier();
     if (c.master()) checkpoint_mark_complete(out_dir, step, world);
     dist.barrier();
@@ -306,7 +311,8 @@ int sft(const SftFlags& o) {
     for (int64_t micro = 0; micro < grad_accum; micro++) {
       torch::Tensor loss = masked_mean_loss(model, x, y);
       train_loss = loss.detach();
-      (loss / (double)grad_accum).backward();
+      loss = loss / (double)grad_accum;
+      (scaler ? scaler->scale(loss) : loss).backward();
       state_before_batch = train_batches.state();
       std::tie(x, y) = to_device(train_batches.next());
     }
@@ -317,7 +323,10 @@ int sft(const SftFlags& o) {
       g.lr = g.initial_lr * lrm;
       if (g.kind == OptimKind::muon) g.momentum = sft_muon_momentum(step);
     }
-    opt.step();
+    if (!scaler) opt.step();
+    else if (!scaler->step(opt, &dist))
+      log_warn("step %lld: fp16 gradients overflowed; step skipped, loss scale now %g", (long long)step,
+               scaler->scale_value());
     opt.zero_grad();
     dist.all_reduce(train_loss, ReduceOp::AVG);
     const double loss = train_loss.item<double>();
