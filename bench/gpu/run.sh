@@ -5,6 +5,9 @@
 # run with carry [".deps"]:  bash bench/gpu/run.sh
 # Tests that compare against Python references need rustbpe and duckdb there too (carry them
 # as wheels, see the device tool's README); the GPU machine's python3 has the others.
+# Budget: 6 minutes in all. The build is not capped (nothing runs without it); every later
+# stage gets min(its cap, what is left before the deadline) and is skipped, saying so, when
+# nothing is left. The last line is one JSON object holding every figure printed above it.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/nanochat_gpu_out}"
@@ -22,16 +25,24 @@ export PKG_CONFIG_PATH="$DEPS/$ML/pkgconfig"
 export LD_LIBRARY_PATH="$DEPS/$ML${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
 
-echo "== build"
 t0=$(date +%s)
+DEADLINE=$((t0 + 345))  # 6 minutes less 15 s for the summary
+# seconds a stage may take: its cap, or what is left before the deadline if that is less
+# (at least 1: `timeout 0` would mean no limit)
+budget() { local left=$((DEADLINE - $(date +%s))); echo $(( $1 < left ? $1 : (left > 1 ? left : 1) )); }
+
+echo "== build"
 cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX;$DEPS" -DGLOO_INCLUDE_DIR="$DEPS/include" \
   -DNANOCHAT_PYTHON="$(command -v $PY)" -DOPENSSL_ROOT_DIR="$DEPS" -DZLIB_ROOT="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/$ML" \
-  > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; exit 1; }
-cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-echo "built in $(( $(date +%s) - t0 )) s"
+  > "$OUT/configure.log" 2>&1 || { tail -40 "$OUT/configure.log"; echo '{"failed": "configure"}'; exit 1; }
+cmake --build build-gpu -j "$(nproc)" > "$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; echo '{"failed": "build"}'; exit 1; }
+build_s=$(( $(date +%s) - t0 ))
+echo "built in $build_s s"
 
-echo "== tests"
-ctest --test-dir build-gpu --output-on-failure -j 8 --timeout 300 2>&1 | tee "$OUT/ctest.log" | tail -15
+b=$(budget 90)
+echo "== tests (${b} s: tests still running then are stopped and count as failed)"
+ctest --test-dir build-gpu --output-on-failure -j 8 --stop-time "$(date -d "+$b sec" +%H:%M:%S)" 2>&1 |
+  tee "$OUT/ctest.log" | tail -15
 tests_rc=${PIPESTATUS[0]}
 
 echo "== GPU checks"
@@ -39,15 +50,35 @@ echo "== GPU checks"
 ./build-gpu/nanochat doctor 2>&1 | tee "$OUT/doctor.txt"
 doctor_rc=${PIPESTATUS[0]}
 
+echo "== fused kernels vs ATen reference (forward+backward per op)"
+b=$(budget 60)
+if [ "$b" -lt 5 ]; then
+  kernels_rc=124
+  echo "skipped: out of time" | tee "$OUT/bench_kernels.txt"
+elif [ -x build-gpu/bench_kernels ]; then
+  timeout "$b" ./build-gpu/bench_kernels --device cuda > "$OUT/bench_kernels.txt" 2>&1
+  kernels_rc=$?
+  cat "$OUT/bench_kernels.txt"
+else
+  kernels_rc=127
+  echo "build-gpu/bench_kernels not built" | tee "$OUT/bench_kernels.txt"
+fi
+
 echo "== training throughput (base-train on a local corpus, d12 and d20, T=2048)"
 export NANOCHAT_BASE_DIR="$OUT/base"
 python3 runs/make_local_corpus.py "$OUT/corpus" > /dev/null
-./build-gpu/nanochat tok-train --data "$OUT/corpus" --max-chars 20000000 > "$OUT/tok_train.log" 2>&1
+timeout "$(budget 60)" ./build-gpu/nanochat tok-train --data "$OUT/corpus" --max-chars 20000000 > "$OUT/tok_train.log" 2>&1
 for depth in 12 20; do
-  ./build-gpu/nanochat base-train --data "$OUT/corpus" --depth $depth --device-batch-size 16 \
+  b=$(budget 150)
+  [ "$b" -lt 10 ] && { echo "d$depth: skipped, out of time"; continue; }
+  timeout "$b" ./build-gpu/nanochat base-train --data "$OUT/corpus" --depth $depth --device-batch-size 16 \
     --total-batch-size 524288 --num-iterations 25 --eval-every -1 --sample-every -1 --core-metric-every -1 \
     --model-tag "gpu_d$depth" > "$OUT/train_d$depth.log" 2>&1
-  echo "d$depth: exit $?; $(grep '^.*step 0002[0-4]' "$OUT/train_d$depth.log" | tail -1 | grep -o 'tok/sec: [0-9,]* | bf16_mfu: [0-9.]*')"
+  train_rc=$?
+  grep '^.*step 0002[0-4]' "$OUT/train_d$depth.log" | tail -1 | grep -o 'tok/sec: [0-9,]* | bf16_mfu: [0-9.]*' \
+    > "$OUT/train_d$depth.rate"
+  echo "$train_rc" > "$OUT/train_d$depth.rc"
+  echo "d$depth: exit $train_rc; $(cat "$OUT/train_d$depth.rate")"
 done
 
 echo "== summary"
@@ -55,4 +86,32 @@ printf "%-28s %s\n" "check" "result"
 printf "%-28s %s\n" "ctest (CPU + CUDA)" "$([ "$tests_rc" = 0 ] && echo pass || echo FAIL)"
 printf "%-28s %s\n" "doctor (cuda if present)" "$([ "$doctor_rc" = 0 ] && echo pass || echo FAIL)"
 printf "%-28s %s\n" "compute dtype" "$(grep -o 'compute dtype [a-z0-9]*' "$OUT/doctor.txt" | head -1)"
+printf "%-28s %s\n" "bench_kernels" "$([ "$kernels_rc" = 0 ] && echo ran || echo "FAIL (exit $kernels_rc)")"
+
+# one JSON line with every figure above: parsed back from the logs, nothing estimated
+OUT="$OUT" BUILD_S="$build_s" TESTS_RC="$tests_rc" DOCTOR_RC="$doctor_rc" KERNELS_RC="$kernels_rc" python3 - <<'PY'
+import json, os, re
+out = os.environ["OUT"]
+def read(name):
+    try:
+        with open(os.path.join(out, name)) as f: return f.read()
+    except OSError: return ""
+r = {"build_s": int(os.environ["BUILD_S"]), "tests_rc": int(os.environ["TESTS_RC"]),
+     "doctor_rc": int(os.environ["DOCTOR_RC"]), "bench_kernels_rc": int(os.environ["KERNELS_RC"])}
+m = re.search(r"(\d+)% tests passed, (\d+) tests failed out of (\d+)", read("ctest.log"))
+if m: r.update(tests_passed_pct=int(m[1]), tests_failed=int(m[2]), tests_total=int(m[3]))
+m = re.search(r"compute dtype ([a-z0-9]+)", read("doctor.txt"))
+if m: r["compute_dtype"] = m[1]
+r["version"] = read("version.txt").strip()
+for d in (12, 20):
+    m = re.search(r"tok/sec: ([0-9,]+) \| bf16_mfu: ([0-9.]+)", read(f"train_d{d}.rate"))
+    rc = read(f"train_d{d}.rc").strip()
+    r[f"d{d}"] = {"exit": int(rc) if rc else None, "tok_per_sec": int(m[1].replace(",", "")) if m else None,
+                  "bf16_mfu": float(m[2]) if m else None}
+lines = [l for l in read("bench_kernels.txt").splitlines() if l.strip()]
+try: last = json.loads(lines[-1])  # a bench that ends with its own JSON line
+except (IndexError, ValueError): last = None
+r["bench_kernels"] = last if isinstance(last, dict) else lines  # else its table, verbatim
+print(json.dumps(r))
+PY
 [ "$tests_rc" = 0 ] && [ "$doctor_rc" = 0 ]
