@@ -111,6 +111,39 @@ void row_grad(const acc* l, int64_t vocab, int64_t ld, int64_t t, acc lse, acc g
   std::fill(out + vocab, out + ld, acc(0));
 }
 
+// forward and backward of one row at once, for a gradient known up front: the first sweep
+// keeps tanh(l/c) in `out` and exp(z) in `e` while it sums, the second only multiplies --
+// one tanh and one exp an element instead of two of each. Returns the log-sum-exp.
+template <typename acc>
+acc row_lse_and_grad(const acc* l, int64_t vocab, int64_t ld, int64_t t, acc g, acc c, acc inv_c, acc* e, acc* out) {
+  using V = Vectorized<acc>;
+  V vsum(0);
+  int64_t j = 0;
+  for (; j + V::size() <= vocab; j += V::size()) {
+    V th = (V::loadu(l + j) * V(inv_c)).tanh(), ez = (th * V(c)).exp();
+    th.store(out + j);
+    ez.store(e + j);
+    vsum += ez;
+  }
+  acc sum = at::vec::vec_reduce_all<acc>([](V a, V b) { return a + b; }, vsum);
+  for (; j < vocab; j++) {
+    out[j] = std::tanh(l[j] * inv_c);
+    e[j] = std::exp(c * out[j]);
+    sum += e[j];
+  }
+  const acc lse = std::log(sum), gp = g / sum;  // g * softmax = g * exp(z) / sum
+  const acc tht = out[t];
+  j = 0;
+  for (; j + V::size() <= vocab; j += V::size()) {
+    V th = V::loadu(out + j);
+    (V(gp) * V::loadu(e + j) * (V(1) - th * th)).store(out + j);
+  }
+  for (; j < vocab; j++) out[j] = gp * e[j] * (1 - out[j] * out[j]);
+  out[t] -= g * (1 - tht * tht);
+  std::fill(out + vocab, out + ld, acc(0));
+  return lse;
+}
+
 void check_target(int64_t t, int64_t vocab) {
   if (t >= vocab) fail("cross-entropy: target %lld is outside the vocab of %lld", (long long)t, (long long)vocab);
 }
@@ -132,13 +165,21 @@ void softcap_ce_rows(torch::Tensor& logits, const torch::Tensor& targets, int64_
     const acc* in_lse = lse_in ? lse_in->data_ptr<acc>() : nullptr;
     const acc* grad = grad_loss ? grad_loss->data_ptr<acc>() : nullptr;
     const acc c = (acc)cap, inv_c = (acc)(1.0 / cap);
+    const bool at_once = grad && !in_lse;  // forward and backward in one visit of the row
     at::parallel_for(0, n, 1, [&](int64_t begin, int64_t end) {
-      std::vector<acc> scratch, out(grad ? ld : 0);
+      std::vector<acc> scratch, out(grad ? ld : 0), e(at_once ? vocab : 0);
       for (int64_t i = begin; i < end; i++) {
         scalar_t* row = L + i * ld;
         const int64_t t = tg[i];
         check_target(t, vocab);
         const acc* l = row_as_acc(row, vocab, scratch);
+        if (at_once && t >= 0) {
+          const acc lse_value = row_lse_and_grad(l, vocab, ld, t, grad[i], c, inv_c, e.data(), out.data());
+          out_lse[i] = lse_value;
+          out_loss[i] = lse_value - c * std::tanh(l[t] * inv_c);
+          store_row<scalar_t>(out.data(), row, ld);
+          continue;
+        }
         const acc row_lse_value = in_lse ? in_lse[i] : row_lse(l, vocab, c, inv_c);
         if (out_lse) out_lse[i] = row_lse_value;
         if (out_loss) out_loss[i] = t < 0 ? acc(0) : row_lse_value - c * std::tanh(l[t] * inv_c);
