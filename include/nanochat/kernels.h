@@ -20,9 +20,11 @@ bool kernels_enabled();
 // fp32 master (cast to x's dtype for the matmul, as gpt.Linear does), targets (N,) int64.
 // Returns (N,) fp32 (fp64 for an fp64 x). The fused op walks the rows in chunks and never
 // holds more than one chunk's logits: backward recomputes them from x and the log-sum-exp
-// saved per row. The weight's gradient is accumulated in fp32.
+// saved per row. The weight's gradient is accumulated in fp32. chunk_rows <= 0: ~128 MB of
+// logits a chunk on the CPU, ~1 GB on a GPU (tests ask for small chunks).
 torch::Tensor kernels_linear_softcap_ce(const torch::Tensor& x, const torch::Tensor& weight,
-                                        const torch::Tensor& targets, int64_t vocab, double softcap);
+                                        const torch::Tensor& targets, int64_t vocab, double softcap,
+                                        int64_t chunk_rows = 0);
 torch::Tensor kernels_linear_softcap_ce_reference(const torch::Tensor& x, const torch::Tensor& weight,
                                                   const torch::Tensor& targets, int64_t vocab, double softcap);
 
@@ -30,7 +32,8 @@ torch::Tensor kernels_linear_softcap_ce_reference(const torch::Tensor& x, const 
 // With a gradient wanted, the fused op computes x's and weight's gradients in the forward,
 // while each chunk's logits are at hand, and backward scales them: one matmul less.
 torch::Tensor kernels_linear_softcap_ce_mean(const torch::Tensor& x, const torch::Tensor& weight,
-                                             const torch::Tensor& targets, int64_t vocab, double softcap);
+                                             const torch::Tensor& targets, int64_t vocab, double softcap,
+                                             int64_t chunk_rows = 0);
 torch::Tensor kernels_linear_softcap_ce_mean_reference(const torch::Tensor& x, const torch::Tensor& weight,
                                                        const torch::Tensor& targets, int64_t vocab, double softcap);
 
