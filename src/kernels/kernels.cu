@@ -369,19 +369,24 @@ cudaError_t kernels_launch_softcap_ce_backward(void* logits, const int64_t* targ
   });
 }
 
+// relu^2's element-wise launch: 16-byte packs when both pointers allow, else one element a thread
+template <typename T, typename In, typename Out>
+cudaError_t launch_elementwise(void (*packed)(In, Out, int64_t), void (*single)(In, Out, int64_t), In in, Out out,
+                               int64_t numel, cudaStream_t stream) {
+  constexpr int V = 16 / sizeof(T);
+  const bool use_packed = aligned16(in) && aligned16(out);
+  auto kernel = use_packed ? packed : single;
+  kernel<<<elementwise_blocks(use_packed ? numel / V : numel), 256, 0, stream>>>(in, out, numel);
+  return cudaGetLastError();
+}
+
 cudaError_t kernels_launch_relu_square_forward(const void* h, void* y, int64_t numel, kernels_dtype dtype,
                                                cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
   return with_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int V = 16 / sizeof(T);
-    const T* hp = static_cast<const T*>(h);
-    T* yp = static_cast<T*>(y);
-    if (aligned16(hp) && aligned16(yp))
-      relu_square_forward_kernel<T, V><<<elementwise_blocks(numel / V), 256, 0, stream>>>(hp, yp, numel);
-    else
-      relu_square_forward_kernel<T, 1><<<elementwise_blocks(numel), 256, 0, stream>>>(hp, yp, numel);
-    return cudaGetLastError();
+    return launch_elementwise<T>(relu_square_forward_kernel<T, 16 / sizeof(T)>, relu_square_forward_kernel<T, 1>,
+                                 static_cast<const T*>(h), static_cast<T*>(y), numel, stream);
   });
 }
 
@@ -390,14 +395,8 @@ cudaError_t kernels_launch_relu_square_backward(const void* h, void* dy, int64_t
   if (numel == 0) return cudaSuccess;
   return with_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
-    constexpr int V = 16 / sizeof(T);
-    const T* hp = static_cast<const T*>(h);
-    T* gp = static_cast<T*>(dy);
-    if (aligned16(hp) && aligned16(gp))
-      relu_square_backward_kernel<T, V><<<elementwise_blocks(numel / V), 256, 0, stream>>>(hp, gp, numel);
-    else
-      relu_square_backward_kernel<T, 1><<<elementwise_blocks(numel), 256, 0, stream>>>(hp, gp, numel);
-    return cudaGetLastError();
+    return launch_elementwise<T>(relu_square_backward_kernel<T, 16 / sizeof(T)>, relu_square_backward_kernel<T, 1>,
+                                 static_cast<const T*>(h), static_cast<T*>(dy), numel, stream);
   });
 }
 

@@ -62,12 +62,10 @@ void fp32_rows_out(Tensor& out, int64_t n, at::Device device, const char* name, 
   if (out.numel() != n) fail("%s: %s has %lld elements, expected %lld", where, name, (long long)out.numel(), (long long)n);
 }
 
-}  // namespace
-
-void softcap_ce_forward_cuda(const Tensor& logits, const Tensor& targets, int64_t vocab, double cap, Tensor& loss,
-                             Tensor& lse) {
-  const char* where = "softcap_ce_forward_cuda";
-  const kernels_dtype dt = cuda_dtype(logits, where);
+// what both softcap CE kernels take: logits (n, ld) contiguous in a compute dtype, one int64
+// target per row, 0 < vocab <= ld, a positive cap, n rows for one launch; returns (n, ld)
+std::pair<int64_t, int64_t> check_logits_rows(const Tensor& logits, const Tensor& targets, int64_t vocab, double cap,
+                                              const char* where) {
   const at::Device dev = logits.device();
   check_cuda(logits, "logits", logits.scalar_type(), dev, where);
   if (logits.dim() != 2) fail("%s: logits must be (n, ld), got %lld dims", where, (long long)logits.dim());
@@ -77,6 +75,17 @@ void softcap_ce_forward_cuda(const Tensor& logits, const Tensor& targets, int64_
   if (vocab <= 0 || vocab > ld) fail("%s: vocab %lld outside (0, %lld]", where, (long long)vocab, (long long)ld);
   if (!(cap > 0)) fail("%s: the softcap must be > 0, got %g", where, cap);
   check_grid_rows(n, where);
+  return {n, ld};
+}
+
+}  // namespace
+
+void softcap_ce_forward_cuda(const Tensor& logits, const Tensor& targets, int64_t vocab, double cap, Tensor& loss,
+                             Tensor& lse) {
+  const char* where = "softcap_ce_forward_cuda";
+  const kernels_dtype dt = cuda_dtype(logits, where);
+  const at::Device dev = logits.device();
+  const auto [n, ld] = check_logits_rows(logits, targets, vocab, cap, where);
   fp32_rows_out(loss, n, dev, "loss", where);
   fp32_rows_out(lse, n, dev, "lse", where);
   const c10::cuda::CUDAGuard guard(dev);
@@ -91,21 +100,13 @@ void softcap_ce_backward_cuda(Tensor& logits, const Tensor& targets, const Tenso
   const char* where = "softcap_ce_backward_cuda";
   const kernels_dtype dt = cuda_dtype(logits, where);
   const at::Device dev = logits.device();
-  check_cuda(logits, "logits", logits.scalar_type(), dev, where);
-  if (logits.dim() != 2) fail("%s: logits must be (n, ld), got %lld dims", where, (long long)logits.dim());
-  const int64_t n = logits.size(0), ld = logits.size(1);
-  check_cuda(targets, "targets", at::kLong, dev, where);
+  const auto [n, ld] = check_logits_rows(logits, targets, vocab, cap, where);
   check_cuda(lse, "lse", at::kFloat, dev, where);
-  if (targets.numel() != n || lse.numel() != n)
-    fail("%s: targets (%lld) and lse (%lld) must have one entry per row (%lld)", where, (long long)targets.numel(),
-         (long long)lse.numel(), (long long)n);
+  if (lse.numel() != n) fail("%s: lse has %lld entries for %lld rows", where, (long long)lse.numel(), (long long)n);
   // grad_loss may be a broadcast scalar (stride 0, as from loss.sum()) or any 1-D stride
   if (!grad_loss.defined() || grad_loss.device() != dev || grad_loss.scalar_type() != at::kFloat ||
       grad_loss.dim() != 1 || grad_loss.size(0) != n)
     fail("%s: grad_loss must be a float32 (%lld,) tensor on %s", where, (long long)n, dev.str().c_str());
-  if (vocab <= 0 || vocab > ld) fail("%s: vocab %lld outside (0, %lld]", where, (long long)vocab, (long long)ld);
-  if (!(cap > 0)) fail("%s: the softcap must be > 0, got %g", where, cap);
-  check_grid_rows(n, where);
   const c10::cuda::CUDAGuard guard(dev);
   check_launch(kernels_launch_softcap_ce_backward(logits.data_ptr(), targets.data_ptr<int64_t>(), lse.data_ptr<float>(),
                                                   grad_loss.data_ptr<float>(), grad_loss.stride(0), n, ld, vocab,
