@@ -392,6 +392,40 @@ TEST(Attention, CausalWindowsEqualBruteForce) {
   }
 }
 
+// a differentiable masked softmax attention (GQA by repeating k and v), for the GPU check
+static Tensor masked_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
+  const int64_t T = q.size(1), rep = q.size(2) / k.size(2);
+  Tensor kk = k.repeat_interleave(rep, 2), vv = v.repeat_interleave(rep, 2);
+  Tensor s = torch::einsum("bihd,bjhd->bhij", {q, kk}) / std::sqrt((double)q.size(3));
+  s = s.masked_fill(attention_window_mask(T, T, window, q.device()).logical_not(), -INFINITY);
+  return torch::einsum("bhij,bjhd->bihd", {torch::softmax(s, -1), vv});
+}
+
+// on a GPU: sliding windows through the flash kernel with a real window (bf16) against a
+// masked softmax in fp64, forward and the gradients of q, k and v
+TEST(AttentionCuda, FlashWindowEqualsMaskedSoftmax) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(13);
+  const int64_t B = 2, T = 512, H = 4, Hkv = 2, D = 128;
+  auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  Tensor q = torch::randn({B, T, H, D}, opts).requires_grad_(true), k = torch::randn({B, T, Hkv, D}, opts).requires_grad_(true);
+  Tensor v = torch::randn({B, T, Hkv, D}, opts).requires_grad_(true);
+  for (int64_t w : {0, 7, 128, 300}) {
+    std::printf("window %lld: %s\n", (long long)w, attention_kernel_name(q, k, w).c_str());
+    Tensor y = attention_causal(q, k, v, w);
+    Tensor q64 = q.detach().to(torch::kFloat64).requires_grad_(true), k64 = k.detach().to(torch::kFloat64).requires_grad_(true);
+    Tensor v64 = v.detach().to(torch::kFloat64).requires_grad_(true);
+    Tensor ref = masked_attention(q64, k64, v64, w);
+    EXPECT_LT((y.to(torch::kFloat64) - ref).abs().max().item<double>(), 2e-2) << "window " << w;
+    Tensor g = torch::randn(y.sizes(), y.options());
+    auto ga = torch::autograd::grad({y}, {q, k, v}, {g});
+    auto gb = torch::autograd::grad({ref}, {q64, k64, v64}, {g.to(torch::kFloat64)});
+    for (int i = 0; i < 3; i++)
+      EXPECT_LT((ga[i].to(torch::kFloat64) - gb[i]).abs().max().item<double>(), 5e-2 * std::max(1.0, gb[i].abs().max().item<double>()))
+          << "window " << w << " gradient " << i;
+  }
+}
+
 TEST(Attention, KVCachePrefillAndDecodeEqualFullAttention) {
   auto gen = gpt_make_generator(torch::kCPU, 12);
   const int64_t T = 30, H = 2, Hkv = 1, D = 8;
