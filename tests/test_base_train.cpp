@@ -1,17 +1,22 @@
 // base-train end to end through the real binary on tiny models (d2, width 128, T 32-64):
 // the loss falls, runs are deterministic, a run killed with SIGKILL and resumed continues
 // the very same losses, SIGTERM stops gracefully with a resumable checkpoint, and two
-// Gloo ranks under `nanochat launch` reproduce one rank's losses on the same global batch.
+// Gloo ranks under `nanochat launch` reproduce one rank's losses on the same global batch,
+// and 8 steps of the real loop match an independent PyTorch reference step for step.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <random>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "nanochat/dataloader.h"
+#include "nanochat/gpt.h"
 #include "nanochat/tokenizer.h"
 #include "test_util.h"
 
@@ -192,26 +197,38 @@ TEST(BaseTrain, TwoRanksMatchOneRankOnTheSameGlobalBatch) {
   EXPECT_LT(m1[19].loss_raw, m1[0].loss_raw - 0.5);
 }
 
-// llm.c's test_gpt2 in spirit: the real trainer against an independent reference. The
-// losses base-train logs at steps 0..2 must be what the PyTorch reference forward
-// (tests/fixtures/gpt_reference.py) gives on the same batches with the same weights:
-// upstream's init with seed 42 at step 0, the checkpoints the run saved after that. The
-// batches come from a DataLoader built here with the trainer's options (its batches do not
-// depend on its threads). So the loader, the init, the forward and loss, the optimizer's
-// updates reaching the saved weights, and the checkpoints are checked in one run.
+// llm.c's test_gpt2 in spirit: the real trainer against an independent reference. A tiny
+// model runs 8 steps of `nanochat base-train` with its real schedules (lr warmup 5 steps,
+// then warmdown 0.65 to final_lr_frac 0.05 across 8 steps; the Muon momentum ramp; the
+// cosine Muon weight decay; the batch lr scale and the depth-scaled weight decay), and
+// tests/fixtures/train_loop_reference.py redoes those 8 steps in plain PyTorch from the
+// spec: gpt_reference.py's forward and bench/train_step/reference_step.py's MuonAdamW, from
+// upstream's seed-42 init, on the same batches. The batches come from a DataLoader built here
+// with the trainer's options (its batches do not depend on its threads). Checked:
+//   - each logged loss_raw (steps 1..7 see the optimizer's updates, and so its lrs,
+//     momentum and weight decay, not only the forward);
+//   - the run's final weights (after the 8th update) of lm_head, wte and the c_projs;
+//   - at step 0, the gradients of lm_head.weight and of h.0.attn.c_proj.weight (through
+//     the whole attention; the c_projs are zero at init, which zeroes the gradients of c_q,
+//     c_k, c_v and c_fc) from base-train's model code built in this process.
+// All in fp32 on the CPU.
 TEST(BaseTrain, LossesOfTheRealLoopMatchTheReference) {
-  const int B = 4, T = 64, steps = 3;
+  const int B = 4, T = 64, steps = 8;
   std::string base = make_temp_dir();
   std::string data = setup_text_corpus(base, 300);
-  std::string flags = "--max-seq-len 64 --device-batch-size 4 --total-batch-size 256 --num-iterations 3"
-                      " --eval-every -1 --save-every 1 --model-tag ref";
+  // kTinyModel's --warmup-steps 5 and base-train's defaults for everything not named here but
+  // --matrix-lr: the batch lr scale at 256 tokens, sqrt(256/2^19) = 0.022, would leave Muon's
+  // lr at 4.4e-4, where its momentum hardly moves the loss (0.95 for 0.85: 1.5e-6 relative);
+  // 1.0 makes it 0.022, about upstream's lr at its reference batch
+  std::string flags = "--max-seq-len 64 --device-batch-size 4 --total-batch-size 256 --num-iterations 8"
+                      " --eval-every -1 --matrix-lr 1.0 --model-tag ref";
   CommandResult run = run_shell(train_cmd(base, data, flags));
   ASSERT_EQ(run.rc, 0) << run.err;
   const std::string ckpt = base + "/base_checkpoints/ref";
   auto logged = read_metrics(ckpt + "/metrics.jsonl");
   ASSERT_EQ(logged.size(), (size_t)steps);
 
-  // the batches of steps 0..2, as the trainer's loader gave them, and the weights of each step
+  // the batches of steps 0..7, as the trainer's loader gave them (grad accumulation is 1)
   nanochat::Tokenizer tok = nanochat::tokenizer_load(base + "/tokenizer");
   nanochat::CorpusOptions corpus_opts;
   corpus_opts.data_dir = data;
@@ -223,26 +240,80 @@ TEST(BaseTrain, LossesOfTheRealLoopMatchTheReference) {
   nanochat::DataLoader loader(tok, nanochat::corpus_split(corpus, "train"), lo);
   const std::string dir = base + "/reference";
   run_shell("mkdir -p " + dir);
-  nlohmann::json meta = {{"B", B}, {"T", T}, {"steps", nlohmann::json::array()}};
+  std::vector<nanochat::LoaderBatch> batches;
   for (int s = 0; s < steps; s++) {
-    nanochat::LoaderBatch b = loader.next();
-    for (auto [t, name] : {std::make_pair(b.inputs, "idx"), std::make_pair(b.targets, "targets")}) {
+    batches.push_back(loader.next());  // copies: the loader reuses its staging buffers
+    batches[s].inputs = batches[s].inputs.clone();
+    batches[s].targets = batches[s].targets.clone();
+    for (auto [t, name] : {std::make_pair(batches[s].inputs, "idx"), std::make_pair(batches[s].targets, "targets")}) {
       torch::Tensor c = t.to(torch::kLong).cpu().contiguous();
       std::ofstream(dir + "/" + name + "_" + std::to_string(s) + ".bin", std::ios::binary)
           .write((const char*)c.data_ptr<int64_t>(), (std::streamsize)(c.numel() * sizeof(int64_t)));
     }
-    char model[64];
-    std::snprintf(model, sizeof model, "/model_%06d.safetensors", s);
-    meta["steps"].push_back({{"step", s}, {"weights", s == 0 ? nlohmann::json() : nlohmann::json(ckpt + model)}});
   }
-  meta["model_config"] = nlohmann::json::parse(read_file(ckpt + "/meta_000001.json"))["model_config"];
+  auto model_config = nlohmann::json::parse(read_file(ckpt + "/meta_000008.json"))["model_config"];
+  const std::vector<std::string> grad_params = {"lm_head.weight", "transformer.h.0.attn.c_proj.weight"};
+  // base-train's flags as this run set them (kTinyModel, `flags`) or left them at their defaults
+  nlohmann::json train = {{"total_batch_size", 256}, {"warmup_steps", 5}, {"warmdown_ratio", 0.65},
+                          {"final_lr_frac", 0.05}, {"embedding_lr", 0.3}, {"unembedding_lr", 0.008},
+                          {"matrix_lr", 1.0}, {"scalar_lr", 0.5}, {"weight_decay", 0.28},
+                          {"target_param_data_ratio", 12.0}, {"aspect_ratio", 64}, {"head_dim", 64}};
+  nlohmann::json meta = {{"B", B}, {"T", T}, {"steps", steps}, {"model_config", model_config}, {"train", train},
+                         {"final_weights", ckpt + "/model_000008.safetensors"}, {"grad_params", grad_params}};
   std::ofstream(dir + "/meta.json") << meta.dump();
   CommandResult py = run_shell(std::string(NANOCHAT_PYTHON) + " " NANOCHAT_SOURCE_DIR
                                "/tests/fixtures/train_loop_reference.py " + dir);
   ASSERT_EQ(py.rc, 0) << py.err;
-  auto ref = nlohmann::json::parse(read_file(dir + "/ref.json"))["losses"];
-  for (int s = 0; s < steps; s++)
-    EXPECT_NEAR(logged[s].loss_raw, ref[std::to_string(s)].get<double>(), 1e-4) << "step " << s;
+  auto ref = nlohmann::json::parse(read_file(dir + "/ref.json"));
+
+  // Both sides are fp32, yet their losses part by ~1e-5 relative by step 7 (observed 1.1e-5),
+  // and not from kernel differences: at init c_proj is zero, so the loss is exactly invariant
+  // to resid_lambdas, x0_lambdas and backout_lambda (every layer's output is a multiple of
+  // x0 under a norm), their step-0 gradients are rounding noise (~1e-10), and AdamW with eps
+  // 1e-10 turns that noise into +-lr steps whose signs differ between implementations (the
+  // reference alone moves its step-7 loss by 1.4e-5 if that noise is zeroed). 5e-5 is above
+  // that floor; the Muon momentum 0.95 instead of the 0.85 ramp gives 1.7e-4, no weight
+  // decay 2.8e-4, every lr 5% off 2.3e-3, no warmup 1.3e-2.
+  double max_rel = 0;
+  for (int s = 0; s < steps; s++) {
+    double r = ref["losses"][s].get<double>();
+    EXPECT_NEAR(logged[s].loss_raw, r, 5e-5 * std::fabs(r)) << "step " << s;
+    max_rel = std::max(max_rel, std::fabs(logged[s].loss_raw - r) / std::fabs(r));
+  }
   // the steps moved the weights, so the checks after step 0 are about the optimizer too
-  EXPECT_GT(std::fabs(ref["2"].get<double>() - ref["0"].get<double>()), 1e-3);
+  EXPECT_GT(std::fabs(ref["losses"][7].get<double>() - ref["losses"][0].get<double>()), 0.1);
+  // The weights after the 8th update, which no logged loss sees, for the parameters whose
+  // updates are well conditioned: AdamW's lm_head and wte, Muon's attention c_proj (observed
+  // within 0.2% of how far they moved; the Muon momentum off by 0.01 gives 1.3-2.1% on lm_head
+  // and the c_projs, no weight decay 8-12%, every lr 5% off 6-29%). c_q, c_k,
+  // c_v and c_fc get their first gradient at step 1 through c_proj's first small update,
+  // nearly rank-deficient, and Polar Express blows its rounding up: they agree only to ~8%
+  // and are left to the losses, as are the scalars above.
+  auto fdiff = ref["final_weight_diff"], fmoved = ref["final_weight_moved"];
+  double max_frac = 0;
+  for (const char* name : {"lm_head.weight", "transformer.wte.weight", "transformer.h.0.attn.c_proj.weight",
+                           "transformer.h.1.attn.c_proj.weight"}) {
+    double diff = fdiff[name].get<double>(), moved = fmoved[name].get<double>();
+    EXPECT_LT(diff, 0.01 * moved) << name << " moved " << moved;
+    max_frac = std::max(max_frac, diff / moved);
+  }
+  std::printf("8 steps vs reference: max relative loss diff %.2e; final weights differ by at most %.2f%% of "
+              "their movement\n", max_rel, 100 * max_frac);
+
+  // step 0's gradients, from base-train's model code in this process (init seed 42, as the run)
+  nanochat::GPT model(nanochat::gpt_config_from_json(model_config), torch::kCPU, torch::kFloat32);
+  nanochat::gpt_init_weights(model, 42);
+  nanochat::gpt_loss(model, batches[0].inputs.cpu(), batches[0].targets.cpu()).backward();
+  for (const auto& [name, p] : nanochat::gpt_named_parameters(model)) {
+    if (std::find(grad_params.begin(), grad_params.end(), name) == grad_params.end()) continue;
+    std::string bytes = read_file(dir + "/ref_grad_" + name + ".bin");
+    ASSERT_EQ(bytes.size(), (size_t)p.numel() * sizeof(float)) << name;
+    torch::Tensor r = torch::from_blob(bytes.data(), p.sizes(), torch::kFloat32).clone();
+    double scale = r.abs().max().item<double>(), diff = (p.grad() - r).abs().max().item<double>();
+    // the gradient is not trivially zero, and agrees to fp32 rounding of its largest entries
+    // (observed: 2e-7 and 4e-7 of the largest; the batch of another step gives 0.4-0.7)
+    EXPECT_GT(scale, 1e-6) << name;
+    EXPECT_LT(diff, 1e-4 * scale) << name << ": max |grad| " << scale;
+    std::printf("step 0 gradient of %s: max abs diff %.2e (max |grad| %.2e)\n", name.c_str(), diff, scale);
+  }
 }
