@@ -1,9 +1,9 @@
 # defines: the Python baseline of bench_train_step (one JSON line of step timings)
 """The project's independent Python reference for a whole pretraining step: nanochat's GPT
-(spec §4) and MuonAdamW (spec §4.10, §5) written in plain PyTorch from the spec text, not from
+(upstream's gpt.py) and MuonAdamW (gpt.py's setup_optimizer, optim.py) written in plain PyTorch after upstream's Python, not from
 the C++ code. Attention is F.scaled_dot_product_attention (causal for L layers, an explicit
 FA3-style band mask for S layers). Master weights are fp32; matmuls run in the compute dtype;
-wte, value_embeds and the rotary tables are stored in it (§0.5).
+wte, value_embeds and the rotary tables are stored in it (upstream's COMPUTE_DTYPE rule).
 
 --compile 1 does what upstream's base_train does: torch.compile(model, dynamic=False) around a
 forward that returns the loss, and the optimizer's fused AdamW and Muon steps each compiled with
@@ -25,7 +25,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-# ---- model (§4) ------------------------------------------------------------------------
+# ---- model (gpt.py) ---------------------------------------------------------------------
 
 
 def has_ve(i, n_layer):
@@ -53,7 +53,7 @@ class Linear(nn.Module):  # no bias; fp32 master weight cast to the activation d
         return F.linear(x, self.weight.to(x.dtype))
 
 
-def rope(x, cos, sin):  # half-split, rotating by -theta (§4.4)
+def rope(x, cos, sin):  # half-split, rotating by -theta (gpt.py's apply_rotary_emb)
     d = x.size(3) // 2
     x1, x2 = x[..., :d], x[..., d:]
     return torch.cat([x1 * cos + x2 * sin, -x1 * sin + x2 * cos], dim=3)
@@ -138,7 +138,7 @@ class GPT(nn.Module):
         self.register_buffer("sin", f.sin()[None, :, None, :].to(dtype), persistent=False)
 
     @torch.no_grad()
-    def init_weights(self):  # §4.3, in its order
+    def init_weights(self):  # gpt.py's init_weights, in its order
         L, d = self.n_layer, self.n_embd
         s = 3 ** 0.5 * d ** -0.5
         nn.init.normal_(self.transformer.wte.weight, 0.0, 0.8)
@@ -184,7 +184,7 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
 
 
-# ---- optimizer (§5) --------------------------------------------------------------------
+# ---- optimizer (optim.py) -----------------------------------------------------------------
 
 POLAR_EXPRESS = [(8.156554524902461, -22.48329292557795, 15.878769915207462),
                  (4.042929935166739, -2.808917465908714, 0.5000178451051316),
