@@ -3,10 +3,10 @@
 // The model's last step fused: lm_head matmul, softcap, cross-entropy. The reference
 // materialises the (N, V) logits in fp32 several times over (the matmul output, its fp32
 // copy, tanh, the softcap product, log_softmax, and as many again in backward: ~17 GB kept
-// for backward at d20, B=32). The fused op walks the rows in chunks of a few MB (CPU) or a
-// few hundred MB (CUDA): per chunk one matmul into a compute-dtype buffer and one pass that
-// leaves only a loss and a log-sum-exp per row. Backward recomputes each chunk's logits,
-// turns them into d loss / d logits in place, and multiplies them out.
+// for backward at d20, B=32). The fused op walks the rows in chunks (chunk_rows): per chunk
+// one matmul into a compute-dtype buffer and one pass that leaves only a loss and a
+// log-sum-exp per row. Backward of the per-token losses recomputes each chunk's logits and
+// turns them into d loss / d logits in place; the mean (training) does that in its forward.
 #include "nanochat/kernels.h"
 
 #include <ATen/ATen.h>
