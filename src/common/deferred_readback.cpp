@@ -10,7 +10,7 @@ DeferredReadback::DeferredReadback(torch::Device device) : device_(device), lag_
 void DeferredReadback::push(const torch::Tensor& values) {
   Pending p;
   if (device_.is_cpu()) {
-    p.host = values.to(torch::kDouble).clone();
+    p.host = values.to(torch::kDouble, /*non_blocking=*/false, /*copy=*/true);  // one copy, never an alias
   } else {
     auto pinned = torch::TensorOptions().dtype(values.scalar_type()).pinned_memory(true);
     p.host = at::empty(values.sizes(), pinned);

@@ -6,6 +6,7 @@
 #include "nanochat/kernels.h"
 
 #include <cmath>
+#include <initializer_list>
 
 #include <ATen/ATen.h>
 
@@ -19,7 +20,7 @@ bool kernels_adamw_step(torch::Tensor& p, const torch::Tensor& grad, torch::Tens
                         double weight_decay) {
   const auto t = p.scalar_type();
   if (!kernels_use_fused(p) || !(t == at::kFloat || t == at::kBFloat16)) return false;
-  for (const torch::Tensor* x : {&grad, (const torch::Tensor*)&exp_avg, (const torch::Tensor*)&exp_avg_sq})
+  for (const torch::Tensor* x : std::initializer_list<const torch::Tensor*>{&grad, &exp_avg, &exp_avg_sq})
     if (x->scalar_type() != t || x->device() != p.device() || !x->is_contiguous() || x->numel() != p.numel())
       return false;
   if (!p.is_contiguous()) return false;

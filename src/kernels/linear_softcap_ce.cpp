@@ -47,6 +47,13 @@ void backward_chunk(Tensor& logits, const Tensor& targets, const Tensor& lse, co
   else softcap_ce_backward_cpu(logits, targets, lse, grad, vocab, cap);
 }
 
+// a chunk's d loss / d logits multiplied out: its rows of x's gradient, and its share of the
+// weight's (summed over chunks in fp32)
+void multiply_out(const Tensor& dlogits, const Tensor& x_rows, const Tensor& w, Tensor dx_rows, Tensor& dw) {
+  at::mm_out(dx_rows, dlogits, w);
+  kernels_addmm_acc(dw, dlogits.t(), x_rows);
+}
+
 struct LinearSoftcapCE : public torch::autograd::Function<LinearSoftcapCE> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight, const Tensor& targets,
                         int64_t vocab, double cap, int64_t rows_requested) {
@@ -84,9 +91,7 @@ struct LinearSoftcapCE : public torch::autograd::Function<LinearSoftcapCE> {
       const Tensor xc = x.narrow(0, r0, n);
       Tensor dlogits = at::mm(xc, w.t());
       backward_chunk(dlogits, targets.narrow(0, r0, n), lse.narrow(0, r0, n), grad.narrow(0, r0, n), vocab, cap);
-      Tensor dxc = dx.narrow(0, r0, n);
-      at::mm_out(dxc, dlogits, w);
-      kernels_addmm_acc(dw, dlogits.t(), xc);
+      multiply_out(dlogits, xc, w, dx.narrow(0, r0, n), dw);
     }
     return {dx, dw.to(weight.scalar_type()), Tensor(), Tensor(), Tensor(), Tensor()};
   }
@@ -116,14 +121,12 @@ struct LinearSoftcapCEMean : public torch::autograd::Function<LinearSoftcapCEMea
       Tensor logits = at::mm(xc, w.t());
       Tensor l = loss.narrow(0, r0, n), s = lse.narrow(0, r0, n);
       if (logits.is_cuda()) {
-        softcap_ce_forward_cuda(logits, tc, vocab, cap, l, s);
-        softcap_ce_backward_cuda(logits, tc, s, gc, vocab, cap);
+        forward_chunk(logits, tc, vocab, cap, l, s);
+        backward_chunk(logits, tc, s, gc, vocab, cap);
       } else {
-        softcap_ce_forward_backward_cpu(logits, tc, gc, vocab, cap, l, s);
+        softcap_ce_forward_backward_cpu(logits, tc, gc, vocab, cap, l, s);  // one visit of each row
       }
-      Tensor dxc = dx.narrow(0, r0, n);
-      at::mm_out(dxc, logits, w);
-      kernels_addmm_acc(dw, logits.t(), xc);
+      multiply_out(logits, xc, w, dx.narrow(0, r0, n), dw);
     }
     ctx->save_for_backward({dx, dw});
     ctx->saved_data["weight_dtype"] = (int64_t)weight.scalar_type();
