@@ -40,8 +40,27 @@ static void gzip_decompress(const uint8_t* src, size_t n, uint8_t* out, size_t o
   if (produced != out_n) parquet_fail("GZIP page decompressed to %zu bytes, header says %zu", produced, out_n);
 }
 
+// The most bytes `n` compressed bytes can expand to, from each format's densest element:
+// a zstd RLE block (3-byte header + 1 byte) gives at most 128 KiB, a snappy copy of 64 bytes
+// takes 3 bytes, deflate expands at most 1032:1. A page header asking for more is corrupt,
+// and is refused before its buffer is allocated.
+static uint64_t max_decompressed_size(int codec, size_t n) {
+  switch (codec) {
+    case kUncompressed: return n;
+    case kZstd: return (uint64_t)n * 32768;
+    case kSnappy: return (uint64_t)n * 24 + 16;
+    case kGzip: return ((uint64_t)n + 64) * 1032;
+    default:
+      parquet_fail("unsupported compression codec %s (this reader has UNCOMPRESSED, ZSTD, SNAPPY, GZIP)",
+                   codec_name(codec));
+  }
+}
+
 void Decompressor::check_declared_size(int codec, const uint8_t* src, size_t n, size_t out_n) {
   if (n == 0 && out_n == 0) return;  // an empty values section (a page of nulls)
+  if (out_n > max_decompressed_size(codec, n))
+    parquet_fail("page header says %zu bytes, more than %zu compressed bytes of %s can hold", out_n, n,
+                 codec_name(codec));
   if (codec == kZstd) {
     unsigned long long declared = ZSTD_getFrameContentSize(src, n);
     if (declared == ZSTD_CONTENTSIZE_ERROR) parquet_fail("ZSTD decompression failed: not a zstd frame");
@@ -52,8 +71,6 @@ void Decompressor::check_declared_size(int codec, const uint8_t* src, size_t n, 
     if (!snappy::GetUncompressedLength((const char*)src, n, &declared))
       parquet_fail("SNAPPY decompression failed: bad length header");
     if (declared != out_n) parquet_fail("SNAPPY page holds %zu bytes, header says %zu", declared, out_n);
-  } else if (codec == kGzip && out_n / 1032 > n + 64) {  // deflate expands at most 1032:1
-    parquet_fail("GZIP page: %zu compressed bytes cannot hold %zu", n, out_n);
   }
 }
 

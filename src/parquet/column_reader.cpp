@@ -1,5 +1,7 @@
 #include "parquet/column_reader.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 
 #include "parquet/codecs.h"
@@ -71,7 +73,24 @@ static void decode_values(int encoding, const LeafInfo& leaf, const ColumnValues
   parquet_fail("unsupported encoding %s for %s values", encoding_name(encoding), physical_type_name(type));
 }
 
-ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& meta, const LeafInfo& leaf) {
+static int64_t saturating_mul(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+}
+
+ChunkBudget chunk_budget(const ColumnChunkMeta& meta, int num_leaves) {
+  const ParquetLimits& lim = parquet_limits();
+  int64_t bytes = std::max<int64_t>(meta.total_compressed_size, 0), share = std::max(num_leaves, 1);
+  ChunkBudget b;
+  b.max_levels = lim.levels_floor / share + saturating_mul(bytes, lim.levels_per_compressed_byte);
+  b.max_string_bytes = lim.string_bytes_floor / share + saturating_mul(bytes, lim.string_bytes_per_compressed_byte);
+  b.max_levels = std::min(b.max_levels, lim.max_chunk_values);
+  b.max_string_bytes = std::min(b.max_string_bytes, lim.max_chunk_output_bytes);
+  return b;
+}
+
+ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& meta, const LeafInfo& leaf,
+                             int64_t rows, const ChunkBudget& budget) {
   const ParquetLimits& lim = parquet_limits();
   if (!meta.has_meta) parquet_fail("column chunk without metadata");
   if (meta.type != leaf.type)
@@ -85,6 +104,13 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
                  (long long)len, (long long)file_size);
   if (meta.num_values < 0 || meta.num_values > lim.max_chunk_values)
     parquet_fail("column chunk claims %lld values", (long long)meta.num_values);
+  // checked before anything is decoded: levels per row, and levels per compressed byte
+  if (leaf.max_rep == 0 ? meta.num_values != rows : meta.num_values < rows)
+    parquet_fail("column chunk holds %lld values for the row group's %lld rows", (long long)meta.num_values,
+                 (long long)rows);
+  if (meta.num_values > budget.max_levels)
+    parquet_fail("column chunk claims %lld values, more than its %lld bytes can hold (at most %lld; corrupt or "
+                 "hostile file?)", (long long)meta.num_values, (long long)len, (long long)budget.max_levels);
 
   // per-thread scratch, reused call after call: fresh multi-MB buffers would cost a page
   // fault per 4 KiB on every chunk (about a tenth of the reading time on a text shard)
@@ -100,6 +126,7 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
 
   ColumnData out;
   ColumnValues dict;
+  out.values.max_string_bytes = dict.max_string_bytes = budget.max_string_bytes;
   bool have_dict = false;
   Decompressor dec;
   int def_max = leaf.max_def, rep_max = leaf.max_rep;
@@ -125,7 +152,8 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
       pos += raw_n;
       if (h.type != kDataPage && h.type != kDataPageV2 && h.type != kDictionaryPage) continue;  // index pages
       if (!h.has_data_header) parquet_fail("%s page without its header", h.type == kDictionaryPage ? "dictionary" : "data");
-      if (h.num_values < 0 || h.num_values > lim.max_page_values) parquet_fail("page claims %d values", h.num_values);
+      if (h.num_values < 0 || h.num_values > lim.max_page_values || h.num_values > budget.max_levels)
+        parquet_fail("page claims %d values", h.num_values);
       int64_t n = h.num_values;
 
       if (h.type == kDictionaryPage) {
@@ -142,6 +170,8 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
 
       if (n > meta.num_values - out.num_levels)
         parquet_fail("pages hold more values than the column chunk's %lld", (long long)meta.num_values);
+      if (h.type == kDataPageV2 && (h.num_nulls < 0 || h.num_nulls > n || h.num_rows < 0 || h.num_rows > n))
+        parquet_fail("v2 page: %d nulls and %d rows in %lld values", h.num_nulls, h.num_rows, (long long)n);
       size_t old = (size_t)out.num_levels;
       if (rep_max > 0) out.rep.resize(old + (size_t)n);
       if (def_max > 0) out.def.resize(old + (size_t)n);

@@ -1,4 +1,4 @@
-// defines: LeafInfo, ColumnData, read_column_chunk, pread_exact
+// defines: LeafInfo, ColumnData, ChunkBudget, chunk_budget, read_column_chunk, pread_exact
 // One column chunk of one row group, decoded: pread its bytes, walk its pages (dictionary,
 // data v1, data v2), decompress each, decode the repetition/definition levels and the
 // non-null values. Nothing here is shared between calls, so threads may read different
@@ -23,7 +23,17 @@ struct ColumnData {
   int64_t num_levels = 0;         // values + nulls (+ empty lists)
 };
 
-ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& meta, const LeafInfo& leaf);
+// what one column chunk may decode to (ParquetLimits): the row group's floor shared among its
+// `num_leaves` columns, plus a multiple of the chunk's own compressed bytes
+struct ChunkBudget {
+  int64_t max_levels = 0, max_string_bytes = 0;
+};
+ChunkBudget chunk_budget(const ColumnChunkMeta& meta, int num_leaves);
+
+// `rows`: the row group's row count; a flat column has exactly one level per row, a
+// repeated one at least one
+ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& meta, const LeafInfo& leaf,
+                             int64_t rows, const ChunkBudget& budget);
 
 // reads exactly n bytes at offset (retrying short reads); ParquetError otherwise
 void pread_exact(int fd, uint8_t* buf, size_t n, int64_t offset);

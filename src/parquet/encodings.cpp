@@ -16,9 +16,10 @@ int64_t ColumnValues::size(int type) const {
 
 void ColumnValues::add_string(const uint8_t* p, size_t n) {
   string_bytes += (int64_t)n;
-  if (string_bytes > parquet_limits().max_chunk_output_bytes)
-    parquet_fail("column chunk decodes to more than %lld bytes of strings",
-                 (long long)parquet_limits().max_chunk_output_bytes);
+  int64_t cap = std::min(max_string_bytes, parquet_limits().max_chunk_output_bytes);
+  if (string_bytes > cap)
+    parquet_fail("column chunk decodes to more than %lld bytes of strings, more than its size can hold "
+                 "(corrupt or hostile file?)", (long long)cap);
   strings.emplace_back((const char*)p, n);
 }
 

@@ -129,10 +129,8 @@ LeafInfo ParquetFile::Impl::leaf_info(int leaf) const {
 ColumnData ParquetFile::Impl::read_leaf(int row_group, int leaf) const {
   try {
     const ColumnChunkMeta& m = meta.row_groups[(size_t)row_group].columns[(size_t)leaf];
-    ColumnData d = read_column_chunk(fd, file_size, m, leaf_info(leaf));
-    if (columns[(size_t)leaf].max_repetition_level == 0 && d.num_levels != row_groups[(size_t)row_group].num_rows)
-      parquet_fail("%lld values for %lld rows", (long long)d.num_levels, (long long)row_groups[(size_t)row_group].num_rows);
-    return d;
+    return read_column_chunk(fd, file_size, m, leaf_info(leaf), row_groups[(size_t)row_group].num_rows,
+                             chunk_budget(m, (int)columns.size()));
   } catch (const ParquetError& e) {
     throw ParquetError(strprintf("%s: row group %d, column '%s': %s", path.c_str(), row_group,
                                  columns[(size_t)leaf].path.c_str(), e.what()));
