@@ -9,8 +9,13 @@
 //   done_<S:06d>                written last, by rank 0 after a barrier: lists the files
 // Every file is written atomically (temp + fsync + rename), and a step counts only once its
 // done marker exists and every file it lists is there, so a crash mid-save leaves the
-// previous checkpoint as the latest one. This module knows nothing about the model or the
-// optimizer: it moves ordered lists of named tensors plus JSON.
+// previous checkpoint as the latest one. Saving a step that is already complete (a resumed
+// run passing it again) keeps the old files and marker until the new ones are all written:
+// they go to "<file>.next", then rank 0 writes the new marker as done_<S>.next (the commit
+// point), removes the old marker, renames each .next into place and the new marker last. A
+// crash before the commit point leaves the old step complete; after it, the next run's
+// checkpoint_recover_dir finishes the swap. This module knows nothing about the model or
+// the optimizer: it moves ordered lists of named tensors plus JSON.
 #pragma once
 #include <cstdint>
 #include <optional>
@@ -51,14 +56,31 @@ struct CheckpointRef {
 CheckpointRef checkpoint_locate(const std::string& source, const std::string& tag = "", int64_t step = -1);
 
 // ---- save (each rank its own files; then barrier; then rank 0 marks) ---------------------
-// Both unmark the step first: a step being (re)written never counts as complete.
+// A step without a marker is written in place; a complete one (re-saved) to "<file>.next".
 void checkpoint_save_model(const std::string& dir, int64_t step, const NamedTensors& tensors,
                            const nlohmann::ordered_json& meta);
 void checkpoint_save_optim(const std::string& dir, int64_t step, int rank, const NamedTensors& tensors,
                            const nlohmann::ordered_json& state);
 // checks model, meta and optim files of ranks 0..optim_ranks-1 exist (0: none, as for RL),
-// then writes done_<step>; Error naming the first missing file
+// then writes done_<step> (a re-save: the swap described above); Error naming the first
+// missing file
 void checkpoint_mark_complete(const std::string& dir, int64_t step, int optim_ranks);
+
+// ---- a training run's output directory ------------------------------------------------------
+// steps that have a done marker or a re-save past its commit point: a previous run's steps
+std::vector<int64_t> checkpoint_saved_steps(const std::string& dir);
+// start-up repair, by one process before the run reads or writes dir: finishes the re-saves
+// interrupted after their commit point, removes the .next files of those interrupted before
+// it, and the temp files (*.tmp.<pid>) whose process is gone (a live process's are kept).
+// Returns how many files it removed or put in place.
+int checkpoint_recover_dir(const std::string& dir);
+// every step of dir, marked or not (markers first, so none is complete with files missing);
+// temp files of live processes are kept. Returns the steps removed.
+std::vector<int64_t> checkpoint_remove_steps(const std::string& dir);
+// --keep-last: after step `saved` was marked, removes the complete steps before it except the
+// keep_last - 1 newest (keep_last <= 0: none). Never `saved`, a step after it, or a step
+// without a marker (being written). Returns the steps removed.
+std::vector<int64_t> checkpoint_prune(const std::string& dir, int64_t saved, int64_t keep_last);
 
 // ---- load ---------------------------------------------------------------------------------
 struct ModelCheckpoint {

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <csignal>
 #include <dirent.h>
 #include <fstream>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "nanochat/common/base_dir.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
+#include "nanochat/common/log.h"
 
 namespace nanochat {
 
@@ -61,11 +63,86 @@ nlohmann::ordered_json checkpoint_read_json(const std::string& path) {
 
 namespace {
 
-// the marker goes first: from here until checkpoint_mark_complete the step is incomplete
-void unmark(const std::string& dir, int64_t step) {
-  std::string done = checkpoint_done_path(dir, step);
-  if (unlink(done.c_str()) != 0 && errno != ENOENT)
-    fail("cannot remove %s: %s", done.c_str(), std::strerror(errno));
+void remove_file(const std::string& path) {
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) fail("cannot remove %s: %s", path.c_str(), std::strerror(errno));
+}
+
+void rename_file(const std::string& from, const std::string& to) {
+  if (std::rename(from.c_str(), to.c_str()) != 0)
+    fail("cannot rename %s to %s: %s", from.c_str(), to.c_str(), std::strerror(errno));
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// done_<S>.next: the marker of a re-save past its commit point (see checkpoint.h)
+std::string pending_marker_path(const std::string& dir, int64_t step) { return checkpoint_done_path(dir, step) + ".next"; }
+
+// a step already marked (or mid-swap) is re-saved beside its files, not over them
+bool is_resave(const std::string& dir, int64_t step) {
+  return path_exists(checkpoint_done_path(dir, step)) || path_exists(pending_marker_path(dir, step));
+}
+
+// a file of step S: model_S..., meta_S..., optim_S_rank..., done_S[...]; never a path
+bool step_file(const std::string& name, int64_t& step) {
+  if (name.find('/') != std::string::npos) return false;
+  for (const char* prefix : {"model_", "meta_", "optim_", "done_"}) {
+    size_t n = std::strlen(prefix);
+    if (name.compare(0, n, prefix) != 0) continue;
+    size_t end = name.find_first_not_of("0123456789", n);
+    if (end == std::string::npos) end = name.size();
+    return parse_digits(name.substr(n, end - n), step) && (end == name.size() || name[end] == '.' || name[end] == '_');
+  }
+  return false;
+}
+
+// AtomicFile's "<path>.tmp.<pid>": the writer's pid, 0 for any other name
+long temp_file_pid(const std::string& name) {
+  size_t at = name.rfind(".tmp.");
+  int64_t pid;
+  if (at == std::string::npos || !parse_digits(name.substr(at + 5), pid) || pid <= 0 || pid > 0x7fffffff) return 0;
+  return (long)pid;
+}
+
+bool process_alive(long pid) { return kill((pid_t)pid, 0) == 0 || errno == EPERM; }
+
+// the files a marker lists, each a file name of its step (a marker naming anything else,
+// "../x" say, is not ours to act on)
+std::vector<std::string> marker_files(const std::string& marker_path, int64_t step) {
+  nlohmann::ordered_json marker = checkpoint_read_json(marker_path);
+  if (!marker.is_object() || !marker.contains("files") || !marker["files"].is_array())
+    fail("%s: not a checkpoint marker (no \"files\" list)", marker_path.c_str());
+  std::vector<std::string> files;
+  for (const auto& f : marker["files"]) {
+    int64_t s = -1;
+    if (!f.is_string() || !step_file(f.get<std::string>(), s) || s != step)
+      fail("%s: %s is not a file of step %lld", marker_path.c_str(), f.dump().c_str(), (long long)step);
+    files.push_back(f.get<std::string>());
+  }
+  return files;
+}
+
+// the swap after a re-save's commit point: the old marker goes, each new file takes its
+// name, the old optimizer files of ranks the new save did not have go, the new marker goes
+// last. Every step can be redone, so a crash anywhere in it is finished by running it again.
+void finish_resave(const std::string& dir, int64_t step) {
+  const std::string done = checkpoint_done_path(dir, step), pending = pending_marker_path(dir, step);
+  std::vector<std::string> files = marker_files(pending, step);
+  remove_file(done);
+  fsync_parent_dir(done);
+  for (const std::string& f : files)
+    if (path_exists(dir + "/" + f + ".next")) rename_file(dir + "/" + f + ".next", dir + "/" + f);
+  for (const std::string& f : files)
+    if (!path_exists(dir + "/" + f))
+      fail("cannot finish re-saving step %lld in %s: %s is missing", (long long)step, dir.c_str(), f.c_str());
+  const std::string old_optim = step_name("optim_", step, "_rank");
+  for (const std::string& name : list_dir(dir))
+    if (name.compare(0, old_optim.size(), old_optim) == 0 && !temp_file_pid(name) && !ends_with(name, ".next") &&
+        std::find(files.begin(), files.end(), name) == files.end())
+      remove_file(dir + "/" + name);
+  fsync_parent_dir(done);
+  rename_file(pending, done);
   fsync_parent_dir(done);
 }
 
@@ -181,18 +258,18 @@ void checkpoint_save_model(const std::string& dir, int64_t step, const NamedTens
                            const nlohmann::ordered_json& meta) {
   safetensors_check_savable(checkpoint_model_path(dir, step), tensors);  // bad input: the old files stay complete
   make_dirs(dir);
-  unmark(dir, step);
-  safetensors_save(checkpoint_model_path(dir, step), tensors, kFileMetadata);
-  atomic_write_file(checkpoint_meta_path(dir, step), meta.dump(2));  // json.dump(meta, indent=2)
+  const std::string next = is_resave(dir, step) ? ".next" : "";
+  safetensors_save(checkpoint_model_path(dir, step) + next, tensors, kFileMetadata);
+  atomic_write_file(checkpoint_meta_path(dir, step) + next, meta.dump(2));  // json.dump(meta, indent=2)
 }
 
 void checkpoint_save_optim(const std::string& dir, int64_t step, int rank, const NamedTensors& tensors,
                            const nlohmann::ordered_json& state) {
   safetensors_check_savable(checkpoint_optim_path(dir, step, rank), tensors);
   make_dirs(dir);
-  unmark(dir, step);
-  safetensors_save(checkpoint_optim_path(dir, step, rank), tensors, kFileMetadata);
-  atomic_write_file(checkpoint_optim_json_path(dir, step, rank), state.dump(2));
+  const std::string next = is_resave(dir, step) ? ".next" : "";
+  safetensors_save(checkpoint_optim_path(dir, step, rank) + next, tensors, kFileMetadata);
+  atomic_write_file(checkpoint_optim_json_path(dir, step, rank) + next, state.dump(2));
 }
 
 void checkpoint_mark_complete(const std::string& dir, int64_t step, int optim_ranks) {
@@ -201,12 +278,98 @@ void checkpoint_mark_complete(const std::string& dir, int64_t step, int optim_ra
     files.push_back(checkpoint_optim_path(dir, step, r));
     files.push_back(checkpoint_optim_json_path(dir, step, r));
   }
+  const bool resave = is_resave(dir, step);
+  const std::string next = resave ? ".next" : "";
   nlohmann::ordered_json marker = {{"step", step}, {"files", nlohmann::ordered_json::array()}};
   for (const std::string& f : files) {
-    if (!path_exists(f)) fail("cannot mark checkpoint step %lld complete: %s is missing", (long long)step, f.c_str());
+    if (!path_exists(f + next))
+      fail("cannot mark checkpoint step %lld complete: %s is missing", (long long)step, (f + next).c_str());
     marker["files"].push_back(f.substr(dir.size() + 1));
   }
-  atomic_write_file(checkpoint_done_path(dir, step), marker.dump(2));
+  if (!resave) return atomic_write_file(checkpoint_done_path(dir, step), marker.dump(2));
+  atomic_write_file(pending_marker_path(dir, step), marker.dump(2));  // the commit point
+  finish_resave(dir, step);
+}
+
+std::vector<int64_t> checkpoint_saved_steps(const std::string& dir) {
+  if (!is_directory(dir)) return {};
+  std::vector<int64_t> steps = checkpoint_list_steps(dir, "done_", ""), pending = checkpoint_list_steps(dir, "done_", ".next");
+  steps.insert(steps.end(), pending.begin(), pending.end());
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  return steps;
+}
+
+int checkpoint_recover_dir(const std::string& dir) {
+  if (!is_directory(dir)) return 0;
+  int changed = 0;
+  for (const std::string& name : list_dir(dir)) {
+    long pid = temp_file_pid(name);
+    if (pid > 0 && pid != (long)getpid() && !process_alive(pid)) {
+      remove_file(dir + "/" + name);
+      changed++;
+    }
+  }
+  std::vector<int64_t> unfinished;
+  for (int64_t step : checkpoint_list_steps(dir, "done_", ".next")) {
+    try {
+      finish_resave(dir, step);
+      log_warn("%s: finished re-saving step %lld (interrupted after its new files were written)", dir.c_str(),
+               (long long)step);
+      changed++;
+    } catch (const Error& e) {
+      log_warn("%s; step %lld stays incomplete", e.what(), (long long)step);
+      unfinished.push_back(step);
+    }
+  }
+  // new files of re-saves interrupted before their commit point: the old step is the one that counts
+  for (const std::string& name : list_dir(dir)) {
+    int64_t step;
+    if (ends_with(name, ".next") && !temp_file_pid(name) && step_file(name, step) &&
+        std::find(unfinished.begin(), unfinished.end(), step) == unfinished.end()) {
+      remove_file(dir + "/" + name);
+      changed++;
+    }
+  }
+  if (changed) fsync_parent_dir(dir + "/.");
+  return changed;
+}
+
+std::vector<int64_t> checkpoint_remove_steps(const std::string& dir) {
+  if (!is_directory(dir)) return {};
+  std::vector<int64_t> removed;
+  // markers first: from the first removal on, no step lacking a file counts as complete
+  for (bool markers : {true, false}) {
+    for (const std::string& name : list_dir(dir)) {
+      int64_t step;
+      if (!step_file(name, step) || temp_file_pid(name) || (name.compare(0, 5, "done_") == 0) != markers) continue;
+      remove_file(dir + "/" + name);
+      removed.push_back(step);
+    }
+    fsync_parent_dir(dir + "/.");
+  }
+  std::sort(removed.begin(), removed.end());
+  removed.erase(std::unique(removed.begin(), removed.end()), removed.end());
+  return removed;
+}
+
+std::vector<int64_t> checkpoint_prune(const std::string& dir, int64_t saved, int64_t keep_last) {
+  if (keep_last <= 0) return {};
+  std::vector<int64_t> older;  // complete, not mid-swap, before `saved`; newest first
+  for (int64_t step : checkpoint_list_steps(dir, "done_", ""))
+    if (step < saved && checkpoint_is_complete(dir, step) && !path_exists(pending_marker_path(dir, step)))
+      older.insert(older.begin(), step);
+  std::vector<int64_t> removed;
+  for (size_t i = (size_t)keep_last - 1; i < older.size(); i++) {
+    const std::string done = checkpoint_done_path(dir, older[i]);
+    std::vector<std::string> files = marker_files(done, older[i]);
+    remove_file(done);  // incomplete from here on
+    fsync_parent_dir(done);
+    for (const std::string& f : files) remove_file(dir + "/" + f);
+    removed.push_back(older[i]);
+  }
+  if (!removed.empty()) fsync_parent_dir(dir + "/.");
+  return removed;
 }
 
 ModelCheckpoint checkpoint_load_model(const std::string& dir, int64_t step) {
