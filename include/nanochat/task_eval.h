@@ -1,5 +1,5 @@
 // defines: TaskEvalOptions, TaskEvalResult, task_eval_baseline, task_evaluate,
-//          task_eval_sample_outcomes
+//          task_eval_sample_outcomes, task_eval_letter_logits
 // A chat model scored on one chat task, as upstream's scripts/chat_eval.py (used by
 // chat-eval, by SFT's ChatCORE and, for the sampled outcomes, by RL's pass@k). Generative
 // tasks (GSM8K, HumanEval, SpellingBee): sample num_samples completions per problem, a
@@ -45,6 +45,13 @@ double task_eval_baseline(const std::string& task_name);
 // the task's problems strided over ranks, the counts summed over them
 TaskEvalResult task_evaluate(GPT& model, const Tokenizer& tok, const Task& task, const TaskEvalOptions& opts,
                              Dist* dist);
+
+// a categorical batch's scores: row r's logits (as forward() gives them: fp32, softcapped) of
+// the tokens letter_ids[r] (B, K) at position answer_pos[r] (B) of ids (B, T). Only the B answer
+// positions go through lm_head, on the model's device; what comes back to the host is the
+// (B, K) fp32 tensor, not the (B, T, V) logits
+torch::Tensor task_eval_letter_logits(GPT& model, const torch::Tensor& ids, const torch::Tensor& answer_pos,
+                                      const torch::Tensor& letter_ids);
 
 // one generative problem: options.num_samples completions of its prompt, each judged by the
 // task (pass@n takes any of them; RL's pass@k the first k)

@@ -72,21 +72,35 @@ std::pair<int64_t, int64_t> eval_categorical(GPT& model, const Tokenizer& tok, c
       prompts.push_back(render_for_completion(tok, convs.back()));
       max_len = std::max(max_len, prompts.back().size());
     }
-    // right-padded with BOS; each prompt's answer is read at its own last position
-    torch::Tensor ids = torch::full({(int64_t)prompts.size(), (int64_t)max_len}, (int64_t)tok.bos_id(), torch::kLong);
-    for (size_t r = 0; r < prompts.size(); r++)
-      for (size_t t = 0; t < prompts[r].size(); t++) ids[r][t] = (int64_t)prompts[r][t];
-    torch::Tensor logits = model->forward(ids.to(model->device())).to(torch::kCPU);
-    for (size_t r = 0; r < prompts.size(); r++) {
-      std::vector<std::string> letters = convs[r].at("letters").get<std::vector<std::string>>();
-      torch::Tensor last = logits[(int64_t)r][(int64_t)prompts[r].size() - 1];
+    // right-padded with BOS; each prompt's answer is read at its own last position. Letter
+    // lists differ in length (ARC has 3 to 5): short rows repeat their first letter, unread
+    const int64_t B = (int64_t)prompts.size();
+    size_t max_letters = 1;
+    std::vector<std::vector<std::string>> letters;
+    for (const nlohmann::json& conv : convs) {
+      letters.push_back(conv.at("letters").get<std::vector<std::string>>());
+      if (letters.back().empty()) fail("chat-eval: a %s problem has no answer letters", task.name().c_str());
+      max_letters = std::max(max_letters, letters.back().size());
+    }
+    torch::Tensor ids = torch::full({B, (int64_t)max_len}, (int64_t)tok.bos_id(), torch::kLong);
+    torch::Tensor pos = torch::empty({B}, torch::kLong);
+    torch::Tensor letter_ids = torch::empty({B, (int64_t)max_letters}, torch::kLong);
+    auto id = ids.accessor<int64_t, 2>();
+    auto at = pos.accessor<int64_t, 1>();
+    auto letter = letter_ids.accessor<int64_t, 2>();
+    for (int64_t r = 0; r < B; r++) {
+      for (size_t t = 0; t < prompts[r].size(); t++) id[r][(int64_t)t] = (int64_t)prompts[r][t];
+      at[r] = (int64_t)prompts[r].size() - 1;
+      for (size_t k = 0; k < max_letters; k++)
+        letter[r][(int64_t)k] = (int64_t)letter_token(tok, letters[r][k < letters[r].size() ? k : 0]);
+    }
+    torch::Tensor scores = task_eval_letter_logits(model, ids, pos, letter_ids);  // (B, K) on the CPU
+    auto s = scores.accessor<float, 2>();
+    for (int64_t r = 0; r < B; r++) {
       size_t best = 0;
-      double best_logit = -INFINITY;
-      for (size_t k = 0; k < letters.size(); k++) {
-        double v = last[letter_token(tok, letters[k])].item<double>();
-        if (v > best_logit) best_logit = v, best = k;  // the first on ties, like argmax
-      }
-      passed += task.evaluate(convs[r], letters[best]);
+      for (size_t k = 1; k < letters[r].size(); k++)
+        if (s[r][(int64_t)k] > s[r][(int64_t)best]) best = k;  // the first on ties, like argmax
+      passed += task.evaluate(convs[r], letters[r][best]);
       total++;
     }
     progress.update((i1 - i0) * world);
@@ -95,6 +109,22 @@ std::pair<int64_t, int64_t> eval_categorical(GPT& model, const Tokenizer& tok, c
 }
 
 }  // namespace
+
+torch::Tensor task_eval_letter_logits(GPT& model, const torch::Tensor& ids, const torch::Tensor& answer_pos,
+                                      const torch::Tensor& letter_ids) {
+  torch::NoGradGuard no_grad;
+  const torch::Device device = model->device();
+  const int64_t B = ids.size(0);
+  if (answer_pos.dim() != 1 || answer_pos.size(0) != B || letter_ids.dim() != 2 || letter_ids.size(0) != B)
+    fail("task_eval_letter_logits: ids (B, T), answer_pos (B) and letter_ids (B, K) disagree on B");
+  torch::Tensor h = model->hidden(ids.to(device));  // (B, T, C)
+  torch::Tensor rows = torch::arange(B, torch::TensorOptions().dtype(torch::kLong).device(device));
+  torch::Tensor at_answer = h.index({rows, answer_pos.to(device)});  // (B, C)
+  // what forward() does to every position, done to these B only
+  torch::Tensor logits = model->lm_head(at_answer).narrow(-1, 0, model->config.vocab_size);
+  logits = gpt_softcap(logits.to(torch::kFloat32));
+  return logits.gather(1, letter_ids.to(device)).to(torch::kCPU);  // (B, K): the one copy to the host
+}
 
 double task_eval_baseline(const std::string& name) {
   return name == "ARC-Easy" || name == "ARC-Challenge" || name == "MMLU" ? 0.25 : 0.0;
