@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   cli_register_tokenize(app, exit_code);
   cli_register_base_train(app, exit_code);
   cli_register_base_eval(app, exit_code);
+  cli_register_scaling_fit(app, exit_code);
   cli_register_sft(app, exit_code);
   cli_register_rl(app, exit_code);
   cli_register_chat_eval(app, exit_code);

@@ -27,6 +27,7 @@ void cli_register_inspect(CLI::App& app, int& exit_code);
 void cli_register_download(CLI::App& app, int& exit_code);
 void cli_register_base_train(CLI::App& app, int& exit_code);
 void cli_register_base_eval(CLI::App& app, int& exit_code);
+void cli_register_scaling_fit(CLI::App& app, int& exit_code);
 void cli_register_sft(CLI::App& app, int& exit_code);
 void cli_register_rl(CLI::App& app, int& exit_code);
 void cli_register_report(CLI::App& app, int& exit_code);

@@ -23,7 +23,9 @@ namespace {
 // the stages' sections, in report order
 const char* kSectionFiles[] = {"tokenizer-training.md",    "tokenizer-evaluation.md", "base-model-training.md",
                                "base-model-loss.md",       "base-model-evaluation.md", "chat-sft.md",
-                               "chat-evaluation-sft.md",   "chat-rl.md",               "chat-evaluation-rl.md"};
+                               "chat-evaluation-sft.md",   "chat-rl.md",               "chat-evaluation-rl.md",
+                               // studies over many base runs (scaling-fit), not stages of one run
+                               "miniseries.md",            "scaling-laws.md"};
 
 std::string now_timestamp() {
   std::time_t t = std::time(nullptr);
@@ -210,7 +212,9 @@ std::string report_format_summary(const std::string& header,
   const std::vector<std::string> chat = {"ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval", "ChatCORE"};
   int64_t end_time = -1;
   for (const auto& [file, text] : sections) {
-    if (file.find("rl") == std::string::npos) end_time = find_timestamp(text, "timestamp:");  // RL is optional
+    // RL is optional; the scaling studies are not part of the run's wall clock
+    const bool study = file == "miniseries.md" || file == "scaling-laws.md";
+    if (file.find("rl") == std::string::npos && !study) end_time = find_timestamp(text, "timestamp:");
     if (file == "base-model-evaluation.md") metrics["base"] = extract(text, {"CORE"});
     if (file == "chat-evaluation-sft.md") metrics["sft"] = extract(text, chat);
     if (file == "chat-evaluation-rl.md") metrics["rl"] = extract(text, {"GSM8K"});
