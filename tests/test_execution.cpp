@@ -1,10 +1,17 @@
 // execution: the sandbox's limits and guards, each checked by running real Python: the happy
 // path, exceptions, timeout, memory limit, destructive calls, stdin, writes confined to the
-// temp dir, a scrubbed environment, no network, fresh globals, tricky strings, output caps.
+// temp dir, a scrubbed environment, no network, fresh globals, tricky strings, output caps;
+// every case of upstream's tests/test_execution.py; and the escapes past the Python guard: a
+// setsid'd spawn outliving the program, a fork loop, posix.unlink / ctypes / a reloaded os
+// writing outside the temp dir, a program too long for exec.
+#include <dirent.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <fstream>
 
 #include "nanochat/common/files.h"
 #include "nanochat/common/error.h"
@@ -17,6 +24,58 @@ static ExecutionOptions opts() {
   o.python = NANOCHAT_PYTHON;
   return o;
 }
+
+// the system's interpreter, which uid 65534 can run (the venv's may live under /root)
+static ExecutionOptions system_python_opts() {
+  ExecutionOptions o;
+  o.python = access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : NANOCHAT_PYTHON;
+  return o;
+}
+
+static double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+// a string no other process has in its command line
+static std::string unique_marker() {
+  static int n = 0;
+  return "nanochat_marker_" + std::to_string(getpid()) + "_" + std::to_string(n++);
+}
+
+// processes whose command line contains `marker`, from /proc
+static int processes_with(const std::string& marker) {
+  int found = 0;
+  DIR* d = opendir("/proc");
+  for (dirent* e; d && (e = readdir(d));) {
+    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
+    std::ifstream f(std::string("/proc/") + e->d_name + "/cmdline", std::ios::binary);
+    std::string cmdline((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    found += cmdline.find(marker) != std::string::npos;
+  }
+  if (d) closedir(d);
+  return found;
+}
+
+// waits up to 2 s for the kernel to finish killing a tree; the count left
+static int processes_left(const std::string& marker) {
+  int n = 0;
+  for (int i = 0; i < 40 && (n = processes_with(marker)) > 0; i++) usleep(50000);
+  return n;
+}
+
+// a directory of the test's own, outside any sandbox, holding one file
+struct Victim {
+  std::string dir = "/tmp/nanochat_exec_victim_" + std::to_string(getpid());
+  std::string file = dir + "/keep.txt";
+  Victim() {
+    make_dirs(dir);
+    std::ofstream(file) << "precious";
+  }
+  ~Victim() { remove_tree(dir); }
+  bool intact() const { return read_file_bytes(file) == "precious"; }
+};
+
+static const uint32_t kWritesConfined = kExecLandlock | kExecReadOnlyMounts;
 
 TEST(Execution, HappyPathAndExceptions) {
   auto r = execute_code("print('hello')\nprint(sum(range(10)))", opts());
@@ -149,4 +208,201 @@ TEST(Execution, MissingInterpreterIsAnError) {
   ExecutionOptions o = opts();
   o.python = "/nonexistent/python3";
   EXPECT_THROW(execute_code("print(1)", o), Error);
+}
+
+// ---- upstream's tests/test_execution.py, case by case ----------------------------------------
+
+TEST(ExecutionUpstream, HappyPathAndException) {
+  auto r = execute_code("print('hello world')", opts());
+  EXPECT_TRUE(r.success);
+  EXPECT_EQ(r.stdout_text, "hello world\n");
+  r = execute_code("1/0", opts());
+  EXPECT_FALSE(r.success);
+  EXPECT_NE(r.error.find("ZeroDivisionError"), std::string::npos) << r.error;
+}
+
+TEST(ExecutionUpstream, TimeoutKillsAnInfiniteLoop) {
+  ExecutionOptions o = opts();
+  o.timeout_seconds = 2.0;
+  auto start = std::chrono::steady_clock::now();
+  auto r = execute_code("while True: pass", o);
+  EXPECT_TRUE(r.timeout);
+  EXPECT_FALSE(r.success);
+  EXPECT_LT(seconds_since(start), 5.0);
+}
+
+TEST(ExecutionUpstream, OneGigabyteAgainstTheDefaultLimit) {
+  auto r = execute_code("x = bytearray(1024 * 1024 * 1024)", opts());
+  EXPECT_FALSE(r.success);
+  EXPECT_TRUE(r.memory_exceeded) << r.stderr_text;
+}
+
+TEST(ExecutionUpstream, DestructiveFunctionsDisabled) {
+  for (const char* evil : {"import os; os.system('echo pwned')", "import shutil; shutil.rmtree('/tmp')",
+                           "import subprocess; subprocess.Popen(['ls'])", "import os; os.kill(1, 9)",
+                           "import os; os.fork()"}) {
+    auto r = execute_code(evil, opts());
+    EXPECT_FALSE(r.success) << evil;
+    EXPECT_EQ(r.stdout_text.find("pwned"), std::string::npos) << evil;
+  }
+  EXPECT_TRUE(is_directory("/tmp"));
+}
+
+TEST(ExecutionUpstream, StdinDisabled) { EXPECT_FALSE(execute_code("input()", opts()).success); }
+
+TEST(ExecutionUpstream, WritesGoToTheTempDir) {
+  std::string name = "landmine_" + std::to_string(getpid()) + ".txt";
+  auto r = execute_code("open('" + name + "', 'w').write('x'); print(open('" + name + "').read())", opts());
+  EXPECT_TRUE(r.success) << r.stderr_text;
+  EXPECT_EQ(r.stdout_text, "x\n");
+  EXPECT_FALSE(path_exists(name)) << "file leaked into the test's working directory";
+}
+
+TEST(ExecutionUpstream, EnvironmentIsScrubbed) {
+  setenv("FAKE_SECRET_KEY", "hunter2", 1);
+  auto r = execute_code("import os; print('FAKE_SECRET_KEY' in os.environ)", opts());
+  unsetenv("FAKE_SECRET_KEY");
+  EXPECT_TRUE(r.success) << r.stderr_text;
+  EXPECT_EQ(r.stdout_text, "False\n");
+}
+
+TEST(ExecutionUpstream, TrickyStringContent) {
+  // upstream's string: 'it\'s "quoted" \\ {braces} \n' is 26 characters (each escape one)
+  auto r = execute_code("s = 'it\\'s \"quoted\" \\\\ {braces} \\n'; print(len(s))", opts());
+  EXPECT_TRUE(r.success) << r.stderr_text;
+  EXPECT_EQ(r.stdout_text, "26\n");
+}
+
+TEST(ExecutionUpstream, FreshGlobals) {
+  auto r = execute_code("print('GUARD' in dir(), '_nanochat_code' in dir())", opts());
+  EXPECT_TRUE(r.success) << r.stderr_text;
+  EXPECT_EQ(r.stdout_text, "False False\n");
+}
+
+// ---- escapes past the Python guard ----------------------------------------------------------
+
+// os.posix_spawn(..., setsid=True) leaves the program's process group and session; the deadline
+// and the program's exit must still take it down: with the PID namespace and with the subreaper
+TEST(ExecutionEscape, SetsidSpawnDiesWithTheProgram) {
+  for (bool pid_namespace : {true, false}) {
+    SCOPED_TRACE(pid_namespace ? "PID namespace" : "subreaper");
+    ExecutionOptions o = opts();
+    o.pid_namespace = pid_namespace;
+    o.timeout_seconds = 2.0;
+    std::string marker = unique_marker();
+    std::string spawn = "import os\nos.posix_spawn('/bin/sh', ['sh', '-c', 'sleep 60; : " + marker +
+                        "'], {}, setsid=True)\nprint('spawned', flush=True)\n";
+    // the program exits at once: the spawned shell is killed with it, not waited for
+    auto start = std::chrono::steady_clock::now();
+    auto r = execute_code(spawn, o);
+    EXPECT_LT(seconds_since(start), o.timeout_seconds + 1.0);
+    EXPECT_TRUE(r.success) << r.stderr_text;
+    EXPECT_EQ(r.stdout_text, "spawned\n");
+    EXPECT_EQ(processes_left(marker), 0);
+    EXPECT_TRUE(r.isolation & (pid_namespace ? kExecPidNamespace : kExecSubreaper)) << r.isolation;
+    // the program runs on: the deadline kills both
+    marker = unique_marker();
+    spawn = "import os, time\nos.posix_spawn('/bin/sh', ['sh', '-c', 'sleep 60; : " + marker +
+            "'], {}, setsid=True)\nwhile True: time.sleep(0.01)\n";
+    start = std::chrono::steady_clock::now();
+    r = execute_code(spawn, o);
+    EXPECT_TRUE(r.timeout);
+    EXPECT_LT(seconds_since(start), o.timeout_seconds + 1.0);
+    EXPECT_EQ(processes_left(marker), 0);
+  }
+}
+
+// posix.fork (the guard only disables os.fork) in a loop: RLIMIT_NPROC stops it once the
+// program's uid runs max_processes processes; everything forked dies with the program
+TEST(ExecutionEscape, ForkLoopIsBounded) {
+  ExecutionOptions o = system_python_opts();
+  o.max_processes = 16;
+  o.timeout_seconds = 5.0;
+  std::string marker = unique_marker();
+  auto r = execute_code("import posix, time\nn = 0\ntry:\n    while n < 1000:\n        if posix.fork() == 0:\n"
+                        "            time.sleep(60)  # " + marker + "\n            posix._exit(0)\n        n += 1\n"
+                        "except OSError as e:\n    print(n, type(e).__name__, flush=True)\n",
+                        o);
+  EXPECT_EQ(processes_left(marker), 0);
+  if (!(r.isolation & kExecProcessLimit))
+    GTEST_SKIP() << "RLIMIT_NPROC is not in force (running as root and uid 65534 cannot run " << o.python
+                 << "): only the deadline bounds a fork loop here";
+  EXPECT_TRUE(r.success) << r.stderr_text;
+  int forked = std::atoi(r.stdout_text.c_str());
+  EXPECT_GE(forked, 1) << r.stdout_text;
+  EXPECT_LT(forked, 16) << r.stdout_text;
+  EXPECT_NE(r.stdout_text.find("BlockingIOError"), std::string::npos) << r.stdout_text;  // EAGAIN
+}
+
+// the ways past the guard to a file outside the temp dir: posix.unlink, a reloaded os, ctypes,
+// plain open() for writing, rename. Under landlock (and again under the read-only mount
+// namespace that replaces it where landlock is missing) each is refused and the file survives.
+TEST(ExecutionEscape, FilesOutsideTheTempDirCannotBeChanged) {
+  for (bool landlock : {true, false}) {
+    SCOPED_TRACE(landlock ? "landlock" : "read-only mount namespace");
+    ExecutionOptions o = opts();
+    o.landlock = landlock;
+    Victim v;
+    const std::string f = "'" + v.file + "'";
+    const std::string d = "'" + v.dir + "'";
+    std::vector<std::string> escapes = {
+        "import posix\nposix.unlink(" + f + ")",
+        "import importlib, os\nimportlib.reload(os)\nassert os.unlink is not None\nos.unlink(" + f + ")",
+        "import importlib, os\nimportlib.reload(os)\nassert os.system('echo gone > " + v.file + "') != 0\n"
+        "raise PermissionError('refused')",
+        "import ctypes, ctypes.util\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "if libc.unlink(" + f + ".encode()) != 0: raise PermissionError(ctypes.get_errno(), 'unlink')",
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "if libc.rename(" + f + ".encode(), b'" + v.dir + "/moved') != 0: raise PermissionError(ctypes.get_errno(), 'rename')",
+        "open(" + f + ", 'w').write('overwritten')",
+        "open(" + d + " + '/new.txt', 'w').write('x')",
+        "import posix\nposix.rename(" + f + ", " + d + " + '/moved')",
+        "import posix\nposix.truncate(" + f + ", 0)",
+    };
+    uint32_t isolation = 0;
+    for (const std::string& code : escapes) {
+      auto r = execute_code(code, o);
+      isolation = r.isolation;
+      if (!(r.isolation & kWritesConfined)) break;
+      EXPECT_FALSE(r.success) << code;
+      EXPECT_TRUE(r.error.find("PermissionError") != std::string::npos || r.error.find("OSError") != std::string::npos)
+          << code << " -> " << r.error;
+      EXPECT_TRUE(v.intact()) << code;
+      EXPECT_FALSE(path_exists(v.dir + "/new.txt")) << code;
+      EXPECT_FALSE(path_exists(v.dir + "/moved")) << code;
+    }
+    if (!(isolation & kWritesConfined)) {
+      GTEST_SKIP() << "this kernel grants neither landlock nor a mount namespace ("
+                   << execution_isolation_describe(isolation) << "): files outside the temp dir are not protected";
+    }
+    EXPECT_TRUE(isolation & (landlock ? kExecLandlock : kExecReadOnlyMounts)) << execution_isolation_describe(isolation);
+    // inside the temp dir everything still works, the Python guard aside
+    auto r = execute_code("import posix\nopen('a', 'w').write('x')\nposix.rename('a', 'b')\nposix.mkdir('d')\n"
+                          "posix.unlink('b')\nposix.rmdir('d')\n"
+                          "print(sorted(posix.listdir('.')))",
+                          o);
+    EXPECT_TRUE(r.success) << r.stderr_text;
+    EXPECT_EQ(r.stdout_text, "[]\n");
+  }
+}
+
+// as root, the program runs as uid 65534 (where that uid can run the interpreter)
+TEST(ExecutionEscape, RootDropsToNobody) {
+  if (geteuid() != 0) GTEST_SKIP() << "not running as root";
+  auto r = execute_code("import posix\nprint(posix.getuid(), posix.getgid(), posix.getgroups())", system_python_opts());
+  if (!(r.isolation & kExecUidDropped)) GTEST_SKIP() << "uid 65534 cannot run " << system_python_opts().python;
+  EXPECT_TRUE(r.success) << r.stderr_text;
+  EXPECT_EQ(r.stdout_text, "65534 65534 []\n");
+}
+
+// one program's failure to start is that sample's failure, never an exception for the caller
+TEST(ExecutionEscape, ProgramTooLongForExecFailsOnlyThatSample) {
+  std::string code;
+  while (code.size() < 200000) code += "x = 1\n";  // a single argument is capped at 128 KiB
+  ExecutionResult r;
+  EXPECT_NO_THROW(r = execute_code(code, opts()));
+  EXPECT_FALSE(r.success);
+  EXPECT_NE(r.error.find("E2BIG"), std::string::npos) << r.error;
+  // and the next sample runs as usual
+  EXPECT_TRUE(execute_code("print(1)", opts()).success);
 }

@@ -1,25 +1,30 @@
-// execute_code: fork, limit, isolate, exec python -I -c <guard prelude> <code>, collect
-// capped output under a wall-clock deadline, kill the process group, delete the temp dir.
+// execute_code, the parent's side: a temp dir, clone the supervisor into whichever
+// namespaces the kernel grants (sandbox.cpp runs python -I -c <guard prelude> <code> under
+// it), collect capped output under a wall-clock deadline, kill the whole tree, delete the dir.
 #include "nanochat/execution.h"
 
 #include <fcntl.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <vector>
 
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
+#include "nanochat/common/log.h"
+#include "sandbox.h"
 
 namespace nanochat {
 
@@ -68,39 +73,6 @@ std::string find_python(const ExecutionOptions& opts) {
   fail("execute_code: %s not found on PATH (set NANOCHAT_EXEC_PYTHON to a Python 3 interpreter)", p.c_str());
 }
 
-void set_limit(int resource, rlim_t value) {
-  struct rlimit r{value, value};
-  setrlimit(resource, &r);
-}
-
-// the child after fork: only async-signal-safe calls until exec
-[[noreturn]] void child_exec(const ExecutionOptions& opts, const char* dir, int out_w, int err_w, int status_w,
-                             char* const argv[], char* const envp[]) {
-  setpgid(0, 0);
-  char isolated = '0';
-  if (opts.isolate_network) {
-    if (unshare(CLONE_NEWNET) == 0 || unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0) isolated = '1';
-  }
-  int devnull = open("/dev/null", O_RDONLY);
-  if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(out_w, 1) < 0 || dup2(err_w, 2) < 0 || chdir(dir) != 0) {
-    (void)!write(status_w, "E", 1);
-    _exit(127);
-  }
-  // nothing else of the parent's leaks into the child (sockets, shards, locks)
-  for (int fd = 3; fd < 4096; fd++)
-    if (fd != status_w) close(fd);
-  set_limit(RLIMIT_AS, (rlim_t)opts.max_memory_bytes);
-  set_limit(RLIMIT_DATA, (rlim_t)opts.max_memory_bytes);
-  set_limit(RLIMIT_STACK, (rlim_t)opts.max_memory_bytes);
-  set_limit(RLIMIT_FSIZE, (rlim_t)opts.max_file_bytes);
-  set_limit(RLIMIT_CORE, 0);
-  set_limit(RLIMIT_CPU, (rlim_t)std::ceil(opts.timeout_seconds) + 1);  // a backstop to the wall clock
-  (void)!write(status_w, &isolated, 1);
-  execve(argv[0], argv, envp);
-  (void)!write(status_w, "E", 1);
-  _exit(127);
-}
-
 struct Sink {  // one output pipe, kept up to a cap and drained past it
   int fd;
   std::string* text;
@@ -121,15 +93,30 @@ struct Sink {  // one output pipe, kept up to a cap and drained past it
   }
 };
 
-}  // namespace
-
-ExecutionResult execute_code(const std::string& code, const ExecutionOptions& opts) {
+// one run as the supervisor reports it
+struct Run {
   ExecutionResult res;
-  std::string python = find_python(opts);
-  char tmpl[] = "/tmp/nanochat_exec_XXXXXX";
-  if (!mkdtemp(tmpl)) fail("execute_code: cannot create a temporary directory in /tmp: %s", strerror(errno));
-  std::string dir = tmpl;
+  int exec_errno = 0;     // execve failed
+  std::string failure;    // the program could not be started (set-up, fork, exec)
+  std::string ns_refused;  // why the namespaces were not granted ("" when they were)
+};
 
+bool errno_means_missing_interpreter(int e) {
+  return e == ENOENT || e == EACCES || e == ENOEXEC || e == ENOTDIR || e == ELOOP || e == EISDIR || e == EPERM;
+}
+
+Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const std::string& python, bool drop_uid) {
+  Run run;
+  ExecutionResult& res = run.res;
+  char tmpl[] = "/tmp/nanochat_exec_XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    run.failure = strprintf("execute_code: cannot create a temporary directory in /tmp: %s", strerror(errno));
+    return run;
+  }
+  const std::string dir = tmpl;
+  if (drop_uid && chown(dir.c_str(), 65534, 65534) != 0) drop_uid = false;
+
+  // everything the children use is built here: after the clone they may not allocate
   std::string a0 = python, a1 = "-I", a2 = "-c", a3 = execution_guard_prelude(), a4 = code;
   char* argv[] = {a0.data(), a1.data(), a2.data(), a3.data(), a4.data(), nullptr};
   std::string e0 = "PATH=/usr/bin:/bin";
@@ -137,56 +124,102 @@ ExecutionResult execute_code(const std::string& code, const ExecutionOptions& op
 
   int out[2], err[2], status[2];
   if (pipe2(out, O_CLOEXEC) || pipe2(err, O_CLOEXEC) || pipe2(status, O_CLOEXEC)) {
+    run.failure = strprintf("execute_code: pipe: %s", strerror(errno));
     remove_tree(dir);
-    fail("execute_code: pipe: %s", strerror(errno));
+    return run;
   }
-  pid_t pid = fork();
-  if (pid < 0) {
-    remove_tree(dir);
-    fail("execute_code: fork: %s", strerror(errno));
+  const bool landlock = opts.landlock && sandbox_landlock_abi() >= 1;
+  unsigned long want = 0;
+  if (opts.pid_namespace) want |= CLONE_NEWPID;
+  if (opts.isolate_network) want |= CLONE_NEWNET;
+  if (!landlock) want |= CLONE_NEWNS;  // the read-only mounts instead
+  if (want && geteuid() != 0) want |= CLONE_NEWUSER;  // unprivileged: through a user namespace
+
+  SandboxPlan plan{};
+  plan.dir = dir.c_str();
+  plan.argv = argv;
+  plan.envp = envp;
+  plan.out_w = out[1], plan.err_w = err[1], plan.status_w = status[1];
+  plan.drop_uid = drop_uid;
+  plan.landlock = landlock;
+  plan.max_memory_bytes = opts.max_memory_bytes;
+  plan.max_file_bytes = opts.max_file_bytes;
+  plan.max_processes = opts.max_processes;
+  plan.cpu_seconds = (int64_t)std::ceil(opts.timeout_seconds) + 1;
+  pid_t pid = -1;
+  if (want) {
+    plan.namespaces = (want & CLONE_NEWPID ? kExecPidNamespace : kExecSubreaper) |
+                      (want & CLONE_NEWNET ? kExecNetworkNamespace : 0u);
+    plan.mount_namespace = want & CLONE_NEWNS;
+    pid = sandbox_clone(want);
+    if (pid == 0) sandbox_supervise(plan);
+    if (pid < 0) run.ns_refused = strprintf("clone(CLONE_NEW*): %s", strerror(errno));
   }
-  if (pid == 0) child_exec(opts, dir.c_str(), out[1], err[1], status[1], argv, envp);
+  if (pid < 0) {  // no namespaces: a subreaper holds the tree
+    plan.namespaces = kExecSubreaper;
+    plan.mount_namespace = false;
+    pid = sandbox_clone(0);
+    if (pid == 0) sandbox_supervise(plan);
+  }
+  const int clone_errno = errno;
   close(out[1]), close(err[1]), close(status[1]);
-  setpgid(pid, pid);  // also here, so the group exists before any kill below
-
-  // the child's report: the isolation byte, then 'E' only when exec failed
-  char st[2] = {0, 0};
-  ssize_t got = 0;
-  for (ssize_t n; got < 2 && (n = read(status[0], st + got, 2 - got)) != 0;)
-    if (n > 0) got += n;
-    else if (errno != EINTR) break;
-  close(status[0]);
-  if (st[0] == 'E' || st[1] == 'E') {
-    waitpid(pid, nullptr, 0);
-    close(out[0]), close(err[0]);
+  if (pid < 0) {
+    close(out[0]), close(err[0]), close(status[0]);
     remove_tree(dir);
-    fail("execute_code: cannot run %s", python.c_str());
+    run.failure = strprintf("execute_code: cannot fork: %s", strerror(clone_errno));
+    return run;
   }
-  res.network_isolated = st[0] == '1';
+  const bool pid_namespace = plan.namespaces & kExecPidNamespace;
 
-  Sink sinks[2] = {{out[0], &res.stdout_text, &res.output_truncated, opts.max_output_bytes},
-                   {err[0], &res.stderr_text, &res.output_truncated, opts.max_output_bytes}};
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(opts.timeout_seconds);
-  int wstatus = 0;
-  bool exited = false;
-  while (sinks[0].open || sinks[1].open || !exited) {
-    if (!exited && waitpid(pid, &wstatus, WNOHANG) == pid) {
-      exited = true;
-      kill(-pid, SIGKILL);  // stragglers of the group would hold the pipes open
+  // the status pipe: 5-byte reports (sandbox.h), until the supervisor exits
+  std::string reports;
+  int wait_status = -1;
+  auto take_reports = [&]() {
+    for (; reports.size() >= 5; reports.erase(0, 5)) {
+      int32_t v;
+      std::memcpy(&v, reports.data() + 1, 4);
+      switch (reports[0]) {
+        case kReportIsolation: res.isolation = (uint32_t)v; break;
+        case kReportWaitStatus: wait_status = v; break;
+        case kReportExecErrno:
+          run.exec_errno = v;
+          run.failure = v == E2BIG ? "execute_code: the program is too long to pass to exec (E2BIG)"
+                                   : strprintf("execute_code: cannot run %s: %s", python.c_str(), strerror(v));
+          break;
+        case kReportSetupErrno: run.failure = strprintf("execute_code: cannot set up the sandbox: %s", strerror(v)); break;
+        case kReportForkErrno: run.failure = strprintf("execute_code: cannot fork: %s", strerror(v)); break;
+      }
     }
-    if (!exited && std::chrono::steady_clock::now() >= deadline) {
+  };
+  Sink sinks[3] = {{out[0], &res.stdout_text, &res.output_truncated, opts.max_output_bytes},
+                   {err[0], &res.stderr_text, &res.output_truncated, opts.max_output_bytes},
+                   {status[0], &reports, &res.output_truncated, 1 << 16}};
+  const auto start = std::chrono::steady_clock::now();
+  const auto deadline = start + std::chrono::duration<double>(opts.timeout_seconds);
+  bool reaped = false;
+  auto reaped_at = start;
+  for (;;) {
+    if (!reaped && waitpid(pid, nullptr, WNOHANG) == pid) reaped = true, reaped_at = std::chrono::steady_clock::now();
+    const bool pipes_open = sinks[0].open || sinks[1].open || sinks[2].open;
+    // the whole tree is gone once the supervisor is; a pipe still open a second later was
+    // inherited by something outside it (cannot happen with a PID namespace)
+    if (reaped && (!pipes_open || std::chrono::steady_clock::now() - reaped_at > std::chrono::seconds(1))) break;
+    if (!reaped && std::chrono::steady_clock::now() >= deadline) {
       res.timeout = true;
-      kill(-pid, SIGKILL);
-      kill(pid, SIGKILL);
-      waitpid(pid, &wstatus, 0);
-      exited = true;
+      if (!pid_namespace) {  // the subreaper kills the tree itself on SIGTERM
+        kill(pid, SIGTERM);
+        for (int i = 0; i < 200 && waitpid(pid, nullptr, WNOHANG) != pid; i++) usleep(10000);
+      }
+      kill(pid, SIGKILL);  // a PID namespace's init takes the whole namespace with it
+      waitpid(pid, nullptr, 0);
+      break;
     }
-    pollfd fds[2];
+    pollfd fds[3];
     int n = 0;
     for (auto& s : sinks)
       if (s.open) fds[n++] = {s.fd, POLLIN, 0};
     if (n == 0) {
-      if (!exited) usleep(5000);
+      usleep(5000);
       continue;
     }
     if (poll(fds, n, 20) > 0)
@@ -194,18 +227,38 @@ ExecutionResult execute_code(const std::string& code, const ExecutionOptions& op
         if (fds[i].revents)
           for (auto& s : sinks)
             if (s.fd == fds[i].fd) s.read_some();
-    if (res.timeout) break;  // the group is dead; what is left in the pipes is not waited for
   }
-  close(out[0]), close(err[0]);
+  for (auto& s : sinks) {  // what is already in the pipes
+    fcntl(s.fd, F_SETFL, O_NONBLOCK);
+    while (s.open && !res.timeout) {
+      const size_t before = s.text->size();
+      s.read_some();
+      if (s.text->size() == before) break;
+    }
+    close(s.fd);
+  }
+  take_reports();
   remove_tree(dir);
 
-  res.exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : WIFSIGNALED(wstatus) ? -WTERMSIG(wstatus) : -1;
-  res.memory_exceeded = res.stderr_text.find("MemoryError") != std::string::npos;
+  res.network_isolated = res.isolation & kExecNetworkNamespace;
   if (res.timeout) {
     res.success = false;
     res.error = "Execution timed out (process killed)";
-    return res;
+    return run;
   }
+  if (!run.failure.empty()) {
+    res.success = false;
+    res.error = run.failure;
+    return run;
+  }
+  if (wait_status < 0) {
+    res.error = "Execution failed (the sandbox's supervisor died)";
+    return run;
+  }
+  res.exit_code = WIFEXITED(wait_status)   ? WEXITSTATUS(wait_status)
+                  : WIFSIGNALED(wait_status) ? -WTERMSIG(wait_status)
+                                             : -1;
+  res.memory_exceeded = res.stderr_text.find("MemoryError") != std::string::npos;
   res.success = res.exit_code == 0;
   if (!res.success) {
     // the last non-empty line of stderr, as upstream reports the exception
@@ -214,7 +267,73 @@ ExecutionResult execute_code(const std::string& code, const ExecutionOptions& op
     size_t nl = s.rfind('\n');
     res.error = s.empty() ? "Execution failed" : s.substr(nl == std::string::npos ? 0 : nl + 1);
   }
-  return res;
+  return run;
+}
+
+// As root, can uid 65534 run this interpreter? (A venv under /root cannot be.) Tried once per
+// interpreter by running "pass" in the sandbox as 65534.
+bool nobody_can_run(const std::string& python, const ExecutionOptions& opts) {
+  static std::mutex mutex;
+  static std::map<std::string, bool> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = known.find(python);
+  if (it != known.end()) return it->second;
+  ExecutionOptions probe = opts;
+  probe.timeout_seconds = 10;
+  Run r = run_sandboxed("pass", probe, python, true);
+  return known[python] = r.res.success && (r.res.isolation & kExecUidDropped);
+}
+
+// one log line, the first time: which layers are in force, and why the others are not
+void log_isolation_once(const Run& run, const ExecutionOptions& opts, bool root, bool uid_refused) {
+  static std::atomic<bool> logged{false};
+  if (run.res.isolation == 0 || logged.exchange(true)) return;
+  const uint32_t bits = run.res.isolation;
+  std::vector<std::string> missing;
+  if (!(bits & kExecPidNamespace))
+    missing.push_back("PID namespace (" + (opts.pid_namespace ? run.ns_refused : std::string("turned off")) +
+                      "; a subreaper kills the tree instead)");
+  if (!(bits & kExecNetworkNamespace))
+    missing.push_back("network namespace (" + (opts.isolate_network ? run.ns_refused : std::string("turned off")) + ")");
+  if (root && !(bits & kExecUidDropped))
+    missing.push_back(uid_refused ? "uid drop (uid 65534 cannot run the interpreter)" : "uid drop (turned off)");
+  if (!(bits & kExecProcessLimit)) missing.push_back("RLIMIT_NPROC (root ignores it)");
+  if (!(bits & (kExecLandlock | kExecReadOnlyMounts))) {
+    const int abi = sandbox_landlock_abi();
+    missing.push_back(strprintf("write confinement (landlock: %s; read-only mount namespace: not granted)",
+                                abi >= 1 ? "turned off" : strerror(-abi)));
+  }
+  std::string not_had;
+  for (auto& m : missing) not_had += (not_had.empty() ? "" : "; ") + m;
+  log_info("execution sandbox: %s%s%s", execution_isolation_describe(bits).c_str(),
+           not_had.empty() ? "" : "; not in force: ", not_had.c_str());
+}
+
+}  // namespace
+
+std::string execution_isolation_describe(uint32_t isolation) {
+  static const std::pair<uint32_t, const char*> names[] = {
+      {kExecPidNamespace, "PID namespace"},       {kExecSubreaper, "child subreaper"},
+      {kExecNetworkNamespace, "network namespace"}, {kExecUidDropped, "uid 65534"},
+      {kExecProcessLimit, "RLIMIT_NPROC"},        {kExecLandlock, "landlock (writes only in the temp dir)"},
+      {kExecReadOnlyMounts, "read-only mounts but the temp dir"}};
+  std::string s;
+  for (auto& [bit, name] : names)
+    if (isolation & bit) s += (s.empty() ? "" : ", ") + std::string(name);
+  return s.empty() ? "none" : s;
+}
+
+ExecutionResult execute_code(const std::string& code, const ExecutionOptions& opts) {
+  const std::string python = find_python(opts);
+  const bool root = geteuid() == 0;
+  const bool drop = root && opts.drop_uid && nobody_can_run(python, opts);
+  Run run = run_sandboxed(code, opts, python, drop);
+  // a missing interpreter fails every sample alike: that is the caller's error, not the sample's
+  if (run.exec_errno && errno_means_missing_interpreter(run.exec_errno))
+    fail("execute_code: cannot run %s: %s (set NANOCHAT_EXEC_PYTHON to a Python 3 interpreter)", python.c_str(),
+         strerror(run.exec_errno));
+  log_isolation_once(run, opts, root, root && opts.drop_uid && !drop);
+  return run.res;
 }
 
 }  // namespace nanochat
