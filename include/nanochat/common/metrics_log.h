@@ -2,12 +2,18 @@
 // One JSON object per line in <checkpoint dir>/metrics.jsonl: what a run measured, step by
 // step (training lines, eval lines), for the report and for plotting. Only rank 0 writes.
 // Lines are flushed as they are written, so a crash loses at most the line being written.
+// The same scalars (every finite number of a line but "step") go to a TensorBoard event file
+// in the same directory, so `tensorboard --logdir <checkpoint dir>` shows them live;
+// NANOCHAT_TENSORBOARD=0 turns that off. A TensorBoard file that cannot be written is a
+// warning, never the end of a run.
 #pragma once
 #include <cstdint>
 #include <cstdio>
 #include <string>
 
 #include <nlohmann/json.hpp>
+
+#include "nanochat/common/tensorboard_writer.h"
 
 namespace nanochat {
 
@@ -25,10 +31,12 @@ class MetricsLog {
 
   void log(const nlohmann::json& record);  // must carry "step"
   const std::string& path() const { return path_; }
+  const std::string& tensorboard_path() const { return tensorboard_.path(); }  // "" when off
 
  private:
   std::string path_;
   FILE* file_ = nullptr;
+  TensorBoardWriter tensorboard_;
 };
 
 }  // namespace nanochat
