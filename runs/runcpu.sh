@@ -60,7 +60,10 @@ say "5/8 a completion from the base model"
 $NC generate --source base -p "The meaning of" --max-tokens 32 --temperature 0
 
 say "6/8 SFT: the chat format, the calculator tool, who it is"
-$NC sft "${MIXTURE[@]}" --num-iterations 100 --device-batch-size 8 --max-seq-len 128 --total-batch-size 1024 \
+# resumable too (a finished SFT is only saved and evaluated again)
+RESUME=()
+if ls "$NANOCHAT_BASE_DIR"/chatsft_checkpoints/d4/done_* >/dev/null 2>&1; then RESUME=(--resume latest); fi
+$NC sft "${MIXTURE[@]}" "${RESUME[@]}" --num-iterations 100 --device-batch-size 8 --max-seq-len 128 --total-batch-size 1024 \
   --matrix-lr 0.02 --embedding-lr 0.3 --unembedding-lr 0.008 \
   --eval-every 50 --eval-tokens 8192 --chatcore-every -1 --run runcpu
 

@@ -40,11 +40,13 @@ if ls "$NANOCHAT_BASE_DIR"/base_checkpoints/d24/done_* >/dev/null 2>&1; then RES
 "${LAUNCH[@]}" base-eval --device-batch-size=16
 
 # chat: SFT on SmolTalk + MMLU + GSM8K (+ identity), then ChatCORE
-"${LAUNCH[@]}" sft --run="$RUN"
+RESUME=()
+if ls "$NANOCHAT_BASE_DIR"/chatsft_checkpoints/d24/done_* >/dev/null 2>&1; then RESUME=(--resume latest); fi
+"${LAUNCH[@]}" sft --run="$RUN" "${RESUME[@]}"
 "${LAUNCH[@]}" chat-eval -i sft
 # optional, as upstream (not part of the leaderboard time): RL on GSM8K, then its score
 if [ "${NANOCHAT_RL:-0}" = 1 ]; then
-  "${LAUNCH[@]}" rl --run="$RUN"
+  "${LAUNCH[@]}" rl --run="$RUN" --force  # RL does not resume: a rerun starts it over
   "${LAUNCH[@]}" chat-eval -i rl -a GSM8K
 fi
 

@@ -149,7 +149,7 @@ TEST(ChatPipeline, BaseThenSftThenChatEvalOnFixtures) {
   EXPECT_NE(bad.err.find("--num-samples 3 must be a multiple of --device-batch-size 2"), std::string::npos) << bad.err;
   // 7. RL over 2 Gloo ranks under `launch`: strided problems, rewards and pass@k all-reduced
   CommandResult rl2 = run_shell(std::string("NANOCHAT_BASE_DIR=") + base + " OMP_NUM_THREADS=1 " NANOCHAT_BIN
-                                " launch --nproc-per-node 2 -- rl --examples-per-step 2 --num-samples 2"
+                                " launch --nproc-per-node 2 -- rl --force --examples-per-step 2 --num-samples 2"
                                 " --device-batch-size 2 --max-new-tokens 8 --eval-every 1 --eval-examples 3 --save-every -1");
   ASSERT_EQ(rl2.rc, 0) << rl2.out << rl2.err;
   const std::string rl2_log = rl2.out + rl2.err;

@@ -604,3 +604,56 @@ TEST(CheckpointRunDir, RemoveStepsForAFreshStartKeepsLiveTempFilesAndTheRest) {
   EXPECT_EQ(left, (std::vector<std::string>{"metrics.jsonl", "model_000008.safetensors.tmp." + std::to_string(getpid())}));
   EXPECT_TRUE(checkpoint_saved_steps(dir).empty());
 }
+
+// the rules through base-train: --keep-last, a fresh run into a tag with steps refused
+// without --force, stale temp files cleaned when a run starts, --force deleting the old steps
+TEST(CheckpointRunDir, BaseTrainKeepLastForceAndStaleFiles) {
+  std::string base = imported_base(), data = base + "/data";  // the fixture's tokenizer (vocab 300)
+  make_dirs(data);
+  for (int f = 0; f < 2; f++) {
+    std::ofstream out(data + "/part_" + std::to_string(f) + ".jsonl");
+    for (int d = 0; d < 200; d++) out << json({{"text", "the cat sees the dog number " + std::to_string(d)}}).dump() << "\n";
+  }
+  const std::string dir = base + "/base_checkpoints/t";
+  auto train = [&](int steps, const std::string& extra) {
+    return run_cli(base, "base-train --data " + data + " --depth 2 --aspect-ratio 64 --head-dim 64 --window-pattern L"
+                   " --max-seq-len 32 --device-batch-size 2 --total-batch-size 64 --eval-every -1"
+                   " --core-metric-every -1 --sample-every -1 --tokenizer-threads 1 --save-every 2 --model-tag t"
+                   " --num-iterations " + std::to_string(steps) + " " + extra);
+  };
+  auto complete = [&] {
+    std::vector<int64_t> steps;
+    for (int64_t s : checkpoint_saved_steps(dir))
+      if (checkpoint_is_complete(dir, s)) steps.push_back(s);
+    return steps;
+  };
+  CommandResult r = train(6, "--keep-last 2");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_EQ(complete(), (std::vector<int64_t>{4, 6}));
+  EXPECT_FALSE(path_exists(checkpoint_model_path(dir, 2)));
+
+  const std::string dead = dir + "/model_000006.safetensors.tmp." + std::to_string(dead_pid());
+  const std::string live = dir + "/meta_000006.json.tmp." + std::to_string(getpid());
+  std::ofstream(dead) << "partial";
+  std::ofstream(live) << "partial";
+  r = train(6, "");
+  expect_one_error_line(r, dir + " already has checkpoint step(s) 4, 6");
+  EXPECT_NE(r.err.find("--resume latest"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--force"), std::string::npos) << r.err;
+  EXPECT_EQ(complete(), (std::vector<int64_t>{4, 6}));
+
+  r = train(8, "--keep-last 2 --resume latest");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_FALSE(path_exists(dead));
+  EXPECT_TRUE(path_exists(live));
+  EXPECT_EQ(complete(), (std::vector<int64_t>{6, 8}));
+
+  EXPECT_NE(train(6, "--force --resume latest").rc, 0);
+  r = train(4, "--force");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("--force: removed step(s) 6, 8"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(complete(), (std::vector<int64_t>{2, 4}));
+  EXPECT_FALSE(path_exists(checkpoint_model_path(dir, 8)));
+  EXPECT_TRUE(path_exists(live));
+  unlink(live.c_str());
+}

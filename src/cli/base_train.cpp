@@ -164,6 +164,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   const std::string tag = o.model_tag.empty() ? strprintf("d%lld", (long long)o.depth) : o.model_tag;
   const std::string ckpt_dir = checkpoint_dir("base", tag);
   const int64_t resume_step = o.resume_latest ? checkpoint_find_last_step(ckpt_dir) : o.resume_from_step;
+  cli_open_checkpoint_dir(ckpt_dir, o.resume_latest || o.resume_from_step >= 0, dist);  // --force, stale files
 
   GPT model(config, c.device, c.dtype);
   gpt_init_weights(model, 42);
@@ -304,6 +305,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
     dist.barrier();
     if (c.master()) checkpoint_mark_complete(ckpt_dir, step, world);
     dist.barrier();
+    if (c.master()) cli_prune_checkpoints(ckpt_dir, step);  // --keep-last
     log_info("saved checkpoint %s step %06lld (%.1fs)", ckpt_dir.c_str(), (long long)step, t.seconds());
   };
 

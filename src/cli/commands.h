@@ -1,5 +1,6 @@
 // defines: cli_register_*, cli_add_data_flags, cli_add_checkpoint_flags, cli_add_resume_flags,
-//          cli_resume_command, cli_set_argv, cli_argv, cli_flags_json, cli_version_text
+//          cli_resume_command, cli_add_output_flags, cli_open_checkpoint_dir,
+//          cli_prune_checkpoints, cli_set_argv, cli_argv, cli_flags_json, cli_version_text
 // One register function per subcommand (one file each in src/cli/). Each adds its
 // subcommand to the app with a callback that wires modules together and stores the exit code.
 #pragma once
@@ -17,6 +18,7 @@ class Option;
 namespace nanochat {
 
 struct CorpusOptions;
+class Dist;
 
 void cli_register_doctor(CLI::App& app, int& exit_code);
 void cli_register_launch(CLI::App& app, int& exit_code);
@@ -48,6 +50,14 @@ void cli_add_resume_flags(CLI::App* sub, int64_t& save_every, int64_t& resume_fr
 // what a stopped run prints so it can be resumed (checkpoint_flags.cpp)
 std::string cli_resume_command(const std::vector<std::string>& argv, int64_t step);
 
+// --force, --keep-last (cli_add_resume_flags adds them too; rl, which cannot resume, alone)
+void cli_add_output_flags(CLI::App* sub);
+// a training run's start, on every rank: a fresh run (not `resuming`) into a tag that has
+// steps is an Error unless --force; then rank 0 repairs dir (checkpoint_recover_dir) and,
+// with --force, deletes its steps; a barrier
+void cli_open_checkpoint_dir(const std::string& dir, bool resuming, Dist& dist);
+// rank 0 after step `saved_step` is marked complete: --keep-last's pruning (a failure warns)
+void cli_prune_checkpoints(const std::string& dir, int64_t saved_step);
 // the process's command line (set first thing in main)
 void cli_set_argv(int argc, char** argv);
 const std::vector<std::string>& cli_argv();

@@ -103,6 +103,7 @@ void cli_register_rl(CLI::App& app, int& exit_code) {
   opt("--eval-every", o.eval_every, "pass@k on GSM8K test every N steps (-1: off)");
   opt("--eval-examples", o.eval_examples, "test problems per evaluation")->check(CLI::PositiveNumber);
   opt("--save-every", o.save_every, "checkpoint every N steps (and at the end; -1: only at the end)");
+  cli_add_output_flags(sub);
   sub->callback([&exit_code] { exit_code = rl(o); });
 }
 
@@ -148,6 +149,7 @@ int rl(const RlFlags& o) {
 
   const std::string tag = o.model_tag.empty() ? sft.ref.dir.substr(sft.ref.dir.rfind('/') + 1) : o.model_tag;
   const std::string out_dir = checkpoint_dir("rl", tag);
+  cli_open_checkpoint_dir(out_dir, false, dist);  // RL starts fresh: --force, stale files
   MetricsLog metrics;
   if (c.master()) metrics = MetricsLog(out_dir + "/metrics.jsonl", -1);
   auto save = [&](int64_t step) {
@@ -158,6 +160,7 @@ int rl(const RlFlags& o) {
       meta["user_config"] = {{"argv", cli_argv()}, {"source_checkpoint", sft.ref.dir}, {"source_step", sft.ref.step}};
       checkpoint_save_model(out_dir, step, checkpoint_gpt_tensors(model), meta);
       checkpoint_mark_complete(out_dir, step, 0);
+      cli_prune_checkpoints(out_dir, step);  // --keep-last
       log_info("saved %s step %06lld", out_dir.c_str(), (long long)step);
     }
     dist.barrier();

@@ -156,6 +156,7 @@ int sft(const SftFlags& o) {
   // the output tag, and the checkpoint of this run to resume from, if any
   const std::string tag = o.model_tag.empty() ? base.ref.dir.substr(base.ref.dir.rfind('/') + 1) : o.model_tag;
   const std::string out_dir = checkpoint_dir("sft", tag);
+  cli_open_checkpoint_dir(out_dir, o.resume_latest || o.resume_from_step >= 0, dist);  // --force, stale files
   const int64_t resume_step = o.resume_latest ? checkpoint_find_last_step(out_dir) : o.resume_from_step;
   std::optional<ModelCheckpoint> resumed = checkpoint_resume_gpt(model, out_dir, resume_step, tok.vocab_size());
 
@@ -249,6 +250,7 @@ int sft(const SftFlags& o) {
     checkpoint_save_optim(out_dir, step, rank, opt.state_tensors(), state);
     dist.barrier();
     if (c.master()) checkpoint_mark_complete(out_dir, step, world);
+    if (c.master()) cli_prune_checkpoints(out_dir, step);  // --keep-last
     dist.barrier();
     log_info("saved %s step %06lld", out_dir.c_str(), (long long)step);
   };
