@@ -585,3 +585,49 @@ TEST(Checkpoint, OldCheckpointPatchesAndCasts) {
   EXPECT_TRUE(torch::equal(find(ts, "w"), torch::tensor({0.5f, -1.25f})));
   EXPECT_EQ(find(ts, "i").scalar_type(), torch::kInt64);
 }
+
+// ==== parser bounds (issue 17): hostile .pt and safetensors files from the fuzz corpus ==========
+// tests/fuzz/make_seeds.py says how each regress-* file is built; each crashed, leaked or hung
+// before the readers bounded nesting and expansion, and each is now one Error naming the file.
+
+namespace {
+const std::string kFuzzDir = std::string(NANOCHAT_SOURCE_DIR) + "/tests/fuzz";
+}  // namespace
+
+TEST(ParserBounds, DeepPickleIsAnErrorNotAStackOverflow) {
+  // 50000 nested lists: the error used to come out fine, then freeing the chain recursed
+  std::string d = temp_dir();
+  std::string pt = write_archive(d + "/deep.pt", read_file(kFuzzDir + "/torch_pickle/regress-deep.pkl"));
+  expect_error([&] { torch_pickle_load(pt); }, {"deep.pt", "nesting deeper than 64"});
+  expect_error([&] { torch_pickle_load_state_dict(pt); }, {"deep.pt", "holds a list, not a state_dict"});
+}
+
+TEST(ParserBounds, SelfContainingListIsAnError) {
+  std::string d = temp_dir();
+  std::string pt = write_archive(d + "/cycle.pt", read_file(kFuzzDir + "/torch_pickle/regress-cycle.pkl"));
+  expect_error([&] { torch_pickle_load(pt); }, {"cycle.pt", "nesting deeper than 64", "(a cycle?)"});
+}
+
+TEST(ParserBounds, SharedReferencesCannotExpandExponentially) {
+  // 60 lists, each holding the one before twice: a 486-byte pickle, 2^60 values as a tree
+  std::string d = temp_dir();
+  std::string pt = write_archive(d + "/laughs.pt", read_file(kFuzzDir + "/torch_pickle/regress-shared-2-60.pkl"));
+  expect_error([&] { torch_pickle_load(pt); }, {"laughs.pt", "expands to more than 16x its size"});
+}
+
+TEST(ParserBounds, StorageSizeThatWrapsIsAnError) {
+  // numel 2^62 + 2 floats: times 4 bytes it wraps to data/0's 8 bytes
+  std::string d = temp_dir();
+  std::string pt = write_archive(d + "/wrap.pt", read_file(kFuzzDir + "/torch_pickle/regress-numel-wraps.pkl"));
+  expect_error([&] { torch_pickle_load_state_dict(pt); }, {"wrap.pt", "data/0 holds 8 bytes, not 4611686018427387906 elements"});
+}
+
+TEST(ParserBounds, DeeplyNestedSafetensorsHeaderIsAnError) {
+  // a shape nested 20000 deep; its error message's dump and a JSON copy used to recurse per level
+  std::string path = kFuzzDir + "/safetensors/regress-deep-header.safetensors";
+  expect_error([&] { safetensors_load(path); }, {path, "nests JSON deeper than 8 levels"});
+  std::string d = temp_dir(), header = "{\"__metadata__\":{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}}";
+  uint64_t n = header.size();
+  std::ofstream(d + "/meta.safetensors", std::ios::binary) << std::string((const char*)&n, 8) << header;
+  expect_error([&] { safetensors_load(d + "/meta.safetensors"); }, {"meta.safetensors", "deeper than 8"});
+}

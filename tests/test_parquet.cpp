@@ -5,6 +5,9 @@
 // row group and column), never a crash.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <thread>
@@ -382,6 +385,69 @@ TEST_F(ParquetErrors, HostileFootersHitTheCaps) {
   std::memcpy(&bytes[bytes.size() - 8], &big, 4);
   write_bytes(dir + "/len.parquet", bytes);
   expect_error([&] { ParquetFile f(dir + "/len.parquet"); }, {"footer length 2147483647 larger than the file"});
+}
+
+// ---- bounds: what a small file may ask for ----------------------------------------------
+
+// the hand-made hostile files of the fuzz corpus (tests/fuzz/make_seeds.py says how each is
+// built): each used to ask for a GB or more; now each is one ParquetError naming the file,
+// row group, column and page, and the process grows by far less than the old demand
+static const std::string kFuzzDir = std::string(__FILE__).substr(0, std::string(__FILE__).rfind('/')) + "/fuzz/parquet";
+
+static long peak_rss_mb() {
+  struct rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_maxrss / 1024;
+}
+
+TEST(ParquetBounds, RleRunsOfLevelsCannotClaimBillionsOfValues) {
+  // 32 pages, each one RLE run of 2^26 null levels: 2^31 - 1 rows in 1 KB
+  std::string path = kFuzzDir + "/regress-rle-levels.parquet";
+  ParquetFile f(path);
+  ASSERT_EQ(f.num_rows(), (int64_t(1) << 31) - 1);
+  long before = peak_rss_mb();
+  expect_error([&] { f.read_rows_json(0); },
+               {path, "row group 0", "column 'x'", "2147483647 values", "more than the row group's bytes can hold"});
+  expect_error([&] { f.read_column_strings(0, "x"); }, {path, "column 'x'", "can hold"});
+  EXPECT_LT(peak_rss_mb() - before, 64);  // the old reader kept 2 GB of levels, then built rows
+}
+
+TEST(ParquetBounds, DictionaryOutputIsBoundedByTheCompressedBytes) {
+  // one 1000-byte dictionary string, then 2^20 indices to it in one RLE run: 1 GB of strings
+  std::string path = kFuzzDir + "/regress-dictionary-strings.parquet";
+  ParquetFile f(path);
+  long before = peak_rss_mb();
+  expect_error([&] { f.read_column_strings(0, "s"); },
+               {path, "row group 0", "column 's'", "page 1", "1048576000 bytes of strings", "can hold"});
+  EXPECT_LT(peak_rss_mb() - before, 64);  // refused before a single copy
+}
+
+TEST(ParquetBounds, DeclaredPageSizeIsBoundedByTheCodec) {
+  // a zstd frame of a few bytes under a page header that says 2^30 - 1 bytes
+  std::string path = kFuzzDir + "/regress-zstd-page-size.parquet";
+  ParquetFile f(path);
+  expect_error([&] { f.read_column_strings(0, "x"); },
+               {path, "column 'x'", "page 0", "page header says 1073741823 bytes", "compressed bytes of ZSTD can hold"});
+}
+
+// the densest files a real writer makes stay inside the bounds: pyarrow, 3 million rows of an
+// all-null column, a constant int and a constant string (a few hundred levels per byte)
+TEST(ParquetBounds, DensestPyarrowColumnsStillRead) {
+  std::string dir = make_temp_dir(), path = dir + "/dense.parquet";
+  auto r = run_shell(std::string(NANOCHAT_PYTHON) + " -c \"import pyarrow as pa, pyarrow.parquet as pq; n = 3 * 10**6; "
+                     "pq.write_table(pa.table({'x': pa.nulls(n, pa.int64()), 'i': pa.array([7] * n), "
+                     "'s': pa.array(['en'] * n)}), '" + path + "', row_group_size=n)\"");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  ParquetFile f(path);
+  ASSERT_EQ(f.row_group(0).num_rows, 3000000);
+  EXPECT_LT(f.row_group(0).compressed_bytes, 3000000 / 64);  // dense: far under a byte a row
+  std::vector<uint8_t> nulls;
+  std::vector<std::string> x = f.read_column_strings(0, "x", &nulls);
+  EXPECT_EQ(std::count(nulls.begin(), nulls.end(), 1), 3000000);
+  std::vector<std::string> i = f.read_column_strings(0, "i"), s = f.read_column_strings(0, "s");
+  EXPECT_EQ(std::count(i.begin(), i.end(), "7"), 3000000);
+  EXPECT_EQ(std::count(s.begin(), s.end(), "en"), 3000000);
+  std::system(("rm -rf " + dir).c_str());
 }
 
 // ---- the CLI ---------------------------------------------------------------------------

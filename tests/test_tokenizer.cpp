@@ -242,6 +242,40 @@ TEST(Files, BadRankFilesNameFileAndLine) {
   remove_tree(dir);
 }
 
+// tokenizer.json's special ids are bounded by the vocabulary before the Tokenizer makes room
+// for them: the fuzz corpus's regression (an id of 2^31-1 once asked for 64 GB) and its kin
+TEST(Files, SpecialIdsOutsideTheVocabularyAreCleanErrors) {
+  std::string dir = make_temp_dir();
+  std::string ranks;
+  for (int b = 0; b < 256; b++) ranks += base64_encode(std::string(1, (char)b)) + " " + std::to_string(b) + "\n";
+  auto load_with = [&](const std::string& special_tokens, const std::string& extra) {
+    atomic_write_file(dir + "/tokenizer.tiktoken", ranks);
+    atomic_write_file(dir + "/tokenizer.json", "{\"pattern\": \"\\\\s+|\\\\S+\", \"bos_token\": \"<|bos|>\", " + extra +
+                                               "\"special_tokens\": " + special_tokens + "}");
+    return tokenizer_load(dir);
+  };
+  EXPECT_EQ(load_with("{\"<|bos|>\": 256, \"<|end|>\": 300}", "").vocab_size(), 301);  // a gap is fine
+  struct Case { std::string specials, extra, needle; };
+  for (const Case& c : {Case{"{\"<|bos|>\": 2147483647}", "", "<|bos|> has id 2147483647, outside the special ids [256, 4352)"},
+                        Case{"{\"<|bos|>\": 256, \"<|x|>\": 4352}", "", "<|x|> has id 4352"},
+                        Case{"{\"<|bos|>\": 256, \"<|x|>\": 258}", "\"vocab_size\": 258, ", "<|x|> has id 258, outside the special ids [256, 258)"},
+                        Case{"{\"<|bos|>\": 256}", "\"vocab_size\": 99999999, ", "vocab_size 99999999 is not between"},
+                        Case{"{\"<|bos|>\": 12}", "", "<|bos|> has id 12"},
+                        Case{"{\"<|bos|>\": -1}", "", "<|bos|> has id -1"},
+                        Case{"{\"<|bos|>\": 1e300}", "", "<|bos|> has id 1e+300"},
+                        Case{"{\"<|bos|>\": \"256\"}", "", "<|bos|> has id \"256\""},
+                        Case{"[256]", "", "special_tokens is not an object"}}) {
+    try {
+      load_with(c.specials, c.extra);
+      ADD_FAILURE() << "accepted " << c.specials;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.needle), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tokenizer.json"), std::string::npos) << e.what();
+    }
+  }
+  remove_tree(dir);
+}
+
 // ---- chat rendering (render_conversation) ------------------------------------------------------------
 
 class Chat : public ::testing::Test {

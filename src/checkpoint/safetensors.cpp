@@ -25,6 +25,15 @@ namespace nanochat {
 namespace {
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the Rust reference's limit
+// a header is {name: {"dtype", "shape": [...], "data_offsets": [...]}}: 3 levels; deeper JSON is
+// refused while parsing, before nlohmann's recursive copy, dump or destructor could meet it
+constexpr int kMaxHeaderDepth = 8;
+
+// a JSON value for an error message, cut short
+std::string short_dump(const nlohmann::json& v) {
+  std::string s = v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
+}
 
 struct DtypeName {
   torch::Dtype dtype;
@@ -69,7 +78,7 @@ struct Entry {
 uint64_t json_u64(const std::string& path, const std::string& key, const nlohmann::json& v, const char* what) {
   if (!v.is_number_unsigned())
     fail("%s: tensor '%s': %s must be non-negative integers, got %s", path.c_str(), key.c_str(), what,
-         v.dump().c_str());
+         short_dump(v).c_str());
   return v.get<uint64_t>();
 }
 
@@ -81,13 +90,13 @@ Entry parse_entry(const std::string& path, const std::string& key, const nlohman
     fail("%s: tensor '%s': header entry needs dtype, shape and data_offsets", path.c_str(), key.c_str());
   if (!dt->is_string() || !safetensors_dtype_from_name(dt->get<std::string>(), e.dtype))
     fail("%s: tensor '%s': unknown dtype %s (known: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL F8_E4M3 F8_E5M2)",
-         path.c_str(), key.c_str(), dt->dump().c_str());
+         path.c_str(), key.c_str(), short_dump(*dt).c_str());
   if (!sh->is_array()) fail("%s: tensor '%s': shape is not an array", path.c_str(), key.c_str());
   uint64_t numel = 1;
   for (const auto& d : *sh) {
     uint64_t n = json_u64(path, key, d, "shape");
     if (n > (uint64_t)INT64_MAX || __builtin_mul_overflow(numel, n, &numel))
-      fail("%s: tensor '%s': shape %s is too large", path.c_str(), key.c_str(), sh->dump().c_str());
+      fail("%s: tensor '%s': shape %s is too large", path.c_str(), key.c_str(), short_dump(*sh).c_str());
     e.shape.push_back((int64_t)n);
   }
   if (!off->is_array() || off->size() != 2)
@@ -100,7 +109,7 @@ Entry parse_entry(const std::string& path, const std::string& key, const nlohman
   uint64_t nbytes;
   if (__builtin_mul_overflow(numel, (uint64_t)c10::elementSize(e.dtype), &nbytes) || nbytes != e.end - e.begin)
     fail("%s: tensor '%s': shape %s of %s needs %llu bytes but data_offsets span %llu", path.c_str(), key.c_str(),
-         sh->dump().c_str(), dt->get<std::string>().c_str(), (unsigned long long)(numel * c10::elementSize(e.dtype)),
+         short_dump(*sh).c_str(), dt->get<std::string>().c_str(), (unsigned long long)(numel * c10::elementSize(e.dtype)),
          (unsigned long long)(e.end - e.begin));
   return e;
 }
@@ -187,6 +196,8 @@ SafetensorsFile safetensors_load(const std::string& path) {
   std::string duplicate;
   std::set<std::string> names;
   auto on_event = [&](int depth, nlohmann::ordered_json::parse_event_t ev, nlohmann::ordered_json& parsed) {
+    if (depth > kMaxHeaderDepth)
+      fail("%s: the header nests JSON deeper than %d levels: not safetensors", path.c_str(), kMaxHeaderDepth);
     if (ev == nlohmann::ordered_json::parse_event_t::key && depth == 1 && !names.insert(parsed.get<std::string>()).second &&
         duplicate.empty())
       duplicate = parsed.get<std::string>();

@@ -6,12 +6,18 @@
 // when it is named, before any REDUCE. Storages are "persistent ids": a tuple
 // ('storage', torch.FloatStorage, key, location, numel) whose bytes are the zip record
 // data/<key>; tensors are rebuilt as strided views of them, bounds-checked first.
+//
+// A hostile pickle can nest containers a million deep, make a list contain itself, or
+// reference one big subtree from many places (each BINGET is 2 bytes). So every object
+// lives in one arena (freed flat, no recursion, cycles included), the tree is walked at most
+// 64 deep, and the walk stops once it has produced more than a multiple of the pickle's size.
 
 #include "nanochat/torch_pickle.h"
 
 #include <caffe2/serialize/inline_container.h>
 
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <unordered_map>
 
@@ -22,7 +28,7 @@ namespace nanochat {
 namespace {
 
 struct Obj;
-using ObjPtr = std::shared_ptr<Obj>;
+using ObjPtr = Obj*;  // owned by an Arena
 
 struct Obj {
   enum Kind { None, Bool, Int, Float, Str, List, Tuple, Dict, Tensor, Storage, Global } kind;
@@ -36,7 +42,8 @@ struct Obj {
   explicit Obj(Kind k) : kind(k) {}
 };
 
-ObjPtr make(Obj::Kind k) { return std::make_shared<Obj>(k); }
+// every object of one load; the deque never moves them, and frees them one by one
+using Arena = std::deque<Obj>;
 
 const char* kind_name(Obj::Kind k) {
   static const char* names[] = {"None", "bool", "int", "float", "str", "list", "tuple", "dict", "tensor", "storage", "global"};
@@ -69,8 +76,9 @@ bool global_allowed(const std::string& g) {
 
 class Unpickler {
  public:
-  Unpickler(const std::string& path, caffe2::serialize::PyTorchStreamReader& zip, const char* data, size_t size)
-      : path_(path), zip_(zip), p_(data), end_(data + size) {}
+  Unpickler(const std::string& path, caffe2::serialize::PyTorchStreamReader& zip, uint64_t file_size, Arena& arena,
+            const char* data, size_t size)
+      : path_(path), zip_(zip), file_size_(file_size), arena_(arena), p_(data), end_(data + size) {}
 
   ObjPtr run() {
     while (true) {
@@ -189,7 +197,7 @@ class Unpickler {
           break;
         }
         case 'b': {  // BUILD: OrderedDict's state is its __dict__ (state_dict's _metadata): not needed
-          ObjPtr state = pop();
+          pop();  // the state
           if (top()->kind != Obj::Dict) bad("BUILD on a %s", kind_name(top()->kind));
           break;
         }
@@ -254,7 +262,8 @@ class Unpickler {
     return o;
   }
 
-  void push(ObjPtr o) { stack_.push_back(std::move(o)); }
+  ObjPtr make(Obj::Kind k) { return &arena_.emplace_back(k); }
+  void push(ObjPtr o) { stack_.push_back(o); }
   ObjPtr top() {
     if (stack_.size() <= (marks_.empty() ? 0 : marks_.back())) bad("stack underflow");
     return stack_.back();
@@ -288,7 +297,7 @@ class Unpickler {
 
   ObjPtr global(const std::string& name) {
     if (!global_allowed(name))
-      fail("%s: refusing to load: the pickle calls %s, which is not a tensor or container type (a checkpoint never "
+      fail("%s: refusing to load: the pickle calls %.200s, which is not a tensor or container type (a checkpoint never "
            "needs it; the file may be malicious)",
            path_.c_str(), name.c_str());
     ObjPtr o = make(Obj::Global);
@@ -357,7 +366,11 @@ class Unpickler {
     std::string record = "data/" + a[2]->s;
     if (numel < 0 || !zip_.hasRecord(record)) bad("storage record %s is missing", record.c_str());
     size_t nbytes = zip_.getRecordSize(record);
-    if ((uint64_t)numel * c10::elementSize(dtype) != nbytes)
+    // torch.save stores records uncompressed: none can be larger than the file
+    if (nbytes > file_size_) bad("storage record %s claims %zu bytes in a file of %llu", record.c_str(), nbytes,
+                                 (unsigned long long)file_size_);
+    uint64_t want;
+    if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)c10::elementSize(dtype), &want) || want != nbytes)
       bad("storage %s holds %zu bytes, not %lld elements of %s", record.c_str(), nbytes, (long long)numel,
           c10::toString(dtype));
     ObjPtr o = make(Obj::Storage);
@@ -369,6 +382,8 @@ class Unpickler {
 
   std::string path_;
   caffe2::serialize::PyTorchStreamReader& zip_;
+  uint64_t file_size_;
+  Arena& arena_;
   const char* p_;
   const char* end_;
   size_t pos_ = 0;
@@ -384,25 +399,41 @@ std::string short_what(const c10::Error& e) {
   return s.substr(0, s.find('\n'));
 }
 
-ObjPtr load_root(const std::string& path) {
+// torch.save stores every record uncompressed, so none can claim more bytes than the file has;
+// checked before PyTorchStreamReader allocates the record
+void check_record_size(const std::string& path, caffe2::serialize::PyTorchStreamReader& zip, const std::string& name,
+                       uint64_t file_size) {
+  size_t n = zip.getRecordSize(name);
+  if (n > file_size)
+    fail("%s: the archive's %s claims %zu bytes in a file of %llu: corrupt", path.c_str(), name.c_str(), n,
+         (unsigned long long)file_size);
+}
+
+// the unpickled root; its objects live in `arena`
+ObjPtr load_root(const std::string& path, Arena& arena, uint64_t* pickle_bytes) {
   FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) fail("cannot open %s: %s", path.c_str(), std::strerror(errno));
   unsigned char magic[4] = {0, 0, 0, 0};
   size_t got = std::fread(magic, 1, 4, f);
+  long file_size = std::fseek(f, 0, SEEK_END) == 0 ? std::ftell(f) : -1;
   std::fclose(f);
   if (got < 4 || std::memcmp(magic, "PK\x03\x04", 4) != 0)
     fail("%s: not a torch.save zip archive%s", path.c_str(),
          got >= 1 && magic[0] == 0x80 ? " (the legacy format of PyTorch < 1.6: re-save it with a current torch)" : "");
+  if (file_size < 0) fail("cannot read %s: %s", path.c_str(), std::strerror(errno));
   try {
     caffe2::serialize::PyTorchStreamReader zip(path);
     if (zip.hasRecord("byteorder")) {
+      check_record_size(path, zip, "byteorder", (uint64_t)file_size);
       auto [bo, n] = zip.getRecord("byteorder");
       if (std::string(static_cast<const char*>(bo.get()), n) != "little")
         fail("%s: written on a big-endian machine; not supported", path.c_str());
     }
     if (!zip.hasRecord("data.pkl")) fail("%s: the archive has no data.pkl", path.c_str());
+    check_record_size(path, zip, "data.pkl", (uint64_t)file_size);
     auto [pkl, size] = zip.getRecord("data.pkl");
-    Unpickler u(path, zip, static_cast<const char*>(pkl.get()), size);
+    *pickle_bytes = size;
+    Unpickler u(path, zip, (uint64_t)file_size, arena, static_cast<const char*>(pkl.get()), size);
     return u.run();
   } catch (const c10::Error& e) {
     fail("%s: cannot read the torch.save archive: %s", path.c_str(), short_what(e).c_str());
@@ -415,9 +446,28 @@ std::string key_string(const std::string& path, const ObjPtr& k) {
   fail("%s: a dict key is a %s; only str and int keys are supported", path.c_str(), kind_name(k->kind));
 }
 
-void to_tree(const std::string& path, const ObjPtr& o, const std::string& at, int depth, nlohmann::ordered_json& out,
+constexpr int kMaxDepth = 64;
+
+// What a walk of the object graph may produce: values plus bytes of names and strings. Shared
+// references (memo GETs) make a DAG whose tree can be exponentially larger than the pickle;
+// a real checkpoint's tree is about as large as its pickle.
+struct Expansion {
+  const std::string& path;
+  int64_t left;
+  Expansion(const std::string& p, uint64_t pickle_bytes) : path(p), left(16 * (int64_t)pickle_bytes + (1 << 16)) {}
+  void spend(size_t units) {
+    left -= (int64_t)units + 1;
+    if (left < 0)
+      fail("%s: the pickle expands to more than 16x its size (one object referenced from many places): corrupt or "
+           "hostile file", path.c_str());
+  }
+};
+
+void to_tree(Expansion& budget, const ObjPtr& o, const std::string& at, int depth, nlohmann::ordered_json& out,
              NamedTensors& tensors) {
-  if (depth > 64) fail("%s: nesting deeper than 64 at '%s' (a cycle?)", path.c_str(), at.c_str());
+  const std::string& path = budget.path;
+  if (depth > kMaxDepth) fail("%s: nesting deeper than %d at '%.200s' (a cycle?)", path.c_str(), kMaxDepth, at.c_str());
+  budget.spend(at.size() + o->s.size());
   auto join = [&](const std::string& k) { return at.empty() ? k : at + "." + k; };
   switch (o->kind) {
     case Obj::None: out = nullptr; break;
@@ -429,7 +479,7 @@ void to_tree(const std::string& path, const ObjPtr& o, const std::string& at, in
       out = nlohmann::ordered_json::array();
       for (size_t k = 0; k < o->items.size(); k++) {
         nlohmann::ordered_json v;
-        to_tree(path, o->items[k], join(std::to_string(k)), depth + 1, v, tensors);
+        to_tree(budget, o->items[k], join(std::to_string(k)), depth + 1, v, tensors);
         out.push_back(std::move(v));
       }
       break;
@@ -437,7 +487,8 @@ void to_tree(const std::string& path, const ObjPtr& o, const std::string& at, in
       out = nlohmann::ordered_json::object();
       for (const auto& [k, v] : o->dict) {
         std::string ks = key_string(path, k);
-        to_tree(path, v, join(ks), depth + 1, out[ks], tensors);
+        budget.spend(ks.size());
+        to_tree(budget, v, join(ks), depth + 1, out[ks], tensors);
       }
       break;
     case Obj::Tensor:
@@ -451,20 +502,29 @@ void to_tree(const std::string& path, const ObjPtr& o, const std::string& at, in
 }  // namespace
 
 TorchPickle torch_pickle_load(const std::string& path) {
+  Arena arena;
+  uint64_t pickle_bytes = 0;
+  ObjPtr root = load_root(path, arena, &pickle_bytes);
+  Expansion budget(path, pickle_bytes);
   TorchPickle out;
-  to_tree(path, load_root(path), "", 0, out.tree, out.tensors);
+  to_tree(budget, root, "", 0, out.tree, out.tensors);
   return out;
 }
 
 NamedTensors torch_pickle_load_state_dict(const std::string& path) {
-  ObjPtr root = load_root(path);
+  Arena arena;
+  uint64_t pickle_bytes = 0;
+  ObjPtr root = load_root(path, arena, &pickle_bytes);
+  Expansion budget(path, pickle_bytes);
   if (root->kind != Obj::Dict)
     fail("%s: holds a %s, not a state_dict (a dict of name -> tensor)", path.c_str(), kind_name(root->kind));
   NamedTensors out;
   for (const auto& [k, v] : root->dict) {
     if (k->kind != Obj::Str) fail("%s: a state_dict key is a %s, not a str", path.c_str(), kind_name(k->kind));
     if (v->kind != Obj::Tensor)
-      fail("%s: '%s' is a %s, not a tensor: not a model state_dict", path.c_str(), k->s.c_str(), kind_name(v->kind));
+      fail("%s: '%.200s' is a %s, not a tensor: not a model state_dict", path.c_str(), k->s.c_str(),
+           kind_name(v->kind));
+    budget.spend(k->s.size());
     out.emplace_back(k->s, v->tensor);
   }
   return out;

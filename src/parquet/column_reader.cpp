@@ -75,17 +75,17 @@ static void decode_values(int encoding, const LeafInfo& leaf, const ColumnValues
 
 static int64_t saturating_mul(int64_t a, int64_t b) {
   int64_t r;
-  return __builtin_mul_overflow(a, b, &r) ? INT64_MAX : r;
+  return __builtin_mul_overflow(a, b, &r) || r > INT64_MAX / 2 ? INT64_MAX / 2 : r;  // + floor stays finite
 }
 
-ChunkBudget chunk_budget(const ColumnChunkMeta& meta, int num_leaves) {
+ChunkBudget chunk_budget(int64_t row_group_bytes, int num_leaves) {
   const ParquetLimits& lim = parquet_limits();
-  int64_t bytes = std::max<int64_t>(meta.total_compressed_size, 0), share = std::max(num_leaves, 1);
+  int64_t bytes = std::max<int64_t>(row_group_bytes, 0), share = std::max(num_leaves, 1);
   ChunkBudget b;
-  b.max_levels = lim.levels_floor / share + saturating_mul(bytes, lim.levels_per_compressed_byte);
-  b.max_string_bytes = lim.string_bytes_floor / share + saturating_mul(bytes, lim.string_bytes_per_compressed_byte);
-  b.max_levels = std::min(b.max_levels, lim.max_chunk_values);
-  b.max_string_bytes = std::min(b.max_string_bytes, lim.max_chunk_output_bytes);
+  b.max_levels = std::min(lim.max_chunk_values,
+                          (lim.levels_floor + saturating_mul(bytes, lim.levels_per_compressed_byte)) / share);
+  b.max_string_bytes = std::min(lim.max_chunk_output_bytes,
+                                (lim.string_bytes_floor + saturating_mul(bytes, lim.string_bytes_per_compressed_byte)) / share);
   return b;
 }
 
@@ -109,8 +109,8 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
     parquet_fail("column chunk holds %lld values for the row group's %lld rows", (long long)meta.num_values,
                  (long long)rows);
   if (meta.num_values > budget.max_levels)
-    parquet_fail("column chunk claims %lld values, more than its %lld bytes can hold (at most %lld; corrupt or "
-                 "hostile file?)", (long long)meta.num_values, (long long)len, (long long)budget.max_levels);
+    parquet_fail("column chunk claims %lld values, more than the row group's bytes can hold (at most %lld for "
+                 "this column; corrupt or hostile file?)", (long long)meta.num_values, (long long)budget.max_levels);
 
   // per-thread scratch, reused call after call: fresh multi-MB buffers would cost a page
   // fault per 4 KiB on every chunk (about a tenth of the reading time on a text shard)

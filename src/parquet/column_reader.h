@@ -23,12 +23,12 @@ struct ColumnData {
   int64_t num_levels = 0;         // values + nulls (+ empty lists)
 };
 
-// what one column chunk may decode to (ParquetLimits): the row group's floor shared among its
-// `num_leaves` columns, plus a multiple of the chunk's own compressed bytes
+// what one column chunk may decode to (ParquetLimits): its share of what a row group of
+// `row_group_bytes` compressed bytes and `num_leaves` leaf columns may decode to
 struct ChunkBudget {
   int64_t max_levels = 0, max_string_bytes = 0;
 };
-ChunkBudget chunk_budget(const ColumnChunkMeta& meta, int num_leaves);
+ChunkBudget chunk_budget(int64_t row_group_bytes, int num_leaves);
 
 // `rows`: the row group's row count; a flat column has exactly one level per row, a
 // repeated one at least one

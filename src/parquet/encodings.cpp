@@ -175,6 +175,13 @@ void decode_dictionary(int type, const ColumnValues& dict, const uint8_t* data, 
   } else if (type == kBoolean || type == kInt32 || type == kInt64) {
     for (uint32_t i : idx) out.ints.push_back(dict.ints[i]);
   } else {
+    // n indices can ask for n copies of the longest entry: count the bytes before copying any
+    int64_t bytes = 0;
+    for (uint32_t i : idx) bytes += (int64_t)dict.strings[i].size();
+    int64_t cap = std::min(out.max_string_bytes, parquet_limits().max_chunk_output_bytes);
+    if (bytes > cap - out.string_bytes)
+      parquet_fail("dictionary indices ask for %lld bytes of strings, more than the column chunk's size can hold "
+                   "(at most %lld; corrupt or hostile file?)", (long long)(out.string_bytes + bytes), (long long)cap);
     for (uint32_t i : idx) out.add_string((const uint8_t*)dict.strings[i].data(), dict.strings[i].size());
   }
 }

@@ -11,20 +11,19 @@ namespace nanochat {
 [[noreturn]] void parquet_fail(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // Caps on what one column chunk may expand to. A few bytes of RLE can claim 2^31 values, so
-// beside absolute caps, what a chunk decodes to is bounded by what its bytes can plausibly
-// hold: a row group may decode to `floor` plus `per_compressed_byte` times its compressed
-// bytes (levels, and string bytes), the floor shared among its columns. pyarrow's densest
-// real chunks stay far inside: ~560 levels a byte for an all-null column, ~10^4 string bytes
-// a byte for one long string repeated (dictionary + RLE). So a ~1 KB file gets at most a
-// few hundred MB, never GBs. The fuzz target lowers them to fit its memory budget.
+// beside absolute caps, what a row group decodes to is bounded by what its bytes can
+// plausibly hold: `floor` plus `per_compressed_byte` times its compressed bytes (levels, and
+// string bytes), shared equally by its leaf columns. pyarrow's densest real chunks stay
+// inside: ~560 levels a byte for an all-null column, ~10^4 string bytes a byte for one long
+// string repeated (dictionary + RLE). So a ~1 KB file gets a few hundred MB at most, never GBs.
 struct ParquetLimits {
   int64_t max_page_bytes = int64_t(1) << 30;          // one decompressed page
   int64_t max_page_values = int64_t(1) << 26;         // levels in one page
   int64_t max_chunk_values = int64_t(1) << 31;        // levels in one column chunk
   int64_t max_chunk_output_bytes = int64_t(8) << 30;  // decoded string bytes of one chunk
-  int64_t levels_floor = int64_t(1) << 20;            // per row group, shared by its columns
-  int64_t levels_per_compressed_byte = 4096;
-  int64_t string_bytes_floor = int64_t(256) << 20;    // per row group, shared by its columns
+  int64_t levels_floor = int64_t(1) << 20;            // per row group
+  int64_t levels_per_compressed_byte = 1024;
+  int64_t string_bytes_floor = int64_t(256) << 20;    // per row group
   int64_t string_bytes_per_compressed_byte = 32768;
 };
 ParquetLimits& parquet_limits();  // process-wide; set once before reading, then read-only

@@ -50,6 +50,11 @@ void pread_exact(int fd, uint8_t* buf, size_t n, int64_t offset) {
   }
 }
 
+static int64_t add_saturating(int64_t a, int64_t b) {
+  int64_t r;
+  return __builtin_add_overflow(a, b, &r) ? (b > 0 ? INT64_MAX : INT64_MIN) : r;
+}
+
 void ParquetFile::Impl::open_and_parse() {
   fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) parquet_fail("cannot open: %s", std::strerror(errno));
@@ -107,8 +112,8 @@ void ParquetFile::Impl::open_and_parse() {
       out.codecs.push_back(codec_name(m.codec));
       out.column_compressed_bytes.push_back(m.total_compressed_size);
       out.column_uncompressed_bytes.push_back(m.total_uncompressed_size);
-      out.compressed_bytes += m.total_compressed_size;
-      out.uncompressed_bytes += m.total_uncompressed_size;
+      out.compressed_bytes = add_saturating(out.compressed_bytes, m.total_compressed_size);  // footer values:
+      out.uncompressed_bytes = add_saturating(out.uncompressed_bytes, m.total_uncompressed_size);  // unchecked yet
     }
     row_groups.push_back(out);
   }
@@ -130,7 +135,8 @@ ColumnData ParquetFile::Impl::read_leaf(int row_group, int leaf) const {
   try {
     const ColumnChunkMeta& m = meta.row_groups[(size_t)row_group].columns[(size_t)leaf];
     return read_column_chunk(fd, file_size, m, leaf_info(leaf), row_groups[(size_t)row_group].num_rows,
-                             chunk_budget(m, (int)columns.size()));
+                             chunk_budget(std::min(row_groups[(size_t)row_group].compressed_bytes, file_size),
+                                          (int)columns.size()));
   } catch (const ParquetError& e) {
     throw ParquetError(strprintf("%s: row group %d, column '%s': %s", path.c_str(), row_group,
                                  columns[(size_t)leaf].path.c_str(), e.what()));

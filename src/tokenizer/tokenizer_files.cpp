@@ -12,6 +12,9 @@
 
 namespace nanochat {
 
+// how far past the ranks a special-token id may be (o200k's <|endofprompt|> is 21 past them)
+static const int64_t kMaxSpecialIdGap = 4096;
+
 static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
 std::string base64_encode(std::string_view in) {
@@ -108,10 +111,30 @@ Tokenizer tokenizer_load(const std::string& dir) {
   try {
     std::ifstream in(json_path);
     meta = nlohmann::json::parse(in);
+    std::vector<std::string> ranks = tiktoken_ranks_read(dir + "/tokenizer.tiktoken");
+    // special ids come right after the ranks, maybe past a small gap (cl100k's, o200k's): the
+    // Tokenizer allocates an entry per id up to the largest, so an id is checked against the
+    // vocabulary first (2^31-1 would be 64 GB of empty strings)
+    int64_t first = (int64_t)ranks.size(), end = first + kMaxSpecialIdGap;
+    if (meta.contains("vocab_size")) {
+      const nlohmann::json& v = meta["vocab_size"];
+      if (!v.is_number_integer() || v.get<int64_t>() < first || v.get<int64_t>() > end)
+        fail("%s: vocab_size %s is not between the %lld ranks and %lld", json_path.c_str(), v.dump().c_str(),
+             (long long)first, (long long)end);
+      end = v.get<int64_t>();
+    }
+    const nlohmann::json& table = meta.at("special_tokens");
+    if (!table.is_object()) fail("%s: special_tokens is not an object {name: id}", json_path.c_str());
     std::vector<std::pair<std::string, int32_t>> specials;
-    for (auto& [name, id] : meta.at("special_tokens").items()) specials.emplace_back(name, id.get<int32_t>());
+    for (auto& [name, id] : table.items()) {
+      if (name.empty()) fail("%s: a special token with an empty name", json_path.c_str());
+      if (!id.is_number_integer() || id.get<int64_t>() < first || id.get<int64_t>() >= end)
+        fail("%s: special token %.100s has id %.40s, outside the special ids [%lld, %lld) after the ranks",
+             json_path.c_str(), name.c_str(), id.dump().c_str(), (long long)first, (long long)end);
+      specials.emplace_back(name, (int32_t)id.get<int64_t>());
+    }
     std::sort(specials.begin(), specials.end(), [](auto& a, auto& b) { return a.second < b.second; });
-    return Tokenizer(tiktoken_ranks_read(dir + "/tokenizer.tiktoken"), meta.at("pattern").get<std::string>(), specials,
+    return Tokenizer(std::move(ranks), meta.at("pattern").get<std::string>(), specials,
                      meta.at("bos_token").get<std::string>());
   } catch (const nlohmann::json::exception& e) {
     fail("%s is not a valid tokenizer file: %s", json_path.c_str(), e.what());
