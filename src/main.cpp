@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   cli_register_generate(app, exit_code);
   cli_register_chat_cli(app, exit_code);
   cli_register_chat_web(app, exit_code);
+  cli_register_infer_bench(app, exit_code);
   cli_register_report(app, exit_code);
   cli_register_launch(app, exit_code);
   cli_register_doctor(app, exit_code);

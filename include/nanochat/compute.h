@@ -22,7 +22,7 @@ struct Compute {
 // device_type_flag: "" autodetects (cuda when a GPU is present)
 Compute compute_init(const std::string& device_type_flag);
 
-// the GPU's nominal BF16 FLOPS, logged (for MFU); +inf on the CPU (MFU then shows 0)
+// the GPU's nominal BF16 FLOPS, or on the CPU its matmul rate measured now in c.dtype; logged (for MFU)
 double compute_peak_flops(const Compute& c);
 
 }  // namespace nanochat

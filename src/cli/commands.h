@@ -39,6 +39,7 @@ void cli_register_import(CLI::App& app, int& exit_code);
 void cli_register_generate(CLI::App& app, int& exit_code);
 void cli_register_chat_cli(CLI::App& app, int& exit_code);
 void cli_register_chat_web(CLI::App& app, int& exit_code);
+void cli_register_infer_bench(CLI::App& app, int& exit_code);
 
 // --data, --text-column, --txt-split for subcommands that read a corpus (src/cli/data_flags.cpp)
 void cli_add_data_flags(CLI::App* sub, CorpusOptions& opts);

@@ -1,4 +1,5 @@
-// The tables of upstream's common.get_peak_flops, in upstream's order (order matters: "h100 nvl" before "h100").
+// The tables of upstream's common.get_peak_flops, in upstream's order (order matters: "h100 nvl" before "h100"),
+// and the two probes that stand in for a table on a CPU.
 #include "nanochat/common/peak_flops.h"
 
 #include <algorithm>
@@ -6,6 +7,10 @@
 #include <limits>
 #include <sstream>
 #include <vector>
+
+#include <torch/torch.h>
+
+#include "nanochat/common/progress.h"
 
 namespace nanochat {
 
@@ -68,5 +73,42 @@ double peak_flops(const std::string& device_name, int compute_units) {
 }
 
 double peak_bandwidth(const std::string& device_name) { return lookup(kPeakBandwidth, lower(device_name)); }
+
+double peak_flops_measure_cpu(c10::ScalarType dtype, double seconds) {
+  torch::NoGradGuard no_grad;
+  double best = 0;
+  Timer total;
+  for (int64_t n : {512, 1024}) {
+    torch::Tensor a = torch::rand({n, n}, torch::dtype(dtype)), b = torch::rand({n, n}, torch::dtype(dtype));
+    torch::Tensor c = torch::empty({n, n}, torch::dtype(dtype));
+    Timer warm;
+    at::mm_out(c, a, b);  // first call: packing buffers, thread start-up
+    // a size that takes longer than the whole budget once (a slow dtype) is not tried
+    if (n > 512 && warm.seconds() > seconds / 2) break;
+    const double flops = 2.0 * (double)n * (double)n * (double)n;  // n^2 outputs, n multiply-adds each
+    Timer phase;
+    do {
+      Timer t;
+      at::mm_out(c, a, b);
+      best = std::max(best, flops / std::max(t.seconds(), 1e-9));
+    } while (phase.seconds() < seconds / 2 && total.seconds() < seconds);
+  }
+  return best;
+}
+
+double peak_bandwidth_measure_cpu(double seconds) {
+  torch::NoGradGuard no_grad;
+  const int64_t n = 16 << 20;  // 16M floats = 64 MiB per array
+  torch::Tensor a = torch::empty({n}), b = torch::ones({n}), c = torch::ones({n});
+  at::add_out(a, b, c, 3.0);  // a = b + 3c; also faults every page in
+  double best = 0;
+  Timer phase;
+  do {
+    Timer t;
+    at::add_out(a, b, c, 3.0);
+    best = std::max(best, 3.0 * (double)n * sizeof(float) / std::max(t.seconds(), 1e-9));  // read b, c; write a
+  } while (phase.seconds() < seconds);
+  return best;
+}
 
 }  // namespace nanochat

@@ -33,7 +33,13 @@ Compute compute_init(const std::string& device_type_flag) {
 }
 
 double compute_peak_flops(const Compute& c) {
-  if (c.device_type != "cuda") return std::numeric_limits<double>::infinity();
+  if (c.device_type != "cuda") {
+    // no table knows a CPU: measure its matmul rate in the run's dtype, once (~0.3 s)
+    const double measured = peak_flops_measure_cpu(c.dtype);
+    log_info("CPU: MFU vs measured CPU peak %.1f GFLOP/s (%s matmul, %d threads)", measured / 1e9,
+             dtype_name(c.dtype).c_str(), c.cpu_threads);
+    return measured > 0 ? measured : std::numeric_limits<double>::infinity();
+  }
   std::vector<CudaDeviceInfo> gpus = cuda_device_infos();
   const std::string name = c.env.local_rank < (int)gpus.size() ? gpus[c.env.local_rank].name : "";
   double peak = peak_flops(name, gpus.empty() ? 0 : gpus[c.env.local_rank].multiprocessors);
