@@ -37,6 +37,14 @@ RESUME=()
 if ls "$NANOCHAT_BASE_DIR"/base_checkpoints/d24/done_* >/dev/null 2>&1; then RESUME=(--resume latest); fi
 "${LAUNCH[@]}" base-train --depth=24 --target-param-data-ratio=8 --device-batch-size=16 --fp8 \
   --save-every 500 --run="$RUN" "${RESUME[@]}"
+# the leaderboard entry (upstream's dev/LEADERBOARD.md): time to GPT-2, the val bpb, the commit
+leaderboard_line() {
+  local s="$NANOCHAT_BASE_DIR/report/base-model-training.md"
+  echo "Leaderboard: time to GPT-2 $(sed -n 's/^- Time to GPT-2: //p' "$s" 2>/dev/null || true)" \
+       "| final val bpb $(sed -n 's/^- Final validation bpb: //p' "$s" 2>/dev/null || true)" \
+       "| commit $(git describe --always --dirty 2>/dev/null || echo unknown)"
+}
+leaderboard_line
 "${LAUNCH[@]}" base-eval --device-batch-size=16
 
 # chat: SFT on SmolTalk + MMLU + GSM8K (+ identity), then ChatCORE
@@ -51,5 +59,6 @@ if [ "${NANOCHAT_RL:-0}" = 1 ]; then
 fi
 
 $NC report generate
+leaderboard_line
 echo "Report card: report.md (and $NANOCHAT_BASE_DIR/report/)"
 echo "Talk to it: $NC chat-cli    or in the browser: $NC chat-web (http://127.0.0.1:8000)"

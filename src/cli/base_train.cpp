@@ -27,6 +27,7 @@
 #include "nanochat/dataset.h"
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
+#include "nanochat/leaderboard.h"
 #include "nanochat/loss_eval.h"
 #include "nanochat/optim.h"
 #include "nanochat/report.h"
@@ -428,7 +429,8 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
       CoreResult r = core_evaluate(model, tok, co, &dist);
       last_core = r.core;
       log_info("Step %05lld | CORE metric: %.4f", (long long)step, r.core);
-      nlohmann::json line = {{"step", step}, {"core_metric", r.core}, {"total_training_flops", flops_so_far}};
+      nlohmann::json line = {{"step", step}, {"core_metric", r.core}, {"total_training_flops", flops_so_far},
+                             {"total_training_time", loop.total_training_time}};  // for time to GPT-2
       for (const CoreTaskResult& t : r.tasks) line["core/" + t.label] = t.centered;
       metrics.log(line);
       model->train();
@@ -504,6 +506,12 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
                           {"Peak memory usage", peak_mem >= 0 ? strprintf("%.2fMiB", (double)peak_mem / 1048576.0)
                                                               : std::string("n/a (CPU)")}};
     if (std::isnan(last_core)) results.erase("CORE metric estimate");
+    if (o.core_metric_every > 0) {  // the leaderboard's number, over every CORE line of the run (resumes too)
+      const TimeToGpt2 t = leaderboard_time_to_gpt2(leaderboard_core_points(metrics.path()));
+      log_info("time to GPT-2: %s", leaderboard_line(t).c_str());
+      metrics.log(leaderboard_metrics_record(t, num_iterations));
+      results["Time to GPT-2"] = leaderboard_line(t);
+    }
     report_log("Base model training", {ReportItem(user_config), stats, results});
   }
   return 0;

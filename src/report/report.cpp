@@ -211,10 +211,12 @@ std::string report_format_summary(const std::string& header,
   std::map<std::string, std::map<std::string, std::string>> metrics;  // stage -> metric -> value
   const std::vector<std::string> chat = {"ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval", "ChatCORE"};
   int64_t end_time = -1;
+  std::string time_to_gpt2;  // base-train's leaderboard line, when it evaluated CORE
   for (const auto& [file, text] : sections) {
     // RL is optional; the scaling studies are not part of the run's wall clock
     const bool study = file == "miniseries.md" || file == "scaling-laws.md";
     if (file.find("rl") == std::string::npos && !study) end_time = find_timestamp(text, "timestamp:");
+    if (file == "base-model-training.md") time_to_gpt2 = extract(text, {"Time to GPT-2"})["Time to GPT-2"];
     if (file == "base-model-evaluation.md") metrics["base"] = extract(text, {"CORE"});
     if (file == "chat-evaluation-sft.md") metrics["sft"] = extract(text, chat);
     if (file == "chat-evaluation-rl.md") metrics["rl"] = extract(text, {"GSM8K"});
@@ -266,6 +268,7 @@ std::string report_format_summary(const std::string& header,
   } else {
     out += "Total wall clock time: unknown\n";
   }
+  if (!time_to_gpt2.empty()) out += "Time to GPT-2: " + time_to_gpt2 + "\n";
   return out;
 }
 
