@@ -1,6 +1,7 @@
 // defines: kernels_enabled, kernels_linear_softcap_ce, kernels_linear_softcap_ce_mean, kernels_mlp_relu_square,
 //          kernels_rotary_norm, kernels_linear_softcap_ce_reference, kernels_linear_softcap_ce_mean_reference,
 //          kernels_mlp_relu_square_reference, kernels_rotary_norm_reference,
+//          kernels_residual_norm, kernels_residual_norm_reference,
 //          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm, kernels_adamw_step
 // The kernels module: the model's fused hot paths. Each op is an autograd function with a
 // CPU kernel (at::parallel_for + at::vec, one pass over memory), a CUDA kernel (.cu) and a
@@ -51,6 +52,18 @@ torch::Tensor kernels_rotary_norm(const torch::Tensor& x, const torch::Tensor& c
                                   const torch::Tensor& sin, double scale);
 torch::Tensor kernels_rotary_norm_reference(const torch::Tensor& x, const torch::Tensor& cos,
                                             const torch::Tensor& sin, double scale);
+
+// The residual stream into an RMSNorm: (h, rms_norm(h)) with h = a*x + b*y over the last dim.
+// a and b are 0-dim lambdas (fp32 parameters, or any float dtype) or undefined for 1; x and y of
+// one shape and dtype. a and b, a*x, b*y and their sum are each rounded to x's dtype as the
+// eager ops round them, the norm is at::rms_norm's (no weight, eps of the accumulation type). The fused
+// op is one pass each way and keeps h and one fp32 rstd per row (plus x and y when a or b
+// needs a gradient); the model uses it for its per-layer lambdas (a*x + b*x0), for the add
+// before the MLP's norm (a, b undefined) and for the final "backout".
+std::pair<torch::Tensor, torch::Tensor> kernels_residual_norm(const torch::Tensor& x, const torch::Tensor& y,
+                                                              const torch::Tensor& a, const torch::Tensor& b);
+std::pair<torch::Tensor, torch::Tensor> kernels_residual_norm_reference(const torch::Tensor& x, const torch::Tensor& y,
+                                                                        const torch::Tensor& a, const torch::Tensor& b);
 
 // FP8 training's linear (upstream fp8.py, tensorwise): x (..., in) in the compute dtype times
 // the fp32 master weight (out, in)^T, through e4m3 inputs and weights and e5m2 gradients with

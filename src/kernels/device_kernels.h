@@ -1,6 +1,7 @@
 // defines: softcap_ce_forward_cpu/_cuda, softcap_ce_backward_cpu/_cuda, softcap_ce_forward_backward_cpu,
 //          relu_square_forward_cpu/_cuda, relu_square_backward_cpu/_cuda,
-//          rotary_norm_forward_cpu/_cuda, rotary_norm_backward_cpu/_cuda, adamw_step_cpu/_cuda
+//          rotary_norm_forward_cpu/_cuda, rotary_norm_backward_cpu/_cuda,
+//          residual_norm_forward_cpu/_cuda, residual_norm_backward_cpu/_cuda, adamw_step_cpu/_cuda
 // The element-wise and row-wise device kernels behind the autograd functions of kernels.h.
 // Matmuls stay in the autograd functions (at::mm on whatever device); these do the passes
 // over memory between them. Every tensor argument is contiguous unless said otherwise;
@@ -54,6 +55,29 @@ torch::Tensor rotary_norm_backward_cpu(const torch::Tensor& dy, const torch::Ten
 torch::Tensor rotary_norm_backward_cuda(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& rstd,
                                         const torch::Tensor& cos, const torch::Tensor& sin, int64_t T, int64_t H,
                                         double scale);
+
+// x, y (R, D); a, b 0-dim in the accumulation dtype (fp32; fp64 for fp64 x) on x's device, or
+// undefined for 1. Forward returns h = round(round(a*x) + round(b*y)) and n = round(h*rstd) in
+// x's dtype (round: to x's dtype), and rstd (R,) fp32 (fp64) = 1/sqrt(mean(h^2) + eps).
+struct ResidualNormOut {
+  torch::Tensor h, n, rstd;
+};
+ResidualNormOut residual_norm_forward_cpu(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& a,
+                                          const torch::Tensor& b, double eps);
+ResidualNormOut residual_norm_forward_cuda(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& a,
+                                           const torch::Tensor& b, double eps);
+// backward from dh and dn (R, D): g = dh + rstd*(dn - nh*mean(dn*nh)) with nh = h*rstd; dx = a*g and
+// dy = b*g in x's dtype (dy is dx itself when a and b are both undefined), and per row
+// sum(g*x) into ga_rows, sum(g*y) into gb_rows (R,) (accumulation dtype) when a, b are defined
+struct ResidualNormGrads {
+  torch::Tensor dx, dy, ga_rows, gb_rows;
+};
+ResidualNormGrads residual_norm_backward_cpu(const torch::Tensor& dh, const torch::Tensor& dn, const torch::Tensor& h,
+                                             const torch::Tensor& rstd, const torch::Tensor& x, const torch::Tensor& y,
+                                             const torch::Tensor& a, const torch::Tensor& b);
+ResidualNormGrads residual_norm_backward_cuda(const torch::Tensor& dh, const torch::Tensor& dn, const torch::Tensor& h,
+                                              const torch::Tensor& rstd, const torch::Tensor& x, const torch::Tensor& y,
+                                              const torch::Tensor& a, const torch::Tensor& b);
 
 // AdamW's update of one tensor in place (kernels_adamw_step): p, grad, exp_avg, exp_avg_sq
 // contiguous, of one dtype (fp32 or bf16); the scalars as optim_adamw_step rounds them to fp32

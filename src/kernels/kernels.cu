@@ -1,6 +1,6 @@
 // defines: the CUDA kernels of the kernels module and their launchers (kernels_cuda_launch.h):
 //          softcap cross-entropy forward/backward, relu^2 forward/backward, rotary+norm
-//          forward/backward, AdamW
+//          forward/backward, residual+norm forward/backward, AdamW
 // Plain CUDA, no torch headers: nvcc compiles this file alone in seconds. Every kernel reads
 // the compute dtype (fp32, bf16, fp16), does its math in fp32 and rounds once on the store.
 // Row kernels (softcap CE) use one block per row sized to the row; the element-wise ones
@@ -230,6 +230,86 @@ __global__ void adamw_step_kernel(T* __restrict__ p, const T* __restrict__ g, T*
   }
 }
 
+// ---- residual mixing + rms norm ---------------------------------------------------------
+// One block per row; each thread walks the row with a stride of blockDim.x, so any width
+// works. The row is read twice (the sum of squares, then the store), the second time from cache.
+
+// the sum of v over the block, returned to every thread; `shared` holds one float per warp
+__device__ float block_sum(float v, float* shared) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // `shared` may still be read from the previous call
+  if (lane == 0) shared[warp] = v;
+  __syncthreads();
+  v = threadIdx.x < warps ? shared[threadIdx.x] : 0.f;
+  if (warp == 0) v = warp_sum(v);
+  if (threadIdx.x == 0) shared[0] = v;
+  __syncthreads();
+  return shared[0];
+}
+
+// v rounded to T and back: what an eager op of dtype T stores
+template <typename T>
+__device__ __forceinline__ float round_to(float v) {
+  return to_f32(from_f32<T>(v));
+}
+
+template <typename T>
+__device__ __forceinline__ float residual_mix(T x, T y, const float* a, const float* b) {
+  const float ax = a ? round_to<T>(*a * to_f32(x)) : to_f32(x);
+  const float by = b ? round_to<T>(*b * to_f32(y)) : to_f32(y);
+  return round_to<T>(ax + by);
+}
+
+template <typename T>
+__global__ void residual_norm_forward_kernel(const T* __restrict__ x, const T* __restrict__ y, const float* a,
+                                             const float* b, T* __restrict__ h, T* __restrict__ n,
+                                             float* __restrict__ rstd, int D, float eps) {
+  __shared__ float shared[32];
+  const int64_t off = (int64_t)blockIdx.x * D;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < D; j += blockDim.x) {
+    const float v = residual_mix(x[off + j], y[off + j], a, b);
+    h[off + j] = from_f32<T>(v);
+    ss += v * v;
+  }
+  const float r = rsqrtf(block_sum(ss, shared) / (float)D + eps);
+  if (threadIdx.x == 0) rstd[blockIdx.x] = r;
+  for (int j = threadIdx.x; j < D; j += blockDim.x) n[off + j] = from_f32<T>(to_f32(h[off + j]) * r);
+}
+
+template <typename T>
+__global__ void residual_norm_backward_kernel(const T* __restrict__ dh, const T* __restrict__ dn,
+                                              const T* __restrict__ h, const float* __restrict__ rstd,
+                                              const T* __restrict__ x, const T* __restrict__ y, const float* a,
+                                              const float* b, T* __restrict__ dx, T* __restrict__ dy,
+                                              float* __restrict__ ga_rows, float* __restrict__ gb_rows, int D) {
+  __shared__ float shared[32];
+  const int64_t off = (int64_t)blockIdx.x * D;
+  const float r = rstd[blockIdx.x];
+  float dot = 0.f;
+  for (int j = threadIdx.x; j < D; j += blockDim.x) dot += to_f32(dn[off + j]) * to_f32(h[off + j]) * r;
+  dot = block_sum(dot, shared) / (float)D;
+  const float fa = a ? *a : 1.f, fb = b ? *b : 1.f;
+  float sa = 0.f, sb = 0.f;
+  for (int j = threadIdx.x; j < D; j += blockDim.x) {
+    const float nh = to_f32(h[off + j]) * r;
+    const float g = to_f32(dh[off + j]) + r * (to_f32(dn[off + j]) - nh * dot);
+    dx[off + j] = from_f32<T>(fa * g);
+    if (dy) dy[off + j] = from_f32<T>(fb * g);
+    if (ga_rows) sa += g * to_f32(x[off + j]);
+    if (gb_rows) sb += g * to_f32(y[off + j]);
+  }
+  if (ga_rows) {
+    sa = block_sum(sa, shared);
+    if (threadIdx.x == 0) ga_rows[blockIdx.x] = sa;
+  }
+  if (gb_rows) {
+    sb = block_sum(sb, shared);
+    if (threadIdx.x == 0) gb_rows[blockIdx.x] = sb;
+  }
+}
+
 // ---- rotary + rms norm -------------------------------------------------------------------
 // One warp per row of D <= 256: lane l owns the pairs i = l, l+32, ... (< D/2), each pair
 // being (x[i], x[i + D/2]), so the row stays in registers between the reduce and the store.
@@ -428,6 +508,36 @@ cudaError_t kernels_launch_rotary_norm_backward(const void* dy, const void* y, c
     rotary_norm_backward_kernel<E><<<blocks, 32 * rot_warps_per_block, 0, stream>>>(
         static_cast<const E*>(dy), static_cast<const E*>(y), rstd, static_cast<const E*>(cos),
         static_cast<const E*>(sin), static_cast<E*>(dx), R, (int)D, T, H, scale);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t kernels_launch_residual_norm_forward(const void* x, const void* y, const float* a, const float* b, void* h,
+                                                 void* n, float* rstd, int64_t R, int64_t D, float eps,
+                                                 kernels_dtype dtype, cudaStream_t stream) {
+  if (R == 0) return cudaSuccess;
+  if (D <= 0 || D > INT32_MAX || R > INT32_MAX) return cudaErrorInvalidValue;
+  return with_dtype(dtype, [&](auto tag) {
+    using E = decltype(tag);
+    residual_norm_forward_kernel<E><<<(unsigned)R, threads_for(D), 0, stream>>>(
+        static_cast<const E*>(x), static_cast<const E*>(y), a, b, static_cast<E*>(h), static_cast<E*>(n), rstd, (int)D,
+        eps);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t kernels_launch_residual_norm_backward(const void* dh, const void* dn, const void* h, const float* rstd,
+                                                  const void* x, const void* y, const float* a, const float* b,
+                                                  void* dx, void* dy, float* ga_rows, float* gb_rows, int64_t R,
+                                                  int64_t D, kernels_dtype dtype, cudaStream_t stream) {
+  if (R == 0) return cudaSuccess;
+  if (D <= 0 || D > INT32_MAX || R > INT32_MAX) return cudaErrorInvalidValue;
+  return with_dtype(dtype, [&](auto tag) {
+    using E = decltype(tag);
+    residual_norm_backward_kernel<E><<<(unsigned)R, threads_for(D), 0, stream>>>(
+        static_cast<const E*>(dh), static_cast<const E*>(dn), static_cast<const E*>(h), rstd,
+        static_cast<const E*>(x), static_cast<const E*>(y), a, b, static_cast<E*>(dx), static_cast<E*>(dy), ga_rows,
+        gb_rows, (int)D);
     return cudaGetLastError();
   });
 }

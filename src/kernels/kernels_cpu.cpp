@@ -1,6 +1,7 @@
 // defines: softcap_ce_forward_cpu, softcap_ce_backward_cpu, softcap_ce_forward_backward_cpu,
 //          adamw_step_cpu, relu_square_forward_cpu,
-//          relu_square_backward_cpu, rotary_norm_forward_cpu, rotary_norm_backward_cpu
+//          relu_square_backward_cpu, rotary_norm_forward_cpu, rotary_norm_backward_cpu,
+//          residual_norm_forward_cpu, residual_norm_backward_cpu
 // The CPU kernels of the fused ops (contracts in device_kernels.h). Each is one pass over
 // memory, split over rows with at::parallel_for and vectorised with at::vec. This file alone
 // is compiled for AVX2+FMA (CMakeLists.txt); kernels_cpu_supported() guards every call, and
@@ -314,6 +315,108 @@ torch::Tensor rotary_norm_backward_cpu(const torch::Tensor& dy, const torch::Ten
     });
   });
   return dx;
+}
+
+namespace {
+
+// v rounded to T and back: the rounding an eager op of dtype T applies to its result
+template <typename T>
+acc_t<T> round_to(acc_t<T> v) {
+  return (acc_t<T>)T(v);
+}
+
+// h = round(round(a*x) + round(b*y)) with a, b null for 1: the eager composition's bits
+template <typename T>
+acc_t<T> residual_mix(T x, T y, const acc_t<T>* a, const acc_t<T>* b) {
+  using acc = acc_t<T>;
+  const acc ax = a ? round_to<T>(*a * (acc)x) : (acc)x, by = b ? round_to<T>(*b * (acc)y) : (acc)y;
+  return round_to<T>(ax + by);
+}
+
+template <typename T>
+const acc_t<T>* scalar_ptr(const torch::Tensor& t) {
+  return t.defined() ? t.data_ptr<acc_t<T>>() : nullptr;
+}
+
+}  // namespace
+
+ResidualNormOut residual_norm_forward_cpu(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& a,
+                                          const torch::Tensor& b, double eps) {
+  const int64_t R = x.size(0), D = x.size(1);
+  check_rows(y, R, "residual_norm_forward_cpu: y");
+  ResidualNormOut out{at::empty_like(x), at::empty_like(x),
+                      at::empty({R}, x.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat))};
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "residual_norm_forward", [&] {
+    using acc = acc_t<scalar_t>;
+    const scalar_t *X = x.data_ptr<scalar_t>(), *Y = y.data_ptr<scalar_t>();
+    const acc *A = scalar_ptr<scalar_t>(a), *B = scalar_ptr<scalar_t>(b);
+    scalar_t *H = out.h.data_ptr<scalar_t>(), *N = out.n.data_ptr<scalar_t>();
+    acc* RSTD = out.rstd.data_ptr<acc>();
+    at::parallel_for(0, R, 16, [&](int64_t begin, int64_t end) {
+      std::vector<acc> hr(D);
+      for (int64_t i = begin; i < end; i++) {
+        acc ss = 0;
+        for (int64_t j = 0; j < D; j++) {
+          hr[j] = residual_mix(X[i * D + j], Y[i * D + j], A, B);
+          ss += hr[j] * hr[j];
+        }
+        const acc rstd = acc(1) / std::sqrt(ss / (acc)D + (acc)eps);
+        RSTD[i] = rstd;
+        for (int64_t j = 0; j < D; j++) {
+          H[i * D + j] = scalar_t(hr[j]);
+          N[i * D + j] = scalar_t(hr[j] * rstd);
+        }
+      }
+    });
+  });
+  return out;
+}
+
+ResidualNormGrads residual_norm_backward_cpu(const torch::Tensor& dh, const torch::Tensor& dn, const torch::Tensor& h,
+                                             const torch::Tensor& rstd, const torch::Tensor& x, const torch::Tensor& y,
+                                             const torch::Tensor& a, const torch::Tensor& b) {
+  const int64_t R = h.size(0), D = h.size(1);
+  check_rows(dh, R, "residual_norm_backward_cpu: dh");
+  check_rows(dn, R, "residual_norm_backward_cpu: dn");
+  const auto acc_options = h.options().dtype(h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
+  ResidualNormGrads g;
+  g.dx = at::empty_like(h);
+  g.dy = a.defined() || b.defined() ? at::empty_like(h) : g.dx;
+  if (a.defined()) g.ga_rows = at::empty({R}, acc_options);
+  if (b.defined()) g.gb_rows = at::empty({R}, acc_options);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, h.scalar_type(), "residual_norm_backward", [&] {
+    using acc = acc_t<scalar_t>;
+    const scalar_t *DH = dh.data_ptr<scalar_t>(), *DN = dn.data_ptr<scalar_t>(), *H = h.data_ptr<scalar_t>();
+    const scalar_t* X = a.defined() ? x.data_ptr<scalar_t>() : nullptr;
+    const scalar_t* Y = b.defined() ? y.data_ptr<scalar_t>() : nullptr;
+    const acc *A = scalar_ptr<scalar_t>(a), *B = scalar_ptr<scalar_t>(b), *RSTD = rstd.data_ptr<acc>();
+    scalar_t *DX = g.dx.data_ptr<scalar_t>(), *DY = g.dy.data_ptr<scalar_t>();
+    acc* GA = a.defined() ? g.ga_rows.data_ptr<acc>() : nullptr;
+    acc* GB = b.defined() ? g.gb_rows.data_ptr<acc>() : nullptr;
+    at::parallel_for(0, R, 16, [&](int64_t begin, int64_t end) {
+      std::vector<acc> nh(D), gr(D);
+      for (int64_t i = begin; i < end; i++) {
+        const acc r = RSTD[i];
+        acc dot = 0;
+        for (int64_t j = 0; j < D; j++) {
+          nh[j] = (acc)H[i * D + j] * r;
+          dot += (acc)DN[i * D + j] * nh[j];
+        }
+        dot /= (acc)D;
+        acc sa = 0, sb = 0;
+        for (int64_t j = 0; j < D; j++) {
+          const acc gj = (acc)DH[i * D + j] + r * ((acc)DN[i * D + j] - nh[j] * dot);
+          DX[i * D + j] = scalar_t(A ? *A * gj : gj);
+          if (A || B) DY[i * D + j] = scalar_t(B ? *B * gj : gj);
+          if (X) sa += gj * (acc)X[i * D + j];
+          if (Y) sb += gj * (acc)Y[i * D + j];
+        }
+        if (GA) GA[i] = sa;
+        if (GB) GB[i] = sb;
+      }
+    });
+  });
+  return g;
 }
 
 // AdamW in one pass, blocks of 4096 elements through fp32 scratch: the same operations in

@@ -1,5 +1,6 @@
 // defines: softcap_ce_forward_cuda, softcap_ce_backward_cuda, relu_square_forward_cuda,
-//          relu_square_backward_cuda, rotary_norm_forward_cuda, rotary_norm_backward_cuda, adamw_step_cuda
+//          relu_square_backward_cuda, rotary_norm_forward_cuda, rotary_norm_backward_cuda,
+//          residual_norm_forward_cuda, residual_norm_backward_cuda, adamw_step_cuda
 // CUDA-only (compiled when the LibTorch found has CUDA): the torch side of the kernels in
 // kernels.cu. Checks what the raw-pointer launchers cannot (device, dtype, contiguity, sizes),
 // allocates the outputs on the input's device and launches on its current stream.
@@ -189,6 +190,73 @@ Tensor rotary_norm_backward_cuda(const Tensor& dy, const Tensor& y, const Tensor
                                                    stream_of(y)),
                where);
   return dx;
+}
+
+namespace {
+
+// a lambda's device pointer: null (for 1) when undefined, else a 0-dim fp32 tensor on `device`
+const float* lambda_ptr(const Tensor& s, at::Device device, const char* name, const char* where) {
+  if (!s.defined()) return nullptr;
+  check_cuda(s, name, at::kFloat, device, where);
+  if (s.numel() != 1) fail("%s: %s must hold one value", where, name);
+  return s.data_ptr<float>();
+}
+
+// (R, D) rows of the compute dtype on the device of `like`
+void check_rows_like(const Tensor& t, const Tensor& like, const char* name, const char* where) {
+  check_cuda(t, name, like.scalar_type(), like.device(), where);
+  if (!t.sizes().equals(like.sizes())) fail("%s: %s differs in shape from the rows", where, name);
+}
+
+}  // namespace
+
+ResidualNormOut residual_norm_forward_cuda(const Tensor& x, const Tensor& y, const Tensor& a, const Tensor& b,
+                                           double eps) {
+  const char* where = "residual_norm_forward_cuda";
+  const kernels_dtype dt = cuda_dtype(x, where);
+  check_cuda(x, "x", x.scalar_type(), x.device(), where);
+  check_rows_like(y, x, "y", where);
+  if (x.dim() != 2) fail("%s: x must be (rows, dim)", where);
+  const int64_t R = x.size(0), D = x.size(1);
+  check_grid_rows(R, where);
+  ResidualNormOut out{at::empty_like(x), at::empty_like(x), at::empty({R}, x.options().dtype(at::kFloat))};
+  const c10::cuda::CUDAGuard guard(x.device());
+  check_launch(kernels_launch_residual_norm_forward(x.data_ptr(), y.data_ptr(), lambda_ptr(a, x.device(), "a", where),
+                                                    lambda_ptr(b, x.device(), "b", where), out.h.data_ptr(),
+                                                    out.n.data_ptr(), out.rstd.data_ptr<float>(), R, D, (float)eps, dt,
+                                                    stream_of(x)),
+               where);
+  return out;
+}
+
+ResidualNormGrads residual_norm_backward_cuda(const Tensor& dh, const Tensor& dn, const Tensor& h, const Tensor& rstd,
+                                              const Tensor& x, const Tensor& y, const Tensor& a, const Tensor& b) {
+  const char* where = "residual_norm_backward_cuda";
+  const kernels_dtype dt = cuda_dtype(h, where);
+  check_cuda(h, "h", h.scalar_type(), h.device(), where);
+  check_rows_like(dh, h, "dh", where);
+  check_rows_like(dn, h, "dn", where);
+  if (a.defined()) check_rows_like(x, h, "x", where);
+  if (b.defined()) check_rows_like(y, h, "y", where);
+  const int64_t R = h.size(0), D = h.size(1);
+  check_cuda(rstd, "rstd", at::kFloat, h.device(), where);
+  if (rstd.numel() != R) fail("%s: rstd has %lld values for %lld rows", where, (long long)rstd.numel(), (long long)R);
+  check_grid_rows(R, where);
+  ResidualNormGrads g;
+  g.dx = at::empty_like(h);
+  g.dy = a.defined() || b.defined() ? at::empty_like(h) : g.dx;
+  if (a.defined()) g.ga_rows = at::empty({R}, h.options().dtype(at::kFloat));
+  if (b.defined()) g.gb_rows = at::empty({R}, h.options().dtype(at::kFloat));
+  const c10::cuda::CUDAGuard guard(h.device());
+  check_launch(kernels_launch_residual_norm_backward(
+                   dh.data_ptr(), dn.data_ptr(), h.data_ptr(), rstd.data_ptr<float>(),
+                   a.defined() ? x.data_ptr() : nullptr, b.defined() ? y.data_ptr() : nullptr,
+                   lambda_ptr(a, h.device(), "a", where), lambda_ptr(b, h.device(), "b", where), g.dx.data_ptr(),
+                   a.defined() || b.defined() ? g.dy.data_ptr() : nullptr,
+                   a.defined() ? g.ga_rows.data_ptr<float>() : nullptr,
+                   b.defined() ? g.gb_rows.data_ptr<float>() : nullptr, R, D, dt, stream_of(h)),
+               where);
+  return g;
 }
 
 void adamw_step_cuda(Tensor& p, const Tensor& grad, Tensor& exp_avg, Tensor& exp_avg_sq, float lr, float beta1,

@@ -1,6 +1,7 @@
 // defines: kernels_dtype, kernels_launch_softcap_ce_forward, kernels_launch_softcap_ce_backward,
 //          kernels_launch_relu_square_forward, kernels_launch_relu_square_backward,
 //          kernels_launch_rotary_norm_forward, kernels_launch_rotary_norm_backward,
+//          kernels_launch_residual_norm_forward, kernels_launch_residual_norm_backward,
 //          kernels_launch_adamw_step
 // The launchers of the CUDA kernels in kernels.cu: raw pointers, sizes, a dtype tag and a
 // stream, no torch, so that kernels.cu compiles with nvcc alone. kernels_cuda.cpp checks the
@@ -49,6 +50,20 @@ cudaError_t kernels_launch_rotary_norm_backward(const void* dy, const void* y, c
                                                 const void* cos, const void* sin, void* dx, int64_t R,
                                                 int64_t D, int64_t T, int64_t H, float scale,
                                                 kernels_dtype dtype, cudaStream_t stream);
+
+// rows (R, D) of the residual stream: h = round(round(a*x) + round(b*y)) (round: to `dtype`;
+// a, b point to one fp32 value on the device, or are null for 1), n = round(h * rstd),
+// rstd (R,) = 1 / sqrt(mean(h^2) + eps)
+cudaError_t kernels_launch_residual_norm_forward(const void* x, const void* y, const float* a, const float* b, void* h,
+                                                 void* n, float* rstd, int64_t R, int64_t D, float eps,
+                                                 kernels_dtype dtype, cudaStream_t stream);
+// g = dh + rstd*(dn - nh*mean(dn*nh)) with nh = h*rstd; dx = a*g; dy = b*g unless dy is null
+// (a and b both null: dx serves both); ga_rows[r] = sum(g*x) when ga_rows is not null (x
+// then given), gb_rows[r] = sum(g*y) likewise
+cudaError_t kernels_launch_residual_norm_backward(const void* dh, const void* dn, const void* h, const float* rstd,
+                                                  const void* x, const void* y, const float* a, const float* b,
+                                                  void* dx, void* dy, float* ga_rows, float* gb_rows, int64_t R,
+                                                  int64_t D, kernels_dtype dtype, cudaStream_t stream);
 
 // AdamW's update in place over n elements (all four arrays of `dtype`), as adamw_step_cpu
 cudaError_t kernels_launch_adamw_step(void* p, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,

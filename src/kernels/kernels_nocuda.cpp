@@ -1,5 +1,6 @@
 // defines: softcap_ce_forward_cuda, softcap_ce_backward_cuda, relu_square_forward_cuda,
-//          relu_square_backward_cuda, rotary_norm_forward_cuda, rotary_norm_backward_cuda
+//          relu_square_backward_cuda, rotary_norm_forward_cuda, rotary_norm_backward_cuda,
+//          residual_norm_forward_cuda, residual_norm_backward_cuda
 // Compiled instead of kernels_cuda.cpp when the LibTorch found has no CUDA: a CUDA tensor
 // cannot exist in such a build, so reaching one of these is a build mismatch, said plainly.
 #include "device_kernels.h"
@@ -33,6 +34,15 @@ std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cuda(const torch::Te
 torch::Tensor rotary_norm_backward_cuda(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
                                         const torch::Tensor&, const torch::Tensor&, int64_t, int64_t, double) {
   fail_no_cuda("rotary_norm_backward_cuda");
+}
+ResidualNormOut residual_norm_forward_cuda(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                           const torch::Tensor&, double) {
+  fail_no_cuda("residual_norm_forward_cuda");
+}
+ResidualNormGrads residual_norm_backward_cuda(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                              const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                              const torch::Tensor&, const torch::Tensor&) {
+  fail_no_cuda("residual_norm_backward_cuda");
 }
 
 void adamw_step_cuda(torch::Tensor&, const torch::Tensor&, torch::Tensor&, torch::Tensor&, float, float, float, float,
