@@ -14,6 +14,7 @@
 // first losses should agree (a check that the two models are the same model).
 // usage: bench_train_step [--depths 4,8] [--dtypes float32,bfloat16] [--seq-len 512] [--batch 8]
 //        [--vocab 32768] [--steps 5] [--warmup 2] [--threads N] [--device cpu|cuda] [--no-python]
+//        [--trace PREFIX]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,6 +27,7 @@
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
+#include <torch/csrc/autograd/profiler_legacy.h>
 #include <torch/torch.h>
 
 #include "nanochat/common/device.h"
@@ -38,7 +40,7 @@ using namespace nanochat;
 using nlohmann::json;
 
 struct Options {
-  std::string depths = "4,8", dtypes = "float32,bfloat16", device = "cpu", window_pattern = "L";
+  std::string depths = "4,8", dtypes = "float32,bfloat16", device = "cpu", window_pattern = "L", trace;
   int64_t seq_len = 512, batch = 8, vocab = 32768;
   int steps = 5, warmup = 2, threads = 0;
   bool no_python = false;
@@ -146,9 +148,18 @@ static OursResult run_ours(const Options& o, int64_t depth, torch::ScalarType dt
   for (int s = 0; s < o.steps; s++) step();
   const double step_s = (fwd_bwd + optim) / o.steps;
   const int64_t dev_peak = device_peak_memory_bytes(device);  // -1 on the CPU
-  return {(double)(o.batch * o.seq_len) / step_s, (double)(o.batch * o.seq_len) / best, 1000 * step_s, 1000 * fwd_bwd / o.steps,
-          1000 * optim / o.steps, peak_rss_mb(), dev_peak < 0 ? -1.0 : (double)dev_peak / 1048576.0,
-          losses.front(), losses.back(), warmup_s};
+  const double fwd_bwd_ms = 1000 * fwd_bwd / o.steps, optim_ms = 1000 * optim / o.steps;
+  const double loss_last = losses.back();
+  if (!o.trace.empty()) {  // one more step under the profiler, outside the figures
+    const std::string path = strprintf("%s.d%lld.%s.json", o.trace.c_str(), (long long)depth, c10::toString(dtype));
+    torch::autograd::profiler::RecordProfile record(path);
+    auto t = bench_clock::now();
+    step();
+    std::printf("  trace of one step (%.0f ms under the profiler): %s\n", 1000 * bench_seconds_since(t), path.c_str());
+  }
+  return {(double)(o.batch * o.seq_len) / step_s, (double)(o.batch * o.seq_len) / best, 1000 * step_s, fwd_bwd_ms,
+          optim_ms, peak_rss_mb(), dev_peak < 0 ? -1.0 : (double)dev_peak / 1048576.0,
+          losses.front(), loss_last, warmup_s};
 }
 
 // the Python reference as a subprocess; its last line is one JSON object
@@ -193,6 +204,7 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cpu or cuda (the reference runs there too)");
   app.add_option("--window-pattern", o.window_pattern, "L is plain causal attention on both sides");
   app.add_flag("--no-python", o.no_python, "our step only");
+  app.add_option("--trace", o.trace, "profile one extra step of ours into <prefix>.d<depth>.<dtype>.json (chrome trace)");
   CLI11_PARSE(app, argc, argv);
 
   // thread count for everyone; the children set it themselves (the parent runs no torch op)
