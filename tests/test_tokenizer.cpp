@@ -226,10 +226,11 @@ TEST(Files, BadRankFilesNameFileAndLine) {
   std::string dir = make_temp_dir();
   struct Case { const char* text; const char* needle; };
   for (Case c : {Case{"AA== 0\nAQ== 0\n", "f.tiktoken:2: duplicate rank 0"},
-                 Case{"AA== 0\nAQ== 2\n", "f.tiktoken:2: rank 2 follows rank 0"},
+                 Case{"AA== 0\nAQ== 2\n", "f.tiktoken:2: rank 2 where rank 1 belongs"},
                  Case{"AA== 0\nA!== 1\n", "f.tiktoken:2: bad base64"},
                  Case{"AA== 0\nAQ==\n", "f.tiktoken:2: expected 'base64 rank'"},
-                 Case{"AA== x\n", "f.tiktoken:1: rank='x' is not an integer"}}) {
+                 Case{"AA== x\n", "f.tiktoken:1: rank='x' is not an integer"},
+                 Case{"AA== 5\n", "f.tiktoken:1: rank 5 where rank 0 belongs"}}) {
     atomic_write_file(dir + "/f.tiktoken", c.text);
     try {
       tiktoken_ranks_read(dir + "/f.tiktoken");

@@ -80,8 +80,8 @@ std::vector<std::string> tiktoken_ranks_read(const std::string& file) {
     if (bytes.empty()) fail("%s:%zu: empty token", file.c_str(), lineno);
     if (rank < (int64_t)ranks.size()) fail("%s:%zu: duplicate rank %lld", file.c_str(), lineno, (long long)rank);
     if (rank > (int64_t)ranks.size())
-      fail("%s:%zu: rank %lld follows rank %zu (ranks must be 0, 1, 2, ... without gaps)", file.c_str(), lineno,
-           (long long)rank, ranks.size() - 1);
+      fail("%s:%zu: rank %lld where rank %zu belongs (ranks must be 0, 1, 2, ... without gaps)", file.c_str(), lineno,
+           (long long)rank, ranks.size());
     ranks.push_back(std::move(bytes));
   }
   if (ranks.empty()) fail("%s has no ranks", file.c_str());
