@@ -103,7 +103,7 @@ void cli_register_sft(CLI::App& app, int& exit_code) {
   opt("--warmup-ratio", o.warmup_ratio, "fraction of the run warming up")->check(CLI::Range(0.0, 1.0));
   opt("--warmdown-ratio", o.warmdown_ratio, "fraction of the run decaying to --final-lr-frac")->check(CLI::Range(0.0, 1.0));
   opt("--final-lr-frac", o.final_lr_frac, "lr at the end as a fraction")->check(CLI::Range(0.0, 1.0));
-  opt("--eval-every", o.eval_every, "val bpb every N steps (-1: off)");
+  opt("--eval-every", o.eval_every, "val bpb every N steps, and always at the end (-1: only at the end)");
   opt("--eval-tokens", o.eval_tokens, "val tokens per evaluation")->check(CLI::PositiveNumber);
   opt("--chatcore-every", o.chatcore_every, "ChatCORE every N steps (-1: off)");
   opt("--chatcore-max-cat", o.chatcore_max_cat, "problems per categorical task (-1: all)");
@@ -263,7 +263,8 @@ int sft(const SftFlags& o) {
 
     // the final checkpoint comes before the final evals, which must not cost the run
     if (last) save(step);
-    if (o.eval_every > 0 && (last || step % o.eval_every == 0)) {
+    // the final val bpb is always measured (upstream too), --eval-every only adds the ones before it
+    if (last || (o.eval_every > 0 && step % o.eval_every == 0)) {
       model->eval();
       SftBatcher val_batches(tok, val_data, B, T, rank, world);
       const int64_t steps = std::max<int64_t>(1, o.eval_tokens / (B * T * world));
