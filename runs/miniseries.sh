@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# A miniseries (upstream's runs/miniseries.sh): base models of growing depth, each trained at the
+# same tokens:params ratio (base-train's default, 12), then the loss fit over them (val bpb
+# against compute and against parameters) by `nanochat scaling-fit`, into the report card.
+#
+#   bash runs/miniseries.sh [series_name]       # depths 12..26 on one 8-GPU node
+#   TOY=1 bash runs/miniseries.sh               # depths 1..3 on a CPU in about a minute
+#
+# Resumable: rerun it and the finished depths are skipped (scaling-fit --finished), an
+# interrupted one continues from its last checkpoint (base-train --resume latest).
+# Setup (data and tokenizer) is skipped with SKIP_SETUP=1. Other knobs: NPROC (8), DEPTHS
+# ("12 14 ..."), RATIO, NANOCHAT_BASE_DIR. Results: $NANOCHAT_BASE_DIR/<series>_miniseries_results/
+# (results.csv, one training log per depth) and the "Miniseries" section of the report card.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export OMP_NUM_THREADS=1
+NC=build/nanochat
+log() { echo "[$(date '+%Y-%m-%d %H:%M:%S')] $*"; }
+
+SERIES="${1:-${SERIES_NAME:-$(date +%b%d | tr '[:upper:]' '[:lower:]')}}"
+if [ "${TOY:-0}" = 1 ]; then
+  # a toy base dir of its own (its tokenizer must not replace a real one), the local corpus,
+  # models 32 wide per layer, 1K-token batches at runcpu's learning rates, 2 tokens per param
+  export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat-toy}"
+  DEPTHS=(${DEPTHS:-1 2 3})
+  RATIO="${RATIO:-2}"
+  LAUNCH=($NC)
+  DATA=(--data "$NANOCHAT_BASE_DIR/local_corpus")
+  TRAIN_ARGS=(--aspect-ratio 32 --head-dim 32 --window-pattern L --max-seq-len 128 --device-batch-size 8
+              --total-batch-size 1024 --warmup-steps 10 --matrix-lr 0.08 --embedding-lr 1.2
+              --unembedding-lr 0.032 --scalar-lr 2.0 --eval-every 999999 --eval-tokens 8192 --save-every 100
+              --core-metric-every -1)
+else
+  export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
+  DEPTHS=(${DEPTHS:-12 14 16 18 20 22 24 26})
+  RATIO="${RATIO:-12}"
+  LAUNCH=($NC launch --nproc-per-node "${NPROC:-8}" --)
+  DATA=()
+  # CORE once, at the end, over every example; the device batch size is base-train's own
+  # choice on a GPU (what fits in memory)
+  TRAIN_ARGS=(--save-every 500 --core-metric-every 999999 --core-metric-max-per-task -1)
+fi
+mkdir -p "$NANOCHAT_BASE_DIR"
+
+# setup: the build and its dependencies, the data, the tokenizer (SKIP_SETUP=1 skips them; the
+# toy always makes its local corpus and tokenizer, once, offline)
+[ -n "${SKIP_SETUP:-}" ] || bash runs/setup.sh
+if [ "${TOY:-0}" = 1 ]; then
+  [ -d "$NANOCHAT_BASE_DIR/local_corpus" ] || python3 runs/make_local_corpus.py "$NANOCHAT_BASE_DIR/local_corpus"
+  [ -f "$NANOCHAT_BASE_DIR/tokenizer/tokenizer.json" ] || $NC tok-train "${DATA[@]}" --max-chars 2000000 --vocab-size 512
+elif [ -z "${SKIP_SETUP:-}" ]; then
+  $NC download -n 1000
+  $NC download eval-bundle
+  [ -f "$NANOCHAT_BASE_DIR/tokenizer/tokenizer.json" ] || $NC tok-train --max-chars 2000000000 --vocab-size 32768
+fi
+
+RESULTS_DIR="$NANOCHAT_BASE_DIR/${SERIES}_miniseries_results"
+mkdir -p "$RESULTS_DIR"
+log "miniseries $SERIES: depths ${DEPTHS[*]} at $RATIO tokens per parameter"
+RUNS=()
+for d in "${DEPTHS[@]}"; do
+  TAG="${SERIES}_miniseries_d${d}"
+  DIR="$NANOCHAT_BASE_DIR/base_checkpoints/$TAG"
+  RUNS+=("$DIR")
+  if $NC scaling-fit --finished "$DIR" >/dev/null 2>&1; then
+    log "d$d: finished before, skipped"
+    continue
+  fi
+  RESUME=()
+  if ls "$DIR"/done_* >/dev/null 2>&1; then RESUME=(--resume latest); fi
+  log "d$d: training${RESUME:+ (resuming)}"
+  START=$(date +%s)
+  "${LAUNCH[@]}" base-train "${DATA[@]}" "${RESUME[@]}" --depth "$d" --target-param-data-ratio "$RATIO" \
+    --model-tag "$TAG" --run "${SERIES}_miniseries_d${d}" --sample-every -1 "${TRAIN_ARGS[@]}" 2>&1 | tee -a "$RESULTS_DIR/${TAG}_train.log"
+  log "d$d: $(($(date +%s) - START))s"
+  # a run stopped by a signal exits 0 too: only a finished one may go on
+  $NC scaling-fit --finished "$DIR" >/dev/null || { log "d$d did not finish; rerun the script to resume it"; exit 1; }
+done
+
+log "the loss fit over the miniseries"
+$NC scaling-fit --report miniseries --csv "$RESULTS_DIR/results.csv" "${RUNS[@]}" | tee "$RESULTS_DIR/fit.txt"
+$NC report generate
+log "results: $RESULTS_DIR/results.csv, the fit in $RESULTS_DIR/fit.txt and the report card"
