@@ -266,6 +266,8 @@ void checkpoint_save_model(const std::string& dir, int64_t step, const NamedTens
 void checkpoint_save_optim(const std::string& dir, int64_t step, int rank, const NamedTensors& tensors,
                            const nlohmann::ordered_json& state) {
   safetensors_check_savable(checkpoint_optim_path(dir, step, rank), tensors);
+  // test hook: a save as slow as a large model's (tests of launch's grace period)
+  if (const char* ms = std::getenv("NANOCHAT_TEST_SAVE_DELAY_MS")) usleep((useconds_t)std::atol(ms) * 1000);
   make_dirs(dir);
   const std::string next = is_resave(dir, step) ? ".next" : "";
   safetensors_save(checkpoint_optim_path(dir, step, rank) + next, tensors, kFileMetadata);
