@@ -102,6 +102,7 @@ TEST(InferBench, CliJsonIsConsistentOnATinyCheckpoint) {
     EXPECT_NEAR(row["mbu_percent"].get<double>(), 100.0 * bytes / tpot / peak_bw, 1e-9 * row["mbu_percent"].get<double>());
     EXPECT_GE(row["peak_memory_bytes"].get<int64_t>(), 0);
   }
+  run_shell("rm -rf '" + base + "'");
 }
 
 TEST(InferBench, BadFlagsGiveOneClearError) {
@@ -115,4 +116,5 @@ TEST(InferBench, BadFlagsGiveOneClearError) {
   r = run_shell("NANOCHAT_BASE_DIR=" + base + " " NANOCHAT_BIN " infer-bench -i base");  // no base checkpoint
   EXPECT_EQ(r.rc, 1);
   EXPECT_EQ(count_lines(r.err), 1) << r.err;
+  run_shell("rm -rf '" + base + "'");
 }

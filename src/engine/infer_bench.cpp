@@ -82,15 +82,16 @@ int64_t proc_status_kb(const std::string& key) {
 // keeps what it freed resident, so a batch smaller than an earlier one shows the larger peak.)
 class PeakMemory {
  public:
-  PeakMemory(torch::Device device, int64_t rss_base_kb) : device_(device), rss_base_kb_(rss_base_kb) {
+  PeakMemory(torch::Device device, int64_t rss_base_kb)
+      : device_(device), index_(device.has_index() ? device.index() : 0), rss_base_kb_(rss_base_kb) {
     device_synchronize(device_);
-    if (!device_.is_cpu()) c10::getDeviceAllocator(device_.type())->resetPeakStats(device_.index());
+    if (!device_.is_cpu()) c10::getDeviceAllocator(device_.type())->resetPeakStats(index_);
     else std::ofstream("/proc/self/clear_refs") << "5";  // VmHWM back to the current RSS (Linux)
   }
   int64_t bytes() const {
     device_synchronize(device_);
     if (!device_.is_cpu()) {
-      auto stats = c10::getDeviceAllocator(device_.type())->getDeviceStats(device_.index());
+      auto stats = c10::getDeviceAllocator(device_.type())->getDeviceStats(index_);
       return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
     }
     const int64_t hwm = proc_status_kb("VmHWM");
@@ -99,6 +100,7 @@ class PeakMemory {
 
  private:
   torch::Device device_;
+  c10::DeviceIndex index_;
   int64_t rss_base_kb_;
 };
 
