@@ -3,7 +3,8 @@
 // files from memory with Range support (httplib's own), and misbehaves on request: drop the
 // connection at a byte offset, answer 500, redirect to another server, go slowly, or hold
 // every body until the test lets go (to make downloads overlap for certain). Every
-// request is logged with its Range start.
+// request is logged with its Range start and If-Range. Files carry an ETag and/or a
+// Last-Modified date; a Range whose If-Range no longer matches gets the whole file (200).
 #pragma once
 #include <httplib.h>
 
@@ -22,6 +23,7 @@ class TestServer {
     std::string path;
     long long range_from;  // -1 without a Range header
     int status;
+    std::string if_range;  // "" without an If-Range header
   };
 
   // with cert and key (PEM files): HTTPS
@@ -51,6 +53,9 @@ class TestServer {
   int chunk_sleep_ms = 0;                    // pause per 16 KiB chunk (slow server)
   std::atomic<bool> hold{false};             // bodies wait while set (at most 20 s)
   bool ignore_range = false;                 // answer every request 200 with the whole file
+  std::string etag = "\"v1\"";               // the files' validators ("": header not sent);
+  std::string last_modified;                 // change them (with the files) between downloads
+  bool chunked = false;                      // bodies without Content-Length (chunked encoding)
 
   std::vector<Request> requests() {
     std::lock_guard<std::mutex> g(mutex_);
@@ -67,7 +72,7 @@ class TestServer {
     long long from = -1;
     if (req.has_header("Range")) std::sscanf(req.get_header_value("Range").c_str(), "bytes=%lld-", &from);
     std::lock_guard<std::mutex> g(mutex_);
-    log_.push_back({req.path, from, status});
+    log_.push_back({req.path, from, status, req.get_header_value("If-Range")});
   }
 
   void handle(const httplib::Request& req, httplib::Response& res) {
@@ -90,7 +95,13 @@ class TestServer {
       res.status = 500;
       return;
     }
-    record(req, req.has_header("Range") ? 206 : 200);
+    // RFC 9110 If-Range: an ETag (quoted) or a date; the range only while it still matches
+    const std::string if_range = req.get_header_value("If-Range");
+    const bool stale = !if_range.empty() && if_range != (if_range[0] == '"' ? etag : last_modified);
+    if (stale) const_cast<httplib::Request&>(req).ranges.clear();
+    record(req, req.has_header("Range") && !stale && !ignore_range ? 206 : 200);
+    if (!etag.empty()) res.set_header("ETag", etag);
+    if (!last_modified.empty()) res.set_header("Last-Modified", last_modified);
     const std::string* body = &it->second;
     bool drop = drops > 0;
     if (drop) drops--;
@@ -103,6 +114,13 @@ class TestServer {
       // without range support sends the whole file
       const_cast<httplib::Request&>(req).ranges.clear();
       res.status = 200;
+    }
+    if (chunked) {  // the whole file, its size unsaid
+      res.set_chunked_content_provider("application/octet-stream", [body](size_t offset, httplib::DataSink& sink) {
+        if (offset >= body->size()) return sink.done(), true;
+        return sink.write(body->data() + offset, std::min<size_t>(body->size() - offset, 16384));
+      });
+      return;
     }
     res.set_content_provider(body->size(), "application/octet-stream",
                              [body, drop_at, sleep_ms, hold_p](size_t offset, size_t length, httplib::DataSink& sink) {

@@ -1,6 +1,8 @@
 // download_file and `nanochat download` against local servers (tests/http_test_server.h):
 // resume after a dropped connection, retry after a 500, a redirect to another server, a
-// corrupt file that fails verification, an unreachable host, and two downloaders at once.
+// corrupt file that fails verification, an unreachable host, and two downloaders at once;
+// a partial file continued only while the server's ETag / Last-Modified is unchanged, no
+// redirect from https down to http, and a size cap per file.
 // Shards are real parquet files written by pyarrow. No network beyond 127.0.0.1.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -92,15 +94,20 @@ TEST(Download, ContinuesAPartialTmpFromAnEarlierRun) {
   std::string dir = make_temp_dir(), path = dir + "/shard_00001.parquet";
   size_t have = 12345;
   { std::ofstream(path + ".tmp", std::ios::binary) << body.substr(0, have); }
+  { std::ofstream(path + ".tmp.validator") << s.etag << "\n"; }  // the ETag its bytes came with
   EXPECT_EQ(download_file(s.url("/shard_00001.parquet"), path, fast_options()), DownloadOutcome::downloaded);
   EXPECT_TRUE(read_file(path) == body);
+  EXPECT_FALSE(path_exists(path + ".tmp.validator"));
   auto r = s.requests();
   ASSERT_EQ(r.size(), 1u);
   EXPECT_EQ(r[0].range_from, (long long)have);
+  EXPECT_EQ(r[0].if_range, s.etag);
+  EXPECT_EQ(r[0].status, 206);
 
   // a .tmp that already holds every byte (a run killed before the rename): 416, then verified
   std::string path2 = dir + "/again.parquet";
   { std::ofstream(path2 + ".tmp", std::ios::binary) << body; }
+  { std::ofstream(path2 + ".tmp.validator") << s.etag << "\n"; }
   EXPECT_EQ(download_file(s.url("/shard_00001.parquet"), path2, fast_options()), DownloadOutcome::downloaded);
   EXPECT_TRUE(read_file(path2) == body);
   // and a file already in place is not fetched again
@@ -116,6 +123,7 @@ TEST(Download, AServerIgnoringRangeRestartsTheFileFromScratch) {
   s.ignore_range = true;
   std::string dir = make_temp_dir(), path = dir + "/shard_00000.parquet";
   { std::ofstream(path + ".tmp", std::ios::binary) << std::string(5000, 'z'); }  // not a prefix of body
+  { std::ofstream(path + ".tmp.validator") << s.etag << "\n"; }
   int64_t reported = 0;
   DownloadOptions o = fast_options();
   o.on_bytes = [&](int64_t d) { reported += d; };
@@ -278,6 +286,155 @@ TEST(Download, GoesThroughHttpProxyButNeverForLoopback) {
   remove_tree(dir);
 }
 
+// ---- a partial file and its validator, redirects to http, the size cap (issue 17 item 5) ----
+
+// the first call drops half-way (one attempt only), leaving .tmp and its validator; between
+// the calls the server's file changes (body and validator) or not
+struct PartialThenResume {
+  std::string dir = make_temp_dir(), path = dir + "/shard_00000.parquet";
+  DownloadOptions once = fast_options();
+  PartialThenResume() { once.max_attempts = 1; }
+  ~PartialThenResume() { remove_tree(dir); }
+  void first_call_drops(TestServer& s, const std::string& body) {
+    s.files["/shard_00000.parquet"] = body;
+    s.drops = 1, s.drop_at = (long long)body.size() / 2;
+    EXPECT_THROW(download_file(s.url("/shard_00000.parquet"), path, once), DownloadError);
+    EXPECT_EQ(read_file(path + ".tmp").size(), (size_t)s.drop_at);
+  }
+};
+
+TEST(DownloadResume, AChangedETagRestartsTheFileAnUnchangedOneContinuesIt) {
+  std::string a = shard_bytes("a"), b = shard_bytes("b", 3500);
+  DownloadOptions o = fast_options();
+  o.verify = nullptr;  // so a spliced file would stay spliced, not be caught and refetched
+  {
+    TestServer s;
+    s.etag = "\"a1\"";
+    PartialThenResume p;
+    p.first_call_drops(s, a);
+    EXPECT_EQ(read_file(p.path + ".tmp.validator"), "\"a1\"\n");
+    s.files["/shard_00000.parquet"] = b;  // a new version of the file on the server
+    s.etag = "\"b1\"";
+    EXPECT_EQ(download_file(s.url("/shard_00000.parquet"), p.path, o), DownloadOutcome::downloaded);
+    EXPECT_TRUE(read_file(p.path) == b) << "the old partial bytes were spliced onto the new file";
+    auto r = s.requests();
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_EQ(r[1].range_from, s.drop_at);
+    EXPECT_EQ(r[1].if_range, "\"a1\"");
+    EXPECT_EQ(r[1].status, 200);
+    EXPECT_FALSE(path_exists(p.path + ".tmp.validator"));
+  }
+  {
+    TestServer s;
+    PartialThenResume p;
+    p.first_call_drops(s, a);
+    EXPECT_EQ(download_file(s.url("/shard_00000.parquet"), p.path, o), DownloadOutcome::downloaded);
+    EXPECT_TRUE(read_file(p.path) == a);
+    auto r = s.requests();
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_EQ(r[1].status, 206) << "an unchanged file must be continued, not fetched again";
+    EXPECT_EQ(r[1].if_range, "\"v1\"");
+  }
+}
+
+// a weak ETag cannot validate a range (RFC 9110): Last-Modified is used, and a new date restarts
+TEST(DownloadResume, LastModifiedWhenTheETagIsWeak) {
+  std::string a = shard_bytes("a"), b = shard_bytes("b", 3500);
+  TestServer s;
+  s.etag = "W/\"weak\"";
+  s.last_modified = "Tue, 01 Dec 2026 10:00:00 GMT";
+  PartialThenResume p;
+  p.first_call_drops(s, a);
+  EXPECT_EQ(read_file(p.path + ".tmp.validator"), s.last_modified + "\n");
+  s.files["/shard_00000.parquet"] = b;
+  s.last_modified = "Tue, 01 Dec 2026 11:00:00 GMT";
+  DownloadOptions o = fast_options();
+  o.verify = nullptr;
+  EXPECT_EQ(download_file(s.url("/shard_00000.parquet"), p.path, o), DownloadOutcome::downloaded);
+  EXPECT_TRUE(read_file(p.path) == b);
+  auto r = s.requests();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[1].if_range, "Tue, 01 Dec 2026 10:00:00 GMT");
+  EXPECT_EQ(r[1].status, 200);
+}
+
+// a server without validators: nothing can show a partial file is still current, so it restarts
+TEST(DownloadResume, WithoutAValidatorThePartialFileIsFetchedAgain) {
+  std::string a = shard_bytes("a");
+  TestServer s;
+  s.etag = "";
+  PartialThenResume p;
+  p.first_call_drops(s, a);
+  EXPECT_FALSE(path_exists(p.path + ".tmp.validator"));
+  EXPECT_EQ(download_file(s.url("/shard_00000.parquet"), p.path, fast_options()), DownloadOutcome::downloaded);
+  EXPECT_TRUE(read_file(p.path) == a);
+  auto r = s.requests();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[1].range_from, -1);
+  EXPECT_EQ(r[1].status, 200);
+}
+
+TEST(DownloadRedirect, HttpsToHttpIsRefusedHttpsToHttpsIsFollowed) {
+  if (run_shell("command -v openssl").rc != 0) GTEST_SKIP() << "the openssl command is needed to make a certificate";
+  std::string dir = make_temp_dir();
+  auto r = run_shell("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "
+                     "subjectAltName=IP:127.0.0.1 -keyout " + dir + "/key.pem -out " + dir + "/cert.pem");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  setenv("SSL_CERT_FILE", (dir + "/cert.pem").c_str(), 1);
+  std::string body = shard_bytes("a");
+  TestServer secure(dir + "/cert.pem", dir + "/key.pem"), plain, secure2(dir + "/cert.pem", dir + "/key.pem");
+  plain.files["/shard_00000.parquet"] = secure2.files["/shard_00000.parquet"] = body;
+  secure.redirects = 1, secure.redirect_base = plain.url();
+  std::string path = dir + "/shard_00000.parquet";
+  try {
+    download_file(secure.url("/shard_00000.parquet"), path, fast_options());
+    ADD_FAILURE() << "an https -> http redirect was followed";
+  } catch (const DownloadError& e) {
+    EXPECT_NE(std::string(e.what()).find("refusing the redirect from " + secure.url("/shard_00000.parquet") + " to " +
+                                         plain.url("/shard_00000.parquet")),
+              std::string::npos) << e.what();
+    EXPECT_FALSE(e.unreachable);
+  }
+  EXPECT_EQ(secure.requests().size(), 1u) << "a refused redirect is not retried";
+  EXPECT_EQ(plain.requests().size(), 0u);
+  EXPECT_FALSE(path_exists(path) || path_exists(path + ".tmp"));
+  secure.redirects = 1, secure.redirect_base = secure2.url();
+  EXPECT_EQ(download_file(secure.url("/shard_00000.parquet"), path, fast_options()), DownloadOutcome::downloaded);
+  EXPECT_TRUE(read_file(path) == body);
+  unsetenv("SSL_CERT_FILE");
+  remove_tree(dir);
+}
+
+TEST(DownloadCap, AFileOverTheLimitIsRefusedWhetherItsSizeIsSaidOrNot) {
+  std::string body = shard_bytes("a");
+  std::string dir = make_temp_dir();
+  for (bool chunked : {false, true}) {
+    SCOPED_TRACE(chunked ? "chunked, no Content-Length" : "Content-Length");
+    TestServer s;
+    s.files["/shard_00000.parquet"] = body;
+    s.chunked = chunked;
+    DownloadOptions o = fast_options();
+    o.max_file_bytes = (int64_t)body.size() - 1;
+    std::string path = dir + "/shard_00000.parquet";
+    try {
+      download_file(s.url("/shard_00000.parquet"), path, o);
+      ADD_FAILURE() << "a file over the limit was accepted";
+    } catch (const DownloadError& e) {
+      std::string want = chunked ? "the server sent more than the limit of " + std::to_string(o.max_file_bytes) + " bytes"
+                                 : "the file is " + std::to_string(body.size()) + " bytes, more than the limit of " +
+                                       std::to_string(o.max_file_bytes) + " bytes";
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(s.requests().size(), 1u) << "the same file will not shrink by retrying";
+    EXPECT_FALSE(path_exists(path) || path_exists(path + ".tmp") || path_exists(path + ".tmp.validator"));
+    o.max_file_bytes = (int64_t)body.size();  // exactly at the limit is fine
+    EXPECT_EQ(download_file(s.url("/shard_00000.parquet"), path, o), DownloadOutcome::downloaded);
+    EXPECT_TRUE(read_file(path) == body);
+    std::remove(path.c_str());
+  }
+  remove_tree(dir);
+}
+
 // ---- the real binary -------------------------------------------------------------------
 
 TEST(DownloadCli, FetchesShardsAndTheValShardThenSkipsThem) {
@@ -358,5 +515,20 @@ TEST(DownloadCli, RanksUnderLaunchShareTheShardsAndTheResultIsACorpus) {
   ASSERT_TRUE(it.next(b));
   EXPECT_EQ(b.docs.size(), 1024u);
   EXPECT_EQ(b.docs[5].rfind("r6542-5 ", 0), 0u) << b.docs[5];
+  remove_tree(base);
+}
+
+TEST(DownloadCli, MaxFileBytesIsAnErrorAndLeavesNothing) {
+  TestServer s;
+  std::string name = climbmix_shard_name(kClimbmixMaxShard);
+  s.files["/" + name] = shard_bytes("p");
+  std::string base = make_temp_dir();
+  auto r = run_shell("NANOCHAT_BASE_DIR=" + base + " " + kBin + " download -n 0 --max-file-bytes 20KB --base-url " + s.url());
+  EXPECT_EQ(r.rc, 1) << r.out << r.err;
+  size_t error_at = r.err.rfind("error: ");  // after the shard's own warning line
+  ASSERT_NE(error_at, std::string::npos) << r.err;
+  EXPECT_EQ(count_lines(r.err.substr(error_at)), 1) << r.err;
+  EXPECT_NE(r.err.find("more than the limit of 20480 bytes", error_at), std::string::npos) << r.err;
+  EXPECT_EQ(run_shell("ls -A " + base + "/base_data_climbmix").out, "");
   remove_tree(base);
 }

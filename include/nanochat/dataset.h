@@ -48,6 +48,9 @@ struct DownloadOptions {
   int connect_timeout_seconds = 30;
   int read_timeout_seconds = 30;    // a stalled transfer gives up after this
   int max_redirects = 10;
+  // a file larger than this is refused (said size or bytes received) and its .tmp removed:
+  // a broken or hostile server cannot fill the disk (the shards are ~100 MB). 0: no limit.
+  int64_t max_file_bytes = int64_t(8) << 30;
   // checks the complete temp file before it takes the final name; throws Error when bad
   std::function<void(const std::string& tmp_path)> verify;
   // progress: bytes added to the file (negative when a partial file is thrown away), and
@@ -61,8 +64,10 @@ enum class DownloadOutcome { downloaded, already_present };
 
 // url -> path. Skips when path exists. Otherwise takes "<path>.lock" (flock: other processes
 // and threads wait, then find the file and skip it), continues a partial "<path>.tmp" with an
-// HTTP Range request, checks the size against Content-Length / Content-Range, runs
-// opts.verify, and renames into place. Retries with exponential backoff; a host that cannot
+// HTTP Range request if the server's file is still the one it began (If-Range with the ETag
+// or Last-Modified saved in "<path>.tmp.validator"; else it starts over), checks the size
+// against Content-Length / Content-Range and opts.max_file_bytes, runs opts.verify, and
+// renames into place. Retries with exponential backoff; a host that cannot
 // be reached fails at once. Throws DownloadError (one line: url, what, what to do).
 DownloadOutcome download_file(const std::string& url, const std::string& path,
                               const DownloadOptions& opts = DownloadOptions());

@@ -20,12 +20,20 @@ struct DownloadFlags {
   double retry_delay = 2.0;
   int timeout = 30;
   std::string url = kEvalBundleUrl;
+  int64_t max_file_bytes = DownloadOptions().max_file_bytes;
 };
 
-static int download_climbmix(const DownloadFlags& f) {
+// the flags every target shares: retries, timeouts, the size cap
+static DownloadOptions download_options(const DownloadFlags& f) {
   DownloadOptions o;
   o.retry_base_seconds = f.retry_delay;
   o.connect_timeout_seconds = o.read_timeout_seconds = f.timeout;
+  o.max_file_bytes = f.max_file_bytes;
+  return o;
+}
+
+static int download_climbmix(const DownloadFlags& f) {
+  DownloadOptions o = download_options(f);
   download_climbmix_shards(f.num_files, f.base_url, f.workers, o);
   return 0;
 }
@@ -38,9 +46,7 @@ static int download_eval_bundle(const DownloadFlags& f) {
   }
   log_info("download eval-bundle: %s -> %s", f.url.c_str(), dest.c_str());
   DownloadMeter meter(1);
-  DownloadOptions o;
-  o.retry_base_seconds = f.retry_delay;
-  o.connect_timeout_seconds = o.read_timeout_seconds = f.timeout;
+  DownloadOptions o = download_options(f);
   o.on_bytes = [&](int64_t d) { meter.add_bytes(d); };
   o.on_total = [&](int64_t t) { meter.add_total(t); };
   Timer timer;
@@ -59,9 +65,7 @@ static int download_eval_bundle(const DownloadFlags& f) {
 // the chat task datasets (upstream's tasks/) through the hub's parquet listing API ($HF_ENDPOINT
 // for a mirror), one split after the other, plus SpellingBee's word list
 static int download_tasks(const DownloadFlags& f) {
-  DownloadOptions o;
-  o.retry_base_seconds = f.retry_delay;
-  o.connect_timeout_seconds = o.read_timeout_seconds = f.timeout;
+  DownloadOptions o = download_options(f);
   Timer timer;
   for (const HubSplit& s : kTaskDataSplits) {
     std::vector<std::string> shards = hub_download(s, o);
@@ -110,6 +114,13 @@ void cli_register_download(CLI::App& app, int& exit_code) {
       ->default_val(2.0)->check(CLI::Range(0.0, 600.0));
   sub->add_option("--timeout", f.timeout, "seconds to connect, and of silence before a transfer is retried")
       ->default_val(30)->check(CLI::Range(1, 3600));
+  sub->add_option("--max-file-bytes", f.max_file_bytes,
+                  "refuse any file larger than this (bytes, or with a unit: 500MB, 8GB); 0: no limit")
+      ->transform(CLI::AsSizeValue(false))
+      ->check(CLI::Validator(
+          [](std::string& v) { return !v.empty() && v[0] == '-' ? std::string("must not be negative") : std::string(); },
+          "BYTES"))
+      ->capture_default_str();
   sub->callback([&exit_code] {
     for (auto& t : kTargets)
       if (f.target == t.name) exit_code = t.run(f);

@@ -1,9 +1,12 @@
 // download_file: one URL to one path, safely. The steps, in order:
 //   1. the final name exists -> done (it only ever appears complete, by rename)
 //   2. flock "<path>.lock" so one process downloads while the others wait, then skip
-//   3. attempts: GET with "Range: bytes=<size of .tmp>-" so a partial .tmp continues
-//      (a 200 instead of a 206 restarts it), size checked against the server's total,
-//      the verifier run, fsync, rename; failures wait retry_base * 2^k and try again
+//   3. attempts: GET with "Range: bytes=<size of .tmp>-" so a partial .tmp continues, with
+//      "If-Range: <validator>" (the ETag, else Last-Modified, its first bytes came with; kept
+//      in <path>.tmp.validator) so a file changed on the server comes whole: a 200 instead of
+//      a 206 restarts the .tmp, as does a .tmp whose validator is unknown; size checked
+//      against the server's total and the cap, the verifier run, fsync, rename; failures
+//      wait retry_base * 2^k and try again; a redirect from https to http is refused
 //   4. a host that was never reached in this process fails at once (offline, DNS, refused):
 //      retrying a machine with no network only makes the user wait
 #include <cerrno>
@@ -11,12 +14,14 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <fstream>
 #include <mutex>
 #include <set>
 #include <sys/stat.h>
 #include <thread>
 #include <unistd.h>
 
+#include "nanochat/common/atomic_file.h"
 #include "nanochat/common/file_lock.h"
 #include "http_get.h"
 #include "nanochat/common/files.h"
@@ -47,6 +52,28 @@ static int64_t file_size(const std::string& path) {
 
 static bool cancelled(const DownloadOptions& o) { return o.cancel && o.cancel->load(); }
 
+// the validator of the bytes in a .tmp, kept beside it
+static std::string validator_path(const std::string& tmp) { return tmp + ".validator"; }
+
+// what If-Range may carry: a strong ETag (a weak one, W/"..", must not be used), else Last-Modified
+static std::string strong_validator(const HttpGetResult& h) {
+  if (!h.etag.empty() && h.etag.rfind("W/", 0) != 0) return h.etag;
+  return h.last_modified;
+}
+
+static std::string read_validator(const std::string& tmp) {
+  std::ifstream f(validator_path(tmp), std::ios::binary);
+  std::string v;
+  std::getline(f, v);
+  return v;
+}
+
+// a partial file that cannot be continued: gone, with its validator
+static void discard_partial(const std::string& tmp) {
+  std::remove(tmp.c_str());
+  std::remove(validator_path(tmp).c_str());
+}
+
 enum class AttemptEnd { complete, retry, permanent, unreachable, cancelled };
 
 struct Attempt {
@@ -62,11 +89,24 @@ static Attempt download_attempt(const std::string& url, const std::string& tmp, 
     reported = now;
   };
   int64_t have = file_size(tmp);
+  const std::string validator = have > 0 ? read_validator(tmp) : "";
+  if (have > 0 && validator.empty()) {
+    // nothing says the server's file is still the one these bytes came from: start over
+    log_warn("%s: no validator for the partial %s (%lld bytes); downloading it again", url.c_str(), tmp.c_str(),
+             (long long)have);
+    discard_partial(tmp);
+    have = 0;
+  }
   report(have);
   FILE* f = nullptr;
   int64_t total = -1;
-  std::string start_error;
+  std::string start_error, too_big;
   auto on_start = [&](const HttpGetResult& h) {
+    if (o.max_file_bytes > 0 && h.total_size > o.max_file_bytes) {
+      too_big = strprintf("the file is %lld bytes, more than the limit of %lld bytes", (long long)h.total_size,
+                          (long long)o.max_file_bytes);
+      return false;
+    }
     if (h.body_offset != have) {
       if (h.body_offset != 0) {
         start_error = strprintf("server answered a range request for byte %lld at byte %lld",
@@ -80,6 +120,12 @@ static Attempt download_attempt(const std::string& url, const std::string& tmp, 
       start_error = strprintf("cannot write %s: %s", tmp.c_str(), std::strerror(errno));
       return false;
     }
+    // what these bytes are a version of, for the next attempt's If-Range (none: it restarts)
+    if (have == 0) {
+      std::string v = strong_validator(h);
+      if (v.empty()) std::remove(validator_path(tmp).c_str());
+      else atomic_write_file(validator_path(tmp), v + "\n");
+    }
     report(have);
     total = h.total_size;
     if (total >= 0 && o.on_total) o.on_total(total);
@@ -87,6 +133,10 @@ static Attempt download_attempt(const std::string& url, const std::string& tmp, 
   };
   std::string write_error;
   auto on_data = [&](const char* data, size_t n) {
+    if (o.max_file_bytes > 0 && have + (int64_t)n > o.max_file_bytes) {  // no size given, or a false one
+      too_big = strprintf("the server sent more than the limit of %lld bytes", (long long)o.max_file_bytes);
+      return false;
+    }
     if (std::fwrite(data, 1, n, f) != n) {
       write_error = strprintf("cannot write %s: %s", tmp.c_str(), std::strerror(errno));
       return false;
@@ -99,6 +149,7 @@ static Attempt download_attempt(const std::string& url, const std::string& tmp, 
   ho.connect_timeout_seconds = o.connect_timeout_seconds;
   ho.read_timeout_seconds = o.read_timeout_seconds;
   ho.max_redirects = o.max_redirects;
+  ho.if_range = validator;
   HttpGetResult h = http_get(url, have, ho, on_start, on_data);
   host_mark_reached(h.answered);
   if (f) {
@@ -107,6 +158,11 @@ static Attempt download_attempt(const std::string& url, const std::string& tmp, 
     if (!ok && write_error.empty()) write_error = strprintf("cannot write %s: %s", tmp.c_str(), std::strerror(errno));
   }
   if (!write_error.empty()) return {AttemptEnd::permanent, write_error};
+  if (!too_big.empty()) {
+    discard_partial(tmp);
+    report(0);
+    return {AttemptEnd::permanent, too_big};
+  }
   if (!start_error.empty()) return {AttemptEnd::retry, start_error};
   if (cancelled(o)) return {AttemptEnd::cancelled, "cancelled"};
 
@@ -115,12 +171,13 @@ static Attempt download_attempt(const std::string& url, const std::string& tmp, 
       if (o.on_total) o.on_total(h.total_size);
       return {AttemptEnd::complete, ""};
     }
-    std::remove(tmp.c_str());
+    discard_partial(tmp);
     report(0);
     return {AttemptEnd::retry, strprintf("server refused to resume at byte %lld; starting over", (long long)have)};
   }
   switch (h.failure) {
     case HttpFailure::none: break;
+    case HttpFailure::refused: return {AttemptEnd::permanent, h.error};
     case HttpFailure::unreachable: {
       // offline only if neither the URL's server nor the one that failed ever answered
       bool seen = host_was_reached(url) || host_was_reached(h.final_url);
@@ -138,7 +195,7 @@ static Attempt download_attempt(const std::string& url, const std::string& tmp, 
   }
   if (total >= 0 && have != total) {
     if (have > total) {
-      std::remove(tmp.c_str());
+      discard_partial(tmp);
       report(0);
     }
     return {AttemptEnd::retry, strprintf("got %lld bytes of %lld", (long long)have, (long long)total)};
@@ -166,13 +223,14 @@ DownloadOutcome download_file(const std::string& url, const std::string& path, c
         if (std::rename(tmp.c_str(), path.c_str()) != 0)
           throw DownloadError(strprintf("cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), std::strerror(errno)), false);
         fsync_parent_dir(path);
+        std::remove(validator_path(tmp).c_str());
         log_debug("downloaded %s -> %s", url.c_str(), path.c_str());
         return DownloadOutcome::downloaded;
       } catch (const DownloadError&) {
         throw;
       } catch (const Error& e) {
         // bad bytes cannot be resumed: throw them away and fetch the file again
-        std::remove(tmp.c_str());
+        discard_partial(tmp);
         if (o.on_bytes) o.on_bytes(-reported);
         reported = 0;
         a = {AttemptEnd::retry, strprintf("downloaded file failed verification (%s)", e.what())};

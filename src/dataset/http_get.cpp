@@ -118,6 +118,7 @@ HttpGetResult http_get(const std::string& url, int64_t range_from, const HttpGet
 #endif
     httplib::Headers headers{{"Accept-Encoding", "identity"}, {"User-Agent", "nanochat/" NANOCHAT_VERSION}};
     if (range_from > 0) headers.emplace("Range", "bytes=" + std::to_string(range_from) + "-");
+    if (range_from > 0 && !opts.if_range.empty()) headers.emplace("If-Range", opts.if_range);
 
     std::string location;
     bool started = false, stopped = false;
@@ -128,6 +129,8 @@ HttpGetResult http_get(const std::string& url, int64_t range_from, const HttpGet
       int64_t cr_start = -1, cr_total = -1;
       if (r.has_header("Content-Range")) parse_content_range(r.get_header_value("Content-Range"), cr_start, cr_total);
       out.body_length = header_int(r, "Content-Length");
+      out.etag = r.get_header_value("ETag");
+      out.last_modified = r.get_header_value("Last-Modified");
       if (r.status >= 300 && r.status < 400 && r.has_header("Location")) {
         location = r.get_header_value("Location");
         return false;
@@ -162,7 +165,15 @@ HttpGetResult http_get(const std::string& url, int64_t range_from, const HttpGet
         out.error = strprintf("more than %d redirects starting at %s", opts.max_redirects, url.c_str());
         return out;
       }
-      current = resolve_location(u, location);
+      std::string next = resolve_location(u, location);
+      if (u.scheme == "https" && http_parse_url(next).scheme == "http") {
+        // what was asked for over TLS must not arrive in clear text (nor be altered on the way)
+        out.failure = HttpFailure::refused;
+        out.error = strprintf("refusing the redirect from %s to %s: https must not fall back to plain http",
+                              current.c_str(), next.c_str());
+        return out;
+      }
+      current = next;
       continue;
     }
     if (out.failure != HttpFailure::none) return out;
