@@ -94,7 +94,8 @@ TEST(SvgChart, LineSeriesPixelsAndTicks) {
   c.title = "loss";
   c.x_label = "step";
   c.y_label = "loss";
-  // x 0..100 -> nice step 20 (100/6 = 16.7 rounds up to 20), axis 0..100; y 1..3 -> step 0.5, axis 1..3
+  // x 0..100 -> nice step 20 (100/6 = 16.7 rounds up to 20), axis 0..100; y 1..3 with 3% room,
+  // 0.94..3.06 -> step 0.5 (2.12/6 = 0.35 rounds up), axis 0.5..3.5
   c.series.push_back(chart_line("train", {0, 50, 100}, {3, 2, 1}));
   const std::string svg = chart_render_svg(c);
   EXPECT_NE(svg.find("data-kind=\"line\" data-n=\"3\""), std::string::npos) << svg;
@@ -104,10 +105,10 @@ TEST(SvgChart, LineSeriesPixelsAndTicks) {
   EXPECT_NEAR(pts[0].first, 76, 0.05);
   EXPECT_NEAR(pts[1].first, 390, 0.05);
   EXPECT_NEAR(pts[2].first, 704, 0.05);
-  EXPECT_NEAR(pts[0].second, 34, 0.05);
-  EXPECT_NEAR(pts[1].second, 202, 0.05);
-  EXPECT_NEAR(pts[2].second, 370, 0.05);
-  for (const char* label : {">0<", ">20<", ">40<", ">60<", ">80<", ">100<", ">1.0<", ">1.5<", ">2.5<", ">3.0<"})
+  EXPECT_NEAR(pts[0].second, 370 - 2.5 / 3 * 336, 0.05);
+  EXPECT_NEAR(pts[1].second, 370 - 1.5 / 3 * 336, 0.05);
+  EXPECT_NEAR(pts[2].second, 370 - 0.5 / 3 * 336, 0.05);
+  for (const char* label : {">0<", ">20<", ">40<", ">60<", ">80<", ">100<", ">0.5<", ">1.0<", ">1.5<", ">2.5<", ">3.5<"})
     EXPECT_NE(svg.find(label), std::string::npos) << label;
   EXPECT_EQ(count_of(svg, "class=\"mk\""), 3);  // few points: markers too
 }
@@ -146,10 +147,11 @@ TEST(SvgChart, FitIsSampledOnTheCurveInThePointsColor) {
   EXPECT_NEAR(pts.front().first, 76 + edge, 0.05);
   EXPECT_NEAR(pts.back().first, 704 - edge, 0.05);
   EXPECT_NEAR(pts[1].first - pts[0].first, (628 - 2 * edge) / 49, 0.1);
-  // y: the curve is 6*10^-0.1 = 4.766 at x=10 and 6*10^-0.3 = 3.007 at x=1000; the y axis spans
-  // 3.0..5.0 (step 0.5), so pixels are 370 - (y-3)/2*336
-  EXPECT_NEAR(pts.front().second, 370 - (6 * std::pow(10.0, -0.1) - 3) / 2 * 336, 0.06);
-  EXPECT_NEAR(pts.back().second, 370 - (6 * std::pow(10.0, -0.3) - 3) / 2 * 336, 0.06);
+  // y: the curve is 6*10^-0.1 = 4.766 at x=10 and 6*10^-0.3 = 3.007 at x=1000, the points reach 5;
+  // 3.007..5 with 3% room is 2.947..5.06, step 0.5 (2.11/6 = 0.35 rounds up), axis 2.5..5.5, so
+  // pixels are 370 - (y-2.5)/3*336
+  EXPECT_NEAR(pts.front().second, 370 - (6 * std::pow(10.0, -0.1) - 2.5) / 3 * 336, 0.06);
+  EXPECT_NEAR(pts.back().second, 370 - (6 * std::pow(10.0, -0.3) - 2.5) / 3 * 336, 0.06);
 }
 
 TEST(SvgChart, EscapesTextAndSaysNoData) {
@@ -168,4 +170,145 @@ TEST(SvgChart, LargeNumbersGetCompactExponentLabels) {
   c.series.push_back(chart_line("", {0, 2.4e18}, {1, 2}));  // step 5e17 (2.4e18/6 = 4e17 -> 5e17)
   const std::string svg = chart_render_svg(c);
   for (const char* label : {">0<", ">5e17<", ">1e18<", ">1.5e18<", ">2.5e18<"}) EXPECT_NE(svg.find(label), std::string::npos) << label;
+}
+
+// ---- the report's training charts: which runs, which charts, how many points, where embedded --
+#include <sys/time.h>
+
+#include <map>
+
+#include "nanochat/common/atomic_file.h"
+#include "nanochat/common/files.h"
+#include "test_util.h"
+
+namespace {
+
+void write_lines(const std::string& path, const std::vector<nlohmann::json>& lines, const std::string& tail = "") {
+  make_dirs(parent_dir(path));
+  std::ofstream out(path);
+  for (const auto& j : lines) out << j.dump() << "\n";
+  out << tail;
+}
+
+// chart file -> (series name -> data-n), read from the SVGs in dir
+std::map<std::string, std::map<std::string, int>> series_counts(const std::string& dir) {
+  std::map<std::string, std::map<std::string, int>> out;
+  const std::regex series("<g class=\"series\" data-name=\"([^\"]*)\" data-kind=\"line\" data-n=\"([0-9]+)\">");
+  CommandResult ls = run_shell("ls " + dir);
+  std::istringstream names(ls.out);
+  for (std::string name; std::getline(names, name);) {
+    if (name.rfind("chart-", 0) != 0) continue;
+    const std::string svg = read_file(dir + "/" + name);
+    auto& m = out[name];
+    for (auto it = std::sregex_iterator(svg.begin(), svg.end(), series); it != std::sregex_iterator(); ++it)
+      m[(*it)[1]] = std::stoi((*it)[2]);
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST(ReportCharts, GenerateDrawsThisRunsMetricsBesideTheReport) {
+  const std::string base = temp_dir(), cwd = temp_dir();
+  setenv("NANOCHAT_BASE_DIR", base.c_str(), 1);
+  // a run from before this report: its metrics must not be charted
+  write_lines(base + "/base_checkpoints/old/metrics.jsonl", {{{"step", 0}, {"loss", 9.0}}});
+  const std::string old_path = base + "/base_checkpoints/old/metrics.jsonl";
+  struct timeval long_ago[2] = {{1000000000, 0}, {1000000000, 0}};
+  ASSERT_EQ(utimes(old_path.c_str(), long_ago), 0);
+  atomic_write_file(base + "/report/header.md", "# nanochat training report\n\nRun started: 2026-01-01 10:00:00\n\n");
+  atomic_write_file(base + "/report/base-model-training.md", "## Base model training\ntimestamp: 2026-01-01 11:00:00\n\n- x: 1\n");
+
+  // d4: 30 training lines (one with mfu null), val bpb at 0, 10, 20, 30, CORE at 30, a torn line
+  std::vector<nlohmann::json> d4;
+  for (int s = 0; s < 30; s++) {
+    nlohmann::json j = {{"step", s}, {"loss", 5.0 - 0.1 * s}, {"lrm", 1.0}, {"tok_per_sec", 1000 + s}, {"mfu", 1.5},
+                        {"data_wait", 0.02}, {"total_training_flops", 1e12 * (s + 1)}};
+    if (s == 7) j["mfu"] = nullptr;
+    d4.push_back(j);
+    if (s % 10 == 0) d4.push_back({{"step", s}, {"val_bpb", 2.0 - 0.01 * s}, {"total_training_flops", 1e12 * s}});
+  }
+  d4.push_back({{"step", 30}, {"val_bpb", 1.6}, {"total_training_flops", 3e13}});
+  d4.push_back({{"step", 30}, {"core_metric", 0.12}, {"total_training_flops", 3e13}, {"core/x", 0.5}});
+  write_lines(base + "/base_checkpoints/d4/metrics.jsonl", d4, "{\"step\": 31, \"lo");
+  // d6: 5 training lines with loss and lrm only
+  std::vector<nlohmann::json> d6;
+  for (int s = 0; s < 5; s++) d6.push_back({{"step", s}, {"loss", 4.0}, {"lrm", 0.5}});
+  write_lines(base + "/base_checkpoints/d6/metrics.jsonl", d6);
+  // sft (no section in the report): 12 training lines, ChatCORE at 12
+  std::vector<nlohmann::json> sft;
+  for (int s = 0; s < 12; s++) sft.push_back({{"step", s}, {"loss", 1.0}, {"lrm", 1.0}});
+  sft.push_back({{"step", 12}, {"chatcore", 0.2}, {"chatcore_cat", 0.3}, {"MMLU", 0.3}});
+  write_lines(base + "/chatsft_checkpoints/d4/metrics.jsonl", sft);
+
+  char here[4096];
+  ASSERT_NE(getcwd(here, sizeof here), nullptr);
+  ASSERT_EQ(chdir(cwd.c_str()), 0);
+  const std::string path = report_generate();
+  ASSERT_EQ(chdir(here), 0);
+  unsetenv("NANOCHAT_BASE_DIR");
+
+  using Counts = std::map<std::string, std::map<std::string, int>>;
+  const Counts expected = {
+      {"chart-base-train-loss-vs-step.svg", {{"d4", 30}, {"d6", 5}}},
+      {"chart-base-val-bpb-vs-step.svg", {{"d4", 4}}},
+      {"chart-base-train-loss-vs-flops.svg", {{"d4", 30}}},
+      {"chart-base-val-bpb-vs-flops.svg", {{"d4", 4}}},
+      {"chart-base-lrm.svg", {{"d4", 30}, {"d6", 5}}},
+      {"chart-base-tok-per-sec.svg", {{"d4", 30}}},
+      {"chart-base-mfu.svg", {{"d4", 29}}},
+      {"chart-base-data-wait.svg", {{"d4", 30}}},
+      {"chart-base-core.svg", {{"d4", 1}}},
+      {"chart-sft-train-loss-vs-step.svg", {{"d4", 12}}},
+      {"chart-sft-lrm.svg", {{"d4", 12}}},
+      {"chart-sft-chatcore.svg", {{"chatcore", 1}, {"chatcore_cat", 1}}},
+  };
+  EXPECT_EQ(series_counts(base + "/report"), expected);
+
+  // data wait is drawn in percent: 0.02 -> 2, one value, so the y axis is 1.8..2.2 (10% either
+  // side, ticks every 0.1) and the line runs at its middle: 370 - 0.5*336 = 202
+  const std::string wait = read_file(base + "/report/chart-base-data-wait.svg");
+  EXPECT_NE(wait.find(">1.8<"), std::string::npos);
+  EXPECT_NE(wait.find(">2.2<"), std::string::npos);
+  EXPECT_NE(wait.find(",202.0 "), std::string::npos);
+
+  // embedded after the base section; the sft charts under their own heading, before the summary
+  const std::string md = read_file(path);
+  const size_t section = md.find("## Base model training"), base_chart = md.find("](chart-base-train-loss-vs-step.svg)"),
+               sft_heading = md.find("## Chat SFT\n\n### Training charts"), sft_chart = md.find("](chart-sft-lrm.svg)"),
+               summary = md.find("## Summary");
+  ASSERT_NE(section, std::string::npos) << md;
+  EXPECT_LT(section, base_chart);
+  EXPECT_LT(base_chart, sft_heading);
+  EXPECT_LT(sft_heading, sft_chart);
+  EXPECT_LT(sft_chart, summary);
+  EXPECT_EQ(count_of(md, "![") , (int)expected.size());
+  EXPECT_EQ(md.find("old/metrics.jsonl"), std::string::npos);
+  // the copy in the working directory points into the report dir
+  EXPECT_NE(read_file(cwd + "/report.md").find("](" + base + "/report/chart-base-mfu.svg)"), std::string::npos);
+
+  // a second generate after the runs are gone leaves no stale chart behind
+  remove_tree(base + "/chatsft_checkpoints");
+  setenv("NANOCHAT_BASE_DIR", base.c_str(), 1);
+  ASSERT_EQ(chdir(cwd.c_str()), 0);
+  report_generate();
+  ASSERT_EQ(chdir(here), 0);
+  unsetenv("NANOCHAT_BASE_DIR");
+  EXPECT_EQ(series_counts(base + "/report").count("chart-sft-lrm.svg"), 0u);
+  EXPECT_EQ(series_counts(base + "/report").size(), expected.size() - 3);
+}
+
+// ---- the charts of a generated report in Chromium (tests/browser/report_charts_test.py) --------
+TEST(ReportCharts, RenderInChromiumWithTheirPointCounts) {
+  if (run_shell(std::string(NANOCHAT_PYTHON) + " -c 'import playwright'").rc != 0 || access("/usr/bin/chromium", X_OK) != 0)
+    GTEST_SKIP() << "needs the playwright package and /usr/bin/chromium";
+  const std::string work = temp_dir();
+  const CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR +
+                                    "/tests/browser/report_charts_test.py " + NANOCHAT_BIN + " " + work);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  const std::string last = r.out.substr(r.out.rfind('{'));
+  const nlohmann::json seen = nlohmann::json::parse(last);
+  // 9 base charts (the real d2 run and the synthetic d3 with CORE), 6 SFT, 4 RL
+  EXPECT_EQ(seen["charts"], 19);
+  EXPECT_GT(seen["points"].get<int>(), 500);
 }

@@ -161,6 +161,20 @@ std::string header_text() {
   return h;
 }
 
+// markdown image links to relative paths, ![..](x.svg), made to point into dir
+std::string report_links_into(const std::string& md, const std::string& dir) {
+  std::string out;
+  size_t at = 0;
+  for (size_t open; (open = md.find("](", at)) != std::string::npos; at = open + 2) {
+    out.append(md, at, open + 2 - at);
+    const size_t bang = md.rfind("![", open);
+    const bool image = bang != std::string::npos && md.find('\n', bang) > open;
+    const char next = open + 2 < md.size() ? md[open + 2] : '/';
+    if (image && next != '/' && md.compare(open + 2, 4, "http") != 0) out += dir + "/";
+  }
+  return out + md.substr(at);
+}
+
 }  // namespace
 
 std::string report_dir() { return base_dir_path("report"); }
@@ -202,6 +216,7 @@ void report_reset() {
   make_dirs(report_dir());
   for (const char* f : kSectionFiles) std::remove((report_dir() + "/" + f).c_str());
   std::remove((report_dir() + "/report.md").c_str());
+  report_remove_charts(report_dir());
   atomic_write_file(report_dir() + "/header.md", header_text());
   log_info("report reset: %s/header.md", report_dir().c_str());
 }
@@ -282,6 +297,9 @@ std::string report_generate() {
   }
   std::vector<std::pair<std::string, std::string>> sections;
   std::string body = header;
+  make_dirs(dir);
+  report_remove_charts(dir);
+  std::map<std::string, std::string> charts = report_stage_charts(dir);  // section file -> markdown
   for (const char* f : kSectionFiles) {
     const std::string path = dir + "/" + f;
     if (!path_exists(path)) {
@@ -290,12 +308,18 @@ std::string report_generate() {
     }
     sections.emplace_back(f, read_file_bytes(path));
     body += sections.back().second + "\n";
+    auto c = charts.find(f);
+    if (c != charts.end()) {
+      body += c->second + "\n";
+      charts.erase(c);
+    }
   }
+  for (const auto& [f, md] : charts) body += report_section_heading_for_charts(f) + md + "\n";  // no section
   body += report_format_summary(header, sections);
-  make_dirs(dir);
   atomic_write_file(dir + "/report.md", body);
   try {
-    atomic_write_file("report.md", body);  // a copy where the run was started, as upstream
+    // a copy where the run was started, as upstream; its images point into the report dir
+    atomic_write_file("report.md", report_links_into(body, dir));
   } catch (const std::exception& e) {
     log_warn("report: no copy in the current directory: %s", e.what());
   }

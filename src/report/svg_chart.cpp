@@ -206,7 +206,9 @@ std::string chart_render_svg(const Chart& chart) {
     xmx = ymx = 10;
   }
   const Axis ax = chart.x_log ? log_axis(xmn, xmx) : linear_axis(xmn, xmx);
-  const Axis ay = chart.y_log ? log_axis(ymn, ymx) : linear_axis(ymn, ymx);
+  // a linear y axis gets 3% room either side, so no curve runs along the frame
+  const double ypad = chart.y_log ? 0 : 0.03 * (ymx - ymn);
+  const Axis ay = chart.y_log ? log_axis(ymn, ymx) : linear_axis(ymn - ypad, ymx + ypad);
   auto sx = [&](double x) { return px0 + ax.frac(x) * (px1 - px0); };
   auto sy = [&](double y) { return py0 - ay.frac(y) * (py0 - py1); };
 
