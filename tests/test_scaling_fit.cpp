@@ -2,7 +2,8 @@
 // fits on synthetic points built so the answers are known by hand (points exactly on a parabola
 // per budget, optima exactly on power laws), everything else against the notebook's algorithm
 // restated with NumPy (fixtures/scaling_fit_reference.py); then the binary on synthetic
-// checkpoint dirs: finished and unfinished runs, --finished, the report section, the CSV.
+// checkpoint dirs: finished and unfinished runs, --finished, the report section, the CSV, the
+// charts (their points and fitted curves counted in the SVG).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -44,6 +45,12 @@ json numpy_reference(const std::vector<ScalingRun>& runs) {
 
 void expect_rel(double got, double want, double tol, const std::string& what) {
   EXPECT_NEAR(got, want, tol * std::max(1.0, std::fabs(want))) << what;
+}
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) n++;
+  return n;
 }
 
 ScalingRun point(double budget, int64_t params, int64_t tokens, double bpb) {
@@ -136,7 +143,7 @@ TEST(ScalingFit, IsoflopVerticesAndPowerLawsByHandAndAgainstNumpy) {
   expect_rel(laws.loss_vs_params.intercept, ref["loss_vs_params"]["intercept"], 1e-8, "loss vs N intercept");
   // the tables name every budget and the fitted exponents
   const std::string table = scaling_laws_table(laws);
-  EXPECT_NE(table.find("| 1e+19 | 4 | parabola |"), std::string::npos) << table;
+  EXPECT_NE(table.find("| 1e+19 | 4 | parabola |"), std::string::npos) << table;  // the vertex lies among the runs
   EXPECT_NE(table.find("N* = 10^-1.0000 x C^0.5000 (3 points)"), std::string::npos) << table;
   EXPECT_NE(table.find("bpb = 10^1.2000 x C^-0.0500"), std::string::npos) << table;
 }
@@ -156,6 +163,19 @@ TEST(ScalingFit, IsoflopFallsBackToTheBestRun) {
   EXPECT_EQ(two.a, 0);
   EXPECT_EQ(two.params, 5000);
   EXPECT_DOUBLE_EQ(two.ratio, 40.0 / 5000.0);
+  // upward, but the vertex (N = 10^2) below the smallest run: kept, and called an extrapolation
+  std::vector<ScalingRun> beyond;
+  for (int64_t n : {1000, 10000, 100000}) {
+    const double x = std::log10((double)n);
+    beyond.push_back(point(1e18, n, 10, (x - 2) * (x - 2) + 1));
+  }
+  ScalingLaws laws = scaling_fit_laws(beyond);
+  ASSERT_EQ(laws.optima.size(), 1u);
+  EXPECT_TRUE(laws.optima[0].from_parabola);
+  EXPECT_NEAR(laws.optima[0].params, 100, 1e-6);
+  EXPECT_EQ(laws.optima[0].tokens, 10);  // interpolation clamps to the end run, as numpy.interp
+  EXPECT_NE(scaling_laws_table(laws).find("| 1e+18 | 3 | parabola (vertex outside the runs) |"), std::string::npos)
+      << scaling_laws_table(laws);
   json ref = numpy_reference(down);
   EXPECT_FALSE(ref["optima"][0]["from_parabola"].get<bool>());
   EXPECT_EQ(ref["optima"][0]["params"].get<double>(), 1000);
@@ -185,6 +205,17 @@ TEST(ScalingFit, MiniseriesLossFitByHand) {
   EXPECT_NEAR(laws.loss_vs_flops.at(1e15), std::pow(10.0, 0.3 - 0.05 * 15), 1e-12);
   const std::string table = scaling_laws_table(laws);
   EXPECT_NE(table.find("loss fit over the runs: bpb = 10^0.3000 x C^-0.0500 (4 points)"), std::string::npos) << table;
+  // the miniseries' charts: the 4 runs and the fitted line, against C and against N; no IsoFLOP
+  const std::string dir = temp_dir();
+  const std::string md = scaling_write_charts(laws, dir, "miniseries");
+  EXPECT_EQ(md, "![Val bpb against compute](miniseries-loss-vs-flops.svg)\n\n"
+                "![Val bpb against parameters](miniseries-loss-vs-params.svg)\n\n");
+  for (const char* name : {"/miniseries-loss-vs-flops.svg", "/miniseries-loss-vs-params.svg"}) {
+    const std::string svg = read_file(dir + name);
+    EXPECT_NE(svg.find("data-name=\"runs\" data-kind=\"points\" data-n=\"4\""), std::string::npos) << svg;
+    EXPECT_EQ(count(svg, "data-kind=\"fit\""), 1) << name;
+  }
+  EXPECT_FALSE(path_exists(dir + "/miniseries-isoflop.svg"));
 }
 
 // The binary on checkpoint dirs as base-train leaves them (meta, done marker, metrics.jsonl):
@@ -267,6 +298,18 @@ TEST(ScalingFit, BinaryFitsFinishedRunDirs) {
   EXPECT_NE(section.find("| scaling_1_d3 | 3 | 1e+13 |"), std::string::npos) << section;
   EXPECT_NE(section.find("N* = 10^"), std::string::npos) << section;
   EXPECT_EQ(count_lines(read_file(base + "/results.csv")), 7);  // header + 6 runs
+  // the charts: each budget's 3 runs as points with its parabola, the optima; N* and D*
+  const std::string iso = read_file(base + "/report/scaling-laws-isoflop.svg");
+  EXPECT_NE(section.find("![IsoFLOP curves: val bpb against parameters](scaling-laws-isoflop.svg)"), std::string::npos);
+  EXPECT_NE(iso.find("data-name=\"C = 3e+12\" data-kind=\"points\" data-n=\"3\""), std::string::npos) << iso;
+  EXPECT_NE(iso.find("data-name=\"C = 1e+13\" data-kind=\"points\" data-n=\"3\""), std::string::npos) << iso;
+  EXPECT_EQ(count(iso, "data-kind=\"fit\""), 2);
+  EXPECT_NE(iso.find("data-name=\"optimum of each budget\" data-kind=\"points\" data-n=\"2\""), std::string::npos);
+  const std::string opt = read_file(base + "/report/scaling-laws-optimal-n-d.svg");
+  EXPECT_NE(opt.find("data-name=\"N*\" data-kind=\"points\" data-n=\"2\""), std::string::npos) << opt;
+  EXPECT_NE(opt.find("data-name=\"D*\" data-kind=\"points\" data-n=\"2\""), std::string::npos) << opt;
+  EXPECT_EQ(count(opt, "data-kind=\"fit\""), 2);
+  EXPECT_TRUE(path_exists(base + "/report/scaling-laws-loss-vs-flops.svg"));
 
   CommandResult none = run_shell(nc + " scaling-fit scaling_0_d6");
   EXPECT_EQ(none.rc, 1);

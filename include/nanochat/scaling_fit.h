@@ -1,6 +1,6 @@
 // defines: ScalingRun, scaling_run_load, scaling_polyfit, ScalingLine, scaling_line_fit,
 //          ScalingOptimum, scaling_isoflop_optimum, ScalingLaws, scaling_fit_laws,
-//          scaling_runs_table, scaling_laws_table, scaling_laws_json
+//          scaling_runs_table, scaling_laws_table, scaling_laws_json, scaling_write_charts
 // Scaling laws from finished base-train runs (runs/scaling_laws.sh, runs/miniseries.sh), the
 // analysis of upstream's dev/scaling_analysis.ipynb done by the binary:
 // - the runs: effective parameters N = transformer matrices + lm_head (the count base-train's
@@ -79,5 +79,9 @@ std::string scaling_runs_table(const std::vector<ScalingRun>& runs);
 std::string scaling_laws_table(const ScalingLaws& laws);
 // every run and fitted number, for scripts and tests
 nlohmann::json scaling_laws_json(const ScalingLaws& laws);
+// the fits drawn as SVG charts (svg_chart: the runs as points, the fits as curves) into
+// dir/<prefix>-*.svg: the IsoFLOP parabolas with their vertices, N* and D* against compute
+// (with budgets), the loss against compute and against N; returns the markdown image links
+std::string scaling_write_charts(const ScalingLaws& laws, const std::string& dir, const std::string& prefix);
 
 }  // namespace nanochat

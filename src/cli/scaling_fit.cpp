@@ -1,7 +1,7 @@
 // `nanochat scaling-fit RUN...`: the scaling analysis of finished base-train runs (the end of
 // runs/scaling_laws.sh and runs/miniseries.sh; upstream's dev/scaling_analysis.ipynb): the
 // runs' table, the IsoFLOP optimum per FLOP budget, N* and D* against compute, the loss fit;
-// printed, written into the report card with --report, one JSON line last.
+// printed, written into the report card with --report (tables and SVG charts), one JSON line last.
 // `--finished` only answers whether every run is finished (exit 0) or not (exit 1), which is
 // how the scripts skip the runs they already have.
 #include <CLI/CLI.hpp>
@@ -75,7 +75,9 @@ int scaling_fit(const ScalingFitFlags& o) {
   if (!o.report.empty()) {
     const std::string section = o.report == "miniseries" ? "Miniseries" : "Scaling laws";
     ReportItem summary = {{"runs", (int64_t)laws.runs.size()}, {"runs left out (not finished)", unfinished}};
-    report_log(section, {summary, ReportItem(runs_table), ReportItem(fit_table)});
+    make_dirs(report_dir());
+    const std::string charts = scaling_write_charts(laws, report_dir(), o.report);  // <dir>/scaling-laws-*.svg
+    report_log(section, {summary, ReportItem(runs_table), ReportItem(fit_table), ReportItem(charts)});
   }
   std::printf("%s\n", scaling_laws_json(laws).dump().c_str());
   return 0;

@@ -200,12 +200,18 @@ std::string scaling_laws_table(const ScalingLaws& laws) {
   if (!laws.optima.empty()) {
     t += "| FLOP budget | runs | fit | bpb = a x^2 + b x + c, x = log10 N | N* | D* | D*/N* | bpb at N* |\n"
          "|---|---|---|---|---|---|---|---|\n";
-    for (const ScalingOptimum& o : laws.optima)
+    for (const ScalingOptimum& o : laws.optima) {
+      // a vertex beyond the budget's smallest or largest model is an extrapolation: say so
+      double lo = INFINITY, hi = 0;
+      for (const ScalingRun& r : laws.runs)
+        if (r.flops_budget == o.flops_budget) lo = std::min(lo, (double)r.params), hi = std::max(hi, (double)r.params);
+      const bool outside = o.from_parabola && (o.params < lo || o.params > hi);
       t += strprintf("| %.3g | %d | %s | %s | %s | %s | %.2f | %.6f |\n", o.flops_budget, o.runs,
-                     o.from_parabola ? "parabola" : "best run",
+                     o.from_parabola ? (outside ? "parabola (vertex outside the runs)" : "parabola") : "best run",
                      o.a != 0 ? strprintf("a %.5g, b %.5g, c %.5g", o.a, o.b, o.c).c_str() : "-",
                      format_thousands((int64_t)std::llround(o.params)).c_str(),
                      format_thousands((int64_t)std::llround(o.tokens)).c_str(), o.ratio, o.val_bpb);
+    }
     t += "\n";
     t += "- " + line_text(laws.params_vs_flops, "N*", "C") + "\n";
     t += "- " + line_text(laws.tokens_vs_flops, "D*", "C") + "\n";
