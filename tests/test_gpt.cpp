@@ -11,6 +11,7 @@
 #include "nanochat/attention.h"
 #include "nanochat/common/error.h"
 #include "nanochat/gpt.h"
+#include "nanochat/kernels.h"
 #include "test_util.h"
 #include "test_models.h"
 
@@ -222,12 +223,14 @@ TEST(GptOps, RotaryOfKnownVectors) {
     EXPECT_NEAR(sin[0][t][0][1].item<double>(), std::sin(t * f1), 1e-6);
   }
   // x = [1,0,0,0] at position t -> [cos t, 0, -sin t, 0]; x = [0,1,0,2] -> rotation of the
-  // pair (x[1], x[3]) = (1,2) by -theta: [0, cos a + 2 sin a, 0, -sin a + 2 cos a]
+  // pair (x[1], x[3]) = (1,2) by -theta: [0, cos a + 2 sin a, 0, -sin a + 2 cos a]. The model
+  // rotates inside kernels_rotary_norm, which then divides by the rms (0.5 and sqrt(5/4) here,
+  // a rotation keeps it) and multiplies by the scale: a scale equal to the rms undoes the norm.
   Tensor x = torch::zeros({1, 8, 1, 4});
   x.select(3, 0).fill_(1.0);
-  Tensor y = gpt_apply_rotary(x, cos, sin);
+  Tensor y = kernels_rotary_norm(x, cos, sin, 0.5);
   Tensor x2 = torch::tensor({0.f, 1.f, 0.f, 2.f}).view({1, 1, 1, 4}).expand({1, 8, 1, 4}).contiguous();
-  Tensor y2 = gpt_apply_rotary(x2, cos, sin);
+  Tensor y2 = kernels_rotary_norm(x2, cos, sin, std::sqrt(1.25));
   for (int64_t t = 0; t < 8; t++) {
     EXPECT_NEAR(y[0][t][0][0].item<double>(), std::cos((double)t), 1e-6);
     EXPECT_NEAR(y[0][t][0][1].item<double>(), 0.0, 1e-7);

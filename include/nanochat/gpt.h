@@ -5,7 +5,7 @@
 //          gpt_estimate_decode_flops, gpt_estimate_prefill_flops, gpt_kv_bytes_per_token,
 //          gpt_kv_read_bytes, gpt_estimate_train_memory_bytes, gpt_fit_device_batch_size,
 //          gpt_make_generator, gpt_rms_norm, gpt_rotary_tables,
-//          gpt_apply_rotary, gpt_softcap, gpt_smear
+//          gpt_softcap, gpt_smear
 // The gpt module: nanochat's GPT (upstream nanochat/gpt.py) in LibTorch. Parameter names are nanochat's
 // state-dict keys, so checkpoints map one to one. Master weights are fp32; every matmul
 // runs in the activation (compute) dtype; wte and value_embeds are stored in the compute
@@ -63,8 +63,6 @@ torch::Tensor gpt_rms_norm(const torch::Tensor& x);  // over the last dim, no we
 // (cos, sin) of shape (1, seq_len, 1, head_dim/2) in `dtype`, base 100000 (gpt.py _precompute_rotary_embeddings)
 std::pair<torch::Tensor, torch::Tensor> gpt_rotary_tables(int64_t seq_len, int64_t head_dim,
                                                           torch::ScalarType dtype, torch::Device device);
-// half-split rotary of x (B,T,H,D): [x1*cos + x2*sin, -x1*sin + x2*cos]
-torch::Tensor gpt_apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 torch::Tensor gpt_softcap(const torch::Tensor& logits);  // 15 * tanh(logits / 15)
 // the smear (cheap bigram) on normed embeddings x (B,T,C): position t>0 adds
 // lambda*sigmoid(gate(x_t[:24])) * x_{t-1}; with `prev` (B,1,C) defined and T == 1 (decode)
@@ -109,8 +107,9 @@ TORCH_MODULE(MLP);
 
 struct BlockImpl : torch::nn::Module {
   BlockImpl(const GPTConfig& config, int64_t layer_idx, const torch::TensorOptions& options);
-  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ve, const torch::Tensor& cos,
-                        const torch::Tensor& sin, int64_t window, KVCache* kv_cache);
+  // x: the residual stream (B,T,C) and x_normed its rms_norm (made with x by one fused op)
+  torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& x_normed, const torch::Tensor& ve,
+                        const torch::Tensor& cos, const torch::Tensor& sin, int64_t window, KVCache* kv_cache);
   CausalSelfAttention attn{nullptr};
   MLP mlp{nullptr};
 };

@@ -85,14 +85,16 @@ torch::Tensor GPTImpl::hidden(const torch::Tensor& idx, KVCache* kv_cache) {
   const int64_t backout_layer = config.n_layer / 2;
   torch::Tensor x_backout;
   for (int64_t i = 0; i < config.n_layer; i++) {
-    x = resid_lambdas[i] * x + x0_lambdas[i] * x0;  // 0-dim fp32 scalars keep x's dtype
+    // x = resid_lambdas[i] * x + x0_lambdas[i] * x0 (0-dim fp32 scalars keep x's dtype), and
+    // the attention's input norm(x), in one fused op
+    auto [mixed, normed] = kernels_residual_norm(x, x0, resid_lambdas[i], x0_lambdas[i]);
     torch::Tensor v = ve[i] ? ve[i](idx).to(x.scalar_type()) : torch::Tensor();
-    x = blocks[i](x, v, cs, sn, window_sizes[i], kv_cache);
+    x = blocks[i](mixed, normed, v, cs, sn, window_sizes[i], kv_cache);
     if (i == backout_layer) x_backout = x;
   }
   if (kv_cache) kv_cache->advance(T);
-  x = x - backout_lambda.to(x.scalar_type()) * x_backout;  // "backout"
-  return gpt_rms_norm(x);
+  // "backout": norm(x - backout_lambda * x_backout), the lambda in x's dtype
+  return kernels_residual_norm(x, x_backout, {}, -backout_lambda.to(x.scalar_type())).second;
 }
 
 torch::Tensor GPTImpl::forward(const torch::Tensor& idx, KVCache* kv_cache) {

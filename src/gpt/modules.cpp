@@ -75,11 +75,12 @@ BlockImpl::BlockImpl(const GPTConfig& config, int64_t layer, const torch::Tensor
   mlp = register_module("mlp", MLP(config, options));
 }
 
-torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& ve,
+torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& x_normed, const torch::Tensor& ve,
                                  const torch::Tensor& cos, const torch::Tensor& sin, int64_t window,
                                  KVCache* kv_cache) {
-  torch::Tensor h = x + attn(gpt_rms_norm(x), ve, cos, sin, window, kv_cache);
-  return h + mlp(gpt_rms_norm(h));
+  // h = x + attn(norm(x)), and norm(h) for the MLP, in one fused op
+  auto [h, h_normed] = kernels_residual_norm(x, attn(x_normed, ve, cos, sin, window, kv_cache), {}, {});
+  return h + mlp(h_normed);
 }
 
 }  // namespace nanochat

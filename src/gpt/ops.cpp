@@ -1,5 +1,6 @@
-// defines: gpt_rms_norm, gpt_rotary_tables, gpt_apply_rotary, gpt_softcap, gpt_smear
-// The model's parameter-free operations (upstream gpt.py's norm, apply_rotary_emb, the softcap and the smear), shared by the modules.
+// defines: gpt_rms_norm, gpt_rotary_tables, gpt_softcap, gpt_smear
+// The model's parameter-free operations (upstream gpt.py's norm, rotary tables, the softcap and the smear),
+// shared by the modules; the rotary itself is fused with the QK norm (kernels_rotary_norm).
 #include "nanochat/gpt.h"
 
 #include <ATen/ATen.h>
@@ -19,14 +20,6 @@ std::pair<torch::Tensor, torch::Tensor> gpt_rotary_tables(int64_t seq_len, int64
   torch::Tensor freqs = at::outer(t, inv_freq);  // (seq_len, head_dim/2)
   return {freqs.cos().to(dtype).view({1, seq_len, 1, head_dim / 2}),
           freqs.sin().to(dtype).view({1, seq_len, 1, head_dim / 2})};
-}
-
-torch::Tensor gpt_apply_rotary(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin) {
-  const int64_t d = x.size(3) / 2;
-  torch::Tensor x1 = x.narrow(3, 0, d), x2 = x.narrow(3, d, d);
-  torch::Tensor y1 = x1 * cos + x2 * sin;
-  torch::Tensor y2 = -x1 * sin + x2 * cos;
-  return at::cat({y1, y2}, 3);
 }
 
 torch::Tensor gpt_softcap(const torch::Tensor& logits) { return kSoftcap * at::tanh(logits / kSoftcap); }
