@@ -6,9 +6,13 @@
 //   POST /chat/completions      upstream's SSE stream: {"token","gpu"} ... {"done":true}
 //   POST /v1/chat/completions   OpenAI-compatible (stream and not), GET /v1/models
 //   GET  /health, GET /stats    readiness (503 while loading) and the worker pool
-// Requests are checked here (upstream's limits, types, UTF-8) before any model work; a bad
-// one is a 4xx with a JSON error. Generation runs on the connection's thread once it holds a
-// worker (one model per device) from a FIFO pool; a client that goes away cancels it.
+// Requests are checked here (upstream's limits, types, UTF-8, JSON nesting) before any model
+// work; a bad one is a 4xx with a JSON error. Generation runs on the connection's thread once
+// it holds a worker (one model per device) from a FIFO pool; a client that goes away cancels
+// it. Hostile clients are bounded before httplib buffers anything (connection.cpp): header
+// lines and count, a deadline for the head and body, body bytes whatever the encoding, a
+// connection cap with /health still answered beyond it; guards.cpp holds the Host, Origin
+// and API-key checks.
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -35,7 +39,10 @@ struct ServerLimits {
   int64_t max_choices = 8;                  // OpenAI's n
   int64_t max_stop_strings = 4;             // OpenAI's limit
   int64_t max_stop_chars = 256;
-  int64_t max_body_bytes = 1 << 20;         // 413 beyond
+  int64_t max_body_bytes = 1 << 20;         // 413 beyond (after decompression too)
+  int64_t max_json_depth = 64;              // 400 beyond, checked before parsing
+  int64_t max_header_line = 8192;           // bytes of the request line (414) or a header line (431)
+  int64_t max_headers = 100;                // header lines (431 beyond)
 };
 extern const ServerLimits kServerLimits;
 
@@ -69,6 +76,17 @@ struct ChatDefaults {
 // message, and content as a list of text parts. Throws ServerError(400) with the reason.
 ChatRequest server_parse_chat_request(const std::string& body, bool openai, const ChatDefaults& defaults,
                                       const ServerLimits& limits = kServerLimits);
+
+// deepest nesting of [ and { outside strings, stopping once past `limit` (a cheap scan that
+// runs before any parse, so a deep body never reaches a recursive copy or destructor)
+int64_t server_json_depth(const std::string& body, int64_t limit);
+
+// Host header values a loopback-bound server answers (DNS rebinding guard): localhost,
+// 127.0.0.1, [::1], each with an optional :port
+bool server_host_is_loopback_name(const std::string& host);
+bool server_bind_is_loopback(const std::string& bind_host);
+// a request path or method for a log line: control bytes, DEL and backslash as \xNN
+std::string server_log_escape(const std::string& s);
 
 // the prompt of upstream's render_for_completion: <|bos|>, the turns, <|assistant_start|>
 std::vector<int32_t> server_prompt_tokens(const Tokenizer& tok, const nlohmann::json& messages);
@@ -139,6 +157,10 @@ struct ServerOptions {
   ChatDefaults defaults;
   ServerLimits limits;
   bool quiet = false;      // no per-request log lines
+  std::string cors_origin; // the one Origin allowed to read replies cross-origin (none by default)
+  std::string api_key;     // when set: Authorization: Bearer <key> on every API route but /health
+  int max_connections = 256;    // beyond: 503, except GET /health
+  double request_deadline = 10; // seconds for a request's head and body to arrive (408 after)
 };
 // Binds, serves the UI and /health at once (503 until the models are loaded), loads one model
 // per device in the background, then serves until SIGINT/SIGTERM: the listener closes,

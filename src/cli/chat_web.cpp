@@ -11,8 +11,9 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
       "chat-web",
       "Chat in a browser: the UI at /, upstream's POST /chat/completions stream, an OpenAI-compatible\n"
       "POST /v1/chat/completions and GET /v1/models, GET /health and /stats. It listens on 127.0.0.1\n"
-      "(this machine only); to reach it from elsewhere pass --host 0.0.0.0 (all interfaces; there is no\n"
-      "authentication, so only on a trusted network) or keep 127.0.0.1 and tunnel: ssh -L 8000:localhost:8000 HOST");
+      "(this machine only) and answers only Host names of this machine (localhost, 127.0.0.1, [::1]);\n"
+      "to reach it from elsewhere pass --host 0.0.0.0 (all interfaces; add --api-key, or use it only on a\n"
+      "trusted network) or keep 127.0.0.1 and tunnel: ssh -L 8000:localhost:8000 HOST");
   static ServerOptions o;
   sub->add_option("-n,--num-gpus", o.num_gpus, "GPUs to serve on, one model copy and one worker each")->check(CLI::Range(1, 64));
   sub->add_option("--workers", o.workers, "on the CPU: concurrent generations (they share one model copy)")->check(CLI::Range(1, 64));
@@ -26,6 +27,17 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
   sub->add_option("--device-type", o.device_type, "cuda or cpu (default: cuda when available)")
       ->check(CLI::IsMember({"", "cuda", "cpu"}));
   sub->add_flag("-q,--quiet", o.quiet, "no log line per request");
+  sub->add_option("--cors-origin", o.cors_origin,
+                  "the one web origin (e.g. https://app.example) whose pages may call the API and read its replies; "
+                  "other origins get 403");
+  sub->add_option("--api-key", o.api_key,
+                  "require Authorization: Bearer KEY on the API routes (all but /health and the UI's files)");
+  sub->add_option("--max-connections", o.max_connections,
+                  "open connections served; beyond them only GET /health is answered, the rest 503")
+      ->check(CLI::Range(4, 4096));
+  sub->add_option("--request-deadline", o.request_deadline,
+                  "seconds a request's headers and body may take to arrive (slow clients get 408)")
+      ->check(CLI::Range(0.5, 600.0));
   sub->callback([&exit_code] { exit_code = server_run(o); });
 }
 

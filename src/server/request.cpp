@@ -1,7 +1,9 @@
-// defines: kServerLimits, server_parse_chat_request, server_prompt_tokens
+// defines: kServerLimits, server_json_depth, server_parse_chat_request, server_prompt_tokens
 // Request checking for both chat endpoints. Upstream's validate_chat_request (chat_web.py) in
 // its order and words, plus what FastAPI/pydantic did for it (malformed JSON, wrong types),
 // plus the OpenAI fields. Nothing here touches a model: a bad request costs no worker.
+// The nesting depth is checked on the raw bytes first: nlohmann parses deep input fine but
+// copies and destroys it recursively, so 200,000 levels would overflow a thread's stack.
 #include <cmath>
 #include <string>
 
@@ -60,7 +62,7 @@ json message_content(const json& content, const std::string& role, size_t i) {
     if (!part.is_object() || !part.contains("type") || !part["type"].is_string() || !part.contains("text") ||
         !part["text"].is_string())
       bad(strprintf("Message %zu: each content part must be an object with string \"type\" and \"text\"", i));
-    std::string type = part["type"];
+    const std::string& type = part["type"].get_ref<const std::string&>();
     if (type == "python" || type == "python_output") {
       if (role != "assistant") bad(strprintf("Message %zu: %s parts are only allowed in assistant messages", i, type.c_str()));
       tool_parts = true;
@@ -82,6 +84,28 @@ int64_t content_chars(const json& content) {
 
 }  // namespace
 
+int64_t server_json_depth(const std::string& body, int64_t limit) {
+  int64_t depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (char c : body) {
+    if (in_string) {
+      if (escaped) escaped = false;
+      else if (c == '\\') escaped = true;
+      else if (c == '"') in_string = false;
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > deepest) deepest = depth;
+      if (deepest > limit) return deepest;
+    } else if (c == ']' || c == '}') {
+      depth--;  // unbalanced input is the parser's to refuse
+    }
+  }
+  return deepest;
+}
+
 ChatRequest server_parse_chat_request(const std::string& body, bool openai, const ChatDefaults& defaults,
                                       const ServerLimits& limits) {
   if ((int64_t)body.size() > limits.max_body_bytes)
@@ -89,7 +113,9 @@ ChatRequest server_parse_chat_request(const std::string& body, bool openai, cons
                                      (long long)limits.max_body_bytes));
   size_t bad_at = utf8_invalid_at(body);
   if (bad_at != std::string::npos) bad(strprintf("request body is not valid UTF-8 (byte %zu)", bad_at));
-  json j = json::parse(body, nullptr, false);
+  if (server_json_depth(body, limits.max_json_depth) > limits.max_json_depth)
+    bad(strprintf("request body is nested deeper than %lld levels", (long long)limits.max_json_depth));
+  const json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) bad("request body is not valid JSON");
   if (!j.is_object()) bad("request body must be a JSON object");
 
@@ -115,7 +141,7 @@ ChatRequest server_parse_chat_request(const std::string& body, bool openai, cons
     const json* content_v = field(m, "content");
     if (!role_v || !role_v->is_string()) bad(strprintf("Message %zu needs a string role", i));
     if (!content_v) bad(strprintf("Message %zu has empty content", i));
-    std::string role = *role_v;
+    const std::string& role = role_v->get_ref<const std::string&>();
     json content = message_content(*content_v, role, i);
     int64_t chars = content_chars(content);
     if (chars == 0 || (content.is_array() && content.empty())) bad(strprintf("Message %zu has empty content", i));
@@ -181,13 +207,14 @@ ChatRequest server_parse_chat_request(const std::string& body, bool openai, cons
     r.seed_given = true;
   }
   if (const json* v = field(j, "stop")) {
-    json list = v->is_string() ? json::array({*v}) : *v;
-    if (!list.is_array()) bad("stop must be a string or a list of strings");
-    if ((int64_t)list.size() > limits.max_stop_strings)
+    if (!v->is_string() && !v->is_array()) bad("stop must be a string or a list of strings");
+    if (v->is_array() && (int64_t)v->size() > limits.max_stop_strings)
       bad(strprintf("stop allows at most %lld strings", (long long)limits.max_stop_strings));
-    for (const json& s : list) {
+    const size_t count = v->is_string() ? 1 : v->size();
+    for (size_t i = 0; i < count; i++) {
+      const json& s = v->is_string() ? *v : (*v)[i];
       if (!s.is_string()) bad("stop must be a string or a list of strings");
-      std::string text = s;
+      const std::string& text = s.get_ref<const std::string&>();
       if (text.empty()) bad("stop strings must not be empty");
       if (code_points(text) > limits.max_stop_chars)
         bad(strprintf("stop strings are limited to %lld characters", (long long)limits.max_stop_chars));

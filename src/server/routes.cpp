@@ -1,11 +1,16 @@
-// defines: server_routes_install
+// defines: server_routes_install, server_error_json
 // The chat-web server's set-up and routes on cpp-httplib. Life of a request:
-//   handler thread (httplib's pool): parse + check (4xx, no model work) -> prompt tokens ->
-//   acquire a worker (FIFO; 503 when the queue is full or the server drains) -> stream.
+//   connection thread (connection.cpp): bounded head -> guard (Host, Origin, API key,
+//   connection cap, body size) -> body read through httplib's content reader, capped after
+//   decompression -> parse + check (4xx, no model work) -> prompt tokens -> acquire a worker
+//   (FIFO; 503 when the queue is full or the server drains) -> generate.
 // Streams use httplib's chunked content provider; the worker lease lives in the provider, so
-// it is released when the response ends however it ends. A failed sink write (client gone)
-// makes the engine's callback return false: the worker is free after at most one more step.
+// it is released when the response ends however it ends. A client that goes away (a failed
+// sink write, or its socket closed while a non-streaming reply is generated) makes the
+// engine's callback return false: the worker is free after at most one more step.
+#include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cstring>
 #include <ctime>
 #include <memory>
@@ -25,14 +30,8 @@ using json = nlohmann::ordered_json;  // keys in the order written: upstream's {
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
 void send_error(httplib::Response& res, int status, const std::string& message) {
-  const char* type = status == 400 || status == 413 ? "invalid_request_error"
-                     : status == 404 || status == 405 ? "not_found_error"
-                     : status == 503                ? "unavailable_error"
-                                                    : "server_error";
-  // "error" for OpenAI clients, "detail" as FastAPI answered upstream's UI
-  json body = {{"error", {{"message", message}, {"type", type}, {"code", status}}}, {"detail", message}};
   res.status = status;
-  res.set_content(dump(body), "application/json");
+  res.set_content(server_error_json(status, message), "application/json");
 }
 
 const char* content_type_of(const std::string& path) {
@@ -64,9 +63,9 @@ struct Prepared {
   std::vector<int32_t> prompt;
   std::shared_ptr<Lease> lease;
 };
-Prepared prepare(ServerState& st, const httplib::Request& http, bool openai) {
+Prepared prepare(ServerState& st, const std::string& body, bool openai) {
   Prepared p;
-  p.req = server_parse_chat_request(http.body, openai, st.opt.defaults, st.opt.limits);
+  p.req = server_parse_chat_request(body, openai, st.opt.defaults, st.opt.limits);
   if (st.stop_level > 0) throw ServerError(503, "the server is shutting down");
   if (!st.ready) throw ServerError(503, "the model is still loading; retry when GET /health answers 200");
   const Engine& engine = *st.workers[0].engine;
@@ -82,8 +81,9 @@ Prepared prepare(ServerState& st, const httplib::Request& http, bool openai) {
   return p;
 }
 
+// a second signal, or the client's socket closed (checked every decode step: one poll)
 std::function<bool()> cancelled_fn(ServerState& st) {
-  return [&st] { return st.stop_level >= 2; };
+  return [&st] { return st.stop_level >= 2 || server_connection_gone(); };
 }
 
 void account(ServerState& st, const GenerationOutcome& g) {
@@ -99,8 +99,8 @@ void stream_headers(httplib::Response& res) {
 }
 
 // ---- POST /chat/completions: upstream's stream ---------------------------------------------
-void handle_upstream(ServerState& st, const httplib::Request& http, httplib::Response& res) {
-  auto p = std::make_shared<Prepared>(prepare(st, http, false));
+void handle_upstream(ServerState& st, const std::string& body, httplib::Response& res) {
+  auto p = std::make_shared<Prepared>(prepare(st, body, false));
   stream_headers(res);
   res.set_chunked_content_provider("text/event-stream", [&st, p](size_t, httplib::DataSink& sink) {
     const ServerWorker& w = p->lease->worker();
@@ -136,8 +136,8 @@ json usage_json(const GenerationOutcome& g) {
           {"total_tokens", g.prompt_tokens + completion}};
 }
 
-void handle_openai(ServerState& st, const httplib::Request& http, httplib::Response& res) {
-  auto p = std::make_shared<Prepared>(prepare(st, http, true));
+void handle_openai(ServerState& st, const std::string& body, httplib::Response& res) {
+  auto p = std::make_shared<Prepared>(prepare(st, body, true));
   const std::string id = completion_id();
   const int64_t created = (int64_t)std::time(nullptr);
   if (!p->req.stream) {
@@ -228,33 +228,161 @@ const char* allowed_methods(const std::string& path) {
   return nullptr;
 }
 
+// The request body through httplib's content reader: decompressed (gzip, deflate, br) and
+// de-chunked there, counted here, so no encoding gets more than max_body_bytes into memory
+// (httplib 0.11.4 caps neither a chunked body nor a decompressed one).
+std::string read_body(const ServerState& st, const httplib::Request& req, const httplib::ContentReader& reader) {
+  const size_t max = (size_t)st.opt.limits.max_body_bytes;
+  if (req.is_multipart_form_data()) {
+    server_connection_close_after();
+    throw ServerError(415, "multipart bodies are not accepted; send the request as JSON");
+  }
+  std::string body;
+  bool over = false;
+  const bool ok = reader([&](const char* data, size_t n) {
+    if (body.size() + n > max) return !(over = true);
+    body.append(data, n);
+    return true;
+  });
+  if (over) {
+    server_connection_close_after();  // the rest of the body stays unread
+    throw ServerError(413, strprintf("request body too large (limit %zu bytes, after decompression)", max));
+  }
+  if (!ok) {
+    server_connection_close_after();
+    if (int refused = server_connection_refused()) throw ServerError(refused, "request refused");  // already answered
+    throw ServerError(400, "the request body could not be read (bad chunked framing or compression)");
+  }
+  return body;
+}
+
+// the methods httplib 0.11.4 reads a body for
+bool may_have_body(const httplib::Request& req) {
+  return req.method == "POST" || req.method == "PUT" || req.method == "PATCH" || req.method == "DELETE" || req.method == "PRI";
+}
+
+bool is_api_path(const std::string& path) {
+  return path == "/chat/completions" || path == "/stats" || path.rfind("/v1/", 0) == 0;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = (char)std::tolower((unsigned char)c);
+  return s;
+}
+
+// constant time in the key's length: no timing hint of how much of a guess was right
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() != b.size();
+  for (size_t i = 0; i < a.size(); i++) diff |= (unsigned char)(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
+  return diff == 0;
+}
+
+// Every request before routing and before its body is read; a refusal is Handled.
+httplib::Server::HandlerResponse guard(const ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  using HR = httplib::Server::HandlerResponse;
+  auto refuse = [&](int status, const std::string& message) {
+    if (may_have_body(req)) server_connection_close_after();  // its body stays unread
+    send_error(res, status, message);
+    return HR::Handled;
+  };
+  // httplib 0.11.4 adds REMOTE_ADDR/REMOTE_PORT/LOCAL_ADDR/LOCAL_PORT as request headers after
+  // the client's own: a client-sent one would shadow them (CVE-2025-66570)
+  for (const char* name : {"REMOTE_ADDR", "REMOTE_PORT", "LOCAL_ADDR", "LOCAL_PORT"})
+    if (req.get_header_value_count(name) != 1) return refuse(400, std::string("reserved header ") + name + " in the request");
+  const std::string host = req.get_header_value("Host");
+  if (server_bind_is_loopback(st.opt.host) && !server_host_is_loopback_name(host))
+    return refuse(403, "Host '" + host + "' is not a loopback name (localhost, 127.0.0.1, [::1]); this server is bound to " +
+                           st.opt.host);
+  // a page on another origin: refused unless it is the --cors-origin (a browser sends Origin
+  // on every cross-origin request, "simple" text/plain POSTs included)
+  if (req.has_header("Origin")) {
+    const std::string origin = req.get_header_value("Origin");
+    const bool same = lower(origin) == "http://" + lower(host) || lower(origin) == "https://" + lower(host);
+    if (!same && (st.opt.cors_origin.empty() || origin != st.opt.cors_origin))
+      return refuse(403, "cross-origin request from '" + origin + "' refused (allow one origin with --cors-origin)");
+  }
+  if (server_connection_overflow() && !((req.method == "GET" || req.method == "HEAD") && req.path == "/health")) {
+    res.set_header("Retry-After", "1");
+    return refuse(503, strprintf("too many connections (the limit is %d); retry later", st.opt.max_connections));
+  }
+  if (!st.opt.api_key.empty() && req.method != "OPTIONS" && is_api_path(req.path) &&
+      !same_secret(req.get_header_value("Authorization"), "Bearer " + st.opt.api_key)) {
+    res.set_header("WWW-Authenticate", "Bearer");
+    return refuse(401, "missing or wrong API key (send Authorization: Bearer <key>)");
+  }
+  // a body only for the chat routes' bounded reader: anywhere else httplib would read it whole
+  // (and inflate a compressed one without a cap, CVE-2026-22776)
+  const bool chat = req.method == "POST" && (req.path == "/chat/completions" || req.path == "/v1/chat/completions");
+  const std::string encoding = lower(req.get_header_value("Content-Encoding"));
+  if (!chat && !encoding.empty() && encoding != "identity") return refuse(415, "a compressed body is only accepted by the chat routes");
+  if (req.method == "PRI") return refuse(405, "method PRI is not allowed");
+  if (req.has_header("Content-Length")) {
+    const std::string v = req.get_header_value("Content-Length");
+    if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
+      return refuse(400, "bad Content-Length");
+    if (std::stoull(v) > (uint64_t)st.opt.limits.max_body_bytes)  // refused unread
+      return refuse(413, strprintf("request body too large (%s bytes; the limit is %lld)", v.c_str(),
+                                   (long long)st.opt.limits.max_body_bytes));
+  }
+  return HR::Unhandled;
+}
+
+// CORS only for the --cors-origin; same-origin pages need none
+void add_cors_headers(const ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  if (st.opt.cors_origin.empty() || req.get_header_value("Origin") != st.opt.cors_origin) return;
+  res.set_header("Access-Control-Allow-Origin", st.opt.cors_origin);
+  res.set_header("Vary", "Origin");
+  if (req.method == "OPTIONS" && res.status == 204) {
+    res.set_header("Access-Control-Allow-Methods", res.get_header_value("Allow"));
+    res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization");
+  }
+}
+
 }  // namespace
 
+std::string server_error_json(int status, const std::string& message) {
+  const char* type = status == 401                                  ? "authentication_error"
+                     : status == 403                                ? "permission_error"
+                     : status == 404 || status == 405               ? "not_found_error"
+                     : status == 503                                ? "unavailable_error"
+                     : status >= 400 && status < 500                ? "invalid_request_error"
+                                                                    : "server_error";
+  // "error" for OpenAI clients, "detail" as FastAPI answered upstream's UI
+  json body = {{"error", {{"message", message}, {"type", type}, {"code", status}}}, {"detail", message}};
+  return dump(body);
+}
+
 void server_routes_install(HttpServer& svr, ServerState& st) {
-  // every connection needs a thread while it waits for a worker or streams: room for the
-  // workers, the queue and a few UI/health requests
-  const size_t threads = (size_t)st.opt.workers + st.opt.num_gpus + st.opt.max_queue + 8;
-  svr.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  svr.set_payload_max_length((size_t)st.opt.limits.max_body_bytes);
+  const ServerOptions& o = st.opt;
+  svr.limits.max_line = (size_t)o.limits.max_header_line;
+  svr.limits.max_headers = (size_t)o.limits.max_headers;
+  svr.limits.max_raw_body = 2 * (size_t)o.limits.max_body_bytes + (64 << 10);  // chunk framing's room
+  svr.limits.deadline_ms = (int)(o.request_deadline * 1000);
+  svr.limits.max_connections = o.max_connections;
+  // a thread per connection up to the cap, and a few for connections beyond it (they get
+  // one request, 2 s to send it, and only /health)
+  const size_t threads = (size_t)o.max_connections + 16;
+  svr.new_task_queue = [threads] { return new ConnectionQueue(threads); };
+  svr.set_payload_max_length((size_t)o.limits.max_body_bytes);
   svr.set_read_timeout(30);
   svr.set_write_timeout(30);
   svr.set_keep_alive_timeout(5);
   svr.set_tcp_nodelay(true);
-  svr.set_default_headers({{"Access-Control-Allow-Origin", "*"}});  // CORS: everything, as upstream
 
-  auto guarded = [&st](auto fn) {
-    return [&st, fn](const httplib::Request& req, httplib::Response& res) {
-      try {
-        fn(st, req, res);
-      } catch (const ServerError& e) {
-        send_error(res, e.status, e.what());
-      } catch (const std::exception& e) {
-        send_error(res, 500, e.what());
-      }
-    };
+  auto chat = [&st](auto fn) {
+    return httplib::Server::HandlerWithContentReader(
+        [&st, fn](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+          try {
+            fn(st, read_body(st, req, reader), res);
+          } catch (const ServerError& e) {
+            send_error(res, e.status, e.what());
+          } catch (const std::exception& e) {
+            send_error(res, 500, e.what());
+          }
+        });
   };
-  svr.Post("/chat/completions", guarded(handle_upstream));
-  svr.Post("/v1/chat/completions", guarded(handle_openai));
+  svr.Post("/chat/completions", chat(handle_upstream));
+  svr.Post("/v1/chat/completions", chat(handle_openai));
   svr.Get("/health", [&st](const httplib::Request&, httplib::Response& res) {
     json h = health_json(st);
     res.status = h["ready"].get<bool>() ? 200 : 503;
@@ -282,25 +410,6 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
     if (!allow) return send_error(res, 404, "no such path: " + req.path);
     res.status = 204;
     res.set_header("Allow", allow);
-    res.set_header("Access-Control-Allow-Methods", allow);
-    res.set_header("Access-Control-Allow-Headers", "*");
-  });
-  // httplib reads (and discards) a body over the cap before its 413; one declared absurdly
-  // large (8x the cap) is refused from its Content-Length alone, the body left unread
-  const size_t max_body = (size_t)st.opt.limits.max_body_bytes;
-  svr.set_pre_routing_handler([max_body](const httplib::Request& req, httplib::Response& res) {
-    if (!req.has_header("Content-Length")) return httplib::Server::HandlerResponse::Unhandled;
-    const std::string v = req.get_header_value("Content-Length");
-    const bool close = req.get_header_value("Connection") != "close";  // (else httplib adds it)
-    if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos) {
-      if (close) res.set_header("Connection", "close");
-      send_error(res, 400, "bad Content-Length");
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    if (std::stoull(v) <= 8 * max_body) return httplib::Server::HandlerResponse::Unhandled;
-    if (close) res.set_header("Connection", "close");
-    send_error(res, 413, strprintf("request body too large (%s bytes; the limit is %zu)", v.c_str(), max_body));
-    return httplib::Server::HandlerResponse::Handled;
   });
   // httplib's own refusals (no route, 413, 400 on an unparsable request) get a JSON body;
   // a known path with another method is 405
@@ -313,7 +422,7 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
     } else if (res.status == 404) {
       send_error(res, 404, "no such path: " + req.path);
     } else if (res.status == 413) {
-      send_error(res, 413, strprintf("request body too large (limit %zu bytes)", (size_t)kServerLimits.max_body_bytes));
+      send_error(res, 413, "request body too large");
     } else {
       send_error(res, res.status, res.status == 400 ? "malformed HTTP request" : "request refused");
     }
@@ -322,9 +431,15 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
   svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     send_error(res, 500, "internal error");
   });
+  svr.set_pre_routing_handler([&st](const httplib::Request& req, httplib::Response& res) { return guard(st, req, res); });
+  svr.set_post_routing_handler([&st](const httplib::Request& req, httplib::Response& res) { add_cors_headers(st, req, res); });
+  // the path is percent-decoded by httplib: CR, LF and ESC from it are escaped, so a request
+  // cannot forge log lines or drive the terminal
   if (!st.opt.quiet)
     svr.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-      log_info("%s %s %d", req.method.c_str(), req.path.c_str(), res.status);
+      const int refused = server_connection_refused();  // our own answer replaced httplib's
+      log_info("%s %s %d", server_log_escape(req.method).c_str(), server_log_escape(req.path).c_str(),
+               refused ? refused : res.status);
     });
 
 }

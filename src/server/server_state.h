@@ -1,14 +1,22 @@
-// defines: ServerWorker, ServerState, HttpServer, server_routes_install
-// What the chat-web server's routes (routes.cpp) and its lifecycle (http_server.cpp) share:
-// the workers, the request counters and the stop level. Internal to the server module.
+// defines: ServerWorker, ServerState, ConnectionLimits, HttpServer, ConnectionQueue,
+//          server_connection_gone, server_connection_overflow, server_connection_close_after,
+//          server_connection_refused, server_error_json, server_routes_install
+// What the chat-web server's routes (routes.cpp), its connections (connection.cpp) and its
+// lifecycle (http_server.cpp) share: the workers, the request counters and the stop level.
+// Internal to the server module.
 #pragma once
 #include <httplib.h>
 #include <sys/socket.h>
 
 #include <atomic>
+#include <condition_variable>
 #include <ctime>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "nanochat/engine.h"
@@ -35,11 +43,57 @@ struct ServerState {
   std::string load_error;
 };
 
-// httplib 0.11 listens with a backlog of 5: a burst of connections beyond it has its SYNs
-// dropped and retried a second later. Linux lets listen() be called again to raise it.
-struct HttpServer : httplib::Server {
-  void raise_backlog(int n) { ::listen(svr_sock_, n); }
+// What a connection may send before httplib sees it (connection.cpp enforces these)
+struct ConnectionLimits {
+  size_t max_line = 8192;          // request line (414) and each header line (431), bytes
+  size_t max_headers = 100;        // header lines (431)
+  size_t max_raw_body = 3 << 20;   // bytes on the wire after the head, framing included (413)
+  int deadline_ms = 10000;         // the head and body of one request (408)
+  int max_connections = 256;       // beyond: only GET /health, the others 503
 };
+
+// httplib 0.11.4 (Debian 12) reads a header line whole before checking its length, has no
+// deadline for a request and no cap on connections. Its socket loop is a private virtual, so
+// it is replaced here by one that reads through a bounded stream (connection.cpp); httplib's
+// request parsing, routing and response writing are used as they are.
+struct HttpServer : httplib::Server {
+  ConnectionLimits limits;
+  std::atomic<int> open_connections{0};
+  // httplib 0.11 listens with a backlog of 5: a burst of connections beyond it has its SYNs
+  // dropped and retried a second later. Linux lets listen() be called again to raise it.
+  void raise_backlog(int n) { ::listen(svr_sock_, n); }
+
+ private:
+  bool process_and_close_socket(socket_t sock) override;
+};
+
+// httplib's task queue: one thread per connection, started when needed up to max_threads
+// (then connections wait their turn); threads stay for the next connection
+class ConnectionQueue : public httplib::TaskQueue {
+ public:
+  explicit ConnectionQueue(size_t max_threads) : max_threads_(max_threads) {}
+  void enqueue(std::function<void()> fn) override;
+  void shutdown() override;
+
+ private:
+  void loop();
+  size_t max_threads_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  bool stop_ = false;
+};
+
+// On a connection's thread, during a request (false/0 elsewhere):
+bool server_connection_gone();        // the client closed its end (or the socket failed)
+bool server_connection_overflow();    // this connection came beyond the connection cap
+void server_connection_close_after(); // close once this response is out (a body left unread)
+int server_connection_refused();      // status the connection answered itself (408/413/414/431), else 0
+
+// the one-line JSON error every refusal carries: {"error":{message,type,code},"detail":message}
+std::string server_error_json(int status, const std::string& message);
 
 // the server's threads, limits, headers, and every route with its error handling (routes.cpp)
 void server_routes_install(HttpServer& svr, ServerState& st);

@@ -1,0 +1,354 @@
+// defines: HttpServer::process_and_close_socket, ConnectionQueue, server_connection_gone,
+//          server_connection_overflow, server_connection_close_after, server_connection_refused
+// A connection's life, in place of httplib 0.11.4's own socket loop. httplib reads a request's
+// head one byte at a time through a Stream and keeps a header line whole until its newline
+// (32 MB of header is 32 MB of RSS), waits for each byte up to the read timeout however slowly
+// they come (slowloris), and reads a chunked or length-less body to its end. So every byte
+// httplib reads comes through ConnectionStream, which
+//   - counts the head's lines and their lengths as they pass: 414 (request line) / 431
+//     (header line, header count) the moment a limit is crossed, nothing buffered beyond it;
+//   - gives the head and body of each request one deadline (408);
+//   - caps the body's bytes on the wire (413) whatever its framing;
+// and answers those refusals itself (one JSON line, Connection: close), then drains what the
+// client is still sending for a moment before closing, so the client reads the answer instead
+// of a reset. Beyond the connection cap a connection gets one request and a short deadline,
+// and only GET /health is served on it (routes.cpp), so /health answers while every worker
+// and handler thread is busy. The thread-local stream also lets a handler ask whether its
+// client is still there (non-streaming generations stop when it leaves).
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "nanochat/common/error.h"
+#include "server/server_state.h"
+
+namespace nanochat {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int ms_until(Clock::time_point t) {
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t - Clock::now()).count();
+  return (int)std::max<int64_t>(0, std::min<int64_t>(ms, 1 << 30));
+}
+
+const char* status_text(int status) {
+  switch (status) {
+    case 408: return "Request Timeout";
+    case 413: return "Payload Too Large";
+    case 414: return "URI Too Long";
+    case 431: return "Request Header Fields Too Large";
+    default: return "Error";
+  }
+}
+
+void address_of(int fd, bool peer, std::string& ip, int& port) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof a;
+  if ((peer ? getpeername(fd, (sockaddr*)&a, &len) : getsockname(fd, (sockaddr*)&a, &len)) != 0) return;
+  char host[NI_MAXHOST], serv[NI_MAXSERV];
+  if (getnameinfo((sockaddr*)&a, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
+    ip = host;
+    port = std::atoi(serv);
+  }
+}
+
+class ConnectionStream final : public httplib::Stream {
+ public:
+  ConnectionStream(int fd, const ConnectionLimits& limits, int read_timeout_ms, int write_timeout_ms, bool overflow)
+      : fd_(fd), limits_(limits), read_timeout_ms_(read_timeout_ms), write_timeout_ms_(write_timeout_ms), overflow_(overflow) {}
+
+  // waits for the first byte of the next request (keep-alive) while the server runs
+  bool wait_request(int timeout_ms, const std::atomic<socket_t>& listener) {
+    const auto until = Clock::now() + std::chrono::milliseconds(timeout_ms);
+    while (listener != INVALID_SOCKET) {
+      if (off_ < len_) return true;
+      int left = ms_until(until);
+      pollfd p{fd_, POLLIN, 0};
+      int r = poll(&p, 1, std::min(left, 100));
+      if (r > 0) return (p.revents & POLLIN) != 0;
+      if (r < 0 && errno != EINTR) return false;
+      if (left == 0) return false;
+    }
+    return false;
+  }
+
+  void begin_request() {
+    phase_ = Phase::head;
+    line_len_ = 0;
+    lines_ = 0;
+    body_bytes_ = 0;
+    const int deadline_ms = overflow_ ? std::min(limits_.deadline_ms, 2000) : limits_.deadline_ms;
+    deadline_ = Clock::now() + std::chrono::milliseconds(deadline_ms);
+  }
+  void end_request() { phase_ = Phase::idle; }
+
+  bool overflow() const { return overflow_; }
+  int refused() const { return refused_; }
+  bool close_after() const { return close_after_ || refused_ != 0; }
+  void set_close_after() { close_after_ = true; }
+
+  // the peer shut its side (POLLRDHUP) or the socket failed; buffered bytes aside
+  bool peer_gone() const {
+    pollfd p{fd_, POLLIN | POLLRDHUP, 0};
+    if (poll(&p, 1, 0) <= 0) return false;
+    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+  }
+
+  bool is_readable() const override {
+    if (off_ < len_) return true;
+    pollfd p{fd_, POLLIN, 0};
+    return poll(&p, 1, read_timeout_ms_) > 0;
+  }
+
+  bool is_writable() const override {
+    if (refused_) return false;
+    pollfd p{fd_, POLLOUT, 0};
+    if (poll(&p, 1, write_timeout_ms_) <= 0 || !(p.revents & POLLOUT)) return false;
+    return !peer_gone_hard();
+  }
+
+  ssize_t read(char* ptr, size_t size) override {
+    if (refused_) return -1;
+    if (off_ == len_ && !fill()) return (refused_ || errno_) ? -1 : 0;
+    size_t n = std::min(size, len_ - off_);
+    if (phase_ == Phase::head) {
+      n = scan_head(n);
+      if (refused_) return -1;
+    } else if (phase_ == Phase::body) {
+      body_bytes_ += n;
+      if (body_bytes_ > limits_.max_raw_body) {
+        refuse(413, strprintf("request body too large (more than %zu bytes on the wire)", limits_.max_raw_body));
+        return -1;
+      }
+    }
+    std::memcpy(ptr, buf_ + off_, n);
+    off_ += n;
+    return (ssize_t)n;
+  }
+
+  ssize_t write(const char* ptr, size_t size) override {
+    if (refused_) return -1;  // our own answer is out; httplib's second one is not sent
+    return send_all(ptr, size) ? (ssize_t)size : -1;
+  }
+
+  void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(fd_, true, ip, port); }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(fd_, false, ip, port); }
+  socket_t socket() const override { return fd_; }
+
+  // after a refusal or an unread body: stop sending, read and drop what the client still
+  // sends (up to a second), so the close is not a reset that eats our answer
+  void linger() {
+    ::shutdown(fd_, SHUT_WR);
+    const auto until = Clock::now() + std::chrono::seconds(1);
+    char sink[16384];
+    while (true) {
+      pollfd p{fd_, POLLIN, 0};
+      if (poll(&p, 1, ms_until(until)) <= 0) break;
+      if (recv(fd_, sink, sizeof sink, 0) <= 0) break;
+    }
+  }
+
+ private:
+  enum class Phase { idle, head, body };
+
+  // a reset peer (not a half-close): what httplib's is_socket_alive tells
+  bool peer_gone_hard() const {
+    pollfd p{fd_, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0) return false;
+    if (p.revents & (POLLERR | POLLNVAL)) return true;
+    char b;
+    ssize_t k = recv(fd_, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (k == 0) return true;  // EOF
+    return k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+  }
+
+  bool fill() {
+    errno_ = 0;
+    while (true) {
+      int wait = read_timeout_ms_;
+      if (phase_ != Phase::idle) {
+        if (Clock::now() >= deadline_) return deadline_passed();
+        wait = std::min(wait, ms_until(deadline_) + 1);
+      }
+      pollfd p{fd_, POLLIN, 0};
+      int r = poll(&p, 1, wait);
+      if (r < 0 && errno == EINTR) continue;
+      if (r == 0) {
+        if (phase_ != Phase::idle && Clock::now() >= deadline_) return deadline_passed();
+        errno_ = ETIMEDOUT;
+        return false;
+      }
+      if (r < 0) {
+        errno_ = errno;
+        return false;
+      }
+      ssize_t got = recv(fd_, buf_, sizeof buf_, 0);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        errno_ = got < 0 ? errno : 0;
+        return false;
+      }
+      off_ = 0;
+      len_ = (size_t)got;
+      return true;
+    }
+  }
+
+  bool deadline_passed() {
+    const int ms = overflow_ ? std::min(limits_.deadline_ms, 2000) : limits_.deadline_ms;
+    refuse(408, strprintf("the request did not arrive within %.1f s", ms / 1000.0));
+    return false;
+  }
+
+  // counts the head's lines as httplib takes them; returns how many of the n bytes to hand
+  // out (the head's end stops the count there, so the body is counted as body)
+  size_t scan_head(size_t n) {
+    for (size_t i = 0; i < n; i++) {
+      const char c = buf_[off_ + i];
+      if (c == '\n') {
+        const bool blank = line_len_ == 0 || (line_len_ == 1 && last_ == '\r');
+        if (blank && lines_ > 0) {
+          phase_ = Phase::body;
+          return i + 1;
+        }
+        lines_++;
+        line_len_ = 0;
+        if (lines_ > limits_.max_headers + 1) {
+          refuse(431, strprintf("too many header lines (the limit is %zu)", limits_.max_headers));
+          return 0;
+        }
+      } else if (++line_len_ > limits_.max_line) {
+        if (lines_ == 0) refuse(414, strprintf("request line longer than %zu bytes", limits_.max_line));
+        else refuse(431, strprintf("header line longer than %zu bytes", limits_.max_line));
+        return 0;
+      }
+      last_ = c;
+    }
+    return n;
+  }
+
+  void refuse(int status, const std::string& message) {
+    const std::string body = server_error_json(status, message);
+    const std::string head = strprintf(
+        "HTTP/1.1 %d %s\r\nContent-Type: application/json\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n", status,
+        status_text(status), body.size());
+    send_all(head.data(), head.size()) && send_all(body.data(), body.size());
+    refused_ = status;
+  }
+
+  bool send_all(const char* p, size_t n) {
+    while (n > 0) {
+      pollfd q{fd_, POLLOUT, 0};
+      int r = poll(&q, 1, write_timeout_ms_);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0 || !(q.revents & POLLOUT)) return false;
+      ssize_t k = send(fd_, p, n, MSG_NOSIGNAL);
+      if (k < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+      if (k <= 0) return false;
+      p += k;
+      n -= (size_t)k;
+    }
+    return true;
+  }
+
+  int fd_;
+  const ConnectionLimits& limits_;
+  int read_timeout_ms_, write_timeout_ms_;
+  bool overflow_;
+  char buf_[4096];
+  size_t off_ = 0, len_ = 0;
+  Phase phase_ = Phase::idle;
+  size_t line_len_ = 0, lines_ = 0, body_bytes_ = 0;
+  char last_ = 0;
+  Clock::time_point deadline_;
+  int refused_ = 0;
+  int errno_ = 0;
+  bool close_after_ = false;
+};
+
+thread_local ConnectionStream* tl_stream = nullptr;
+
+// httplib cuts every response to the request's Range, error bodies included, and answers
+// many ranges of one file with that many copies (its issue 1766): a range is honoured for one
+// embedded UI file only, otherwise the whole response is sent (RFC 9110 lets a server ignore
+// Range)
+void keep_ranges_for_files(httplib::Request& req) {
+  const bool file = (req.method == "GET" || req.method == "HEAD") && (req.path == "/" || server_web_asset(req.path));
+  if (req.ranges.size() != 1 || !file) req.ranges.clear();
+}
+
+}  // namespace
+
+bool server_connection_gone() { return tl_stream && tl_stream->peer_gone(); }
+bool server_connection_overflow() { return tl_stream && tl_stream->overflow(); }
+void server_connection_close_after() {
+  if (tl_stream) tl_stream->set_close_after();
+}
+int server_connection_refused() { return tl_stream ? tl_stream->refused() : 0; }
+
+bool HttpServer::process_and_close_socket(socket_t sock) {
+  const bool overflow = open_connections.fetch_add(1) + 1 > limits.max_connections;
+  bool ret = false;
+  {
+    ConnectionStream strm(sock, limits, (int)(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000),
+                          (int)(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000), overflow);
+    tl_stream = &strm;
+    size_t count = overflow ? 1 : keep_alive_max_count_;  // beyond the cap: one request
+    const int idle_ms = overflow ? 2000 : (int)keep_alive_timeout_sec_ * 1000;
+    while (count > 0 && strm.wait_request(idle_ms, svr_sock_)) {
+      bool connection_closed = false;
+      strm.begin_request();
+      ret = process_request(strm, count == 1, connection_closed, keep_ranges_for_files);
+      strm.end_request();
+      if (!ret || connection_closed || strm.close_after()) break;
+      count--;
+    }
+    if (strm.close_after()) strm.linger();
+    tl_stream = nullptr;
+  }
+  ::shutdown(sock, SHUT_RDWR);
+  ::close(sock);
+  open_connections.fetch_sub(1);
+  return ret;
+}
+
+void ConnectionQueue::enqueue(std::function<void()> fn) {
+  std::lock_guard<std::mutex> lock(mu_);
+  jobs_.push_back(std::move(fn));
+  if (jobs_.size() > idle_ && threads_.size() < max_threads_) threads_.emplace_back([this] { loop(); });
+  cv_.notify_one();
+}
+
+void ConnectionQueue::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  for (auto& t : threads_) t.join();  // enqueue is no longer called: the listener has stopped
+}
+
+void ConnectionQueue::loop() {
+  while (true) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      idle_++;
+      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      idle_--;
+      if (jobs_.empty()) return;  // stopping, nothing left
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    job();
+  }
+}
+
+}  // namespace nanochat
