@@ -354,4 +354,16 @@ TEST(TensorBoard, MetricsLogScalarsReadBackByTensorBoard) {
   EXPECT_EQ(plotted["loss"].size(), 7u);  // steps 0..3 of the first run, 4..6 of the resumed one
   EXPECT_EQ(plotted.count("bad"), 0u);
   EXPECT_EQ(plotted.count("note"), 0u);
+
+  // a fresh run in the same directory starts over, as metrics.jsonl does: one file, one event
+  {
+    MetricsLog fresh(dir + "/metrics.jsonl", -1);
+    fresh.log({{"step", 0}, {"loss", 7.0}});
+  }
+  const CommandResult again = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR +
+                                        "/tests/fixtures/tensorboard_scalars.py " + dir);
+  ASSERT_EQ(again.rc, 0) << again.err;
+  const nlohmann::json fresh = nlohmann::json::parse(again.out);
+  EXPECT_EQ(fresh["files"].size(), 1u);
+  EXPECT_EQ(fresh["scalars"], nlohmann::json::parse(R"({"loss": [[0, 7.0]]})"));
 }

@@ -2,6 +2,7 @@
 // delimited) and the TFRecord framing with CRC-32C.
 #include "nanochat/common/tensorboard_writer.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -109,6 +110,15 @@ std::string tensorboard_scalars_event(double wall_time, int64_t step,
 
 TensorBoardWriter::TensorBoardWriter(const std::string& dir, int64_t resume_step) {
   make_dirs(dir);
+  if (resume_step < 0) {  // a fresh run: the event files of an earlier run in dir go
+    if (DIR* d = opendir(dir.c_str())) {
+      std::vector<std::string> old;
+      while (dirent* e = readdir(d))
+        if (std::strncmp(e->d_name, "events.out.tfevents.", 20) == 0) old.push_back(dir + "/" + e->d_name);
+      closedir(d);
+      for (const std::string& path : old) std::remove(path.c_str());
+    }
+  }
   char host[256] = "localhost";
   gethostname(host, sizeof host - 1);
   const double now = now_seconds();

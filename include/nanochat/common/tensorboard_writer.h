@@ -31,7 +31,9 @@ class TensorBoardWriter {
   TensorBoardWriter() = default;  // disabled: add_scalars does nothing
   // a new event file in dir (created). resume_step >= 0: a resumed run; a SessionLog START at
   // that step comes first, so TensorBoard drops the earlier run's events from that step on,
-  // as metrics.jsonl drops its lines. Error naming the file when it cannot be created.
+  // as metrics.jsonl drops its lines. resume_step < 0: a fresh run; the event files already in
+  // dir are removed, as metrics.jsonl starts over. Error naming the file when it cannot be
+  // created.
   TensorBoardWriter(const std::string& dir, int64_t resume_step);
   ~TensorBoardWriter();
   TensorBoardWriter(const TensorBoardWriter&) = delete;
