@@ -39,6 +39,7 @@ MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(pat
   if (env_get("NANOCHAT_TENSORBOARD") && !env_flag("NANOCHAT_TENSORBOARD")) return;
   try {
     tensorboard_ = TensorBoardWriter(parent_dir(path), resume_step);
+    log_info("TensorBoard events in %s (tensorboard --logdir %s)", tensorboard_.path().c_str(), parent_dir(path).c_str());
   } catch (const std::exception& e) {
     log_warn("no TensorBoard events: %s", e.what());
   }
