@@ -6,6 +6,7 @@
 // Baseline, same run: the same request through the Engine in this process (no HTTP, no
 // queue), one after another; the table gives server/baseline ratios.
 // usage: bench_server [--workers 2] [--requests 64] [--max-tokens 32] [--clients 1,8,32]
+//        bench_server --make-base-dir   (the tiny model for bench/soak_server.sh)
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -93,9 +94,16 @@ static int bench_main(int argc, char** argv, std::string& base) {
   app.add_option("--requests", requests, "requests per concurrency level");
   app.add_option("--max-tokens", max_tokens, "tokens per reply (greedy)");
   app.add_option("--clients", clients_list, "concurrency levels");
+  bool make_base_dir = false;
+  app.add_flag("--make-base-dir", make_base_dir, "only write the tiny model's NANOCHAT_BASE_DIR, print its path, keep it (bench/soak_server.sh)");
   CLI11_PARSE(app, argc, argv);
 
   base = tiny_chat_base_dir();
+  if (make_base_dir) {
+    std::printf("%s\n", base.c_str());
+    base.clear();  // kept for the caller
+    return 0;
+  }
   const std::string prompt = "what is two plus three";
   nlohmann::json req = {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"temperature", 0}, {"max_tokens", max_tokens}};
   const std::string body = req.dump();
