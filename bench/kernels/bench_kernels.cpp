@@ -25,11 +25,13 @@ using torch::Tensor;
 
 namespace {
 
-// the best of `reps` timed calls of fwd+bwd (one untimed warm-up first)
-double time_fwd_bwd(const std::function<Tensor()>& fwd, int reps, torch::Device device) {
+// the best of `reps` timed calls of fwd+bwd (one untimed warm-up first), every output
+// given a gradient of ones
+double time_fwd_bwd(const std::function<std::vector<Tensor>()>& fwd, int reps, torch::Device device) {
   auto once = [&] {
-    Tensor out = fwd();
-    out.backward(torch::ones_like(out));
+    std::vector<Tensor> outs = fwd(), grads;
+    for (const Tensor& o : outs) grads.push_back(torch::ones_like(o));
+    torch::autograd::backward(outs, grads);
   };
   once();
   double best = 1e30;
@@ -42,6 +44,12 @@ double time_fwd_bwd(const std::function<Tensor()>& fwd, int reps, torch::Device 
   }
   return best;
 }
+
+double time_fwd_bwd(const std::function<Tensor()>& fwd, int reps, torch::Device device) {
+  return time_fwd_bwd(std::function<std::vector<Tensor>()>([&] { return std::vector<Tensor>{fwd()}; }), reps, device);
+}
+
+std::vector<Tensor> both(const std::pair<Tensor, Tensor>& p) { return {p.first, p.second}; }
 
 Tensor leaf(Tensor t) { return t.detach().requires_grad_(true); }
 
@@ -79,7 +87,7 @@ int main(int argc, char** argv) {
     double fused_ms, reference_ms;
   };
   std::vector<Row> rows;
-  auto compare = [&](const std::string& op, const std::function<Tensor()>& fused, const std::function<Tensor()>& ref) {
+  auto compare = [&](const std::string& op, const auto& fused, const auto& ref) {  // one output or several
     rows.push_back({op, 1000 * time_fwd_bwd(fused, reps, device), 1000 * time_fwd_bwd(ref, reps, device)});
   };
 
@@ -101,6 +109,11 @@ int main(int argc, char** argv) {
   Tensor q = leaf(torch::randn({B, T, H, D}, opts).to(dtype));
   compare("rotary+QKnorm", [&] { return kernels_rotary_norm(q, cs, sn, 1.2); },
           [&] { return kernels_rotary_norm_reference(q, cs, sn, 1.2); });
+  // the residual stream into the norm: a*x + b*x0 with the layer's lambdas, and norm of that
+  Tensor xr = leaf(torch::randn({B, T, C}, opts).to(dtype)), x0 = leaf(torch::randn({B, T, C}, opts).to(dtype));
+  Tensor la = leaf(torch::tensor(0.9f, opts)), lb = leaf(torch::tensor(0.1f, opts));
+  compare("resid mix+RMSNorm", [&] { return both(kernels_residual_norm(xr, x0, la, lb)); },
+          [&] { return both(kernels_residual_norm_reference(xr, x0, la, lb)); });
 
   // attention: the long layer (causal) and a short one (window T/4), reported alone
   Tensor qa = leaf(torch::randn({B, T, H, D}, opts).to(dtype)), ka = leaf(torch::randn({B, T, H, D}, opts).to(dtype));
