@@ -23,6 +23,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <system_error>
 
 #include "nanochat/common/error.h"
 #include "server/server_state.h"
@@ -322,7 +323,13 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
 void ConnectionQueue::enqueue(std::function<void()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
   jobs_.push_back(std::move(fn));
-  if (jobs_.size() > idle_ && threads_.size() < max_threads_) threads_.emplace_back([this] { loop(); });
+  if (jobs_.size() > idle_ && threads_.size() < max_threads_) {
+    try {
+      threads_.emplace_back([this] { loop(); });
+    } catch (const std::system_error&) {
+      // out of threads (RLIMIT_NPROC, memory): the job waits for a running one
+    }
+  }
   cv_.notify_one();
 }
 
