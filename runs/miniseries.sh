@@ -14,7 +14,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
-NC=build/nanochat
+NC="${NANOCHAT_BIN:-$PWD/build/nanochat}"  # NANOCHAT_BIN: another build
 log() { echo "[$(date '+%Y-%m-%d %H:%M:%S')] $*"; }
 
 SERIES="${1:-${SERIES_NAME:-$(date +%b%d | tr '[:upper:]' '[:lower:]')}}"
@@ -79,5 +79,5 @@ done
 
 log "the loss fit over the miniseries"
 $NC scaling-fit --report miniseries --csv "$RESULTS_DIR/results.csv" "${RUNS[@]}" | tee "$RESULTS_DIR/fit.txt"
-$NC report generate
-log "results: $RESULTS_DIR/results.csv, the fit in $RESULTS_DIR/fit.txt and the report card"
+(cd "$RESULTS_DIR" && $NC report generate)  # the report card, with a copy here
+log "results: $RESULTS_DIR/results.csv, the fit in $RESULTS_DIR/fit.txt, the report card in $RESULTS_DIR/report.md"

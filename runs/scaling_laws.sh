@@ -17,7 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
-NC=build/nanochat
+NC="${NANOCHAT_BIN:-$PWD/build/nanochat}"  # NANOCHAT_BIN: another build
 log() { echo "[$(date '+%Y-%m-%d %H:%M:%S')] $*"; }
 
 LABEL="${LABEL:-jan26}"
@@ -77,5 +77,5 @@ done
 
 log "the fits: IsoFLOP optima, N* and D* against compute, the loss"
 $NC scaling-fit --report scaling-laws --csv "$RESULTS_DIR/results.csv" "${RUNS[@]}" | tee "$RESULTS_DIR/fit.txt"
-$NC report generate
-log "results: $RESULTS_DIR/results.csv, the fit in $RESULTS_DIR/fit.txt and the report card"
+(cd "$RESULTS_DIR" && $NC report generate)  # the report card, with a copy here
+log "results: $RESULTS_DIR/results.csv, the fit in $RESULTS_DIR/fit.txt, the report card in $RESULTS_DIR/report.md"

@@ -318,3 +318,71 @@ TEST(ScalingFit, BinaryFitsFinishedRunDirs) {
   EXPECT_EQ(missing.rc, 1);
   EXPECT_NE(missing.err.find("no checkpoint directory"), std::string::npos) << missing.err;
 }
+
+namespace {
+
+// the runs of a fit's JSON line as scaling_fit_reference.py takes them
+std::vector<ScalingRun> runs_of(const json& fit) {
+  std::vector<ScalingRun> runs;
+  for (const json& r : fit["runs"]) {
+    ScalingRun s = point(r["flops_budget"].get<double>(), r["params"].get<int64_t>(), r["tokens"].get<int64_t>(),
+                         r["val_bpb"].get<double>());
+    s.flops = r["flops"].get<double>();
+    runs.push_back(s);
+  }
+  return runs;
+}
+
+json last_json_line(const std::string& text) {
+  const size_t end = text.find_last_not_of('\n');
+  return json::parse(text.substr(text.rfind('\n', end) + 1, end + 1 - (text.rfind('\n', end) + 1)));
+}
+
+}  // namespace
+
+// Both scripts' toy setting end to end (smaller still: ratio 0.5, budgets 2e10 and 4e10; about a
+// minute on 2 cores): real base-train runs on the offline local corpus, then their fits, which
+// must equal NumPy's on the runs' own numbers; a rerun skips every finished run
+TEST(ScalingScripts, ToyMiniseriesAndScalingLawsEndToEnd) {
+  const std::string base = temp_dir();
+  const std::string env = "NANOCHAT_BASE_DIR=" + base + " NANOCHAT_BIN=" + kBin + " TOY=1 SKIP_SETUP=1 ";
+  const std::string runs = std::string(NANOCHAT_SOURCE_DIR) + "/runs/";
+  CommandResult mini = run_shell(env + "RATIO=0.5 bash " + runs + "miniseries.sh ci");
+  ASSERT_EQ(mini.rc, 0) << mini.out << mini.err;
+  CommandResult scal = run_shell(env + "FLOPS_BUDGETS='2e10 4e10' bash " + runs + "scaling_laws.sh");
+  ASSERT_EQ(scal.rc, 0) << scal.out << scal.err;
+
+  json m = last_json_line(read_file(base + "/ci_miniseries_results/fit.txt"));
+  ASSERT_EQ(m["runs"].size(), 3u);
+  EXPECT_EQ(count_lines(read_file(base + "/ci_miniseries_results/results.csv")), 4);
+  json m_ref = numpy_reference(runs_of(m));
+  for (const char* fit_name : {"loss_vs_flops", "loss_vs_params"})
+    for (const char* key : {"slope", "intercept"})
+      expect_rel(m[fit_name][key].get<double>(), m_ref[fit_name][key].get<double>(), 1e-7, std::string("miniseries ") + fit_name);
+
+  json s = last_json_line(read_file(base + "/scaling_laws_results_jan26/fit.txt"));
+  ASSERT_EQ(s["runs"].size(), 6u);
+  ASSERT_EQ(s["optima"].size(), 2u);
+  EXPECT_EQ(count_lines(read_file(base + "/scaling_laws_results_jan26/results.csv")), 7);
+  json s_ref = numpy_reference(runs_of(s));
+  for (size_t i = 0; i < 2; i++)
+    for (const char* key : {"params", "tokens", "ratio", "val_bpb"})
+      expect_rel(s["optima"][i][key].get<double>(), s_ref["optima"][i][key].get<double>(), 1e-7,
+                 "optimum " + std::to_string(i) + " " + key);
+  for (const char* fit_name : {"params_vs_flops", "tokens_vs_flops", "loss_vs_flops", "loss_vs_params"})
+    for (const char* key : {"slope", "intercept"})
+      expect_rel(s[fit_name][key].get<double>(), s_ref[fit_name][key].get<double>(), 1e-7, fit_name);
+
+  // both studies in the report card, with their charts
+  const std::string report = read_file(base + "/report/report.md");
+  EXPECT_NE(report.find("## Miniseries"), std::string::npos);
+  EXPECT_NE(report.find("## Scaling laws"), std::string::npos);
+  EXPECT_NE(report.find("(scaling-laws-isoflop.svg)"), std::string::npos);
+  EXPECT_TRUE(path_exists(base + "/report/miniseries-loss-vs-flops.svg"));
+  EXPECT_TRUE(path_exists(base + "/scaling_laws_results_jan26/report.md"));  // the copy beside the results
+
+  CommandResult again = run_shell(env + "RATIO=0.5 bash " + runs + "miniseries.sh ci");
+  ASSERT_EQ(again.rc, 0) << again.out << again.err;
+  EXPECT_EQ(count(again.out, "finished before, skipped"), 3) << again.out;
+  EXPECT_EQ(last_json_line(read_file(base + "/ci_miniseries_results/fit.txt")), m);
+}
