@@ -10,7 +10,8 @@
 # interrupted one continues from its last checkpoint (base-train --resume latest).
 # Setup (data and tokenizer) is skipped with SKIP_SETUP=1. Other knobs: NPROC (8), DEPTHS
 # ("12 14 ..."), RATIO, NANOCHAT_BASE_DIR. Results: $NANOCHAT_BASE_DIR/<series>_miniseries_results/
-# (results.csv, one training log per depth) and the "Miniseries" section of the report card.
+# (results.csv, fit.txt, one training log per depth, report.md) and the "Miniseries" section
+# of the report card. NANOCHAT_BIN runs another build of the binary.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1

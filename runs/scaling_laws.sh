@@ -12,8 +12,8 @@
 # Resumable: rerun it and the finished runs are skipped (scaling-fit --finished), an interrupted
 # one continues from its last checkpoint (base-train --resume latest). Knobs: LABEL (jan26),
 # FLOPS_BUDGETS ("1e18 ..."), DEPTHS ("10 12 ..."), NPROC (8), NANOCHAT_BASE_DIR. Results:
-# $NANOCHAT_BASE_DIR/scaling_laws_results_<label>/ (results.csv, fit.txt, one log per run) and
-# the "Scaling laws" section of the report card.
+# $NANOCHAT_BASE_DIR/scaling_laws_results_<label>/ (results.csv, fit.txt, one log per run,
+# report.md) and the "Scaling laws" section of the report card. NANOCHAT_BIN runs another build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
