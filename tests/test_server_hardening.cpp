@@ -6,7 +6,8 @@
 //    long header lines (CVE-2025-53628), many headers (CVE-2025-52887), chunked and length-less
 //    bodies (CVE-2025-46728), a negative chunk size (CVE-2026-45352), a gzip bomb
 //    (CVE-2026-22776), shadowed REMOTE_ADDR (CVE-2025-66570), CR LF smuggled through percent
-//    escapes into headers or logs (CVE-2023-26130, CVE-2026-21428, CVE-2026-45372); memory is
+//    escapes into headers or logs (CVE-2026-45372), set_header's own check (CVE-2023-26130,
+//    Debian's backport); memory is
 //    read from /proc/<pid>/status before and after;
 //  - no CORS by default, --cors-origin, the Host check against DNS rebinding, --api-key;
 //  - slowloris: 100 dripping sockets do not delay /health, and get 408 at the deadline.
@@ -294,6 +295,20 @@ TEST(Hardening, PercentEncodedCrLfNeverReachesHeadersOrLogs) {
   EXPECT_NE(log.find("GET /x\\x0d\\x0aSet-Cookie: a=b\\x0d\\x0a 404"), std::string::npos) << log;
   EXPECT_EQ(log.find("\nSet-Cookie"), std::string::npos) << "a forged log line";
   EXPECT_EQ(log.find('\r'), std::string::npos) << "a raw CR in the log";
+}
+
+// CVE-2023-26130: httplib set its own headers (Host from the URL, ...) with CR LF unchecked;
+// Debian's 0.11.4+ds-1+deb12u1 backports the fix: set_header drops such a value. The server
+// builds every response header through set_header from constants or numbers.
+TEST(Hardening, HttplibSetHeaderDropsCrLf) {
+  httplib::Request req;
+  req.set_header("Host", "a\r\nX-Injected: 1");
+  EXPECT_FALSE(req.has_header("Host"));
+  httplib::Response res;
+  res.set_header("X-A", "a\nb");
+  EXPECT_FALSE(res.has_header("X-A"));
+  res.set_header("X-B", "fine");
+  EXPECT_EQ(res.get_header_value("X-B"), "fine");
 }
 
 // httplib answers many ranges of a file with that many copies (its issue 1766) and cuts error
