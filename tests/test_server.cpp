@@ -511,6 +511,7 @@ TEST(ServerApi, OversizedBody413) {
   RawResponse r = parse_response(raw_read_response(fd));
   close(fd);
   expect_json_error(r, 413, "too large", "Content-Length 50 MB");
+  EXPECT_EQ(r.headers["connection"], "close") << "the unread body ends the connection";
 }
 
 TEST(ServerApi, ClientDisconnectFreesItsWorker) {

@@ -231,10 +231,18 @@ const char* allowed_methods(const std::string& path) {
 // The request body through httplib's content reader: decompressed (gzip, deflate, br) and
 // de-chunked there, counted here, so no encoding gets more than max_body_bytes into memory
 // (httplib 0.11.4 caps neither a chunked body nor a decompressed one).
-std::string read_body(const ServerState& st, const httplib::Request& req, const httplib::ContentReader& reader) {
+// the connection closes once this response is out (its body is left unread); said in the
+// response too (httplib adds the header itself when the request asked for the close)
+void close_after(const httplib::Request& req, httplib::Response& res) {
+  server_connection_close_after();
+  if (req.get_header_value("Connection") != "close") res.set_header("Connection", "close");
+}
+
+std::string read_body(const ServerState& st, const httplib::Request& req, httplib::Response& res,
+                      const httplib::ContentReader& reader) {
   const size_t max = (size_t)st.opt.limits.max_body_bytes;
   if (req.is_multipart_form_data()) {
-    server_connection_close_after();
+    close_after(req, res);
     throw ServerError(415, "multipart bodies are not accepted; send the request as JSON");
   }
   std::string body;
@@ -245,11 +253,11 @@ std::string read_body(const ServerState& st, const httplib::Request& req, const 
     return true;
   });
   if (over) {
-    server_connection_close_after();  // the rest of the body stays unread
+    close_after(req, res);  // the rest of the body stays unread
     throw ServerError(413, strprintf("request body too large (limit %zu bytes, after decompression)", max));
   }
   if (!ok) {
-    server_connection_close_after();
+    close_after(req, res);
     if (int refused = server_connection_refused()) throw ServerError(refused, "request refused");  // already answered
     throw ServerError(400, "the request body could not be read (bad chunked framing or compression)");
   }
@@ -281,7 +289,7 @@ bool same_secret(const std::string& a, const std::string& b) {
 httplib::Server::HandlerResponse guard(const ServerState& st, const httplib::Request& req, httplib::Response& res) {
   using HR = httplib::Server::HandlerResponse;
   auto refuse = [&](int status, const std::string& message) {
-    if (may_have_body(req)) server_connection_close_after();  // its body stays unread
+    if (may_have_body(req)) close_after(req, res);  // its body stays unread
     send_error(res, status, message);
     return HR::Handled;
   };
@@ -373,7 +381,7 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
     return httplib::Server::HandlerWithContentReader(
         [&st, fn](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
           try {
-            fn(st, read_body(st, req, reader), res);
+            fn(st, read_body(st, req, res, reader), res);
           } catch (const ServerError& e) {
             send_error(res, e.status, e.what());
           } catch (const std::exception& e) {
