@@ -5,22 +5,23 @@
 # for --seconds (default 600); bench/server/soak_driver.py prints requests served, the 5xx count
 # (must be 0), p50/p99 latency of the valid chats in the first and last minute, and the server's
 # RSS growth (must stay under 10%). Exit status 1 when a limit is broken. CPU heavy: a bench, not a test.
-# usage: bench/soak_server.sh [--seconds 600] [--concurrency 16] [--workers 2]
+# usage: bench/soak_server.sh [--seconds 600] [--concurrency 16] [--workers 2] [--no-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=600 concurrency=16 workers=2 deadline=2
+seconds=600 concurrency=16 workers=2 deadline=2 build_first=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --concurrency) concurrency="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
-    *) echo "soak_server.sh: unknown argument $1 (--seconds N, --concurrency N, --workers N)" >&2; exit 2 ;;
+    --no-build) build_first=0; shift ;;
+    *) echo "soak_server.sh: unknown argument $1 (--seconds N, --concurrency N, --workers N, --no-build)" >&2; exit 2 ;;
   esac
 done
 build=${BUILD_DIR:-build}
 python=python3
 [ -x .venv/bin/python ] && python=.venv/bin/python
-cmake --build "$build" --target bench_server nanochat >/dev/null
+[ "$build_first" = 1 ] && cmake --build "$build" --target bench_server nanochat >/dev/null
 
 base=$("$build"/bench/bench_server --make-base-dir | tail -1)
 log="$base/chat_web.log"
