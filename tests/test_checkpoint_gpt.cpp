@@ -657,3 +657,29 @@ TEST(CheckpointRunDir, BaseTrainKeepLastForceAndStaleFiles) {
   EXPECT_TRUE(path_exists(live));
   unlink(live.c_str());
 }
+
+// what runs/runcpu.sh does on a rerun: SFT into a tag that has steps is refused, and with
+// --resume latest a finished SFT resumes at its last step and saves it again, through the
+// re-save swap (no .next file left, the same weights, every step still complete)
+TEST(CheckpointRunDir, SftRerunIsRefusedOrResumesAtItsLastStep) {
+  std::string base = imported_base();
+  const std::string dir = base + "/chatsft_checkpoints/d2";
+  const std::string sft = "sft --mixture spelling --num-iterations 2 --device-batch-size 2 --max-seq-len 64"
+                          " --total-batch-size 256 --eval-every -1 --eval-tokens 256 --save-every 1";
+  CommandResult r = run_cli(base, sft);
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  ASSERT_TRUE(checkpoint_is_complete(dir, 1) && checkpoint_is_complete(dir, 2));
+  NamedTensors before = checkpoint_load_model(dir, 2).tensors;
+
+  r = run_cli(base, sft);
+  expect_one_error_line(r, dir + " already has checkpoint step(s) 1, 2");
+
+  r = run_cli(base, sft + " --resume latest");
+  ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("resuming from " + dir + " step 2"), std::string::npos) << r.out << r.err;
+  EXPECT_TRUE(checkpoint_is_complete(dir, 1) && checkpoint_is_complete(dir, 2));
+  EXPECT_FALSE(has_suffix_file(dir, ".next"));
+  NamedTensors after = checkpoint_load_model(dir, 2).tensors;
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); i++) EXPECT_TRUE(torch::equal(after[i].second, before[i].second)) << after[i].first;
+}
