@@ -41,6 +41,7 @@ void cli_open_checkpoint_dir(const std::string& dir, bool resuming, Dist& dist) 
     fail("%s already has checkpoint step(s) %s from an earlier run: %sstart over with --force (deletes them), "
          "or pick another --model-tag",
          dir.c_str(), steps_text(earlier).c_str(), g_can_resume ? "continue it with --resume latest, " : "");
+  dist.barrier();  // every rank has looked before rank 0 changes anything
   if (dist.rank() == 0) {
     if (int n = checkpoint_recover_dir(dir)) log_info("%s: %d file(s) of interrupted saves cleaned up", dir.c_str(), n);
     if (!resuming && g_force) {

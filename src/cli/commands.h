@@ -55,7 +55,7 @@ std::string cli_resume_command(const std::vector<std::string>& argv, int64_t ste
 void cli_add_output_flags(CLI::App* sub);
 // a training run's start, on every rank: a fresh run (not `resuming`) into a tag that has
 // steps is an Error unless --force; then rank 0 repairs dir (checkpoint_recover_dir) and,
-// with --force, deletes its steps; a barrier
+// with --force, deletes its steps, between two barriers
 void cli_open_checkpoint_dir(const std::string& dir, bool resuming, Dist& dist);
 // rank 0 after step `saved_step` is marked complete: --keep-last's pruning (a failure warns)
 void cli_prune_checkpoints(const std::string& dir, int64_t saved_step);
