@@ -171,7 +171,7 @@ TEST(ChatPipeline, SftKilledOrStoppedRunResumesWithTheSameLosses) {
   const std::string nc = std::string("NANOCHAT_BASE_DIR=") + base + " " NANOCHAT_BIN;
   ASSERT_NO_FATAL_FAILURE(make_tiny_base_model(dir + "/text", nc));
   const std::string sft = nc + " sft --mixture spelling --num-iterations 24 --device-batch-size 2 --max-seq-len 64"
-                               " --total-batch-size 256 --eval-every -1 --save-every 4";
+                               " --total-batch-size 256 --eval-every -1 --eval-tokens 256 --save-every 4";
   CommandResult full = run_shell(sft);
   ASSERT_EQ(full.rc, 0) << full.out << full.err;
   auto reference = read_losses(out + "/d2/metrics.jsonl");
