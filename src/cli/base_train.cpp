@@ -164,8 +164,8 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
                                            o.window_pattern, o.aspect_ratio, o.head_dim);
   const std::string tag = o.model_tag.empty() ? strprintf("d%lld", (long long)o.depth) : o.model_tag;
   const std::string ckpt_dir = checkpoint_dir("base", tag);
-  const int64_t resume_step = o.resume_latest ? checkpoint_find_last_step(ckpt_dir) : o.resume_from_step;
   cli_open_checkpoint_dir(ckpt_dir, o.resume_latest || o.resume_from_step >= 0, dist);  // --force, stale files
+  const int64_t resume_step = o.resume_latest ? checkpoint_find_last_step(ckpt_dir) : o.resume_from_step;
 
   GPT model(config, c.device, c.dtype);
   gpt_init_weights(model, 42);
@@ -305,8 +305,8 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
     checkpoint_save_optim(ckpt_dir, step, rank, opt.state_tensors(), state);
     dist.barrier();
     if (c.master()) checkpoint_mark_complete(ckpt_dir, step, world);
-    dist.barrier();
     if (c.master()) cli_prune_checkpoints(ckpt_dir, step);  // --keep-last
+    dist.barrier();
     log_info("saved checkpoint %s step %06lld (%.1fs)", ckpt_dir.c_str(), (long long)step, t.seconds());
   };
 

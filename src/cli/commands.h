@@ -50,7 +50,6 @@ void cli_add_resume_flags(CLI::App* sub, int64_t& save_every, int64_t& resume_fr
 // the command line `argv` with its --resume* flags replaced by --resume-from-step <step>:
 // what a stopped run prints so it can be resumed (checkpoint_flags.cpp)
 std::string cli_resume_command(const std::vector<std::string>& argv, int64_t step);
-
 // --force, --keep-last (cli_add_resume_flags adds them too; rl, which cannot resume, alone)
 void cli_add_output_flags(CLI::App* sub);
 // a training run's start, on every rank: a fresh run (not `resuming`) into a tag that has
@@ -59,6 +58,7 @@ void cli_add_output_flags(CLI::App* sub);
 void cli_open_checkpoint_dir(const std::string& dir, bool resuming, Dist& dist);
 // rank 0 after step `saved_step` is marked complete: --keep-last's pruning (a failure warns)
 void cli_prune_checkpoints(const std::string& dir, int64_t saved_step);
+
 // the process's command line (set first thing in main)
 void cli_set_argv(int argc, char** argv);
 const std::vector<std::string>& cli_argv();
