@@ -58,21 +58,23 @@ void optim_muon_step(torch::Tensor grads, torch::Tensor params, torch::Tensor mo
   X = X * (target / row_norm).to(X.scalar_type());
 
   // Polar Express: X -> approximately U V^T of its SVD, on the smaller Gram matrix
-  X = X / (fro_norm(X) * 1.01 + 1e-6);
+  X = (X / (fro_norm(X) * 1.01 + 1e-6)).reshape({-1, rows, cols});  // baddbmm takes one batch dim
   const auto& coeffs = optim_polar_express_coeffs();
   for (int i = 0; i < ns_steps; i++) {
     const double a = coeffs[i][0], b = coeffs[i][1], c = coeffs[i][2];
+    // B = b*A + c*A@A and X = a*X + (X@B or B@X), each one baddbmm: the scaled sum is done in
+    // the GEMM's epilogue instead of two more passes over X
     if (rows > cols) {  // tall: Gram matrix XᵀX is (cols, cols)
       torch::Tensor A = torch::matmul(X.mT(), X);
-      torch::Tensor B = b * A + c * torch::matmul(A, A);
-      X = a * X + torch::matmul(X, B);
+      torch::Tensor B = torch::baddbmm(A, A, A, b, c);
+      X = torch::baddbmm(X, X, B, a, 1.0);
     } else {  // wide or square: XXᵀ is (rows, rows)
       torch::Tensor A = torch::matmul(X, X.mT());
-      torch::Tensor B = b * A + c * torch::matmul(A, A);
-      X = a * X + torch::matmul(B, X);
+      torch::Tensor B = torch::baddbmm(A, A, A, b, c);
+      X = torch::baddbmm(X, B, X, a, 1.0);
     }
   }
-  g = X.to(params.scalar_type());
+  g = X.view(params.sizes()).to(params.scalar_type());
 
   // Muon+: snap the Frobenius norm to sqrt(min(rows, cols)), that of a semi-orthogonal matrix
   const double target_norm = std::sqrt((double)std::min(rows, cols));
