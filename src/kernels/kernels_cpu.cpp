@@ -327,18 +327,27 @@ torch::Tensor rotary_norm_backward_cpu(const torch::Tensor& dy, const torch::Ten
 
 namespace {
 
-// v rounded to T and back: the rounding an eager op of dtype T applies to its result
+// a row of acc_t values rounded to T and back in place: the rounding an eager op of dtype T
+// applies to its result (nothing for fp32/fp64)
 template <typename T>
-acc_t<T> round_to(acc_t<T> v) {
-  return (acc_t<T>)T(v);
+void round_row(acc_t<T>* v, int64_t n, std::vector<T>& scratch) {
+  if constexpr (!std::is_same_v<T, acc_t<T>>) {
+    scratch.resize(n);
+    from_float(v, scratch.data(), n);
+    to_float(scratch.data(), v, n);
+  }
 }
 
-// h = round(round(a*x) + round(b*y)) with a, b null for 1: the eager composition's bits
-template <typename T>
-acc_t<T> residual_mix(T x, T y, const acc_t<T>* a, const acc_t<T>* b) {
-  using acc = acc_t<T>;
-  const acc ax = a ? round_to<T>(*a * (acc)x) : (acc)x, by = b ? round_to<T>(*b * (acc)y) : (acc)y;
-  return round_to<T>(ax + by);
+// sum of a[j] * b[j], vectorised
+template <typename acc>
+acc dot_row(const acc* a, const acc* b, int64_t n) {
+  using V = Vectorized<acc>;
+  V vs(0);
+  int64_t j = 0;
+  for (; j + V::size() <= n; j += V::size()) vs += V::loadu(a + j) * V::loadu(b + j);
+  acc s = at::vec::vec_reduce_all<acc>([](V u, V w) { return u + w; }, vs);
+  for (; j < n; j++) s += a[j] * b[j];
+  return s;
 }
 
 template <typename T>
@@ -348,6 +357,8 @@ const acc_t<T>* scalar_ptr(const torch::Tensor& t) {
 
 }  // namespace
 
+// Each row goes through fp32 scratch rows (as the other kernels): convert, the products and
+// the sum each rounded back through T as the eager ops round them, then the norm.
 ResidualNormOut residual_norm_forward_cpu(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& a,
                                           const torch::Tensor& b, double eps) {
   const int64_t R = x.size(0), D = x.size(1);
@@ -361,19 +372,28 @@ ResidualNormOut residual_norm_forward_cpu(const torch::Tensor& x, const torch::T
     scalar_t *H = out.h.data_ptr<scalar_t>(), *N = out.n.data_ptr<scalar_t>();
     acc* RSTD = out.rstd.data_ptr<acc>();
     at::parallel_for(0, R, 16, [&](int64_t begin, int64_t end) {
-      std::vector<acc> hr(D);
+      std::vector<acc> xs(D), ys(D), hs(D);
+      std::vector<scalar_t> rounding;
       for (int64_t i = begin; i < end; i++) {
-        acc ss = 0;
-        for (int64_t j = 0; j < D; j++) {
-          hr[j] = residual_mix(X[i * D + j], Y[i * D + j], A, B);
-          ss += hr[j] * hr[j];
+        const acc* xr = row_as_acc(X + i * D, D, xs);
+        const acc* yr = row_as_acc(Y + i * D, D, ys);
+        if (A) {  // a*x, rounded
+          for (int64_t j = 0; j < D; j++) xs[j] = *A * xr[j];
+          round_row<scalar_t>(xs.data(), D, rounding);
+          xr = xs.data();
         }
-        const acc rstd = acc(1) / std::sqrt(ss / (acc)D + (acc)eps);
+        if (B) {  // b*y, rounded
+          for (int64_t j = 0; j < D; j++) ys[j] = *B * yr[j];
+          round_row<scalar_t>(ys.data(), D, rounding);
+          yr = ys.data();
+        }
+        for (int64_t j = 0; j < D; j++) hs[j] = xr[j] + yr[j];
+        round_row<scalar_t>(hs.data(), D, rounding);  // h as stored
+        const acc rstd = acc(1) / std::sqrt(dot_row(hs.data(), hs.data(), D) / (acc)D + (acc)eps);
         RSTD[i] = rstd;
-        for (int64_t j = 0; j < D; j++) {
-          H[i * D + j] = scalar_t(hr[j]);
-          N[i * D + j] = scalar_t(hr[j] * rstd);
-        }
+        store_row<scalar_t>(hs.data(), H + i * D, D);
+        for (int64_t j = 0; j < D; j++) hs[j] *= rstd;
+        store_row<scalar_t>(hs.data(), N + i * D, D);
       }
     });
   });
@@ -402,25 +422,28 @@ ResidualNormGrads residual_norm_backward_cpu(const torch::Tensor& dh, const torc
     acc* GA = a.defined() ? g.ga_rows.data_ptr<acc>() : nullptr;
     acc* GB = b.defined() ? g.gb_rows.data_ptr<acc>() : nullptr;
     at::parallel_for(0, R, 16, [&](int64_t begin, int64_t end) {
-      std::vector<acc> nh(D), gr(D);
+      std::vector<acc> s_dh(D), s_dn(D), s_h(D), s_in(D), gr(D), out(D);
       for (int64_t i = begin; i < end; i++) {
         const acc r = RSTD[i];
-        acc dot = 0;
-        for (int64_t j = 0; j < D; j++) {
-          nh[j] = (acc)H[i * D + j] * r;
-          dot += (acc)DN[i * D + j] * nh[j];
+        const acc* dhr = row_as_acc(DH + i * D, D, s_dh);
+        const acc* dnr = row_as_acc(DN + i * D, D, s_dn);
+        const acc* hr = row_as_acc(H + i * D, D, s_h);
+        const acc dot = r * dot_row(dnr, hr, D) / (acc)D;  // mean(dn * nh), nh = h * rstd
+        for (int64_t j = 0; j < D; j++) gr[j] = dhr[j] + r * (dnr[j] - hr[j] * r * dot);
+        if (A) {
+          for (int64_t j = 0; j < D; j++) out[j] = *A * gr[j];
+          store_row<scalar_t>(out.data(), DX + i * D, D);
+          GA[i] = dot_row(gr.data(), row_as_acc(X + i * D, D, s_in), D);
+        } else {
+          store_row<scalar_t>(gr.data(), DX + i * D, D);
         }
-        dot /= (acc)D;
-        acc sa = 0, sb = 0;
-        for (int64_t j = 0; j < D; j++) {
-          const acc gj = (acc)DH[i * D + j] + r * ((acc)DN[i * D + j] - nh[j] * dot);
-          DX[i * D + j] = scalar_t(A ? *A * gj : gj);
-          if (A || B) DY[i * D + j] = scalar_t(B ? *B * gj : gj);
-          if (X) sa += gj * (acc)X[i * D + j];
-          if (Y) sb += gj * (acc)Y[i * D + j];
+        if (B) {
+          for (int64_t j = 0; j < D; j++) out[j] = *B * gr[j];
+          store_row<scalar_t>(out.data(), DY + i * D, D);
+          GB[i] = dot_row(gr.data(), row_as_acc(Y + i * D, D, s_in), D);
+        } else if (A) {
+          store_row<scalar_t>(gr.data(), DY + i * D, D);
         }
-        if (GA) GA[i] = sa;
-        if (GB) GB[i] = sb;
       }
     });
   });
