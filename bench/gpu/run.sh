@@ -46,7 +46,7 @@ echo "built in $build_s s"
 
 b=$(budget 90)
 echo "== CUDA tests of the fused kernels, FP8, flash windows, the model (${b} s)"
-ctest --test-dir build-gpu --output-on-failure -j 8 -R 'Kernels|LinearSoftcap|MlpRelu|RotaryNorm|Fp8|Attention|Gpt|GradScaler' \
+ctest --test-dir build-gpu --output-on-failure -j 8 -R 'Kernels|LinearSoftcap|MlpRelu|RotaryNorm|ResidualNorm|Fp8|Attention|Gpt|GradScaler' \
   --stop-time "$(date -d "+$b sec" +%H:%M:%S)" 2>&1 |
   tee "$OUT/ctest.log" | tail -15
 tests_rc=${PIPESTATUS[0]}
