@@ -14,6 +14,7 @@
 #include <signal.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -31,9 +32,16 @@ using json = nlohmann::json;
 
 namespace {
 
+// the tiny model's NANOCHAT_BASE_DIR, removed at exit (after the servers, built later, are gone)
+struct BaseDir {
+  std::string path = tiny_chat_base_dir();
+  ~BaseDir() {
+    if (path.rfind("/tmp/nanochat_server_", 0) == 0) std::system(("rm -rf " + path).c_str());
+  }
+};
 const std::string& base_dir() {
-  static std::string base = tiny_chat_base_dir();
-  return base;
+  static BaseDir base;
+  return base.path;
 }
 
 void wait_until_healthy(int port) {
