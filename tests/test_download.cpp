@@ -374,6 +374,24 @@ TEST(DownloadResume, WithoutAValidatorThePartialFileIsFetchedAgain) {
   EXPECT_EQ(r[1].status, 200);
 }
 
+// a server's ETag with a percent-encoded CR LF (which cpp-httplib 0.11.4 decodes) is never
+// kept or sent back: it would inject a header into the resumed request
+TEST(DownloadResume, AValidatorWithControlBytesIsNotSentBack) {
+  std::string a = shard_bytes("a");
+  TestServer s;
+  s.etag = "\"v1%0D%0AX-Injected: 1\"";
+  s.last_modified = "";
+  PartialThenResume p;
+  p.first_call_drops(s, a);
+  EXPECT_FALSE(path_exists(p.path + ".tmp.validator"));
+  EXPECT_EQ(download_file(s.url("/shard_00000.parquet"), p.path, fast_options()), DownloadOutcome::downloaded);
+  EXPECT_TRUE(read_file(p.path) == a);
+  auto r = s.requests();
+  ASSERT_EQ(r.size(), 2u);
+  EXPECT_EQ(r[1].if_range, "");
+  EXPECT_EQ(r[1].range_from, -1) << "without a usable validator the partial file starts over";
+}
+
 TEST(DownloadRedirect, HttpsToHttpIsRefusedHttpsToHttpsIsFollowed) {
   if (run_shell("command -v openssl").rc != 0) GTEST_SKIP() << "the openssl command is needed to make a certificate";
   std::string dir = make_temp_dir();

@@ -55,17 +55,27 @@ static bool cancelled(const DownloadOptions& o) { return o.cancel && o.cancel->l
 // the validator of the bytes in a .tmp, kept beside it
 static std::string validator_path(const std::string& tmp) { return tmp + ".validator"; }
 
-// what If-Range may carry: a strong ETag (a weak one, W/"..", must not be used), else Last-Modified
+// a validator we may send back as a header value: no control bytes (cpp-httplib 0.11.4
+// percent-decodes response headers and writes request headers unchecked, so a server's
+// "%0D%0A" in its ETag would otherwise inject headers into our next request)
+static bool header_safe(const std::string& v) {
+  for (unsigned char ch : v)
+    if (ch < 0x20 || ch == 0x7f) return false;
+  return true;
+}
+
+// what If-Range may carry: a strong ETag (a weak one, W/"..", must not be used), else
+// Last-Modified; "" when neither is usable
 static std::string strong_validator(const HttpGetResult& h) {
-  if (!h.etag.empty() && h.etag.rfind("W/", 0) != 0) return h.etag;
-  return h.last_modified;
+  if (!h.etag.empty() && h.etag.rfind("W/", 0) != 0 && header_safe(h.etag)) return h.etag;
+  return header_safe(h.last_modified) ? h.last_modified : "";
 }
 
 static std::string read_validator(const std::string& tmp) {
   std::ifstream f(validator_path(tmp), std::ios::binary);
   std::string v;
   std::getline(f, v);
-  return v;
+  return header_safe(v) ? v : "";
 }
 
 // a partial file that cannot be continued: gone, with its validator
