@@ -15,22 +15,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
-NC="${NANOCHAT_BIN:-$PWD/build/nanochat}"  # NANOCHAT_BIN: another build
-log() { echo "[$(date '+%Y-%m-%d %H:%M:%S')] $*"; }
+source runs/sweep_common.sh
 
 SERIES="${1:-${SERIES_NAME:-$(date +%b%d | tr '[:upper:]' '[:lower:]')}}"
 if [ "${TOY:-0}" = 1 ]; then
-  # a toy base dir of its own (its tokenizer must not replace a real one), the local corpus,
-  # models 32 wide per layer, 1K-token batches at runcpu's learning rates, 2 tokens per param
+  # 2 tokens per param (TOY_TRAIN_ARGS: runs/sweep_common.sh)
   export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat-toy}"
   DEPTHS=(${DEPTHS:-1 2 3})
   RATIO="${RATIO:-2}"
   LAUNCH=($NC)
   DATA=(--data "$NANOCHAT_BASE_DIR/local_corpus")
-  TRAIN_ARGS=(--aspect-ratio 32 --head-dim 32 --window-pattern L --max-seq-len 128 --device-batch-size 8
-              --total-batch-size 1024 --warmup-steps 10 --matrix-lr 0.08 --embedding-lr 1.2
-              --unembedding-lr 0.032 --scalar-lr 2.0 --eval-every 999999 --eval-tokens 8192 --save-every 100
-              --core-metric-every -1)
+  TRAIN_ARGS=("${TOY_TRAIN_ARGS[@]}")
 else
   export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
   DEPTHS=(${DEPTHS:-12 14 16 18 20 22 24 26})
@@ -47,8 +42,7 @@ mkdir -p "$NANOCHAT_BASE_DIR"
 # toy always makes its local corpus and tokenizer, once, offline)
 [ -n "${SKIP_SETUP:-}" ] || bash runs/setup.sh
 if [ "${TOY:-0}" = 1 ]; then
-  [ -d "$NANOCHAT_BASE_DIR/local_corpus" ] || python3 runs/make_local_corpus.py "$NANOCHAT_BASE_DIR/local_corpus"
-  [ -f "$NANOCHAT_BASE_DIR/tokenizer/tokenizer.json" ] || $NC tok-train "${DATA[@]}" --max-chars 2000000 --vocab-size 512
+  toy_setup
 elif [ -z "${SKIP_SETUP:-}" ]; then
   $NC download -n 1000
   $NC download eval-bundle
@@ -61,21 +55,8 @@ log "miniseries $SERIES: depths ${DEPTHS[*]} at $RATIO tokens per parameter"
 RUNS=()
 for d in "${DEPTHS[@]}"; do
   TAG="${SERIES}_miniseries_d${d}"
-  DIR="$NANOCHAT_BASE_DIR/base_checkpoints/$TAG"
-  RUNS+=("$DIR")
-  if $NC scaling-fit --finished "$DIR" >/dev/null 2>&1; then
-    log "d$d: finished before, skipped"
-    continue
-  fi
-  RESUME=()
-  if ls "$DIR"/done_* >/dev/null 2>&1; then RESUME=(--resume latest); fi
-  log "d$d: training${RESUME:+ (resuming)}"
-  START=$(date +%s)
-  "${LAUNCH[@]}" base-train "${DATA[@]}" "${RESUME[@]}" --depth "$d" --target-param-data-ratio "$RATIO" \
-    --model-tag "$TAG" --run "${SERIES}_miniseries_d${d}" --sample-every -1 "${TRAIN_ARGS[@]}" 2>&1 | tee -a "$RESULTS_DIR/${TAG}_train.log"
-  log "d$d: $(($(date +%s) - START))s"
-  # a run stopped by a signal exits 0 too: only a finished one may go on
-  $NC scaling-fit --finished "$DIR" >/dev/null || { log "d$d did not finish; rerun the script to resume it"; exit 1; }
+  RUNS+=("$NANOCHAT_BASE_DIR/base_checkpoints/$TAG")
+  sweep_run "$TAG" "$RESULTS_DIR/${TAG}_train.log" "d$d" --depth "$d" --target-param-data-ratio "$RATIO"
 done
 
 log "the loss fit over the miniseries"

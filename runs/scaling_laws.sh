@@ -17,8 +17,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
-NC="${NANOCHAT_BIN:-$PWD/build/nanochat}"  # NANOCHAT_BIN: another build
-log() { echo "[$(date '+%Y-%m-%d %H:%M:%S')] $*"; }
+source runs/sweep_common.sh
 
 LABEL="${LABEL:-jan26}"
 if [ "${TOY:-0}" = 1 ]; then
@@ -28,12 +27,8 @@ if [ "${TOY:-0}" = 1 ]; then
   DEPTHS=(${DEPTHS:-1 2 3})
   LAUNCH=($NC)
   DATA=(--data "$NANOCHAT_BASE_DIR/local_corpus")
-  TRAIN_ARGS=(--aspect-ratio 32 --head-dim 32 --window-pattern L --max-seq-len 128 --device-batch-size 8
-              --total-batch-size 1024 --warmup-steps 10 --matrix-lr 0.08 --embedding-lr 1.2
-              --unembedding-lr 0.032 --scalar-lr 2.0 --eval-every 999999 --eval-tokens 8192 --save-every 100
-              --core-metric-every -1)
-  [ -d "$NANOCHAT_BASE_DIR/local_corpus" ] || python3 runs/make_local_corpus.py "$NANOCHAT_BASE_DIR/local_corpus"
-  [ -f "$NANOCHAT_BASE_DIR/tokenizer/tokenizer.json" ] || $NC tok-train "${DATA[@]}" --max-chars 2000000 --vocab-size 512
+  TRAIN_ARGS=("${TOY_TRAIN_ARGS[@]}")
+  toy_setup
 else
   export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
   FLOPS_BUDGETS=(${FLOPS_BUDGETS:-1e18 2.15e18 4.64e18 1e19})
@@ -55,23 +50,10 @@ for flops in "${FLOPS_BUDGETS[@]}"; do
   log "compute budget $flops FLOPs: depths ${DEPTHS[*]}"
   for d in "${DEPTHS[@]}"; do
     TAG="scaling_${LABEL}_${flops}_d${d}"
-    DIR="$NANOCHAT_BASE_DIR/base_checkpoints/$TAG"
-    RUNS+=("$DIR")
-    if $NC scaling-fit --finished "$DIR" >/dev/null 2>&1; then
-      log "d$d at $flops: finished before, skipped"
-      continue
-    fi
-    RESUME=()
-    if ls "$DIR"/done_* >/dev/null 2>&1; then RESUME=(--resume latest); fi
-    log "d$d at $flops: training${RESUME:+ (resuming)}"
-    START=$(date +%s)
+    RUNS+=("$NANOCHAT_BASE_DIR/base_checkpoints/$TAG")
     # --target-param-data-ratio -1: the horizon is the budget alone
-    "${LAUNCH[@]}" base-train "${DATA[@]}" "${RESUME[@]}" --depth "$d" --target-flops "$flops" \
-      --target-param-data-ratio -1 --model-tag "$TAG" --run "$TAG" --sample-every -1 \
-      "${TRAIN_ARGS[@]}" 2>&1 | tee -a "$RESULTS_DIR/${TAG}_train.log"
-    log "d$d at $flops: $(($(date +%s) - START))s"
-    # a run stopped by a signal exits 0 too: only a finished one may go on
-    $NC scaling-fit --finished "$DIR" >/dev/null || { log "$TAG did not finish; rerun the script to resume it"; exit 1; }
+    sweep_run "$TAG" "$RESULTS_DIR/${TAG}_train.log" "d$d at $flops" --depth "$d" --target-flops "$flops" \
+      --target-param-data-ratio -1
   done
 done
 
