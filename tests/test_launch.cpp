@@ -32,31 +32,9 @@ double seconds_since(std::chrono::steady_clock::time_point t) {
 // `kBin args...` in the background with stdout/stderr to files in `dir`, environment `env` added
 pid_t start_launcher(const std::vector<std::string>& args, const std::string& dir,
                      const std::vector<std::pair<std::string, std::string>>& env = {}) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    int out = open((dir + "/out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = open((dir + "/err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(out, 1);
-    dup2(err, 2);
-    std::vector<char*> argv{const_cast<char*>(kBin.c_str())};
-    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(kBin.c_str(), argv.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-// waits for `pid` up to `seconds`; its exit code (128 + signal), or -1 on timeout
-int wait_exit(pid_t pid, double seconds) {
-  auto start = std::chrono::steady_clock::now();
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (seconds_since(start) > seconds) return -1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  std::vector<std::string> argv{kBin};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return spawn_to_files(argv, dir + "/out", dir + "/err", env);
 }
 
 bool wait_for(const std::function<bool()>& ready, double seconds) {

@@ -55,48 +55,31 @@ struct TwoNodes {
 pid_t start_node(const TwoNodes& nodes, int node_rank, int port, const std::string& base,
                  const std::vector<std::string>& args, const std::string& dir) {
   const Node& node = node_rank == 0 ? nodes.a : nodes.b;
-  pid_t pid = fork();
-  if (pid == 0) {
-    setenv("GLOO_SOCKET_IFNAME", node.ifname.c_str(), 1);
-    setenv("NANOCHAT_BASE_DIR", base.c_str(), 1);
-    std::string prefix = dir + "/node" + std::to_string(node_rank);
-    int out = open((prefix + ".out").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int err = open((prefix + ".err").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(out, 1);
-    dup2(err, 2);
-    std::vector<std::string> all = {"ip", "netns", "exec", node.ns, kBin, "launch", "--nnodes", "2", "--node-rank",
-                                    std::to_string(node_rank), "--nproc-per-node", "1", "--master-addr", nodes.a.addr,
-                                    "--master-port", std::to_string(port), "--kill-grace", "2", "--"};
-    all.insert(all.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& s : all) argv.push_back(const_cast<char*>(s.c_str()));
-    argv.push_back(nullptr);
-    execvp("ip", argv.data());
-    _exit(127);
-  }
-  return pid;
+  std::vector<std::string> argv = {"ip", "netns", "exec", node.ns, kBin, "launch", "--nnodes", "2", "--node-rank",
+                                   std::to_string(node_rank), "--nproc-per-node", "1", "--master-addr", nodes.a.addr,
+                                   "--master-port", std::to_string(port), "--kill-grace", "2", "--"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const std::string prefix = dir + "/node" + std::to_string(node_rank);
+  return spawn_to_files(argv, prefix + ".out", prefix + ".err",
+                        {{"GLOO_SOCKET_IFNAME", node.ifname}, {"NANOCHAT_BASE_DIR", base}});
 }
 
-int wait_exit(pid_t pid, double seconds) {
-  auto start = std::chrono::steady_clock::now();
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) != pid) {
-    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds) {
-      kill(pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+// wait_exit, and a run past its time killed
+int wait_or_kill(pid_t pid, double seconds) {
+  int rc = wait_exit(pid, seconds);
+  if (rc == -1) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return rc;
 }
 
 // both nodes of one run; their exit codes
 std::pair<int, int> run_two_nodes(const TwoNodes& nodes, int port, const std::string& base,
                                   const std::vector<std::string>& args, const std::string& dir) {
   pid_t n0 = start_node(nodes, 0, port, base, args, dir), n1 = start_node(nodes, 1, port, base, args, dir);
-  int rc1 = wait_exit(n1, 300);
-  return {wait_exit(n0, 300), rc1};
+  int rc1 = wait_or_kill(n1, 300);
+  return {wait_or_kill(n0, 300), rc1};
 }
 
 std::string outputs(const std::string& dir) {
@@ -183,7 +166,7 @@ TEST(TwoNodeNamespaces, CollectivesTrainingAndALostNode) {
   ASSERT_FALSE(children.empty()) << "node 1's rank not found\n" << outputs(dir);
   kill(std::stoi(children), SIGKILL);
   auto killed = std::chrono::steady_clock::now();
-  int rc1 = wait_exit(n1, 60), rc0 = wait_exit(n0, 120);
+  int rc1 = wait_or_kill(n1, 60), rc0 = wait_or_kill(n0, 120);
   const std::string err0 = read_file(dir + "/node0.err");
   std::printf("node 0 exited with %d %.1f s after node 1's rank was killed; its last words: %s\n", rc0,
               std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count(),

@@ -1,8 +1,14 @@
-// defines: CommandResult, run_shell, make_temp_dir, temp_dir, read_file, count_lines
+// defines: CommandResult, run_shell, make_temp_dir, temp_dir, read_file, count_lines,
+//          spawn_to_files, wait_exit
 // Helpers for tests that run the real binary and inspect files.
 #pragma once
+#include <fcntl.h>
+
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <thread>
+#include <utility>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -57,4 +63,34 @@ inline int count_lines(const std::string& s) {
   for (char c : s) n += c == '\n';
   if (!s.empty() && s.back() != '\n') n++;
   return n;
+}
+
+// argv[0] (looked up in PATH) with argv in the background, environment `env` added, stdout
+// and stderr to the files `out` and `err`; the child's pid
+inline pid_t spawn_to_files(const std::vector<std::string>& argv, const std::string& out, const std::string& err,
+                            const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+    dup2(open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 1);
+    dup2(open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644), 2);
+    std::vector<char*> args;
+    for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execvp(args[0], args.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// waits for `pid` up to `seconds`: its exit code (128 + signal), or -1 on timeout (the
+// process then still runs)
+inline int wait_exit(pid_t pid, double seconds) {
+  auto start = std::chrono::steady_clock::now();
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) != pid) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > seconds) return -1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
