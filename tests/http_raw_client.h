@@ -1,4 +1,5 @@
-// defines: RawResponse, raw_connect, raw_http, raw_send, dechunk, SseEvent, sse_parse_strict
+// defines: RawResponse, raw_connect, raw_http, raw_send, dechunk, SseEvent, sse_parse_strict,
+//          wait_until_healthy
 // A deliberately small HTTP/1.1 client on plain sockets, for server tests that must see the
 // bytes: chunked framing checked strictly, SSE events parsed strictly (every event exactly
 // "data: <payload>\n\n"), raw garbage sent on purpose, connections dropped mid-stream.
@@ -11,9 +12,11 @@
 #include <unistd.h>
 
 #include <cctype>
+#include <chrono>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 struct RawResponse {
@@ -165,4 +168,15 @@ inline std::vector<std::string> sse_parse_strict(const std::string& body) {
     pos = end + 2;
   }
   return events;
+}
+
+// the model loads after the port opens: up to 30 s for GET /health to say 200
+inline void wait_until_healthy(int port) {
+  for (int i = 0; i < 3000; i++) {
+    try {
+      if (raw_http(port, "GET", "/health").status == 200) return;
+    } catch (...) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }

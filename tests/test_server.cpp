@@ -34,17 +34,6 @@ using json = nlohmann::json;
 
 namespace {
 
-// the model loads after the port opens: up to 30 s for /health to say 200
-void wait_until_healthy(int port) {
-  for (int i = 0; i < 3000; i++) {
-    try {
-      if (raw_http(port, "GET", "/health").status == 200) return;
-    } catch (...) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
 struct World {
   std::string base;
   std::unique_ptr<Tokenizer> tok;

@@ -44,16 +44,6 @@ const std::string& base_dir() {
   return base.path;
 }
 
-void wait_until_healthy(int port) {
-  for (int i = 0; i < 3000; i++) {
-    try {
-      if (raw_http(port, "GET", "/health").status == 200) return;
-    } catch (...) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-}
-
 // a running server with extra flags, healthy before the test starts
 struct Server {
   ServerProcess proc;

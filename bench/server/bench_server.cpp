@@ -139,13 +139,7 @@ static int bench_main(int argc, char** argv, std::string& base) {
     std::fprintf(stderr, "chat-web did not start:\n%s\n", server.log().c_str());
     return 1;
   }
-  for (int i = 0; i < 3000; i++) {
-    try {
-      if (raw_http(server.port(), "GET", "/health").status == 200) break;
-    } catch (...) {
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  wait_until_healthy(server.port());
   run_clients(server.port(), 2, 4, body);  // warm-up
 
   std::printf("bench_server: tiny GPT (2 layers, n_embd 128, vocab %d), %lld tokens/reply (greedy), chat-web --workers %d, %u hardware threads\n",
