@@ -358,38 +358,27 @@ TEST(DownloadResume, LastModifiedWhenTheETagIsWeak) {
   EXPECT_EQ(r[1].status, 200);
 }
 
-// a server without validators: nothing can show a partial file is still current, so it restarts
-TEST(DownloadResume, WithoutAValidatorThePartialFileIsFetchedAgain) {
-  std::string a = shard_bytes("a");
-  TestServer s;
-  s.etag = "";
-  PartialThenResume p;
-  p.first_call_drops(s, a);
-  EXPECT_FALSE(path_exists(p.path + ".tmp.validator"));
-  EXPECT_EQ(download_file(s.url("/shard_00000.parquet"), p.path, fast_options()), DownloadOutcome::downloaded);
-  EXPECT_TRUE(read_file(p.path) == a);
-  auto r = s.requests();
-  ASSERT_EQ(r.size(), 2u);
-  EXPECT_EQ(r[1].range_from, -1);
-  EXPECT_EQ(r[1].status, 200);
-}
-
-// a server's ETag with a percent-encoded CR LF (which cpp-httplib 0.11.4 decodes) is never
-// kept or sent back: it would inject a header into the resumed request
-TEST(DownloadResume, AValidatorWithControlBytesIsNotSentBack) {
-  std::string a = shard_bytes("a");
-  TestServer s;
-  s.etag = "\"v1%0D%0AX-Injected: 1\"";
-  s.last_modified = "";
-  PartialThenResume p;
-  p.first_call_drops(s, a);
-  EXPECT_FALSE(path_exists(p.path + ".tmp.validator"));
-  EXPECT_EQ(download_file(s.url("/shard_00000.parquet"), p.path, fast_options()), DownloadOutcome::downloaded);
-  EXPECT_TRUE(read_file(p.path) == a);
-  auto r = s.requests();
-  ASSERT_EQ(r.size(), 2u);
-  EXPECT_EQ(r[1].if_range, "");
-  EXPECT_EQ(r[1].range_from, -1) << "without a usable validator the partial file starts over";
+// a partial file that nothing shows to be still current starts over: from a server without
+// validators, and from one whose ETag has a percent-encoded CR LF (cpp-httplib 0.11.4 decodes
+// it), which is never kept or sent back: it would inject a header into the resumed request
+TEST(DownloadResume, WithoutAUsableValidatorThePartialFileIsFetchedAgain) {
+  for (const char* etag : {"", "\"v1%0D%0AX-Injected: 1\""}) {
+    SCOPED_TRACE(std::string("ETag ") + etag);
+    std::string a = shard_bytes("a");
+    TestServer s;
+    s.etag = etag;
+    s.last_modified = "";
+    PartialThenResume p;
+    p.first_call_drops(s, a);
+    EXPECT_FALSE(path_exists(p.path + ".tmp.validator"));
+    EXPECT_EQ(download_file(s.url("/shard_00000.parquet"), p.path, fast_options()), DownloadOutcome::downloaded);
+    EXPECT_TRUE(read_file(p.path) == a);
+    auto r = s.requests();
+    ASSERT_EQ(r.size(), 2u);
+    EXPECT_EQ(r[1].if_range, "");
+    EXPECT_EQ(r[1].range_from, -1);
+    EXPECT_EQ(r[1].status, 200);
+  }
 }
 
 TEST(DownloadRedirect, HttpsToHttpIsRefusedHttpsToHttpsIsFollowed) {
