@@ -1,6 +1,7 @@
 // defines: main (bench_kernels)
 // Forward+backward time of each fused op of the kernels module against its ATen reference,
-// measured in the same run on the same inputs, and of attention for a long (causal) and a
+// measured in the same run on the same inputs (for Muon's optimizer passes, the step around
+// Polar Express on one group of the model's matrices), and of attention for a long (causal) and a
 // short (sliding window) layer. Shapes are a model's at --depth (width 64*depth, head dim
 // 128 or 64) with --batch x --seq-len tokens. Last line: one JSON object with every figure.
 // usage: bench_kernels [--device cpu|cuda] [--dtype float32|bfloat16] [--depth 4] [--batch 8]
@@ -47,6 +48,20 @@ double time_fwd_bwd(const std::function<std::vector<Tensor>()>& fwd, int reps, t
 
 double time_fwd_bwd(const std::function<Tensor()>& fwd, int reps, torch::Device device) {
   return time_fwd_bwd(std::function<std::vector<Tensor>()>([&] { return std::vector<Tensor>{fwd()}; }), reps, device);
+}
+
+// the best of `reps` timed calls of an optimizer pass (no autograd), one untimed call first
+double time_call(const std::function<void()>& f, int reps, torch::Device device) {
+  f();
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    device_synchronize(device);
+    auto t0 = bench_clock::now();
+    f();
+    device_synchronize(device);
+    best = std::min(best, bench_seconds_since(t0));
+  }
+  return best;
 }
 
 std::vector<Tensor> both(const std::pair<Tensor, Tensor>& p) { return {p.first, p.second}; }
@@ -115,6 +130,27 @@ int main(int argc, char** argv) {
   compare("resid mix+RMSNorm", [&] { return both(kernels_residual_norm(xr, x0, la, lb)); },
           [&] { return both(kernels_residual_norm_reference(xr, x0, la, lb)); });
 
+  // Muon around Polar Express (prepare, then finish on its output) for the stack of the
+  // model's MLP input matrices (tall, NorMuon per row) and output matrices (wide, per column)
+  for (bool tall : {true, false}) {
+    const int64_t r = tall ? 4 * C : C, cc = tall ? C : 4 * C;
+    std::vector<Tensor> grads, params;
+    for (int64_t k = 0; k < depth; k++) {
+      grads.push_back(torch::randn({r, cc}, opts) * 0.01);
+      params.push_back(torch::randn({r, cc}, opts) * 0.05);
+    }
+    Tensor buf = torch::zeros({depth, r, cc}, opts);
+    Tensor second = tall ? torch::zeros({depth, r, 1}, opts) : torch::zeros({depth, 1, cc}, opts);
+    const auto x_dtype = dtype == torch::kBFloat16 ? torch::kBFloat16 : torch::kFloat;  // Polar Express's dtype
+    auto fused = [&] { kernels_muon_finish(kernels_muon_prepare(grads, buf, 0.95, x_dtype), params, second, 0.02, 0.1, 0.95); };
+    auto ref = [&] {
+      kernels_muon_finish_reference(kernels_muon_prepare_reference(grads, buf, 0.95, x_dtype), params, second, 0.02,
+                                    0.1, 0.95);
+    };
+    rows.push_back({tall ? "Muon step, MLP in" : "Muon step, MLP out", 1000 * time_call(fused, reps, device),
+                    1000 * time_call(ref, reps, device)});
+  }
+
   // attention: the long layer (causal) and a short one (window T/4), reported alone
   Tensor qa = leaf(torch::randn({B, T, H, D}, opts).to(dtype)), ka = leaf(torch::randn({B, T, H, D}, opts).to(dtype));
   Tensor va = leaf(torch::randn({B, T, H, D}, opts).to(dtype));
@@ -122,7 +158,7 @@ int main(int argc, char** argv) {
   double attn_l = 1000 * time_fwd_bwd([&] { return attention_causal(qa, ka, va, -1); }, reps, device);
   double attn_s = 1000 * time_fwd_bwd([&] { return attention_causal(qa, ka, va, short_window); }, reps, device);
 
-  std::printf("%-22s %12s %14s %10s\n", "op (fwd+bwd)", "fused ms", "reference ms", "speed-up");
+  std::printf("%-22s %12s %14s %10s\n", "op (fwd+bwd; Muon: step)", "fused ms", "reference ms", "speed-up");
   nlohmann::json j = {{"bench", "kernels"}, {"device", device.str()}, {"dtype", dtype_name(dtype)}, {"depth", depth},
                       {"batch", B}, {"seq_len", T}, {"vocab", vocab}, {"threads", threads}};
   for (const Row& r : rows) {

@@ -14,7 +14,7 @@
 // first losses should agree (a check that the two models are the same model).
 // usage: bench_train_step [--depths 4,8] [--dtypes float32,bfloat16] [--seq-len 512] [--batch 8]
 //        [--vocab 32768] [--steps 5] [--warmup 2] [--threads N] [--device cpu|cuda] [--no-python]
-//        [--trace PREFIX]
+//        [--trace PREFIX] [--reference-default-malloc]
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -43,7 +43,7 @@ struct Options {
   std::string depths = "4,8", dtypes = "float32,bfloat16", device = "cpu", window_pattern = "L", trace;
   int64_t seq_len = 512, batch = 8, vocab = 32768;
   int steps = 5, warmup = 2, threads = 0;
-  bool no_python = false;
+  bool no_python = false, reference_default_malloc = false;
 };
 
 // what a child sends back: plain bytes through a pipe
@@ -165,7 +165,11 @@ static OursResult run_ours(const Options& o, int64_t depth, torch::ScalarType dt
 // the Python reference as a subprocess; its last line is one JSON object
 static json run_reference(const Options& o, int64_t depth, const std::string& dtype, int threads, bool compiled) {
   const std::string err = strprintf("/tmp/bench_train_step_ref_%d.err", (int)getpid());
-  const std::string cmd = strprintf(
+  // the reference gets the malloc thresholds that our runs set (cpu_malloc_setup), so that the
+  // ratio is the code's and not glibc's; --reference-default-malloc runs it as Python runs
+  const std::string malloc_env =
+      o.reference_default_malloc ? "" : "MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 ";
+  const std::string cmd = malloc_env + strprintf(
       "%s %s --depth %lld --seq-len %lld --batch %lld --vocab %lld --dtype %s --threads %d --steps %d "
       "--warmup %d --compile %d --device %s --window-pattern %s 2>%s",
       NANOCHAT_PYTHON, NANOCHAT_BENCH_SCRIPT, (long long)depth, (long long)o.seq_len, (long long)o.batch,
@@ -204,11 +208,14 @@ int main(int argc, char** argv) {
   app.add_option("--device", o.device, "cpu or cuda (the reference runs there too)");
   app.add_option("--window-pattern", o.window_pattern, "L is plain causal attention on both sides");
   app.add_flag("--no-python", o.no_python, "our step only");
+  app.add_flag("--reference-default-malloc", o.reference_default_malloc,
+               "run the reference with glibc's default malloc thresholds (ours raises them: cpu_malloc_setup)");
   app.add_option("--trace", o.trace, "profile one extra step of ours into <prefix>.d<depth>.<dtype>.json (chrome trace)");
   CLI11_PARSE(app, argc, argv);
 
   // thread count for everyone; the children set it themselves (the parent runs no torch op)
   const int threads = o.threads > 0 ? o.threads : cpu_threads_setup(1);
+  cpu_malloc_setup();  // as compute_init does for base-train; the forked children inherit it
   // no device_autodetect here: a CUDA context made before fork() is unusable in the children
   if (o.device != "cpu" && o.device != "cuda") fail("--device: '%s' is not cpu or cuda", o.device.c_str());
   const std::string device_type = o.device;

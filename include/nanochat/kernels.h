@@ -2,7 +2,8 @@
 //          kernels_rotary_norm, kernels_linear_softcap_ce_reference, kernels_linear_softcap_ce_mean_reference,
 //          kernels_mlp_relu_square_reference, kernels_rotary_norm_reference,
 //          kernels_residual_norm, kernels_residual_norm_reference,
-//          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm, kernels_adamw_step
+//          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm, kernels_adamw_step,
+//          kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish, kernels_muon_finish_reference
 // The kernels module: the model's fused hot paths. Each op is an autograd function with a
 // CPU kernel (at::parallel_for + at::vec, one pass over memory), a CUDA kernel (.cu) and a
 // plain ATen composition -- the `_reference` twin -- that the tests compare both against.
@@ -10,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <utility>
+#include <vector>
 #include <torch/types.h>
 
 namespace nanochat {
@@ -86,5 +88,25 @@ torch::Tensor kernels_fp8_mm(const torch::Tensor& a8, const torch::Tensor& b8, c
 bool kernels_adamw_step(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg,
                         torch::Tensor& exp_avg_sq, int64_t step, double lr, double beta1, double beta2, double eps,
                         double weight_decay);
+
+// Muon's steps around Polar Express (upstream's compiled muon_step_fused) on n matrices of one
+// (rows, cols) shape. Not autograd functions: optimizer passes, like kernels_adamw_step. The
+// fused versions run for fp32 params (fp64 on the CPU) and contiguous tensors on one device,
+// and fall back to their `_reference` ATen compositions otherwise; sums are fp32 (fp64).
+//
+// prepare: Nesterov momentum (momentum_buffer (n, rows, cols) updated in place; the grads,
+// n matrices, are not written), MuonEq (each row scaled to the mean row norm) and the
+// Frobenius normalisation that starts Polar Express. Returns X (n, rows, cols) in x_dtype.
+torch::Tensor kernels_muon_prepare(const std::vector<torch::Tensor>& grads, torch::Tensor& momentum_buffer,
+                                   double momentum, at::ScalarType x_dtype);
+torch::Tensor kernels_muon_prepare_reference(const std::vector<torch::Tensor>& grads, torch::Tensor& momentum_buffer,
+                                             double momentum, at::ScalarType x_dtype);
+// finish, from Polar Express's X: Muon+ (the Frobenius norm snapped to sqrt(min(rows, cols))),
+// NorMuon (second_momentum_buffer (n, rows, 1) if rows >= cols else (n, 1, cols), updated) and
+// the cautious weight-decayed update of each param (rows, cols) in place; lr is the effective one.
+void kernels_muon_finish(const torch::Tensor& X, std::vector<torch::Tensor>& params,
+                         torch::Tensor& second_momentum_buffer, double lr, double weight_decay, double beta2);
+void kernels_muon_finish_reference(const torch::Tensor& X, std::vector<torch::Tensor>& params,
+                                   torch::Tensor& second_momentum_buffer, double lr, double weight_decay, double beta2);
 
 }  // namespace nanochat

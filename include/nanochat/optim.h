@@ -131,13 +131,13 @@ void optim_adamw_step(torch::Tensor p, const torch::Tensor& grad, torch::Tensor 
                       torch::Tensor exp_avg_sq, int64_t step, double lr, double beta1,
                       double beta2, double eps, double weight_decay);
 
-// The fused Muon step (upstream muon_step_fused) on a stack of n matrices (n, rows, cols). `grads` is consumed
-// (overwritten); `params`, `momentum_buffer` (n,rows,cols) and `second_momentum_buffer`
+// The fused Muon step (upstream muon_step_fused) on n matrices of one (rows, cols) shape: the
+// grads are read only; each param, `momentum_buffer` (n,rows,cols) and `second_momentum_buffer`
 // ((n,rows,1) if rows >= cols else (n,1,cols)) are updated in place. lr is the effective
 // one (the caller applies sqrt(max(1, rows/cols))). bf16_polar: X in bf16 for Polar Express.
 // Reductions run in fp32, or in float64 for float64 params (used by tests).
-void optim_muon_step(torch::Tensor grads, torch::Tensor params, torch::Tensor momentum_buffer,
-                     torch::Tensor second_momentum_buffer, double momentum, double lr,
+void optim_muon_step(const std::vector<torch::Tensor>& grads, std::vector<torch::Tensor>& params,
+                     torch::Tensor momentum_buffer, torch::Tensor second_momentum_buffer, double momentum, double lr,
                      double weight_decay, double beta2, int ns_steps, bool bf16_polar);
 
 // Polar Express coefficients (a, b, c) for num_iters=5, safety 2e-2, cushion 2

@@ -1,11 +1,15 @@
 #include "nanochat/common/device.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 #include <torch/cuda.h>
 #include <torch/utils.h>
 #include <ATen/Parallel.h>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"
@@ -71,6 +75,15 @@ int cpu_threads_setup(int local_world_size) {
   }
   at::set_num_threads(threads);
   return threads;
+}
+
+void cpu_malloc_setup() {
+#if defined(__GLIBC__)
+  for (const char* name : {"MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES"})
+    if (std::getenv(name)) return;
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+#endif
 }
 
 HostInfo host_info() {

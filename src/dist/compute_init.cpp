@@ -18,6 +18,7 @@ Compute compute_init(const std::string& device_type_flag) {
   c.env = dist_env_from_environment();
   log_set_rank(c.env.rank, c.env.world_size);
   c.cpu_threads = cpu_threads_setup(c.env.local_world_size);
+  cpu_malloc_setup();
   c.device_type = device_autodetect(device_type_flag);
   // CUDA's caching allocator with expandable segments (upstream sets it too): less
   // fragmentation across the shapes of training, eval and sampling. Read at the first CUDA

@@ -1,7 +1,8 @@
 // defines: softcap_ce_forward_cpu/_cuda, softcap_ce_backward_cpu/_cuda, softcap_ce_forward_backward_cpu,
 //          relu_square_forward_cpu/_cuda, relu_square_backward_cpu/_cuda,
 //          rotary_norm_forward_cpu/_cuda, rotary_norm_backward_cpu/_cuda,
-//          residual_norm_forward_cpu/_cuda, residual_norm_backward_cpu/_cuda, adamw_step_cpu/_cuda
+//          residual_norm_forward_cpu/_cuda, residual_norm_backward_cpu/_cuda, adamw_step_cpu/_cuda,
+//          muon_nesterov_cpu/_cuda, muon_scale_rows_cpu/_cuda, muon_sumsq_cpu/_cuda, muon_update_cpu/_cuda
 // The element-wise and row-wise device kernels behind the autograd functions of kernels.h.
 // Matmuls stay in the autograd functions (at::mm on whatever device); these do the passes
 // over memory between them. Every tensor argument is contiguous unless said otherwise;
@@ -85,5 +86,26 @@ void adamw_step_cpu(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& 
                     float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2);
 void adamw_step_cuda(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
                      float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2);
+
+// Muon's passes (kernels_muon_prepare / kernels_muon_finish), one (rows, cols) matrix a call.
+// grad, buf and p are fp32 (fp64 on the CPU); X is of the Polar Express dtype (fp32 or bf16;
+// fp64 with fp64 params); sums are fp32 (fp64), one per row or column.
+// buf <- lerp(buf, grad, 1-mu); X = lerp(grad, buf, mu) rounded to X's dtype;
+// row_sumsq[r] = sum over the row of X^2 (of the rounded values)
+void muon_nesterov_cpu(const torch::Tensor& grad, torch::Tensor& buf, torch::Tensor& X, torch::Tensor& row_sumsq,
+                       double mu);
+void muon_nesterov_cuda(const torch::Tensor& grad, torch::Tensor& buf, torch::Tensor& X, torch::Tensor& row_sumsq,
+                        double mu);
+// X[r, :] *= scale[r], in place
+void muon_scale_rows_cpu(torch::Tensor& X, const torch::Tensor& scale);
+void muon_scale_rows_cuda(torch::Tensor& X, const torch::Tensor& scale);
+// out (rows,) or (cols,) = the sums of squares of X's rows (by_row) or columns
+void muon_sumsq_cpu(const torch::Tensor& X, bool by_row, torch::Tensor& out);
+void muon_sumsq_cuda(const torch::Tensor& X, bool by_row, torch::Tensor& out);
+// the cautious update in place: g = X * line_scale[row or column]; p -= g*lr + p*lr_wd*[g*p >= 0]
+void muon_update_cpu(const torch::Tensor& X, torch::Tensor& p, const torch::Tensor& line_scale, bool by_row,
+                     double lr, double lr_wd);
+void muon_update_cuda(const torch::Tensor& X, torch::Tensor& p, const torch::Tensor& line_scale, bool by_row,
+                      double lr, double lr_wd);
 
 }  // namespace nanochat

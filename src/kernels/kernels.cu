@@ -1,6 +1,6 @@
 // defines: the CUDA kernels of the kernels module and their launchers (kernels_cuda_launch.h):
 //          softcap cross-entropy forward/backward, relu^2 forward/backward, rotary+norm
-//          forward/backward, residual+norm forward/backward, AdamW
+//          forward/backward, residual+norm forward/backward, AdamW, Muon's passes
 // Plain CUDA, no torch headers: nvcc compiles this file alone in seconds. Every kernel reads
 // the compute dtype (fp32, bf16, fp16), does its math in fp32 and rounds once on the store.
 // Row kernels (softcap CE) use one block per row sized to the row; the element-wise ones
@@ -400,6 +400,68 @@ __global__ void rotary_norm_backward_kernel(const T* __restrict__ dy, const T* _
   }
 }
 
+// ---- Muon (kernels_muon_prepare / _finish) ------------------------------------------------
+// One (rows, cols) matrix a launch. Params, grads and buffers are fp32, X of T; the row
+// kernels are one block per row (block_sum), the column sums one thread per column walking
+// down the rows (a warp reads 32 neighbouring columns of a row: coalesced).
+
+template <typename T>
+__global__ void muon_nesterov_kernel(const float* __restrict__ g, float* __restrict__ buf, T* __restrict__ X,
+                                     float* __restrict__ row_sumsq, int cols, float mu) {
+  __shared__ float shared[32];
+  const int64_t off = (int64_t)blockIdx.x * cols;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float gj = g[off + j], b = lerp_f(buf[off + j], gj, 1.0f - mu);
+    buf[off + j] = b;
+    const T x = from_f32<T>(lerp_f(gj, b, mu));
+    X[off + j] = x;
+    ss += to_f32(x) * to_f32(x);
+  }
+  ss = block_sum(ss, shared);
+  if (threadIdx.x == 0) row_sumsq[blockIdx.x] = ss;
+}
+
+template <typename T>
+__global__ void muon_scale_rows_kernel(T* __restrict__ X, const float* __restrict__ scale, int64_t n, int cols) {
+  const int64_t start = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = start; i < n; i += stride) X[i] = from_f32<T>(to_f32(X[i]) * scale[i / cols]);
+}
+
+template <typename T>
+__global__ void muon_row_sumsq_kernel(const T* __restrict__ X, float* __restrict__ out, int cols) {
+  __shared__ float shared[32];
+  const int64_t off = (int64_t)blockIdx.x * cols;
+  float ss = 0.f;
+  for (int j = threadIdx.x; j < cols; j += blockDim.x) ss += to_f32(X[off + j]) * to_f32(X[off + j]);
+  ss = block_sum(ss, shared);
+  if (threadIdx.x == 0) out[blockIdx.x] = ss;
+}
+
+template <typename T>
+__global__ void muon_col_sumsq_kernel(const T* __restrict__ X, float* __restrict__ out, int rows, int cols) {
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= cols) return;
+  float ss = 0.f;
+  for (int r = 0; r < rows; r++) {
+    const float x = to_f32(X[(int64_t)r * cols + c]);
+    ss += x * x;
+  }
+  out[c] = ss;
+}
+
+// g = X * line_scale[row or column]; p -= g*lr + p*lr_wd*[g*p >= 0], as the reference rounds it
+template <typename T>
+__global__ void muon_update_kernel(const T* __restrict__ X, float* __restrict__ p, const float* __restrict__ line_scale,
+                                   int64_t n, int cols, bool by_row, float lr, float lr_wd) {
+  const int64_t start = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, stride = (int64_t)gridDim.x * blockDim.x;
+  for (int64_t i = start; i < n; i += stride) {
+    const float g = to_f32(X[i]) * line_scale[by_row ? i / cols : i % cols], pi = p[i];
+    const float decay = g * pi >= 0.f ? pi * lr_wd : 0.f;
+    p[i] = pi - (__fmul_rn(g, lr) + decay);
+  }
+}
+
 // blocks for a grid-stride loop over `work` items of 256 threads: enough to fill any GPU
 // several times over, few enough that each thread does a handful of items
 unsigned elementwise_blocks(int64_t work) {
@@ -551,6 +613,54 @@ cudaError_t kernels_launch_adamw_step(void* p, const void* grad, void* exp_avg, 
     adamw_step_kernel<T><<<elementwise_blocks(n), 256, 0, stream>>>(
         static_cast<T*>(p), static_cast<const T*>(grad), static_cast<T*>(exp_avg), static_cast<T*>(exp_avg_sq), n,
         1.0f - lr * weight_decay, 1.0f - beta1, 1.0f - beta2, lr / bias1, bias2, eps);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t kernels_launch_muon_nesterov(const float* grad, float* buf, void* X, float* row_sumsq, int64_t rows,
+                                         int64_t cols, float mu, kernels_dtype x_dtype, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  return with_dtype(x_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    muon_nesterov_kernel<T><<<(unsigned)rows, threads_for(cols), 0, stream>>>(grad, buf, static_cast<T*>(X), row_sumsq,
+                                                                              (int)cols, mu);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t kernels_launch_muon_scale_rows(void* X, const float* scale, int64_t rows, int64_t cols,
+                                           kernels_dtype x_dtype, cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  return with_dtype(x_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    muon_scale_rows_kernel<T><<<elementwise_blocks(n), 256, 0, stream>>>(static_cast<T*>(X), scale, n, (int)cols);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t kernels_launch_muon_sumsq(const void* X, float* out, int64_t rows, int64_t cols, bool by_row,
+                                      kernels_dtype x_dtype, cudaStream_t stream) {
+  if (rows == 0 || cols == 0) return cudaSuccess;
+  return with_dtype(x_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (by_row)
+      muon_row_sumsq_kernel<T><<<(unsigned)rows, threads_for(cols), 0, stream>>>(static_cast<const T*>(X), out, (int)cols);
+    else
+      muon_col_sumsq_kernel<T><<<(unsigned)((cols + 127) / 128), 128, 0, stream>>>(static_cast<const T*>(X), out,
+                                                                                    (int)rows, (int)cols);
+    return cudaGetLastError();
+  });
+}
+
+cudaError_t kernels_launch_muon_update(const void* X, float* p, const float* line_scale, int64_t rows, int64_t cols,
+                                       bool by_row, float lr, float lr_wd, kernels_dtype x_dtype, cudaStream_t stream) {
+  const int64_t n = rows * cols;
+  if (n == 0) return cudaSuccess;
+  return with_dtype(x_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    muon_update_kernel<T><<<elementwise_blocks(n), 256, 0, stream>>>(static_cast<const T*>(X), p, line_scale, n,
+                                                                      (int)cols, by_row, lr, lr_wd);
     return cudaGetLastError();
   });
 }

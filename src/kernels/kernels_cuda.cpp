@@ -1,6 +1,7 @@
 // defines: softcap_ce_forward_cuda, softcap_ce_backward_cuda, relu_square_forward_cuda,
 //          relu_square_backward_cuda, rotary_norm_forward_cuda, rotary_norm_backward_cuda,
-//          residual_norm_forward_cuda, residual_norm_backward_cuda, adamw_step_cuda
+//          residual_norm_forward_cuda, residual_norm_backward_cuda, adamw_step_cuda,
+//          muon_nesterov_cuda, muon_scale_rows_cuda, muon_sumsq_cuda, muon_update_cuda
 // CUDA-only (compiled when the LibTorch found has CUDA): the torch side of the kernels in
 // kernels.cu. Checks what the raw-pointer launchers cannot (device, dtype, contiguity, sizes),
 // allocates the outputs on the input's device and launches on its current stream.
@@ -271,6 +272,65 @@ void adamw_step_cuda(Tensor& p, const Tensor& grad, Tensor& exp_avg, Tensor& exp
   const c10::cuda::CUDAGuard guard(p.device());
   check_launch(kernels_launch_adamw_step(p.data_ptr(), grad.data_ptr(), exp_avg.data_ptr(), exp_avg_sq.data_ptr(),
                                          p.numel(), lr, beta1, beta2, eps, weight_decay, bias1, bias2, dt, stream_of(p)),
+               where);
+}
+
+void muon_nesterov_cuda(const Tensor& grad, Tensor& buf, Tensor& X, Tensor& row_sumsq, double mu) {
+  const char* where = "muon_nesterov_cuda";
+  const int64_t rows = X.size(-2), cols = X.size(-1);
+  const kernels_dtype dt = cuda_dtype(X, where);
+  check_cuda(grad, "grad", at::kFloat, X.device(), where);
+  check_cuda(buf, "buf", at::kFloat, X.device(), where);
+  check_cuda(X, "X", X.scalar_type(), X.device(), where);
+  check_cuda(row_sumsq, "row_sumsq", at::kFloat, X.device(), where);
+  if (grad.numel() != rows * cols || buf.numel() != rows * cols || row_sumsq.numel() != rows)
+    fail("%s: grad, buf (%lld x %lld) and row_sumsq (%lld) do not match", where, (long long)rows, (long long)cols,
+         (long long)rows);
+  check_grid_rows(rows, where);
+  const c10::cuda::CUDAGuard guard(X.device());
+  check_launch(kernels_launch_muon_nesterov(grad.data_ptr<float>(), buf.data_ptr<float>(), X.data_ptr(),
+                                            row_sumsq.data_ptr<float>(), rows, cols, (float)mu, dt, stream_of(X)),
+               where);
+}
+
+void muon_scale_rows_cuda(Tensor& X, const Tensor& scale) {
+  const char* where = "muon_scale_rows_cuda";
+  const int64_t rows = X.size(-2), cols = X.size(-1);
+  const kernels_dtype dt = cuda_dtype(X, where);
+  check_cuda(X, "X", X.scalar_type(), X.device(), where);
+  check_cuda(scale, "scale", at::kFloat, X.device(), where);
+  if (scale.numel() != rows) fail("%s: %lld row scales for %lld rows", where, (long long)scale.numel(), (long long)rows);
+  const c10::cuda::CUDAGuard guard(X.device());
+  check_launch(kernels_launch_muon_scale_rows(X.data_ptr(), scale.data_ptr<float>(), rows, cols, dt, stream_of(X)),
+               where);
+}
+
+void muon_sumsq_cuda(const Tensor& X, bool by_row, Tensor& out) {
+  const char* where = "muon_sumsq_cuda";
+  const int64_t rows = X.size(-2), cols = X.size(-1);
+  const kernels_dtype dt = cuda_dtype(X, where);
+  check_cuda(X, "X", X.scalar_type(), X.device(), where);
+  check_cuda(out, "out", at::kFloat, X.device(), where);
+  if (out.numel() != (by_row ? rows : cols)) fail("%s: out has %lld sums", where, (long long)out.numel());
+  check_grid_rows(rows, where);
+  const c10::cuda::CUDAGuard guard(X.device());
+  check_launch(kernels_launch_muon_sumsq(X.data_ptr(), out.data_ptr<float>(), rows, cols, by_row, dt, stream_of(X)),
+               where);
+}
+
+void muon_update_cuda(const Tensor& X, Tensor& p, const Tensor& line_scale, bool by_row, double lr, double lr_wd) {
+  const char* where = "muon_update_cuda";
+  const int64_t rows = X.size(-2), cols = X.size(-1);
+  const kernels_dtype dt = cuda_dtype(X, where);
+  check_cuda(X, "X", X.scalar_type(), X.device(), where);
+  check_cuda(p, "p", at::kFloat, X.device(), where);
+  check_cuda(line_scale, "line_scale", at::kFloat, X.device(), where);
+  if (p.numel() != rows * cols || line_scale.numel() != (by_row ? rows : cols))
+    fail("%s: p (%lld) or line_scale (%lld) does not match X", where, (long long)p.numel(),
+         (long long)line_scale.numel());
+  const c10::cuda::CUDAGuard guard(X.device());
+  check_launch(kernels_launch_muon_update(X.data_ptr(), p.data_ptr<float>(), line_scale.data_ptr<float>(), rows, cols,
+                                          by_row, (float)lr, (float)lr_wd, dt, stream_of(X)),
                where);
 }
 

@@ -2,7 +2,8 @@
 //          kernels_launch_relu_square_forward, kernels_launch_relu_square_backward,
 //          kernels_launch_rotary_norm_forward, kernels_launch_rotary_norm_backward,
 //          kernels_launch_residual_norm_forward, kernels_launch_residual_norm_backward,
-//          kernels_launch_adamw_step
+//          kernels_launch_adamw_step, kernels_launch_muon_nesterov, kernels_launch_muon_scale_rows,
+//          kernels_launch_muon_sumsq, kernels_launch_muon_update
 // The launchers of the CUDA kernels in kernels.cu: raw pointers, sizes, a dtype tag and a
 // stream, no torch, so that kernels.cu compiles with nvcc alone. kernels_cuda.cpp checks the
 // tensors and calls these. Every pointer is to contiguous device memory; the "compute dtype"
@@ -69,5 +70,19 @@ cudaError_t kernels_launch_residual_norm_backward(const void* dh, const void* dn
 cudaError_t kernels_launch_adamw_step(void* p, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
                                      float lr, float beta1, float beta2, float eps, float weight_decay, float bias1,
                                      float bias2, kernels_dtype dtype, cudaStream_t stream);
+
+// Muon's passes over one (rows, cols) matrix (muon_*_cpu in device_kernels.h): grad, buf, p
+// and the sums fp32, X of x_dtype. nesterov: buf <- lerp(buf, grad, 1-mu), X = lerp(grad,
+// buf, mu), row_sumsq = the rows' sums of X^2; scale_rows: X[r] *= scale[r]; sumsq: the sums of
+// X^2 per row (rows,) or per column (cols,); update: g = X * line_scale[row or column],
+// p -= g*lr + p*lr_wd*[g*p >= 0]
+cudaError_t kernels_launch_muon_nesterov(const float* grad, float* buf, void* X, float* row_sumsq, int64_t rows,
+                                         int64_t cols, float mu, kernels_dtype x_dtype, cudaStream_t stream);
+cudaError_t kernels_launch_muon_scale_rows(void* X, const float* scale, int64_t rows, int64_t cols,
+                                           kernels_dtype x_dtype, cudaStream_t stream);
+cudaError_t kernels_launch_muon_sumsq(const void* X, float* out, int64_t rows, int64_t cols, bool by_row,
+                                      kernels_dtype x_dtype, cudaStream_t stream);
+cudaError_t kernels_launch_muon_update(const void* X, float* p, const float* line_scale, int64_t rows, int64_t cols,
+                                       bool by_row, float lr, float lr_wd, kernels_dtype x_dtype, cudaStream_t stream);
 
 }  // namespace nanochat

@@ -1,6 +1,7 @@
 // defines: softcap_ce_forward_cuda, softcap_ce_backward_cuda, relu_square_forward_cuda,
 //          relu_square_backward_cuda, rotary_norm_forward_cuda, rotary_norm_backward_cuda,
-//          residual_norm_forward_cuda, residual_norm_backward_cuda
+//          residual_norm_forward_cuda, residual_norm_backward_cuda, adamw_step_cuda,
+//          muon_nesterov_cuda, muon_scale_rows_cuda, muon_sumsq_cuda, muon_update_cuda
 // Compiled instead of kernels_cuda.cpp when the LibTorch found has no CUDA: a CUDA tensor
 // cannot exist in such a build, so reaching one of these is a build mismatch, said plainly.
 #include "device_kernels.h"
@@ -48,6 +49,15 @@ ResidualNormGrads residual_norm_backward_cuda(const torch::Tensor&, const torch:
 void adamw_step_cuda(torch::Tensor&, const torch::Tensor&, torch::Tensor&, torch::Tensor&, float, float, float, float,
                      float, float, float) {
   fail_no_cuda("adamw_step_cuda");
+}
+
+void muon_nesterov_cuda(const torch::Tensor&, torch::Tensor&, torch::Tensor&, torch::Tensor&, double) {
+  fail_no_cuda("muon_nesterov_cuda");
+}
+void muon_scale_rows_cuda(torch::Tensor&, const torch::Tensor&) { fail_no_cuda("muon_scale_rows_cuda"); }
+void muon_sumsq_cuda(const torch::Tensor&, bool, torch::Tensor&) { fail_no_cuda("muon_sumsq_cuda"); }
+void muon_update_cuda(const torch::Tensor&, torch::Tensor&, const torch::Tensor&, bool, double, double) {
+  fail_no_cuda("muon_update_cuda");
 }
 
 }  // namespace nanochat

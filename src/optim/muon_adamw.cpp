@@ -105,9 +105,12 @@ void MuonAdamW::launch_reduce(size_t g, Pending& pending) {
       fail("rank %d: param %zu of Muon group %s has no gradient", rank(), i, grp.name.c_str());
     grads.push_back(grad);
   }
+  if (W == 1) {  // one rank reads the grads where they are
+    pending.muon_reduce[g] = done(torch::Tensor());
+    return;
+  }
   // (K, rows, cols); the dist layer zero-pads it to ceil(K/W)*W rows on the wire
-  torch::Tensor stacked = torch::stack(grads);
-  pending.muon_reduce[g] = W == 1 ? done(stacked) : dist_->reduce_scatter_async(stacked, ReduceOp::AVG);
+  pending.muon_reduce[g] = dist_->reduce_scatter_async(torch::stack(grads), ReduceOp::AVG);
 }
 
 // phase 2: wait for this group's reductions, update, launch the gathers
@@ -151,16 +154,20 @@ void MuonAdamW::compute_group(size_t g, Pending& pending) {
     st.second_momentum_buffer = rows >= cols ? torch::zeros({chunk, rows, 1}, p0.options())
                                              : torch::zeros({chunk, 1, cols}, p0.options());
   }
-  torch::Tensor updated = torch::empty({0, rows, cols}, p0.options());
+  // the owned params are updated in place, from their own grads (one rank) or the averaged chunk
+  std::vector<torch::Tensor> owned_params(grp.params.begin() + begin, grp.params.begin() + end), grads;
+  for (int64_t i = 0; i < owned; i++)
+    grads.push_back(W == 1 ? owned_params[(size_t)i].grad() : grad_chunk[i]);
   if (owned > 0) {
-    updated = torch::stack(std::vector<torch::Tensor>(grp.params.begin() + begin, grp.params.begin() + end));
     const double lr = grp.lr * std::sqrt(std::max(1.0, (double)rows / (double)cols));
-    optim_muon_step(grad_chunk, updated, st.momentum_buffer.narrow(0, 0, owned),
+    optim_muon_step(grads, owned_params, st.momentum_buffer.narrow(0, 0, owned),
                     st.second_momentum_buffer.narrow(0, 0, owned), grp.momentum, lr, grp.weight_decay,
                     grp.beta2, grp.ns_steps, compute_dtype_ == torch::kBFloat16);
   }
+  if (W == 1) return;
+  torch::Tensor updated = owned > 0 ? torch::stack(owned_params) : torch::empty({0, rows, cols}, p0.options());
   std::vector<torch::Tensor> params(grp.params.begin(), grp.params.end());
-  pending.gathers.push_back({W == 1 ? done(updated) : dist_->all_gather_async(updated, K), params, true});
+  pending.gathers.push_back({dist_->all_gather_async(updated, K), params, true});
 }
 
 void MuonAdamW::step() {

@@ -1,0 +1,88 @@
+// defines: acc_t, to_float, from_float, row_as_acc, store_row, round_row, dot_row
+// Row helpers shared by the CPU kernels (kernels_cpu.cpp, muon_cpu.cpp): conversions between
+// bf16/fp16 rows and fp32 scratch, and a vectorised dot product. Included only by files
+// compiled for AVX2 (CMakeLists.txt), inside their anonymous namespace's reach.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <vector>
+
+#include <ATen/cpu/vec/functional.h>
+#include <ATen/cpu/vec/vec.h>
+
+namespace nanochat {
+namespace {
+
+using at::vec::Vectorized;
+
+template <typename T> using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+// bf16/fp16 to and from fp32, 16 lanes at a time (at::vec::convert's generic loop is scalar)
+template <typename T>
+void to_float(const T* src, float* dst, int64_t n) {
+  using V = Vectorized<T>;
+  int64_t j = 0;
+  for (; j + V::size() <= n; j += V::size()) {
+    auto [a, b] = at::vec::convert_to_float<T>(V::loadu(src + j));
+    a.store(dst + j);
+    b.store(dst + j + Vectorized<float>::size());
+  }
+  for (; j < n; j++) dst[j] = (float)src[j];
+}
+
+template <typename T>
+void from_float(const float* src, T* dst, int64_t n) {
+  using F = Vectorized<float>;
+  int64_t j = 0;
+  for (; j + Vectorized<T>::size() <= n; j += Vectorized<T>::size())
+    at::vec::convert_from_float<T>(F::loadu(src + j), F::loadu(src + j + F::size())).store(dst + j);
+  for (; j < n; j++) dst[j] = T(src[j]);
+}
+
+// a row as acc_t: the row itself when it is already acc_t, else converted into `scratch`
+template <typename T>
+const acc_t<T>* row_as_acc(const T* row, int64_t n, std::vector<acc_t<T>>& scratch) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) {
+    return row;
+  } else {
+    scratch.resize(n);
+    to_float(row, scratch.data(), n);
+    return scratch.data();
+  }
+}
+
+template <typename T>
+void store_row(const acc_t<T>* src, T* dst, int64_t n) {
+  if constexpr (std::is_same_v<T, acc_t<T>>) {
+    if (src != dst) std::copy(src, src + n, dst);
+  } else {
+    from_float(src, dst, n);
+  }
+}
+
+// a row of acc_t values rounded to T and back in place: the rounding an eager op of dtype T
+// applies to its result (nothing for fp32/fp64)
+template <typename T>
+void round_row(acc_t<T>* v, int64_t n, std::vector<T>& scratch) {
+  if constexpr (!std::is_same_v<T, acc_t<T>>) {
+    scratch.resize(n);
+    from_float(v, scratch.data(), n);
+    to_float(scratch.data(), v, n);
+  }
+}
+
+// sum of a[j] * b[j], vectorised
+template <typename acc>
+acc dot_row(const acc* a, const acc* b, int64_t n) {
+  using V = Vectorized<acc>;
+  V vs(0);
+  int64_t j = 0;
+  for (; j + V::size() <= n; j += V::size()) vs += V::loadu(a + j) * V::loadu(b + j);
+  acc s = at::vec::vec_reduce_all<acc>([](V u, V w) { return u + w; }, vs);
+  for (; j < n; j++) s += a[j] * b[j];
+  return s;
+}
+
+}  // namespace
+}  // namespace nanochat
