@@ -45,7 +45,7 @@ build_s=$(( $(date +%s) - t0 ))
 echo "built in $build_s s"
 
 b=$(budget 90)
-echo "== CUDA tests of the fused kernels, FP8, flash windows, the model (${b} s)"
+echo "== CUDA tests of the fused kernels (Muon's too), FP8, flash windows, the model (${b} s)"
 ctest --test-dir build-gpu --output-on-failure -j 8 -R 'Kernels|LinearSoftcap|MlpRelu|RotaryNorm|ResidualNorm|Fp8|Attention|Gpt|GradScaler' \
   --stop-time "$(date -d "+$b sec" +%H:%M:%S)" 2>&1 |
   tee "$OUT/ctest.log" | tail -15
