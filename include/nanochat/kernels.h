@@ -3,8 +3,7 @@
 //          kernels_mlp_relu_square_reference, kernels_rotary_norm_reference,
 //          kernels_residual_norm, kernels_residual_norm_reference,
 //          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm, kernels_adamw_step,
-//          kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish, kernels_muon_finish_reference,
-//          kernels_cast
+//          kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish, kernels_muon_finish_reference
 // The kernels module: the model's fused hot paths. Each op is an autograd function with a
 // CPU kernel (at::parallel_for + at::vec, one pass over memory), a CUDA kernel (.cu) and a
 // plain ATen composition -- the `_reference` twin -- that the tests compare both against.
@@ -89,13 +88,6 @@ torch::Tensor kernels_fp8_mm(const torch::Tensor& a8, const torch::Tensor& b8, c
 bool kernels_adamw_step(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg,
                         torch::Tensor& exp_avg_sq, int64_t step, double lr, double beta1, double beta2, double eps,
                         double weight_decay);
-
-// x.to(dtype), differentiable. Between float32 and bfloat16 on the CPU both ways run through the
-// CPU kernels' conversion (AVX512-BF16's rounding instruction where the CPU has it; ATen's copy
-// kernel converts 8 lanes in ~6 instructions): the model casts its fp32 master weights to bf16
-// in every forward and their gradients back in every backward. The same values as x.to(dtype)
-// (round to nearest even; a NaN stays a NaN). Anything else is x.to(dtype) itself.
-torch::Tensor kernels_cast(const torch::Tensor& x, at::ScalarType dtype);
 
 // Muon's steps around Polar Express (upstream's compiled muon_step_fused) on n matrices of one
 // (rows, cols) shape. Not autograd functions: optimizer passes, like kernels_adamw_step. The

@@ -15,7 +15,7 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opti
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   if (fp8) return kernels_fp8_linear(x, weight);
-  return at::linear(x, kernels_cast(weight, x.scalar_type()));  // the matmul runs in the activation dtype
+  return at::linear(x, weight.to(x.scalar_type()));  // the matmul runs in the activation dtype
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t num, int64_t dim, const torch::TensorOptions& options) {
@@ -67,7 +67,7 @@ MLPImpl::MLPImpl(const GPTConfig& config, const torch::TensorOptions& options) {
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   if (c_fc->fp8 || c_proj->fp8) return c_proj(at::relu(c_fc(x)).square());
   const auto dt = x.scalar_type();
-  return kernels_mlp_relu_square(x, kernels_cast(c_fc->weight, dt), kernels_cast(c_proj->weight, dt));
+  return kernels_mlp_relu_square(x, c_fc->weight.to(dt), c_proj->weight.to(dt));
 }
 
 BlockImpl::BlockImpl(const GPTConfig& config, int64_t layer, const torch::TensorOptions& options) {

@@ -58,7 +58,7 @@ struct LinearSoftcapCE : public torch::autograd::Function<LinearSoftcapCE> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight, const Tensor& targets,
                         int64_t vocab, double cap, int64_t rows_requested) {
     const int64_t N = x.size(0);
-    const Tensor w = kernels_cast(weight, x.scalar_type());
+    const Tensor w = weight.to(x.scalar_type());
     Tensor loss = acc_empty(x, N), lse = acc_empty(x, N);
     const int64_t rows = chunk_rows(x, w.size(0), rows_requested);
     for (int64_t r0 = 0; r0 < N; r0 += rows) {
@@ -81,7 +81,7 @@ struct LinearSoftcapCE : public torch::autograd::Function<LinearSoftcapCE> {
     const double cap = ctx->saved_data["cap"].toDouble();
     const Tensor grad = grads[0].contiguous().to(lse.scalar_type());
     const int64_t N = x.size(0);
-    const Tensor w = kernels_cast(weight, x.scalar_type());
+    const Tensor w = weight.to(x.scalar_type());
     Tensor dx = at::empty_like(x);
     // the weight's gradient is summed over chunks in fp32 (fp64 for fp64)
     Tensor dw = at::zeros(weight.sizes(), weight.options().dtype(lse.scalar_type()));
@@ -107,7 +107,7 @@ struct LinearSoftcapCEMean : public torch::autograd::Function<LinearSoftcapCEMea
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight, const Tensor& targets,
                         int64_t vocab, double cap, int64_t rows_requested) {
     const int64_t N = x.size(0);
-    const Tensor w = kernels_cast(weight, x.scalar_type());
+    const Tensor w = weight.to(x.scalar_type());
     Tensor loss = acc_empty(x, N), lse = acc_empty(x, N);
     const Tensor counted = (targets != -1).to(loss.scalar_type());
     const Tensor count = counted.sum();
