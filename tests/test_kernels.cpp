@@ -2,6 +2,7 @@
 // on small shapes, fp32 and bf16 to stated tolerances on real ones) and its backward against
 // central finite differences in fp64. The fused path runs on this machine's CPU kernels (and
 // on CUDA when a GPU is present: the *Cuda tests).
+#include <cmath>
 #include <functional>
 #include <vector>
 
@@ -12,6 +13,8 @@
 #include "nanochat/kernels.h"
 #include "nanochat/optim.h"
 #include "test_models.h"
+#include "../src/kernels/device_kernels.h"    // the CPU kernels' conversion
+#include "../src/kernels/kernels_internal.h"  // kernels_cpu_supported
 
 using namespace nanochat;
 using torch::Tensor;
@@ -303,6 +306,31 @@ TEST(KernelsCuda, AllOpsEqualReferences) {
     for (Mix mix : {Mix::plain, Mix::lambdas, Mix::backout})
       expect_same(residual_norm(true, mix), residual_norm(false, mix), rn, tol, "cuda residual_norm");
   }
+}
+
+// ---- the CPU kernels' bf16 conversion ----------------------------------------------------
+
+TEST(KernelsCpuConversion, SameBitsAsAtenBothWays) {
+  // every CPU kernel rounds its fp32 results to bf16 through one row conversion (AVX512-BF16's
+  // instruction where the CPU has it, which flushes denormals: such blocks take the portable
+  // path). Magnitudes over fp32's whole range, denormals, signed zeros, infinities, NaNs and
+  // exact ties of the rounding (low 16 bits 0x8000, both parities), in 32-value blocks and a tail
+  if (!kernels_cpu_supported()) GTEST_SKIP() << "this CPU runs the ATen references";
+  torch::manual_seed(11);
+  const int64_t n = 100003;
+  Tensor x = torch::randn({n}) * torch::pow(10.0, torch::randint(-44, 38, {n}).to(torch::kFloat));
+  x.view(torch::kInt32).narrow(0, 0, 4096).bitwise_and_(~0xffff).bitwise_or_(0x8000);  // ties
+  x[5000] = 0.0f, x[5001] = -0.0f, x[5002] = INFINITY, x[5003] = -INFINITY, x[5004] = NAN;
+  x[5005] = 1e-40f, x[5006] = -3e-39f, x[5007] = 1.17549435e-38f;  // denormals, the smallest normal
+  Tensor y = cast_float_bfloat16_cpu(x), want = x.to(torch::kBFloat16);
+  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+  Tensor nan = want.isnan();
+  EXPECT_TRUE(torch::equal(y.isnan(), nan));
+  Tensor differ = (y.view(torch::kInt16) != want.view(torch::kInt16)) & ~nan;
+  EXPECT_EQ(differ.sum().item<int64_t>(), 0)
+      << "first differing element: " << (differ.any().item<bool>() ? differ.nonzero()[0][0].item<int64_t>() : -1);
+  Tensor g = torch::randn({n}).to(torch::kBFloat16);
+  EXPECT_TRUE(torch::equal(cast_float_bfloat16_cpu(g), g.to(torch::kFloat)));
 }
 
 // ---- Muon ----------------------------------------------------------------------------------

@@ -2,7 +2,8 @@
 //          relu_square_forward_cpu/_cuda, relu_square_backward_cpu/_cuda,
 //          rotary_norm_forward_cpu/_cuda, rotary_norm_backward_cpu/_cuda,
 //          residual_norm_forward_cpu/_cuda, residual_norm_backward_cpu/_cuda, adamw_step_cpu/_cuda,
-//          muon_nesterov_cpu/_cuda, muon_scale_rows_cpu/_cuda, muon_sumsq_cpu/_cuda, muon_update_cpu/_cuda
+//          muon_nesterov_cpu/_cuda, muon_scale_rows_cpu/_cuda, muon_sumsq_cpu/_cuda, muon_update_cpu/_cuda,
+//          cast_float_bfloat16_cpu
 // The element-wise and row-wise device kernels behind the autograd functions of kernels.h.
 // Matmuls stay in the autograd functions (at::mm on whatever device); these do the passes
 // over memory between them. Every tensor argument is contiguous unless said otherwise;
@@ -86,6 +87,11 @@ void adamw_step_cpu(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& 
                     float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2);
 void adamw_step_cuda(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
                      float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2);
+
+// float32 -> bfloat16 or bfloat16 -> float32 (x contiguous) through the CPU kernels' row
+// conversions, for tests: the bits of x.to() (round to nearest even; a NaN stays a NaN, its
+// payload may differ from ATen's, which has two of its own)
+torch::Tensor cast_float_bfloat16_cpu(const torch::Tensor& x);
 
 // Muon's passes (kernels_muon_prepare / kernels_muon_finish), one (rows, cols) matrix a call.
 // grad, buf and p are fp32 (fp64 on the CPU); X is of the Polar Express dtype (fp32 or bf16;

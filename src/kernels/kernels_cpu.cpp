@@ -1,7 +1,7 @@
 // defines: softcap_ce_forward_cpu, softcap_ce_backward_cpu, softcap_ce_forward_backward_cpu,
 //          adamw_step_cpu, relu_square_forward_cpu,
 //          relu_square_backward_cpu, rotary_norm_forward_cpu, rotary_norm_backward_cpu,
-//          residual_norm_forward_cpu, residual_norm_backward_cpu
+//          residual_norm_forward_cpu, residual_norm_backward_cpu, cast_float_bfloat16_cpu
 // The CPU kernels of the fused ops (contracts in device_kernels.h). Each is one pass over
 // memory, split over rows with at::parallel_for and vectorised with at::vec. This file alone
 // is compiled for AVX2+FMA (CMakeLists.txt); kernels_cpu_supported() guards every call, and
@@ -415,7 +415,7 @@ void adamw_step_impl(T* P, const T* G, T* M, T* S, int64_t n, float lr, float be
     return w < 0.5f ? at::vec::fmadd(F(w), b - a, a) : at::vec::fmadd(F(w - 1.0f), b - a, b);
   };
   auto lerp1 = [](float a, float b, float w) { return w < 0.5f ? std::fma(w, b - a, a) : std::fma(w - 1.0f, b - a, b); };
-  constexpr int64_t kBlock = 4096;
+  constexpr int64_t kBlock = 512;
   at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1) {
     std::vector<float> scratch(std::is_same_v<T, float> ? 0 : 4 * kBlock);
     for (int64_t b = b0; b < b1; b++) {
@@ -464,6 +464,21 @@ void adamw_step_cpu(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& 
                     exp_avg_sq.data_ptr<at::BFloat16>(), p.numel(), lr, beta1, beta2, eps, weight_decay, bias1, bias2);
   else
     fail("adamw_step_cpu: float32 or bfloat16 params expected, not %s", c10::toString(p.scalar_type()));
+}
+
+// fp32 <-> bf16 in parallel blocks through the row conversions every kernel here uses: their
+// bits checked against ATen's .to() by the tests (the model itself casts with ATen's copy
+// kernel, which streams faster)
+torch::Tensor cast_float_bfloat16_cpu(const torch::Tensor& x) {
+  const bool down = x.scalar_type() == at::kFloat;
+  if (!(down || x.scalar_type() == at::kBFloat16) || !x.is_contiguous())
+    fail("cast_float_bfloat16_cpu: a contiguous float32 or bfloat16 tensor expected, got %s", c10::toString(x.scalar_type()));
+  torch::Tensor y = at::empty_like(x, x.options().dtype(down ? at::kBFloat16 : at::kFloat));
+  at::parallel_for(0, x.numel(), 65536, [&](int64_t begin, int64_t end) {
+    if (down) from_float(x.data_ptr<float>() + begin, y.data_ptr<at::BFloat16>() + begin, end - begin);
+    else to_float(x.data_ptr<at::BFloat16>() + begin, y.data_ptr<float>() + begin, end - begin);
+  });
+  return y;
 }
 
 }  // namespace nanochat

@@ -3,7 +3,10 @@
 // bf16/fp16 rows and fp32 scratch, and a vectorised dot product. Included only by files
 // compiled for AVX2 (CMakeLists.txt), inside their anonymous namespace's reach.
 #pragma once
+#include <immintrin.h>
+
 #include <algorithm>
+#include <cfloat>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -31,10 +34,40 @@ void to_float(const T* src, float* dst, int64_t n) {
   for (; j < n; j++) dst[j] = (float)src[j];
 }
 
+// fp32 -> bf16 32 values at a time through AVX512-BF16's one rounding instruction (the
+// portable conversion takes ~6 instructions for 8). The instruction flushes denormals and
+// keeps NaN payloads, so a block holding either is left to the portable path: the bits are
+// always c10::BFloat16's (round to nearest even). Returns how many values it converted.
+__attribute__((target("avx512f,avx512bf16"))) inline int64_t from_float_bf16_avx512(const float* src,
+                                                                                    at::BFloat16* dst, int64_t n) {
+  const __m512 min_normal = _mm512_set1_ps(FLT_MIN), zero = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 32 <= n; j += 32) {
+    const __m512 lo = _mm512_loadu_ps(src + j), hi = _mm512_loadu_ps(src + j + 16);
+    // lanes that are NaN, or nonzero and below the smallest normal (not >= FLT_MIN, not == 0)
+    const __m512 alo = _mm512_abs_ps(lo), ahi = _mm512_abs_ps(hi);
+    const __mmask16 special_lo = _mm512_cmp_ps_mask(alo, min_normal, _CMP_NGE_UQ) & _mm512_cmp_ps_mask(alo, zero, _CMP_NEQ_UQ);
+    const __mmask16 special_hi = _mm512_cmp_ps_mask(ahi, min_normal, _CMP_NGE_UQ) & _mm512_cmp_ps_mask(ahi, zero, _CMP_NEQ_UQ);
+    if (special_lo | special_hi) {
+      for (int64_t i = j; i < j + 32; i++) dst[i] = at::BFloat16(src[i]);
+      continue;
+    }
+    _mm512_storeu_si512(reinterpret_cast<void*>(dst + j), (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+  }
+  return j;
+}
+
+inline bool cpu_has_avx512_bf16() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+  return ok;
+}
+
 template <typename T>
 void from_float(const float* src, T* dst, int64_t n) {
   using F = Vectorized<float>;
   int64_t j = 0;
+  if constexpr (std::is_same_v<T, at::BFloat16>)
+    if (cpu_has_avx512_bf16()) j = from_float_bf16_avx512(src, dst, n);
   for (; j + Vectorized<T>::size() <= n; j += Vectorized<T>::size())
     at::vec::convert_from_float<T>(F::loadu(src + j), F::loadu(src + j + F::size())).store(dst + j);
   for (; j < n; j++) dst[j] = T(src[j]);
