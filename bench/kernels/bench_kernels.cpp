@@ -26,31 +26,7 @@ using torch::Tensor;
 
 namespace {
 
-// the best of `reps` timed calls of fwd+bwd (one untimed warm-up first), every output
-// given a gradient of ones
-double time_fwd_bwd(const std::function<std::vector<Tensor>()>& fwd, int reps, torch::Device device) {
-  auto once = [&] {
-    std::vector<Tensor> outs = fwd(), grads;
-    for (const Tensor& o : outs) grads.push_back(torch::ones_like(o));
-    torch::autograd::backward(outs, grads);
-  };
-  once();
-  double best = 1e30;
-  for (int r = 0; r < reps; r++) {
-    device_synchronize(device);
-    auto t0 = bench_clock::now();
-    once();
-    device_synchronize(device);
-    best = std::min(best, bench_seconds_since(t0));
-  }
-  return best;
-}
-
-double time_fwd_bwd(const std::function<Tensor()>& fwd, int reps, torch::Device device) {
-  return time_fwd_bwd(std::function<std::vector<Tensor>()>([&] { return std::vector<Tensor>{fwd()}; }), reps, device);
-}
-
-// the best of `reps` timed calls of an optimizer pass (no autograd), one untimed call first
+// the best of `reps` timed calls of f (one untimed call first)
 double time_call(const std::function<void()>& f, int reps, torch::Device device) {
   f();
   double best = 1e30;
@@ -62,6 +38,21 @@ double time_call(const std::function<void()>& f, int reps, torch::Device device)
     best = std::min(best, bench_seconds_since(t0));
   }
   return best;
+}
+
+// fwd+bwd, every output given a gradient of ones
+double time_fwd_bwd(const std::function<std::vector<Tensor>()>& fwd, int reps, torch::Device device) {
+  return time_call(
+      [&] {
+        std::vector<Tensor> outs = fwd(), grads;
+        for (const Tensor& o : outs) grads.push_back(torch::ones_like(o));
+        torch::autograd::backward(outs, grads);
+      },
+      reps, device);
+}
+
+double time_fwd_bwd(const std::function<Tensor()>& fwd, int reps, torch::Device device) {
+  return time_fwd_bwd(std::function<std::vector<Tensor>()>([&] { return std::vector<Tensor>{fwd()}; }), reps, device);
 }
 
 std::vector<Tensor> both(const std::pair<Tensor, Tensor>& p) { return {p.first, p.second}; }
