@@ -139,17 +139,10 @@ TEST(LaunchFaults, SpawnFailureStopsTheRanksAlreadyStarted) {
 
 TEST(LaunchFaults, SigtermDuringASlowSaveEndsWithACompleteCheckpointThatResumes) {
   // parquet shards of many small row groups, so that both ranks get documents (pyarrow)
-  std::string base = make_temp_dir(), data = base + "/data";
-  std::ofstream(base + "/make.py") << "import pyarrow as pa, pyarrow.parquet as pq, random, os, sys\n"
-                                      "random.seed(7)\nos.makedirs(sys.argv[1], exist_ok=True)\n"
-                                      "words = 'the cat sees a dog under green trees and runs home'.split()\n"
-                                      "for f in range(3):\n"
-                                      "    docs = [' '.join(random.choice(words) for _ in range(40)) for _ in range(256)]\n"
-                                      "    pq.write_table(pa.table({'text': docs}), f'{sys.argv[1]}/shard_{f:05d}.parquet',"
-                                      " row_group_size=8)\n";
-  CommandResult mk = run_shell(std::string(NANOCHAT_PYTHON) + " " + base + "/make.py " + data);
-  ASSERT_EQ(mk.rc, 0) << mk.err;
-  ASSERT_EQ(run_shell("NANOCHAT_BASE_DIR=" + base + " " + kBin + " tok-train --data " + data + " --vocab-size 300").rc, 0);
+  std::string base = make_temp_dir(), corpus_err;
+  const std::string data = make_parquet_corpus(NANOCHAT_PYTHON, kBin, base, 7,
+                                               "the cat sees a dog under green trees and runs home", 300, corpus_err);
+  ASSERT_FALSE(data.empty()) << corpus_err;
 
   const int delay_ms = 7000;  // longer than the old fixed 5 s between SIGTERM and SIGKILL
   std::vector<std::string> args = {"launch", "--nproc-per-node", "2", "--", "base-train", "--data", data,

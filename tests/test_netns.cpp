@@ -98,23 +98,6 @@ std::map<int, double> losses(const std::string& metrics) {
   return out;
 }
 
-// parquet shards of small row groups and a tokenizer, in base dir `base`; the data dir
-std::string make_corpus(const std::string& base) {
-  std::string data = base + "/data";
-  std::ofstream(base + "/make.py") << "import pyarrow as pa, pyarrow.parquet as pq, random, os, sys\n"
-                                      "random.seed(11)\nos.makedirs(sys.argv[1], exist_ok=True)\n"
-                                      "words = 'a cat and a dog see the green trees near home'.split()\n"
-                                      "for f in range(3):\n"
-                                      "    docs = [' '.join(random.choice(words) for _ in range(40)) for _ in range(256)]\n"
-                                      "    pq.write_table(pa.table({'text': docs}), f'{sys.argv[1]}/shard_{f:05d}.parquet',"
-                                      " row_group_size=8)\n";
-  CommandResult mk = run_shell(std::string(NANOCHAT_PYTHON) + " " + base + "/make.py " + data);
-  EXPECT_EQ(mk.rc, 0) << mk.err;
-  CommandResult tok = run_shell("NANOCHAT_BASE_DIR=" + base + " " + kBin + " tok-train --data " + data + " --vocab-size 280");
-  EXPECT_EQ(tok.rc, 0) << tok.err;
-  return data;
-}
-
 std::vector<std::string> train_args(const std::string& data, const std::string& tag, const std::string& iterations) {
   return {"base-train", "--data", data, "--depth", "2", "--aspect-ratio", "64", "--head-dim", "64",
           "--window-pattern", "L", "--core-metric-every", "-1", "--sample-every", "-1", "--tokenizer-threads", "1",
@@ -128,7 +111,10 @@ TEST(TwoNodeNamespaces, CollectivesTrainingAndALostNode) {
   TwoNodes nodes;
   if (!nodes.reason.empty()) GTEST_SKIP() << nodes.reason;
   std::string base = make_temp_dir(), dir = make_temp_dir();
-  const std::string data = make_corpus(base);
+  std::string err;
+  const std::string data = make_parquet_corpus(NANOCHAT_PYTHON, kBin, base, 11,
+                                               "a cat and a dog see the green trees near home", 280, err);
+  ASSERT_FALSE(data.empty()) << err;
 
   // doctor's collective self-test across the veth
   auto [d0, d1] = run_two_nodes(nodes, 29611, base, {"doctor", "--bandwidth-mb", "1"}, dir);

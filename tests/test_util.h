@@ -1,5 +1,5 @@
 // defines: CommandResult, run_shell, make_temp_dir, temp_dir, read_file, count_lines,
-//          spawn_to_files, wait_exit
+//          spawn_to_files, wait_exit, make_parquet_corpus
 // Helpers for tests that run the real binary and inspect files.
 #pragma once
 #include <fcntl.h>
@@ -93,4 +93,31 @@ inline int wait_exit(pid_t pid, double seconds) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A pretraining corpus for the real binary's multi-rank runs, in base dir `base`: three parquet
+// shards (pyarrow, run by `python`) of 256 documents of 40 words drawn with `seed` from `words`,
+// in row groups of 8 so that every rank gets documents, under base/data; then a tokenizer of
+// `vocab` trained on them by `bin tok-train`. Returns the data dir, or "" with the failing
+// step's stderr in `err`.
+inline std::string make_parquet_corpus(const std::string& python, const std::string& bin, const std::string& base,
+                                       int seed, const std::string& words, int vocab, std::string& err) {
+  const std::string data = base + "/data";
+  std::ofstream(base + "/make.py") << "import pyarrow as pa, pyarrow.parquet as pq, random, os, sys\n"
+                                   << "random.seed(" << seed << ")\nos.makedirs(sys.argv[1], exist_ok=True)\n"
+                                   << "words = '" << words << "'.split()\n"
+                                   << "for f in range(3):\n"
+                                      "    docs = [' '.join(random.choice(words) for _ in range(40)) for _ in range(256)]\n"
+                                      "    pq.write_table(pa.table({'text': docs}), f'{sys.argv[1]}/shard_{f:05d}.parquet',"
+                                      " row_group_size=8)\n";
+  for (const std::string& cmd : {python + " " + base + "/make.py " + data,
+                                 "NANOCHAT_BASE_DIR=" + base + " " + bin + " tok-train --data " + data +
+                                     " --vocab-size " + std::to_string(vocab)}) {
+    CommandResult r = run_shell(cmd);
+    if (r.rc != 0) {
+      err = cmd + " exited " + std::to_string(r.rc) + ": " + r.err;
+      return "";
+    }
+  }
+  return data;
 }
