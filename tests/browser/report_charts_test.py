@@ -20,6 +20,8 @@ import sys
 
 from playwright.sync_api import sync_playwright
 
+import chromium
+
 nanochat, work = sys.argv[1], sys.argv[2]
 base = os.path.join(work, "base")
 env = dict(os.environ, NANOCHAT_BASE_DIR=base, OMP_NUM_THREADS="1")
@@ -146,12 +148,9 @@ assert expected["chart-base-train-loss-vs-step.svg"] == {"d2": 30, "d3": 45}, ex
 # ---- each chart in Chromium ----
 out = {"charts": len(linked), "series": 0, "points": 0}
 with sync_playwright() as p:
-    browser = p.chromium.launch(executable_path="/usr/bin/chromium",
-                                args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+    browser = chromium.launch(p)
     page = browser.new_page(viewport={"width": 800, "height": 500})
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    errors = chromium.collect_errors(page, console=True)
     for file in linked:
         page.goto("file://" + os.path.join(report_dir, file))
         seen = page.evaluate("""() => {

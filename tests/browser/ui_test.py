@@ -10,16 +10,16 @@ import sys
 
 from playwright.sync_api import sync_playwright
 
+import chromium
+
 base, shot = sys.argv[1], sys.argv[2]
 out = {}
 TIMEOUT = 30000
 
 with sync_playwright() as p:
-    browser = p.chromium.launch(executable_path="/usr/bin/chromium",
-                                args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"])
+    browser = chromium.launch(p)
     page = browser.new_page(viewport={"width": 1000, "height": 700})
-    errors = []
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    errors = chromium.collect_errors(page)
     page.goto(base + "/")
     page.wait_for_function("document.getElementById('banner').classList.contains('hidden')", timeout=TIMEOUT)
 
