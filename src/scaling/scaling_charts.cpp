@@ -12,13 +12,25 @@ namespace nanochat {
 
 namespace {
 
-// a power law 10^k x^s as a chart curve (nothing when it was not fitted)
+// measured points and their power law y = 10^k x^s as a curve (no curve when it was not
+// fitted); the legend says "y_symbol = 10^k x_symbol^s"
 void add_line(Chart& chart, const std::string& points_name, const std::vector<double>& x, const std::vector<double>& y,
-              const ScalingLine& line, const std::string& symbol) {
+              const ScalingLine& line, const std::string& y_symbol, const std::string& x_symbol) {
   chart.series.push_back(chart_points(points_name, x, y));
   if (line.points > 0)
-    chart.series.push_back(chart_fit(strprintf("%s = 10^%.3f C^%.3f", symbol.c_str(), line.intercept, line.slope),
-                                     [line](double c) { return line.at(c); }));
+    chart.series.push_back(chart_fit(
+        strprintf("%s = 10^%.3f %s^%.3f", y_symbol.c_str(), line.intercept, x_symbol.c_str(), line.slope),
+        [line](double v) { return line.at(v); }));
+}
+
+Chart chart_titled(const std::string& title, const std::string& x_label, const std::string& y_label, bool y_log) {
+  Chart chart;
+  chart.title = title;
+  chart.x_label = x_label;
+  chart.y_label = y_label;
+  chart.x_log = true;  // every figure here spans orders of magnitude of compute or parameters
+  chart.y_log = y_log;
+  return chart;
 }
 
 }  // namespace
@@ -32,11 +44,7 @@ std::string scaling_write_charts(const ScalingLaws& laws, const std::string& dir
 
   std::vector<double> c, n, d, bpb;  // the loss fit's points: the optima, or the runs
   if (!laws.optima.empty()) {
-    Chart iso;
-    iso.title = "IsoFLOP curves: val bpb against parameters";
-    iso.x_label = "effective parameters N";
-    iso.y_label = "val bpb";
-    iso.x_log = true;
+    Chart iso = chart_titled("IsoFLOP curves: val bpb against parameters", "effective parameters N", "val bpb", false);
     std::map<double, std::vector<const ScalingRun*>> by_budget;
     for (const ScalingRun& r : laws.runs) by_budget[r.flops_budget].push_back(&r);
     std::vector<double> opt_n, opt_bpb;
@@ -68,13 +76,9 @@ std::string scaling_write_charts(const ScalingLaws& laws, const std::string& dir
     iso.series.push_back(optima);
     write(iso, "isoflop");
 
-    Chart opt;
-    opt.title = "Compute-optimal parameters N* and tokens D*";
-    opt.x_label = "training FLOPs C";
-    opt.y_label = "N* or D*";
-    opt.x_log = opt.y_log = true;
-    add_line(opt, "N*", c, n, laws.params_vs_flops, "N*");
-    add_line(opt, "D*", c, d, laws.tokens_vs_flops, "D*");
+    Chart opt = chart_titled("Compute-optimal parameters N* and tokens D*", "training FLOPs C", "N* or D*", true);
+    add_line(opt, "N*", c, n, laws.params_vs_flops, "N*", "C");
+    add_line(opt, "D*", c, d, laws.tokens_vs_flops, "D*", "C");
     write(opt, "optimal-n-d");
   } else {
     for (const ScalingRun& r : laws.runs) {
@@ -84,25 +88,12 @@ std::string scaling_write_charts(const ScalingLaws& laws, const std::string& dir
     }
   }
   const std::string over = laws.optima.empty() ? "runs" : "optimum of each budget";
-  Chart loss;
-  loss.title = "Val bpb against compute";
-  loss.x_label = "training FLOPs C";
-  loss.y_label = "val bpb";
-  loss.x_log = loss.y_log = true;
-  add_line(loss, over, c, bpb, laws.loss_vs_flops, "bpb");
+  Chart loss = chart_titled("Val bpb against compute", "training FLOPs C", "val bpb", true);
+  add_line(loss, over, c, bpb, laws.loss_vs_flops, "bpb", "C");
   write(loss, "loss-vs-flops");
 
-  Chart loss_n;
-  loss_n.title = "Val bpb against parameters";
-  loss_n.x_label = "effective parameters N";
-  loss_n.y_label = "val bpb";
-  loss_n.x_log = loss_n.y_log = true;
-  loss_n.series.push_back(chart_points(over, n, bpb));
-  if (laws.loss_vs_params.points > 0) {
-    const ScalingLine line = laws.loss_vs_params;
-    loss_n.series.push_back(chart_fit(strprintf("bpb = 10^%.3f N^%.3f", line.intercept, line.slope),
-                                      [line](double v) { return line.at(v); }));
-  }
+  Chart loss_n = chart_titled("Val bpb against parameters", "effective parameters N", "val bpb", true);
+  add_line(loss_n, over, n, bpb, laws.loss_vs_params, "bpb", "N");
   write(loss_n, "loss-vs-params");
   return md;
 }
