@@ -35,6 +35,12 @@ static std::string shard_bytes(const std::string& prefix, int rows = 3000) {
   return cache[prefix] = bytes;
 }
 
+// a self-signed certificate for 127.0.0.1 by the openssl command: dir/cert.pem and dir/key.pem
+static CommandResult make_self_signed_cert(const std::string& dir) {
+  return run_shell("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "
+                   "subjectAltName=IP:127.0.0.1 -keyout " + dir + "/key.pem -out " + dir + "/cert.pem");
+}
+
 static int closed_port() {  // a port nobody listens on: bind, read the port, close
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in a{};
@@ -240,8 +246,7 @@ TEST(Download, TwoThreadsOneDownload) {
 TEST(Download, HttpsVerifiesTheServerCertificate) {
   if (run_shell("command -v openssl").rc != 0) GTEST_SKIP() << "the openssl command is needed to make a certificate";
   std::string dir = make_temp_dir();
-  auto r = run_shell("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "
-                     "subjectAltName=IP:127.0.0.1 -keyout " + dir + "/key.pem -out " + dir + "/cert.pem");
+  auto r = make_self_signed_cert(dir);
   ASSERT_EQ(r.rc, 0) << r.err;
   std::string body = shard_bytes("a");
   TestServer s(dir + "/cert.pem", dir + "/key.pem");
@@ -384,8 +389,7 @@ TEST(DownloadResume, WithoutAUsableValidatorThePartialFileIsFetchedAgain) {
 TEST(DownloadRedirect, HttpsToHttpIsRefusedHttpsToHttpsIsFollowed) {
   if (run_shell("command -v openssl").rc != 0) GTEST_SKIP() << "the openssl command is needed to make a certificate";
   std::string dir = make_temp_dir();
-  auto r = run_shell("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "
-                     "subjectAltName=IP:127.0.0.1 -keyout " + dir + "/key.pem -out " + dir + "/cert.pem");
+  auto r = make_self_signed_cert(dir);
   ASSERT_EQ(r.rc, 0) << r.err;
   setenv("SSL_CERT_FILE", (dir + "/cert.pem").c_str(), 1);
   std::string body = shard_bytes("a");
