@@ -135,6 +135,15 @@ TEST(Kernels, SwitchFollowsTheEnvironment) {
   EXPECT_EQ(kernels_enabled(), !(v && std::string(v) == "0"));
 }
 
+// at::parallel_for is a header template: in a file built without -fopenmp its pragma is
+// dropped and every CPU kernel runs on one thread, silently (it did, until the build said -fopenmp)
+TEST(Kernels, CpuKernelsRunOnEveryIntraOpThread) {
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  EXPECT_EQ(cpu_kernel_threads(), 2);
+  at::set_num_threads(before);
+}
+
 TEST(LinearSoftcapCE, Fp64EqualsReferenceAndFiniteDifferences) {
   torch::manual_seed(1);
   const int64_t N = 7, C = 5, Vp = 16, vocab = 13;

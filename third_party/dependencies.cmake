@@ -44,6 +44,18 @@ target_link_libraries(nanochat_deps INTERFACE ${TORCH_LIBRARIES} nlohmann_json::
                       PkgConfig::ZSTD PkgConfig::PCRE2 ZLIB::ZLIB Snappy::snappy PkgConfig::HTTPLIB
                       OpenSSL::SSL OpenSSL::Crypto PkgConfig::LIBZIP yaml-cpp Threads::Threads)
 target_include_directories(nanochat_deps SYSTEM INTERFACE ${GLOO_INCLUDE_DIR})
+
+# OpenMP: at::parallel_for is a header template whose `#pragma omp parallel` a file compiled
+# without -fopenmp silently drops, so our CPU kernels ran on one thread. The files that call
+# it build with -fopenmp (CMakeLists.txt) and link the OpenMP runtime LibTorch itself loads
+# (the wheel's libgomp.so.1): one runtime in the process, one thread count.
+find_library(NANOCHAT_GOMP NAMES libgomp.so.1 gomp HINTS "${TORCH_INSTALL_PREFIX}/lib" NO_DEFAULT_PATH)
+if(NANOCHAT_GOMP)
+  target_link_libraries(nanochat_deps INTERFACE ${NANOCHAT_GOMP})
+else()
+  find_package(OpenMP REQUIRED)
+  target_link_libraries(nanochat_deps INTERFACE OpenMP::OpenMP_CXX)
+endif()
 target_compile_definitions(nanochat_deps INTERFACE USE_C10D_GLOO)
 
 # CUDA and NCCL code is built whenever the LibTorch found has CUDA, GPU or not: at run time

@@ -3,7 +3,7 @@
 //          rotary_norm_forward_cpu/_cuda, rotary_norm_backward_cpu/_cuda,
 //          residual_norm_forward_cpu/_cuda, residual_norm_backward_cpu/_cuda, adamw_step_cpu/_cuda,
 //          muon_nesterov_cpu/_cuda, muon_scale_rows_cpu/_cuda, muon_sumsq_cpu/_cuda, muon_update_cpu/_cuda,
-//          cast_float_bfloat16_cpu
+//          cast_float_bfloat16_cpu, cpu_kernel_threads
 // The element-wise and row-wise device kernels behind the autograd functions of kernels.h.
 // Matmuls stay in the autograd functions (at::mm on whatever device); these do the passes
 // over memory between them. Every tensor argument is contiguous unless said otherwise;
@@ -87,6 +87,10 @@ void adamw_step_cpu(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& 
                     float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2);
 void adamw_step_cuda(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
                      float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2);
+
+// how many threads an at::parallel_for in the CPU kernels' files really runs on: at::get_num_threads()
+// when they are built with OpenMP, 1 when a build drops -fopenmp (its pragma then compiles to nothing)
+int cpu_kernel_threads();
 
 // float32 -> bfloat16 or bfloat16 -> float32 (x contiguous) through the CPU kernels' row
 // conversions, for tests: the bits of x.to() (round to nearest even; a NaN stays a NaN, its

@@ -1,7 +1,8 @@
 // defines: softcap_ce_forward_cpu, softcap_ce_backward_cpu, softcap_ce_forward_backward_cpu,
 //          adamw_step_cpu, relu_square_forward_cpu,
 //          relu_square_backward_cpu, rotary_norm_forward_cpu, rotary_norm_backward_cpu,
-//          residual_norm_forward_cpu, residual_norm_backward_cpu, cast_float_bfloat16_cpu
+//          residual_norm_forward_cpu, residual_norm_backward_cpu, cast_float_bfloat16_cpu,
+//          cpu_kernel_threads
 // The CPU kernels of the fused ops (contracts in device_kernels.h). Each is one pass over
 // memory, split over rows with at::parallel_for and vectorised with at::vec. This file alone
 // is compiled for AVX2+FMA (CMakeLists.txt); kernels_cpu_supported() guards every call, and
@@ -11,6 +12,7 @@
 // in fp32 as ATen's own kernels do it, and a row of even a 65536 vocab stays in L2.
 #include "device_kernels.h"
 
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -479,6 +481,13 @@ torch::Tensor cast_float_bfloat16_cpu(const torch::Tensor& x) {
     else to_float(x.data_ptr<at::BFloat16>() + begin, y.data_ptr<float>() + begin, end - begin);
   });
   return y;
+}
+
+int cpu_kernel_threads() {
+  std::atomic<int> chunks{0};
+  const int n = std::max(1, at::get_num_threads());
+  at::parallel_for(0, n, 1, [&](int64_t, int64_t) { chunks++; });  // one chunk per thread that ran
+  return chunks.load();
 }
 
 }  // namespace nanochat
