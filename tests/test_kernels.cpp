@@ -13,6 +13,7 @@
 #include "nanochat/kernels.h"
 #include "nanochat/optim.h"
 #include "test_models.h"
+#include "../src/kernels/cpu_gemm.h"          // MKL's fp32-output GEMMs
 #include "../src/kernels/device_kernels.h"    // the CPU kernels' conversion
 #include "../src/kernels/kernels_internal.h"  // kernels_cpu_supported
 
@@ -142,6 +143,34 @@ TEST(Kernels, CpuKernelsRunOnEveryIntraOpThread) {
   at::set_num_threads(2);
   EXPECT_EQ(cpu_kernel_threads(), 2);
   at::set_num_threads(before);
+}
+
+// row-major C = alpha op(A) op(B) + beta C against fp64 matmuls of the same values, for each
+// pair of transposes, strided rows (ld > width) and both input dtypes
+TEST(CpuGemm, EveryTransposeAgainstFp64) {
+  torch::manual_seed(5);
+  const int64_t M = 37, N = 29, K = 53, pad = 3;
+  for (auto dtype : {torch::kFloat, torch::kBFloat16})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true}) {
+        // stored (rows, cols + pad): op(A) is (M, K), op(B) is (K, N)
+        Tensor As = torch::randn({ta ? K : M, (ta ? M : K) + pad}).to(dtype);
+        Tensor Bs = torch::randn({tb ? N : K, (tb ? K : N) + pad}).to(dtype);
+        Tensor A = As.narrow(1, 0, ta ? M : K), B = Bs.narrow(1, 0, tb ? K : N);
+        Tensor opA = (ta ? A.t() : A).to(torch::kDouble), opB = (tb ? B.t() : B).to(torch::kDouble);
+        Tensor C0 = torch::randn({M, N + pad});
+        Tensor C = C0.clone();
+        bool ran = dtype == torch::kFloat
+                       ? cpu_gemm_f32(ta, tb, M, N, K, 0.5f, As.data_ptr<float>(), As.size(1), Bs.data_ptr<float>(),
+                                      Bs.size(1), 2.0f, C.data_ptr<float>(), C.size(1))
+                       : cpu_gemm_f32(ta, tb, M, N, K, 0.5f, As.data_ptr<at::BFloat16>(), As.size(1),
+                                      Bs.data_ptr<at::BFloat16>(), Bs.size(1), 2.0f, C.data_ptr<float>(), C.size(1));
+        if (!ran) GTEST_SKIP() << "this LibTorch has no MKL";
+        Tensor want = 0.5 * opA.matmul(opB) + 2.0 * C0.narrow(1, 0, N).to(torch::kDouble);
+        EXPECT_LT((C.narrow(1, 0, N).to(torch::kDouble) - want).abs().max().item<double>(), 1e-4)
+            << "dtype " << dtype << " trans_a " << ta << " trans_b " << tb;
+        EXPECT_TRUE(C.narrow(1, N, pad).equal(C0.narrow(1, N, pad)));  // the padding is not written
+      }
 }
 
 TEST(LinearSoftcapCE, Fp64EqualsReferenceAndFiniteDifferences) {

@@ -42,7 +42,7 @@ endif()
 add_library(nanochat_deps INTERFACE)
 target_link_libraries(nanochat_deps INTERFACE ${TORCH_LIBRARIES} nlohmann_json::nlohmann_json
                       PkgConfig::ZSTD PkgConfig::PCRE2 ZLIB::ZLIB Snappy::snappy PkgConfig::HTTPLIB
-                      OpenSSL::SSL OpenSSL::Crypto PkgConfig::LIBZIP yaml-cpp Threads::Threads)
+                      OpenSSL::SSL OpenSSL::Crypto PkgConfig::LIBZIP yaml-cpp Threads::Threads ${CMAKE_DL_LIBS})
 target_include_directories(nanochat_deps SYSTEM INTERFACE ${GLOO_INCLUDE_DIR})
 
 # OpenMP: at::parallel_for is a header template whose `#pragma omp parallel` a file compiled

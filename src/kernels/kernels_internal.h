@@ -11,7 +11,8 @@ bool kernels_cpu_supported();
 // kernels_enabled(), and a device and dtype that the fused kernels handle (fp64 on the CPU
 // only: it is there for gradient checks)
 bool kernels_use_fused(const torch::Tensor& x);
-// acc += a @ b, with acc in fp32/fp64 and a, b in the compute dtype
+// acc += a @ b, with acc in fp32/fp64 and a, b in the compute dtype: bf16 into fp32 in the GEMM
+// itself on CUDA and, through MKL (cpu_gemm.h), on the CPU; elsewhere a product then an add
 void kernels_addmm_acc(torch::Tensor& acc, const torch::Tensor& a, const torch::Tensor& b);
 
 }  // namespace nanochat
