@@ -148,6 +148,10 @@ int main(int argc, char** argv) {
   const int64_t short_window = gpt_window_sizes(c)[0];
   double attn_l = 1000 * time_fwd_bwd([&] { return attention_causal(qa, ka, va, -1); }, reps, device);
   double attn_s = 1000 * time_fwd_bwd([&] { return attention_causal(qa, ka, va, short_window); }, reps, device);
+  if (kernels_attention_available(qa))  // the CPU kernel against the SDPA path it replaces
+    for (int64_t w : {int64_t(-1), short_window})
+      rows.push_back({w < 0 ? "attention L vs SDPA" : "attention S vs SDPA", w < 0 ? attn_l : attn_s,
+                      1000 * time_fwd_bwd([&] { return attention_causal_sdpa(qa, ka, va, w); }, reps, device)});
 
   std::printf("%-22s %12s %14s %10s\n", "op (fwd+bwd; Muon: step)", "fused ms", "reference ms", "speed-up");
   nlohmann::json j = {{"bench", "kernels"}, {"device", device.str()}, {"dtype", dtype_name(dtype)}, {"depth", depth},

@@ -1,10 +1,12 @@
-// defines: attention_causal, attention_with_kvcache, attention_kernel_name, attention_window_mask, KVCache
+// defines: attention_causal, attention_causal_sdpa, attention_with_kvcache, attention_kernel_name, attention_window_mask, KVCache
 // The attention module (upstream flash_attention.py and engine.py's KVCache): the one place that knows devices and kernels.
 // Everything uses the FA3 layout (B, T, H, D) at the interface, like nanochat's
 // flash_attention.py, and FA3's window semantics: `window` is the left size, a query at
 // position i sees the keys j with i - window <= j <= i; window < 0 means unlimited.
 //
-// Kernels (all through at::scaled_dot_product_attention, softmax scale 1/sqrt(D)):
+// Kernels (softmax scale 1/sqrt(D)):
+//  - on the CPU (fp32, bf16, with kernels on and MKL in LibTorch): the kernels module's
+//    attention (kernels_attention), causal or windowed, forward and backward; else SDPA:
 //  - full causal window: SDPA with is_causal (flash backend on CUDA for bf16/fp16, the CPU
 //    flash kernel on CPU);
 //  - sliding window shorter than the sequence: on CUDA (bf16/fp16, sm80+) LibTorch's flash
@@ -25,10 +27,14 @@ namespace nanochat {
 // q (B,T,H,D), k and v (B,T,Hkv,D) with H % Hkv == 0 (GQA); causal; returns (B,T,H,D)
 torch::Tensor attention_causal(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, int64_t window);
+// the same through SDPA only (flash, real or chunked windows): what attention_causal runs on
+// CUDA and with kernels off; the benchmark's baseline for the CPU kernel
+torch::Tensor attention_causal_sdpa(const torch::Tensor& q, const torch::Tensor& k,
+                                    const torch::Tensor& v, int64_t window);
 
 // which kernel runs attention for q (B,T,H,D) and k (B,T,Hkv,D) like these with left window
-// `window`: "SDPA flash, causal", "flash with a real window of 512" (CUDA), "chunked windows
-// of 256 over SDPA math (cached mask)"; for the training log, once per layer kind
+// `window`: "nanochat CPU attention, window of 256", "SDPA flash, causal", "flash with a real
+// window of 512" (CUDA), "chunked windows of 256 over SDPA math (cached mask)"; for the training log, once per layer kind
 std::string attention_kernel_name(const torch::Tensor& q, const torch::Tensor& k, int64_t window);
 
 // the boolean mask (true = attend) of a causal sliding window for Tq queries that are the

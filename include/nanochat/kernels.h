@@ -3,7 +3,8 @@
 //          kernels_mlp_relu_square_reference, kernels_rotary_norm_reference,
 //          kernels_residual_norm, kernels_residual_norm_reference,
 //          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm, kernels_adamw_step,
-//          kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish, kernels_muon_finish_reference
+//          kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish, kernels_muon_finish_reference,
+//          kernels_attention_available, kernels_attention, kernels_attention_reference
 // The kernels module: the model's fused hot paths. Each op is an autograd function with a
 // CPU kernel (at::parallel_for + at::vec, one pass over memory), a CUDA kernel (.cu) and a
 // plain ATen composition -- the `_reference` twin -- that the tests compare both against.
@@ -66,6 +67,21 @@ std::pair<torch::Tensor, torch::Tensor> kernels_residual_norm(const torch::Tenso
                                                               const torch::Tensor& a, const torch::Tensor& b);
 std::pair<torch::Tensor, torch::Tensor> kernels_residual_norm_reference(const torch::Tensor& x, const torch::Tensor& y,
                                                                         const torch::Tensor& a, const torch::Tensor& b);
+
+// Causal attention with a left window (FA3's semantics: a query at t sees the keys t - window
+// .. t; window < 0 unlimited), q (B,T,H,D), k and v (B,T,Hkv,D), softmax scale 1/sqrt(D).
+// The CPU kernel walks each head's queries in blocks against only the keys they may see (about
+// half the work of a full T x T when causal, T x (window + block) with a window, where the
+// attention module's SDPA path runs padded chunks of twice the window), with MKL's GEMMs and an
+// exact softmax per row; it saves o and one fp32 log-sum-exp per row. Available on the CPU for
+// fp32 and bf16 when LibTorch has MKL; kernels_attention runs the reference otherwise. The
+// reference materialises the (B, H, T, T) scores (tests, small shapes). No CUDA kernel: on a GPU
+// the attention module uses LibTorch's flash kernels.
+bool kernels_attention_available(const torch::Tensor& q);
+torch::Tensor kernels_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                int64_t window);
+torch::Tensor kernels_attention_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                          int64_t window);
 
 // FP8 training's linear (upstream fp8.py, tensorwise): x (..., in) in the compute dtype times
 // the fp32 master weight (out, in)^T, through e4m3 inputs and weights and e5m2 gradients with

@@ -1,4 +1,4 @@
-// defines: attention_causal, attention_with_kvcache, attention_window_mask
+// defines: attention_causal, attention_causal_sdpa, attention_with_kvcache, attention_window_mask
 // Device-generic attention on top of at::scaled_dot_product_attention (see attention.h for
 // the choice of kernels). SDPA wants (B,H,T,D); the interface is FA3's (B,T,H,D).
 #include "nanochat/attention.h"
@@ -11,6 +11,7 @@
 
 #include "flash_window.h"
 #include "nanochat/common/error.h"
+#include "nanochat/kernels.h"
 
 namespace nanochat {
 namespace {
@@ -92,6 +93,13 @@ Tensor attention_window_mask(int64_t Tq, int64_t Tk, int64_t window, torch::Devi
 
 Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
   check_shapes(q, k, v, "attention_causal");
+  if (kernels_attention_available(q) && q.size(1) == k.size(1))
+    return kernels_attention(q, k, v, window < 0 || window >= q.size(1) - 1 ? -1 : window);
+  return attention_causal_sdpa(q, k, v, window);
+}
+
+Tensor attention_causal_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
+  check_shapes(q, k, v, "attention_causal");
   if (q.size(1) != k.size(1)) fail("attention_causal: q has %lld positions, k %lld",
                                    (long long)q.size(1), (long long)k.size(1));
   const int64_t T = q.size(1);
@@ -109,6 +117,9 @@ std::string attention_kernel_name(const Tensor& q, const Tensor& k, int64_t wind
     return std::string("SDPA ") + (choice >= 0 && choice < 5 ? names[choice] : "(no backend)");
   };
   const int64_t T = q.size(1);
+  if (kernels_attention_available(q))
+    return window < 0 || window >= T - 1 ? "nanochat CPU attention, causal"
+                                         : "nanochat CPU attention, window of " + std::to_string(window);
   Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2);
   if (window < 0 || window >= T - 1) return sdpa_name(qt, kt, std::nullopt, true) + ", causal";
   if (attention_flash_window_supported(q, k)) return "flash with a real window of " + std::to_string(window);

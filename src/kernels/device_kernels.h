@@ -3,7 +3,8 @@
 //          rotary_norm_forward_cpu/_cuda, rotary_norm_backward_cpu/_cuda,
 //          residual_norm_forward_cpu/_cuda, residual_norm_backward_cpu/_cuda, adamw_step_cpu/_cuda,
 //          muon_nesterov_cpu/_cuda, muon_scale_rows_cpu/_cuda, muon_sumsq_cpu/_cuda, muon_update_cpu/_cuda,
-//          cast_float_bfloat16_cpu, cpu_kernel_threads
+//          cast_float_bfloat16_cpu, cpu_kernel_threads, attention_cpu_supported, attention_forward_cpu,
+//          attention_backward_cpu
 // The element-wise and row-wise device kernels behind the autograd functions of kernels.h.
 // Matmuls stay in the autograd functions (at::mm on whatever device); these do the passes
 // over memory between them. Every tensor argument is contiguous unless said otherwise;
@@ -12,6 +13,8 @@
 // stream); in a build without CUDA they raise.
 #pragma once
 #include <cstdint>
+#include <utility>
+#include <vector>
 #include <torch/types.h>
 
 namespace nanochat {
@@ -87,6 +90,18 @@ void adamw_step_cpu(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& 
                     float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2);
 void adamw_step_cuda(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
                      float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2);
+
+// causal attention with a left window (window < 0: unlimited; a query at t sees the keys
+// t - window .. t), q (B,T,H,D), k and v (B,T,Hkv,D), contiguous, float32 or bfloat16, softmax
+// scale 1/sqrt(D). Forward returns o (B,T,H,D) and the log-sum-exp of each row's scaled scores
+// (B,H,T) float32; backward returns dq, dk, dv. Supported when the LibTorch loaded has MKL's
+// fp32-output GEMMs (cpu_gemm.h).
+bool attention_cpu_supported(const torch::Tensor& q);
+std::pair<torch::Tensor, torch::Tensor> attention_forward_cpu(const torch::Tensor& q, const torch::Tensor& k,
+                                                              const torch::Tensor& v, int64_t window);
+std::vector<torch::Tensor> attention_backward_cpu(const torch::Tensor& dout, const torch::Tensor& q,
+                                                  const torch::Tensor& k, const torch::Tensor& v,
+                                                  const torch::Tensor& o, const torch::Tensor& lse, int64_t window);
 
 // how many threads an at::parallel_for in the CPU kernels' files really runs on: at::get_num_threads()
 // when they are built with OpenMP, 1 when a build drops -fopenmp (its pragma then compiles to nothing)
