@@ -203,6 +203,21 @@ TEST(Attention, CpuKernelTracksTheSdpaPathInBf16) {
   }
 }
 
+// Polar Express's Gram matrix: fp32 against fp64 products for wide, tall and square batches whose
+// sides are no multiple of the 128-row blocks, and exactly symmetric (the mirrored blocks)
+TEST(Gram, Fp32EqualsFp64ProductAndIsSymmetric) {
+  torch::manual_seed(23);
+  for (auto shape : std::vector<std::vector<int64_t>>{{3, 300, 700}, {2, 700, 300}, {2, 260, 260}, {1, 40, 90}}) {
+    Tensor X = torch::randn(shape);
+    Tensor A = kernels_gram(X), X64 = X.to(torch::kDouble);
+    Tensor want = shape[1] > shape[2] ? X64.mT().matmul(X64) : X64.matmul(X64.mT());
+    ASSERT_EQ(A.sizes(), want.sizes());
+    EXPECT_LT((A.to(torch::kDouble) - want).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>())
+        << c10::str(X.sizes());
+    EXPECT_TRUE(A.equal(A.mT())) << c10::str(X.sizes());
+  }
+}
+
 // row-major C = alpha op(A) op(B) + beta C against fp64 matmuls of the same values, for each
 // pair of transposes, strided rows (ld > width) and both input dtypes
 TEST(CpuGemm, EveryTransposeAgainstFp64) {

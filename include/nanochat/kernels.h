@@ -4,7 +4,8 @@
 //          kernels_residual_norm, kernels_residual_norm_reference,
 //          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm, kernels_adamw_step,
 //          kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish, kernels_muon_finish_reference,
-//          kernels_attention_available, kernels_attention, kernels_attention_reference
+//          kernels_attention_available, kernels_attention, kernels_attention_reference, kernels_gram,
+//          kernels_gram_reference
 // The kernels module: the model's fused hot paths. Each op is an autograd function with a
 // CPU kernel (at::parallel_for + at::vec, one pass over memory), a CUDA kernel (.cu) and a
 // plain ATen composition -- the `_reference` twin -- that the tests compare both against.
@@ -124,5 +125,12 @@ void kernels_muon_finish(const torch::Tensor& X, std::vector<torch::Tensor>& par
                          torch::Tensor& second_momentum_buffer, double lr, double weight_decay, double beta2);
 void kernels_muon_finish_reference(const torch::Tensor& X, std::vector<torch::Tensor>& params,
                                    torch::Tensor& second_momentum_buffer, double lr, double weight_decay, double beta2);
+
+// Polar Express's Gram matrix of a batch X (b, rows, cols): X X^T, or X^T X for tall X (rows >
+// cols), (b, n, n) with n = min(rows, cols). On the CPU in fp32 the blocks on and above the
+// diagonal are multiplied once and mirrored (about 5/8 of the products at n = 512); elsewhere,
+// and as the reference, at::matmul.
+torch::Tensor kernels_gram(const torch::Tensor& X);
+torch::Tensor kernels_gram_reference(const torch::Tensor& X);
 
 }  // namespace nanochat

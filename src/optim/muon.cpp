@@ -54,15 +54,9 @@ void optim_muon_step(const std::vector<torch::Tensor>& grads, std::vector<torch:
     const double a = coeffs[i][0], b = coeffs[i][1], c = coeffs[i][2];
     // B = b*A + c*A@A and X = a*X + (X@B or B@X), each one baddbmm: the scaled sum is done in
     // the GEMM's epilogue instead of two more passes over X
-    if (rows > cols) {  // tall: Gram matrix XᵀX is (cols, cols)
-      torch::Tensor A = torch::matmul(X.mT(), X);
-      torch::Tensor B = torch::baddbmm(A, A, A, b, c);
-      X = torch::baddbmm(X, X, B, a, 1.0);
-    } else {  // wide or square: XXᵀ is (rows, rows)
-      torch::Tensor A = torch::matmul(X, X.mT());
-      torch::Tensor B = torch::baddbmm(A, A, A, b, c);
-      X = torch::baddbmm(X, B, X, a, 1.0);
-    }
+    torch::Tensor A = kernels_gram(X);  // tall: XᵀX (cols, cols); wide or square: XXᵀ (rows, rows)
+    torch::Tensor B = torch::baddbmm(A, A, A, b, c);
+    X = rows > cols ? torch::baddbmm(X, X, B, a, 1.0) : torch::baddbmm(X, B, X, a, 1.0);
   }
 
   // Muon+, NorMuon and the cautious weight-decayed update of each param in place
