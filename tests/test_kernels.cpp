@@ -203,9 +203,10 @@ TEST(Attention, CpuKernelTracksTheSdpaPathInBf16) {
   }
 }
 
-// Polar Express's Gram matrix: fp32 against fp64 products for wide, tall and square batches whose
-// sides are no multiple of the 128-row blocks, and exactly symmetric (the mirrored blocks)
-TEST(Gram, Fp32EqualsFp64ProductAndIsSymmetric) {
+// Polar Express's Gram matrix A and b*A + c*A@A: fp32 against fp64 products for wide, tall and
+// square batches whose sides are no multiple of the 128-row blocks, and exactly symmetric (the
+// mirrored blocks)
+TEST(Gram, Fp32EqualsFp64ProductsAndIsSymmetric) {
   torch::manual_seed(23);
   for (auto shape : std::vector<std::vector<int64_t>>{{3, 300, 700}, {2, 700, 300}, {2, 260, 260}, {1, 40, 90}}) {
     Tensor X = torch::randn(shape);
@@ -215,6 +216,12 @@ TEST(Gram, Fp32EqualsFp64ProductAndIsSymmetric) {
     EXPECT_LT((A.to(torch::kDouble) - want).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>())
         << c10::str(X.sizes());
     EXPECT_TRUE(A.equal(A.mT())) << c10::str(X.sizes());
+    // b*A + c*A@A of the symmetric A against the same in fp64
+    Tensor B = kernels_gram_square(A, -1.5, 0.25), A64 = A.to(torch::kDouble);
+    Tensor want_b = -1.5 * A64 + 0.25 * A64.matmul(A64);
+    EXPECT_LT((B.to(torch::kDouble) - want_b).abs().max().item<double>(), 1e-5 * want_b.abs().max().item<double>())
+        << c10::str(X.sizes());
+    EXPECT_TRUE(B.equal(B.mT())) << c10::str(X.sizes());
   }
 }
 

@@ -5,7 +5,7 @@
 //          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm, kernels_adamw_step,
 //          kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish, kernels_muon_finish_reference,
 //          kernels_attention_available, kernels_attention, kernels_attention_reference, kernels_gram,
-//          kernels_gram_reference
+//          kernels_gram_reference, kernels_gram_square, kernels_gram_square_reference
 // The kernels module: the model's fused hot paths. Each op is an autograd function with a
 // CPU kernel (at::parallel_for + at::vec, one pass over memory), a CUDA kernel (.cu) and a
 // plain ATen composition -- the `_reference` twin -- that the tests compare both against.
@@ -132,5 +132,9 @@ void kernels_muon_finish_reference(const torch::Tensor& X, std::vector<torch::Te
 // and as the reference, at::matmul.
 torch::Tensor kernels_gram(const torch::Tensor& X);
 torch::Tensor kernels_gram_reference(const torch::Tensor& X);
+// b * A + c * A @ A for a batch of symmetric A (b, n, n), Polar Express's second product: A @ A
+// is A A^T, so the CPU fp32 path takes the same blocks; the reference is baddbmm(A, A, A, b, c)
+torch::Tensor kernels_gram_square(const torch::Tensor& A, double b, double c);
+torch::Tensor kernels_gram_square_reference(const torch::Tensor& A, double b, double c);
 
 }  // namespace nanochat

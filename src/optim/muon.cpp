@@ -55,7 +55,7 @@ void optim_muon_step(const std::vector<torch::Tensor>& grads, std::vector<torch:
     // B = b*A + c*A@A and X = a*X + (X@B or B@X), each one baddbmm: the scaled sum is done in
     // the GEMM's epilogue instead of two more passes over X
     torch::Tensor A = kernels_gram(X);  // tall: XᵀX (cols, cols); wide or square: XXᵀ (rows, rows)
-    torch::Tensor B = torch::baddbmm(A, A, A, b, c);
+    torch::Tensor B = kernels_gram_square(A, b, c);  // b*A + c*A@A
     X = rows > cols ? torch::baddbmm(X, X, B, a, 1.0) : torch::baddbmm(X, B, X, a, 1.0);
   }
 
