@@ -43,19 +43,6 @@ Geometry geometry(const torch::Tensor& q, const torch::Tensor& k, int64_t window
   return {q.size(0), q.size(1), q.size(2), k.size(2), D, window, (float)(1.0 / std::sqrt((double)D))};
 }
 
-// a block's rows of fp32 scores in row-major (M, N), N its keys, in the compute dtype for the
-// next GEMM's operand: the same buffer for fp32, a converted copy for bf16
-template <typename T>
-const T* as_operand(const float* src, int64_t n, std::vector<T>& scratch) {
-  if constexpr (std::is_same_v<T, float>) {
-    return src;
-  } else {
-    scratch.resize(n);
-    from_float(src, scratch.data(), n);
-    return scratch.data();
-  }
-}
-
 template <typename T>
 void gemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha, const T* A, int64_t lda, const T* Bm,
           int64_t ldb, float beta, float* C, int64_t ldc) {
@@ -125,7 +112,7 @@ void forward_head(const Geometry& g, const T* q, const T* k, const T* v, T* o, f
       lse[t] = g.scale * m + std::log(sum);
       inv_sum[i] = 1.0f / sum;
     }
-    gemm<T>(false, false, M, g.D, N, 1.0f, as_operand<T>(S.data(), M * N, Sc), N, v + c0 * ldk, ldk, 0.0f,
+    gemm<T>(false, false, M, g.D, N, 1.0f, floats_as<T>(S.data(), M * N, Sc), N, v + c0 * ldk, ldk, 0.0f,
             out.data(), g.D);
     for (int64_t i = 0; i < M; i++) {
       float* orow = out.data() + i * g.D;
@@ -161,8 +148,8 @@ void backward_kv_head(const Geometry& g, const T* q, const T* k, const T* v, con
       }
       gemm<T>(false, true, M, N, g.D, 1.0f, dob, ldq, v + c0 * ldk, ldk, 0.0f, dP.data(), N);
       for (int64_t i = 0; i < M; i++) score_grad_row(S.data() + i * N, dP.data() + i * N, N, delta[r0 + i], g.scale);
-      const T* P = as_operand<T>(S.data(), M * N, Pc);
-      const T* dS = as_operand<T>(dP.data(), M * N, dSc);
+      const T* P = floats_as<T>(S.data(), M * N, Pc);
+      const T* dS = floats_as<T>(dP.data(), M * N, dSc);
       gemm<T>(true, false, N, g.D, M, 1.0f, P, N, dob, ldq, 1.0f, dv + c0 * g.D, g.D);      // dV += P^T dO
       gemm<T>(true, false, N, g.D, M, 1.0f, dS, N, qb, ldq, 1.0f, dk + c0 * g.D, g.D);      // dK += dS^T Q
       gemm<T>(false, false, M, g.D, N, 1.0f, dS, N, k + c0 * ldk, ldk, 0.0f, dqf.data(), g.D);  // dQ = dS K

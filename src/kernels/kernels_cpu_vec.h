@@ -1,7 +1,7 @@
-// defines: acc_t, to_float, from_float, row_as_acc, store_row, round_row, dot_row
-// Row helpers shared by the CPU kernels (kernels_cpu.cpp, muon_cpu.cpp): conversions between
-// bf16/fp16 rows and fp32 scratch, and a vectorised dot product. Included only by files
-// compiled for AVX2 (CMakeLists.txt), inside their anonymous namespace's reach.
+// defines: acc_t, to_float, from_float, row_as_acc, floats_as, store_row, round_row, dot_row
+// Row helpers shared by the CPU kernels (kernels_cpu.cpp, muon_cpu.cpp, attention_cpu.cpp):
+// conversions between bf16/fp16 rows and fp32 scratch, and a vectorised dot product. Included
+// only by files compiled for AVX2 (CMakeLists.txt), inside their anonymous namespace's reach.
 #pragma once
 #include <immintrin.h>
 
@@ -81,6 +81,19 @@ const acc_t<T>* row_as_acc(const T* row, int64_t n, std::vector<acc_t<T>>& scrat
   } else {
     scratch.resize(n);
     to_float(row, scratch.data(), n);
+    return scratch.data();
+  }
+}
+
+// the reverse: fp32 values as T, the values themselves for float, else converted into `scratch`
+// (an fp32 result as the next bf16 GEMM's operand)
+template <typename T>
+const T* floats_as(const float* src, int64_t n, std::vector<T>& scratch) {
+  if constexpr (std::is_same_v<T, float>) {
+    return src;
+  } else {
+    scratch.resize(n);
+    from_float(src, scratch.data(), n);
     return scratch.data();
   }
 }
