@@ -100,12 +100,11 @@ void score_grad_row(const float* p, float* dp, int64_t n, float delta, float sca
 template <typename T>
 void forward_head(const Geometry& g, const T* q, const T* k, const T* v, T* o, float* lse) {
   const int64_t ldq = g.H * g.D, ldk = g.Hkv * g.D;
-  std::vector<float> S(kBlock * g.T), out(kBlock * g.D);
-  std::vector<T> Sc, row;
+  std::vector<float> S(kBlock * g.T), out(kBlock * g.D), inv_sum(kBlock);
+  std::vector<T> Sc;
   for (int64_t r0 = 0; r0 < g.T; r0 += kBlock) {
     const int64_t r1 = std::min(g.T, r0 + kBlock), M = r1 - r0, c0 = g.first_key(r0), N = r1 - c0;
     gemm<T>(false, true, M, N, g.D, 1.0f, q + r0 * ldq, ldq, k + c0 * ldk, ldk, 0.0f, S.data(), N);
-    std::vector<float> inv_sum(M);
     for (int64_t i = 0; i < M; i++) {
       const int64_t t = r0 + i;
       auto [m, sum] = softmax_row(S.data() + i * N, N, g.row_lo(t) - c0, t - c0, g.scale);
@@ -176,12 +175,7 @@ void with_attention_dtype(const torch::Tensor& q, F f) {
 }  // namespace
 
 bool attention_cpu_supported(const torch::Tensor& q) {
-  if (!q.is_cpu()) return false;
-  float f = 0, c = 0;
-  c10::BFloat16 h{};
-  if (q.scalar_type() == at::kFloat) return cpu_gemm_f32(false, false, 1, 1, 1, 1.0f, &f, 1, &f, 1, 0.0f, &c, 1);
-  if (q.scalar_type() == at::kBFloat16) return cpu_gemm_f32(false, false, 1, 1, 1, 1.0f, &h, 1, &h, 1, 0.0f, &c, 1);
-  return false;
+  return q.is_cpu() && cpu_gemm_f32_available(q.scalar_type());
 }
 
 std::pair<torch::Tensor, torch::Tensor> attention_forward_cpu(const torch::Tensor& q, const torch::Tensor& k,
