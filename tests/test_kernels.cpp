@@ -203,26 +203,26 @@ TEST(Attention, CpuKernelTracksTheSdpaPathInBf16) {
   }
 }
 
-// Polar Express's Gram matrix A and b*A + c*A@A: fp32 against fp64 products for wide, tall and
-// square batches whose sides are no multiple of the 128-row blocks, and exactly symmetric (the
-// mirrored blocks)
-TEST(Gram, Fp32EqualsFp64ProductsAndIsSymmetric) {
+// Polar Express in fp32 (one thread per matrix, the symmetric products from mirrored blocks)
+// against the batched composition in fp64, for wide, tall and square batches whose sides are no
+// multiple of the 128-row blocks, run on 2 threads so that the batch is split
+TEST(PolarExpress, Fp32EqualsFp64Composition) {
   torch::manual_seed(23);
-  for (auto shape : std::vector<std::vector<int64_t>>{{3, 300, 700}, {2, 700, 300}, {2, 260, 260}, {1, 40, 90}}) {
+  const int threads = at::get_num_threads();
+  at::set_num_threads(2);
+  const auto& coeffs = optim_polar_express_coeffs();
+  for (auto shape : std::vector<std::vector<int64_t>>{{4, 300, 700}, {2, 700, 300}, {6, 260, 260}, {2, 40, 90}}) {
     Tensor X = torch::randn(shape);
-    Tensor A = kernels_gram(X), X64 = X.to(torch::kDouble);
-    Tensor want = shape[1] > shape[2] ? X64.mT().matmul(X64) : X64.matmul(X64.mT());
-    ASSERT_EQ(A.sizes(), want.sizes());
-    EXPECT_LT((A.to(torch::kDouble) - want).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>())
+    X = X / (X.norm(2, {1, 2}, true) * 1.02);  // as Muon starts it: every singular value < 1
+    Tensor X0 = X.clone();
+    Tensor got = kernels_polar_express(X, coeffs, 5);
+    Tensor want = kernels_polar_express_reference(X.to(torch::kDouble), coeffs, 5);
+    ASSERT_EQ(got.sizes(), want.sizes());
+    EXPECT_LT((got.to(torch::kDouble) - want).abs().max().item<double>(), 1e-5 * want.abs().max().item<double>())
         << c10::str(X.sizes());
-    EXPECT_TRUE(A.equal(A.mT())) << c10::str(X.sizes());
-    // b*A + c*A@A of the symmetric A against the same in fp64
-    Tensor B = kernels_gram_square(A, -1.5, 0.25), A64 = A.to(torch::kDouble);
-    Tensor want_b = -1.5 * A64 + 0.25 * A64.matmul(A64);
-    EXPECT_LT((B.to(torch::kDouble) - want_b).abs().max().item<double>(), 1e-5 * want_b.abs().max().item<double>())
-        << c10::str(X.sizes());
-    EXPECT_TRUE(B.equal(B.mT())) << c10::str(X.sizes());
+    EXPECT_TRUE(X.equal(X0)) << "the input was written";
   }
+  at::set_num_threads(threads);
 }
 
 // row-major C = alpha op(A) op(B) + beta C against fp64 matmuls of the same values, for each

@@ -4,13 +4,14 @@
 //          kernels_residual_norm, kernels_residual_norm_reference,
 //          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm, kernels_adamw_step,
 //          kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish, kernels_muon_finish_reference,
-//          kernels_attention_available, kernels_attention, kernels_attention_reference, kernels_gram,
-//          kernels_gram_reference, kernels_gram_square, kernels_gram_square_reference
+//          kernels_attention_available, kernels_attention, kernels_attention_reference,
+//          kernels_polar_express, kernels_polar_express_reference
 // The kernels module: the model's fused hot paths. Each op is an autograd function with a
 // CPU kernel (at::parallel_for + at::vec, one pass over memory), a CUDA kernel (.cu) and a
 // plain ATen composition -- the `_reference` twin -- that the tests compare both against.
 // NANOCHAT_KERNELS=0 makes every op run its reference (read once, at the first call).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -126,15 +127,14 @@ void kernels_muon_finish(const torch::Tensor& X, std::vector<torch::Tensor>& par
 void kernels_muon_finish_reference(const torch::Tensor& X, std::vector<torch::Tensor>& params,
                                    torch::Tensor& second_momentum_buffer, double lr, double weight_decay, double beta2);
 
-// Polar Express's Gram matrix of a batch X (b, rows, cols): X X^T, or X^T X for tall X (rows >
-// cols), (b, n, n) with n = min(rows, cols). On the CPU in fp32 the blocks on and above the
-// diagonal are multiplied once and mirrored (about 5/8 of the products at n = 512); elsewhere,
-// and as the reference, at::matmul.
-torch::Tensor kernels_gram(const torch::Tensor& X);
-torch::Tensor kernels_gram_reference(const torch::Tensor& X);
-// b * A + c * A @ A for a batch of symmetric A (b, n, n), Polar Express's second product: A @ A
-// is A A^T, so the CPU fp32 path takes the same blocks; the reference is baddbmm(A, A, A, b, c)
-torch::Tensor kernels_gram_square(const torch::Tensor& A, double b, double c);
-torch::Tensor kernels_gram_square_reference(const torch::Tensor& A, double b, double c);
+// Polar Express on a batch X (b, rows, cols): `steps` iterations X <- a X + (b A + c A@A) X with
+// A = X X^T, or X <- a X + X (b A + c A@A) with A = X^T X for tall X (rows > cols), (a, b, c) =
+// coeffs[i]. On the CPU in fp32 each matrix runs every iteration on one thread (the batch split
+// across the threads), its symmetric products from the blocks on and above the diagonal; elsewhere,
+// and as the reference, the batched matmul / baddbmm composition. Returns a new tensor.
+torch::Tensor kernels_polar_express(const torch::Tensor& X, const std::vector<std::array<double, 3>>& coeffs,
+                                    int steps);
+torch::Tensor kernels_polar_express_reference(torch::Tensor X, const std::vector<std::array<double, 3>>& coeffs,
+                                              int steps);
 
 }  // namespace nanochat

@@ -42,22 +42,13 @@ void optim_muon_step(const std::vector<torch::Tensor>& grads, std::vector<torch:
            c10::str(grads[i].sizes()).c_str(), c10::str(params[i].sizes()).c_str(),
            c10::str(momentum_buffer.sizes()).c_str());
   if (ns_steps < 1 || ns_steps > 5) fail("optim_muon_step: ns_steps %d is outside 1..5", ns_steps);
-  const int64_t rows = params[0].size(0), cols = params[0].size(1);
 
   // Nesterov momentum, MuonEq and the normalisation (kernels module: fused, or its ATen reference)
   torch::Tensor X = kernels_muon_prepare(grads, momentum_buffer, momentum,
                                          bf16_polar ? torch::kBFloat16 : params[0].scalar_type());
 
   // Polar Express: X -> approximately U V^T of its SVD, on the smaller Gram matrix
-  const auto& coeffs = optim_polar_express_coeffs();
-  for (int i = 0; i < ns_steps; i++) {
-    const double a = coeffs[i][0], b = coeffs[i][1], c = coeffs[i][2];
-    // B = b*A + c*A@A and X = a*X + (X@B or B@X), each one baddbmm: the scaled sum is done in
-    // the GEMM's epilogue instead of two more passes over X
-    torch::Tensor A = kernels_gram(X);  // tall: XᵀX (cols, cols); wide or square: XXᵀ (rows, rows)
-    torch::Tensor B = kernels_gram_square(A, b, c);  // b*A + c*A@A
-    X = rows > cols ? torch::baddbmm(X, X, B, a, 1.0) : torch::baddbmm(X, B, X, a, 1.0);
-  }
+  X = kernels_polar_express(X, optim_polar_express_coeffs(), ns_steps);
 
   // Muon+, NorMuon and the cautious weight-decayed update of each param in place
   kernels_muon_finish(X, params, second_momentum_buffer, lr, weight_decay, beta2);
