@@ -1,7 +1,8 @@
 // defines: main (bench_kernels)
 // Forward+backward time of each fused op of the kernels module against its ATen reference,
 // measured in the same run on the same inputs (for Muon's optimizer passes, the step around
-// Polar Express on one group of the model's matrices), and of attention for a long (causal) and a
+// Polar Express on one group of the model's matrices; Polar Express itself on the model's Muon
+// stacks), and of attention for a long (causal) and a
 // short (sliding window) layer. Shapes are a model's at --depth (width 64*depth, head dim
 // 128 or 64) with --batch x --seq-len tokens. Last line: one JSON object with every figure.
 // usage: bench_kernels [--device cpu|cuda] [--dtype float32|bfloat16] [--depth 4] [--batch 8]
@@ -19,6 +20,7 @@
 #include "nanochat/common/device.h"
 #include "nanochat/gpt.h"
 #include "nanochat/kernels.h"
+#include "nanochat/optim.h"
 #include "../bench_util.h"
 
 using namespace nanochat;
@@ -140,6 +142,22 @@ int main(int argc, char** argv) {
     };
     rows.push_back({tall ? "Muon step, MLP in" : "Muon step, MLP out", 1000 * time_call(fused, reps, device),
                     1000 * time_call(ref, reps, device)});
+  }
+
+  // Polar Express (5 iterations) on the model's Muon stacks: attention's (4*depth square, C x C;
+  // k and v as q when there is no GQA), the MLP's inputs (tall) and outputs (wide)
+  {
+    const auto x_dtype = dtype == torch::kBFloat16 ? torch::kBFloat16 : torch::kFloat;
+    const struct { const char* name; int64_t n, r, cc; } stacks[] = {
+        {"Polar Express, attn", 4 * depth, C, C}, {"Polar Express, MLP in", depth, 4 * C, C},
+        {"Polar Express, MLP out", depth, C, 4 * C}};
+    for (const auto& st : stacks) {
+      Tensor X = torch::randn({st.n, st.r, st.cc}, opts);
+      X = (X / (X.norm(2, {1, 2}, true) * 1.02)).to(x_dtype);
+      const auto& coeffs = optim_polar_express_coeffs();
+      rows.push_back({st.name, 1000 * time_call([&] { kernels_polar_express(X, coeffs, 5); }, reps, device),
+                      1000 * time_call([&] { kernels_polar_express_reference(X, coeffs, 5); }, reps, device)});
+    }
   }
 
   // attention: the long layer (causal) and a short one (window T/4), reported alone
