@@ -98,7 +98,7 @@ torch::Tensor kernels_polar_express(const torch::Tensor& X, const std::vector<st
     fail("kernels_polar_express: %d steps with %zu coefficient triples", steps, coeffs.size());
   if (!fused_polar_express(X)) return kernels_polar_express_reference(X, coeffs, steps);
   const int64_t r = X.size(1), c = X.size(2), n = std::min(r, c);
-  torch::Tensor out = X.contiguous().clone();
+  torch::Tensor out = X.clone(at::MemoryFormat::Contiguous);
   at::parallel_for(0, out.size(0), 1, [&](int64_t begin, int64_t end) {
     std::vector<float> a(n * n), b(n * n), y(r * c);  // scratch, per thread
     for (int64_t i = begin; i < end; i++)
