@@ -7,10 +7,11 @@
 // and its two Gram matrices are 3 MB): batched, every product was split across the threads
 // and every iteration streamed the whole batch through memory three times. A and A@A (= A A^T,
 // A symmetric) come from the 128-row blocks on and above the diagonal, mirrored: 10 of 16
-// blocks at n = 512. Measured on the d8 Muon groups (fp32, 5 iterations, 2 threads), against
-// the batched reference: (8, 512, 2048) 366 -> 285 ms, (8, 2048, 512) 362 -> 289 ms,
-// (32, 512, 512) 500 -> 388 ms. bf16 keeps the reference: ATen's batched bf16 GEMM beat the
-// blocks. The reference is the batched matmul / baddbmm composition upstream runs.
+// blocks at n = 512. Measured on the d8 Muon stacks (bench_kernels, fp32, 5 iterations, 2
+// threads) against the batched reference: attention's (32, 512, 512) 573 -> 326 ms, the MLP's
+// (8, 2048, 512) 387 -> 270 ms and (8, 512, 2048) 376 -> 272 ms. bf16 keeps the reference:
+// ATen's batched bf16 GEMM beat these blocks run batched, and nothing else was tried in bf16.
+// The reference is the batched matmul / baddbmm composition upstream runs.
 #include "nanochat/kernels.h"
 
 #include <ATen/ATen.h>
