@@ -208,8 +208,11 @@ TEST(Attention, CpuKernelTracksTheSdpaPathInBf16) {
 // multiple of the 128-row blocks, run on 2 threads so that the batch is split
 TEST(PolarExpress, Fp32EqualsFp64Composition) {
   torch::manual_seed(23);
-  const int threads = at::get_num_threads();
-  at::set_num_threads(2);
+  struct Threads {  // 2 for this test, the previous count after it, also when an ASSERT returns early
+    int before = at::get_num_threads();
+    Threads() { at::set_num_threads(2); }
+    ~Threads() { at::set_num_threads(before); }
+  } two_threads;
   const auto& coeffs = optim_polar_express_coeffs();
   for (auto shape : std::vector<std::vector<int64_t>>{{4, 300, 700}, {2, 700, 300}, {6, 260, 260}, {2, 40, 90}}) {
     Tensor X = torch::randn(shape);
@@ -222,7 +225,6 @@ TEST(PolarExpress, Fp32EqualsFp64Composition) {
         << c10::str(X.sizes());
     EXPECT_TRUE(X.equal(X0)) << "the input was written";
   }
-  at::set_num_threads(threads);
 }
 
 // row-major C = alpha op(A) op(B) + beta C against fp64 matmuls of the same values, for each
