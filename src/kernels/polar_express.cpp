@@ -18,6 +18,7 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -68,10 +69,12 @@ void polar_express_one(float* x, int64_t r, int64_t c, const std::vector<std::ar
 }
 
 // one thread per matrix pays when the batch splits evenly across the threads (or is large):
-// otherwise the reference's multi-threaded GEMMs leave no thread idle
+// otherwise the reference's multi-threaded GEMMs leave no thread idle. With MKL there and both
+// sides within int (every GEMM's sizes and strides are rows or cols), no cpu_gemm_f32 call
+// above can return false, so their results go unchecked.
 bool fused_polar_express(const torch::Tensor& X) {
   if (!kernels_enabled() || !X.is_cpu() || X.scalar_type() != at::kFloat || !kernels_cpu_supported() ||
-      !cpu_gemm_f32_available(at::kFloat))
+      !cpu_gemm_f32_available(at::kFloat) || X.size(1) > INT_MAX || X.size(2) > INT_MAX)
     return false;
   const int64_t threads = at::get_num_threads();
   return X.size(0) % threads == 0 || X.size(0) >= 4 * threads;
