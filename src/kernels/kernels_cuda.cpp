@@ -15,6 +15,7 @@
 #include "nanochat/common/error.h"
 
 namespace nanochat {
+static_assert(rotary_norm_cuda_max_dim == kernels_rotary_norm_max_dim, "one limit, two headers");
 namespace {
 
 using torch::Tensor;
