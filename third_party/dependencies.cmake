@@ -2,12 +2,14 @@
 # LibTorch zip (CMAKE_PREFIX_PATH), the CUDA toolkit when LibTorch has CUDA, and Debian's
 # -dev packages. Everything lands in one interface target, nanochat_deps.
 
-# The GPUs the CUDA kernels (src/kernels/*.cu) are built for: A100 (8.0) and H100/H200 (9.0a).
+# The GPUs the CUDA kernels (src/kernels/*.cu) are built for: A100 (8.0) and H100/H200 (9.0a),
+# plus compute_80 PTX that the driver compiles for any newer GPU (Ada's sm_89 runs the sm_80
+# code as it is; without PTX a Blackwell GPU would find no kernel image for the fused ops).
 # LibTorch's CMake config takes them as TORCH_CUDA_ARCH_LIST and turns them into nvcc's
 # -gencode flags (it overrides CMAKE_CUDA_ARCHITECTURES; without a list it probes for a GPU
 # and builds for a dozen architectures). A TORCH_CUDA_ARCH_LIST given by the user wins.
 if(NOT DEFINED TORCH_CUDA_ARCH_LIST AND NOT DEFINED ENV{TORCH_CUDA_ARCH_LIST})
-  set(TORCH_CUDA_ARCH_LIST "8.0;9.0a")
+  set(TORCH_CUDA_ARCH_LIST "8.0+PTX;9.0a")
 endif()
 # nvcc for LibTorch's enable_language(CUDA) when it is not on PATH (unused without CUDA)
 if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
