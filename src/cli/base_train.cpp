@@ -176,7 +176,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   // whose memory estimate fits in 90% of what is free
   int64_t device_batch_size = o.device_batch_size;
   if (c.device.is_cuda() && !o.device_batch_size_given) {
-    for (const CudaDeviceInfo& d : cuda_device_infos())
+    for (const CudaDeviceInfo& d : cuda_device_infos(c.device.index()))
       if (d.index == c.device.index()) {
         device_batch_size = std::max<int64_t>(1, gpt_fit_device_batch_size(config, c.dtype, d.free_bytes / 10 * 9, 32));
         log_info("device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% "

@@ -48,7 +48,7 @@ torch::ScalarType compute_dtype_detect(const std::string& device_type) {
     fail("NANOCHAT_DTYPE='%s' is not one of bfloat16, float16, float32", name->c_str());
   }
   if (device_type == "cuda") {
-    auto infos = cuda_device_infos();
+    auto infos = cuda_device_infos(0, /*with_memory=*/false);
     if (!infos.empty() && infos[0].major >= 8) return torch::kBFloat16;  // Ampere and newer
   }
   return torch::kFloat32;  // older GPUs and CPU: fp16 is opt-in only

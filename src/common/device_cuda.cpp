@@ -15,15 +15,18 @@ namespace nanochat {
 
 bool cuda_built() { return true; }
 
-std::vector<CudaDeviceInfo> cuda_device_infos() {
+std::vector<CudaDeviceInfo> cuda_device_infos(int only, bool with_memory) {
   std::vector<CudaDeviceInfo> out;
   if (!torch::cuda::is_available()) return out;
   int n = (int)torch::cuda::device_count();
   for (int i = 0; i < n; i++) {
-    const cudaDeviceProp* p = at::cuda::getDeviceProperties(i);
-    c10::cuda::CUDAGuard guard((c10::DeviceIndex)i);
+    if (only >= 0 && i != only) continue;
+    const cudaDeviceProp* p = at::cuda::getDeviceProperties(i);  // no context needed
     size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = total_b = 0;
+    if (with_memory) {
+      c10::cuda::CUDAGuard guard((c10::DeviceIndex)i);
+      if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = total_b = 0;
+    }
     out.push_back({i, p->name, p->major, p->minor, (int64_t)total_b, (int64_t)free_b,
                    p->multiProcessorCount});
   }

@@ -4,7 +4,7 @@
 namespace nanochat {
 
 bool cuda_built() { return false; }
-std::vector<CudaDeviceInfo> cuda_device_infos() { return {}; }
+std::vector<CudaDeviceInfo> cuda_device_infos(int, bool) { return {}; }
 std::string cuda_runtime_version() { return ""; }
 std::string nccl_version() { return ""; }
 void device_synchronize(torch::Device) {}

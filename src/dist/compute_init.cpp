@@ -41,9 +41,9 @@ double compute_peak_flops(const Compute& c) {
              dtype_name(c.dtype).c_str(), c.cpu_threads);
     return measured > 0 ? measured : std::numeric_limits<double>::infinity();
   }
-  std::vector<CudaDeviceInfo> gpus = cuda_device_infos();
-  const std::string name = c.env.local_rank < (int)gpus.size() ? gpus[c.env.local_rank].name : "";
-  double peak = peak_flops(name, gpus.empty() ? 0 : gpus[c.env.local_rank].multiprocessors);
+  std::vector<CudaDeviceInfo> gpus = cuda_device_infos(c.device.index(), /*with_memory=*/false);
+  const std::string name = gpus.empty() ? "" : gpus[0].name;
+  double peak = peak_flops(name, gpus.empty() ? 0 : gpus[0].multiprocessors);
   log_info("GPU: %s, peak %s", name.c_str(),
            std::isinf(peak) ? "FLOPS unknown (MFU shows 0)" : strprintf("%.1f TFLOPS (bf16)", peak / 1e12).c_str());
   return peak;

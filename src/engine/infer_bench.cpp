@@ -176,7 +176,7 @@ nlohmann::ordered_json infer_bench_run(GPT& model, const Tokenizer& tok, const I
     fl_source = strprintf("measured (%s matmul)", dtype_name(dtype).c_str());
   } else {
     int multiprocessors = 0;
-    for (const CudaDeviceInfo& d : cuda_device_infos())
+    for (const CudaDeviceInfo& d : cuda_device_infos(device.index()))
       if (d.index == device.index()) {
         device_name = d.name;
         total_memory = d.total_bytes;

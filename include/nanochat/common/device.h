@@ -49,7 +49,11 @@ struct HostInfo {
 HostInfo host_info();  // from /proc/cpuinfo and /proc/meminfo
 
 bool cuda_built();           // this binary was compiled with CUDA support
-std::vector<CudaDeviceInfo> cuda_device_infos();  // empty without a GPU
+// every GPU (empty without one), or only the one of index `only` (none if it does not exist).
+// Free and total memory come from the GPU's CUDA context, which the query creates: a rank asks
+// for its own GPU only (eight ranks listing eight GPUs would hold 64 contexts, ~0.5 GB each),
+// and with_memory = false (memory left 0) touches no context at all.
+std::vector<CudaDeviceInfo> cuda_device_infos(int only = -1, bool with_memory = true);
 std::string cuda_runtime_version();  // "13.0", or "" when not built with CUDA
 std::string nccl_version();          // "2.28.9", or "" when not built with NCCL
 
