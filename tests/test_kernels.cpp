@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "nanochat/attention.h"
+#include "nanochat/common/device.h"
 #include "nanochat/gpt.h"
 #include "nanochat/kernels.h"
 #include "nanochat/optim.h"
@@ -409,18 +410,23 @@ TEST(KernelsCuda, AllOpsEqualReferences) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   torch::manual_seed(8);
   auto dev = torch::Device(torch::kCUDA);
-  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+  for (auto dtype : {torch::kFloat, torch::kBFloat16, torch::kHalf}) {
     const double tol = dtype == torch::kFloat ? 1e-4 : 3e-2;
-    const int64_t N = 3000, C = 64, Vp = 32768, vocab = 32700;
-    std::vector<Tensor> ce = {torch::randn({N, C}, dev).to(dtype), torch::randn({Vp, C}, dev) * 0.3,
-                              targets_with_ignored(N, vocab).to(dev)};
-    expect_same(softcap_ce(true, vocab, 15.0), softcap_ce(false, vocab, 15.0), ce, tol, "cuda softcap_ce");
+    const int64_t N = 3000, C = 64, vocab = 32700;
+    for (int64_t Vp : {32768, 32767}) {  // rows of whole vector packs, and rows that take the scalar loads
+      std::vector<Tensor> ce = {torch::randn({N, C}, dev).to(dtype), torch::randn({Vp, C}, dev) * 0.3,
+                                targets_with_ignored(N, vocab).to(dev)};
+      expect_same(softcap_ce(true, vocab, 15.0), softcap_ce(false, vocab, 15.0), ce, tol, "cuda softcap_ce");
+    }
     std::vector<Tensor> m = {torch::randn({8, 64, 128}, dev).to(dtype), (torch::randn({512, 128}, dev) * 0.1).to(dtype),
                              (torch::randn({128, 512}, dev) * 0.1).to(dtype)};
     expect_same(mlp(true), mlp(false), m, tol, "cuda mlp");
     auto [c, s] = rotary_tables(0, 256, 128, dtype);
     std::vector<Tensor> r = {torch::randn({2, 256, 6, 128}, dev).to(dtype), c.to(dev), s.to(dev)};
     expect_same(rotary_norm(true, 1.2), rotary_norm(false, 1.2), r, tol, "cuda rotary_norm", 1);
+    auto [cw, sw] = rotary_tables(0, 16, 512, dtype);  // wider than the kernel's registers: the reference runs
+    std::vector<Tensor> rw = {torch::randn({2, 16, 2, 512}, dev).to(dtype), cw.to(dev), sw.to(dev)};
+    expect_same(rotary_norm(true, 1.2), rotary_norm(false, 1.2), rw, tol, "cuda rotary_norm, head dim 512", 1);
     std::vector<Tensor> rn = {torch::randn({3, 200, 1280}, dev).to(dtype), torch::randn({3, 200, 1280}, dev).to(dtype),
                               torch::tensor(0.91f, dev), torch::tensor(0.13f, dev)};
     for (Mix mix : {Mix::plain, Mix::lambdas, Mix::backout})
@@ -592,6 +598,38 @@ TEST(Fp8Linear, ForwardAndGradientsEqualTheQuantizeDequantizeEmulation) {
   EXPECT_EQ(w.grad().scalar_type(), torch::kFloat);
   // and fp8 is not fp32: the rounding is visible against the exact product
   EXPECT_FALSE(close(out.view({-1, 256}).detach(), torch::mm(x.view({-1, 128}), w.detach().t())));
+}
+
+// on CUDA: LibTorch's _scaled_mm (cuBLASLt; fast accumulation and a bf16 output in forward)
+// against the same emulation, as base-train runs it (bf16 activations, fp32 master weight);
+// below compute capability 8.9 turning FP8 on is a clear error instead
+TEST(Fp8Linear, CudaEqualsTheQuantizeDequantizeEmulation) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto dev = torch::Device(torch::kCUDA, 0);
+  const CudaDeviceInfo gpu = cuda_device_infos(0, /*with_memory=*/false).at(0);
+  if (gpu.major * 10 + gpu.minor < 89) {
+    GPT model(gpt_config_from_depth(2, 512, 64, "L", 64, 64), dev, torch::kBFloat16);
+    EXPECT_THROW(gpt_set_fp8(model, true), std::exception);
+    return;
+  }
+  torch::manual_seed(9);
+  Tensor x = torch::randn({2, 32, 128}).to(dev, torch::kBFloat16);
+  Tensor w = (torch::randn({256, 128}) * 0.05).to(dev).requires_grad_(true);
+  Tensor go = (torch::randn({2, 32, 256}) * 1e-3).to(dev, torch::kBFloat16);
+  Tensor xr = x.clone().requires_grad_(true);
+  Tensor out = kernels_fp8_linear(xr, w);
+  out.backward(go);
+  Tensor xq = quantize_dequantize(x.view({-1, 128}), torch::kFloat8_e4m3fn, 448);
+  Tensor wq = quantize_dequantize(w.detach(), torch::kFloat8_e4m3fn, 448);
+  Tensor gq = quantize_dequantize(go.view({-1, 256}), torch::kFloat8_e5m2, 57344);
+  auto rel_err = [](const Tensor& a, const Tensor& b) {
+    return (a.to(torch::kFloat) - b).abs().max().item<double>() / b.abs().max().item<double>();
+  };
+  EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
+  EXPECT_EQ(w.grad().scalar_type(), torch::kFloat);
+  EXPECT_LE(rel_err(out.view({-1, 256}).detach(), torch::mm(xq, wq.t())), 1e-2);  // bf16 output
+  EXPECT_LE(rel_err(xr.grad().view({-1, 128}), torch::mm(gq, wq)), 1e-2);        // bf16 output
+  EXPECT_LE(rel_err(w.grad(), torch::mm(gq.t(), xq)), 1e-5);                     // fp32 output
 }
 
 TEST(Fp8Linear, CpuMatmulEqualsLibTorchScaledMm) {

@@ -185,6 +185,10 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
                  (double)d.free_bytes / (1 << 30), d.name.c_str());
       }
   }
+  if (o.fp8 && c.device.is_cuda() && device_batch_size * config.sequence_len % 16 != 0)
+    fail("--fp8: a micro-batch's %lld x %lld tokens must be a multiple of 16 (the inner dimension of the weight "
+         "gradient's FP8 matmul): change --device-batch-size or --max-seq-len",
+         (long long)device_batch_size, (long long)config.sequence_len);
   {  // which attention kernel each kind of layer runs, once
     auto probe = torch::TensorOptions().dtype(c.dtype).device(c.device);
     torch::Tensor q = torch::empty({1, config.sequence_len, config.n_head, config.head_dim()}, probe);
