@@ -68,8 +68,8 @@ int main(int argc, char** argv) {
   std::string device_name = "cpu", dtype_name_flag = "float32";
   int64_t depth = 4, batch = 8, seq_len = 512, vocab = 32768;
   int reps = 5, threads = 0;
-  app.add_option("--device", device_name);
-  app.add_option("--dtype", dtype_name_flag);
+  app.add_option("--device", device_name)->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--dtype", dtype_name_flag)->check(CLI::IsMember({"float32", "bfloat16"}));
   app.add_option("--depth", depth);
   app.add_option("--batch", batch);
   app.add_option("--seq-len", seq_len);
@@ -79,6 +79,10 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   if (threads > 0) setenv("OMP_NUM_THREADS", std::to_string(threads).c_str(), 1);
   threads = cpu_threads_setup(1);
+  if (device_name == "cuda" && !torch::cuda::is_available()) {
+    std::fprintf(stderr, "bench_kernels: --device cuda, but no CUDA GPU is visible\n");
+    return 1;
+  }
   torch::Device device(device_name == "cuda" ? torch::kCUDA : torch::kCPU);
   const torch::ScalarType dtype = dtype_name_flag == "bfloat16" ? torch::kBFloat16 : torch::kFloat;
   GPTConfig c = gpt_config_from_depth(depth, vocab, seq_len, "SSSL", 64, depth <= 8 ? 64 : 128);
