@@ -32,7 +32,8 @@ Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const std::option
 Tensor chunked_window_mask(int64_t B, int64_t nb, int64_t blk, int64_t window, torch::Device device) {
   using Key = std::tuple<int64_t, int64_t, int64_t, int64_t, int, int>;
   static std::mutex mu;
-  static std::map<Key, Tensor> cache;
+  // never destroyed: CUDA masks freed by a static destructor could outlive the CUDA runtime
+  static auto& cache = *new std::map<Key, Tensor>();
   const Key key{B, nb, blk, window, (int)device.type(), (int)device.index()};
   std::lock_guard<std::mutex> lock(mu);
   auto it = cache.find(key);
