@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The one prepared script for a lent GPU machine (one H200, 16 cores, PyTorch 2.11+cu130, no
-# apt, no internet). Prepare here first: bash bench/gpu/prepare.sh, then run with carry
-# [".deps"] (and ".upstream" for UPSTREAM, below):  bash bench/gpu/run.sh
+# apt, no internet). Prepare here first: bash bench/gpu/prepare.sh [upstream checkout], then
+# run it there with carry [".deps", ".upstream"] and a timeout of about 420 s:
+#   UPSTREAM=.upstream bash bench/gpu/run.sh
 #
-# Binaries: prepare.sh builds the four this script runs (nanochat, bench_kernels, test_kernels,
-# test_gpt) here, against the same torch wheel, and carries them in .deps/prebuilt with the
-# Debian libraries they load. They are used when they start there; else the script builds its
-# own from the carried headers, libraries and pkg-config files (a few minutes on 16 cores).
+# Binaries: prepare.sh builds the five this script runs (nanochat, bench_kernels, test_kernels,
+# test_gpt, test_dataloader) here, against the same torch wheel, and carries them in
+# .deps/prebuilt with the Debian libraries they load. They are used when they start there;
+# else the script builds its own from the carried headers, libraries and pkg-config files (a
+# few minutes on 16 cores).
 #
 # Performance first, then the CUDA tests, as the issue orders them: GPU and SDPA backends;
 # per-op forward+backward times of the fused ops against their references (bench_kernels);
@@ -14,7 +16,7 @@
 # SSSL, most wanted first; with UPSTREAM=<a Python nanochat checkout> that checkout's model +
 # optimizer under torch.compile on the same shapes (bench/gpu/upstream_step.py, window pattern
 # L: FA3 cannot be downloaded there) and our ratio against it; then the CUDA tests of the fused
-# kernels, FP8 and the flash windows.
+# kernels, FP8, the flash windows and the data loader's staging.
 #
 # Budget: 6 minutes in all. Every stage gets min(its cap, what is left before the deadline,
 # less the time kept for the tests) and is skipped, saying so, when too little is left.
@@ -53,7 +55,7 @@ echo "== binaries"
 build_s=0
 if [ -x "$DEPS/prebuilt/nanochat" ] && nc "$DEPS/prebuilt/nanochat" --version > "$LOG/prebuilt.log" 2>&1; then
   echo "prebuilt by prepare.sh: $(tail -1 "$LOG/prebuilt.log")"
-  for b in nanochat bench_kernels test_kernels test_gpt; do ln -s "$DEPS/prebuilt/$b" "$WORK/bin/$b"; done
+  for b in nanochat bench_kernels test_kernels test_gpt test_dataloader; do ln -s "$DEPS/prebuilt/$b" "$WORK/bin/$b"; done
   binaries=prebuilt
 else
   echo "the prebuilt ones did not start ($(tail -1 "$LOG/prebuilt.log" 2>/dev/null)): building"
@@ -71,9 +73,9 @@ else
     -DNANOCHAT_PYTHON="$(command -v $PY)" -DOPENSSL_ROOT_DIR="$DEPS" -DZLIB_ROOT="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/$ML" \
     > "$LOG/configure.log" 2>&1 || { tail -40 "$LOG/configure.log"; echo '{"failed": "configure"}'; exit 1; }
   limit 300 cmake --build build-gpu -j "$(nproc)" \
-    --target nanochat bench_kernels test_kernels test_gpt > "$LOG/build.log" 2>&1 ||
+    --target nanochat bench_kernels test_kernels test_gpt test_dataloader > "$LOG/build.log" 2>&1 ||
     { tail -40 "$LOG/build.log"; echo '{"failed": "build"}'; exit 1; }
-  for b in nanochat bench/bench_kernels tests/test_kernels tests/test_gpt; do ln -s "$PWD/build-gpu/$b" "$WORK/bin/"; done
+  for b in nanochat bench/bench_kernels tests/test_kernels tests/test_gpt tests/test_dataloader; do ln -s "$PWD/build-gpu/$b" "$WORK/bin/"; done
   binaries=built
   build_s=$(( $(date +%s) - t0 ))
   echo "built in $build_s s"
@@ -138,9 +140,9 @@ ours d12_L 12 L --device-batch-size 16
 upstream 12
 ours d12_SSSL 12 SSSL
 
-echo "== CUDA tests: the fused kernels (Muon's too), FP8, the flash windows"
+echo "== CUDA tests: the fused kernels (Muon's too), FP8, the flash windows, the loader's staging"
 tests_rc=0
-for t in "test_kernels *Cuda*" "test_gpt AttentionCuda.*"; do
+for t in "test_kernels *Cuda*" "test_gpt AttentionCuda.*" "test_dataloader *Cuda*"; do
   read -r bin filter <<< "$t"
   b=$(budget 60)
   if [ "$b" -lt 10 ]; then
@@ -157,7 +159,8 @@ done
 
 echo "== summary"
 printf "%-28s %s\n" "binaries" "$binaries"
-printf "%-28s %s\n" "CUDA tests" "$([ "$tests_rc" = 0 ] && echo pass || echo "FAIL (exit $tests_rc)")"
+ran=$(grep -c '^\[       OK \]' "$LOG/tests.log"); skipped=$(grep -c '^\[  SKIPPED \] .*ms)$' "$LOG/tests.log")
+printf "%-28s %s\n" "CUDA tests" "$([ "$tests_rc" = 0 ] && echo pass || echo "FAIL (exit $tests_rc)"), $ran passed, $skipped skipped"
 printf "%-28s %s\n" "doctor" "$([ "$doctor_rc" = 0 ] && echo pass || echo FAIL)"
 printf "%-28s %s\n" "compute dtype" "$(grep -o 'compute dtype [a-z0-9]*' "$LOG/doctor.txt" | head -1)"
 printf "%-28s %s\n" "bench_kernels" "$([ "$kernels_rc" = 0 ] && echo ran || echo "FAIL (exit $kernels_rc)")"
