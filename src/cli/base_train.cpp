@@ -176,14 +176,13 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   // whose memory estimate fits in 90% of what is free
   int64_t device_batch_size = o.device_batch_size;
   if (c.device.is_cuda() && !o.device_batch_size_given) {
-    for (const CudaDeviceInfo& d : cuda_device_infos(c.device.index()))
-      if (d.index == c.device.index()) {
-        device_batch_size = std::max<int64_t>(1, gpt_fit_device_batch_size(config, c.dtype, d.free_bytes / 10 * 9, 32));
-        log_info("device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% "
-                 "of the %.1f GiB free on %s (--device-batch-size overrides)", (long long)device_batch_size,
-                 (double)gpt_estimate_train_memory_bytes(config, device_batch_size, c.dtype) / (1 << 30),
-                 (double)d.free_bytes / (1 << 30), d.name.c_str());
-      }
+    for (const CudaDeviceInfo& d : cuda_device_infos(c.device.index())) {
+      device_batch_size = std::max<int64_t>(1, gpt_fit_device_batch_size(config, c.dtype, d.free_bytes / 10 * 9, 32));
+      log_info("device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% "
+               "of the %.1f GiB free on %s (--device-batch-size overrides)", (long long)device_batch_size,
+               (double)gpt_estimate_train_memory_bytes(config, device_batch_size, c.dtype) / (1 << 30),
+               (double)d.free_bytes / (1 << 30), d.name.c_str());
+    }
   }
   if (o.fp8 && c.device.is_cuda() && device_batch_size * config.sequence_len % 16 != 0)
     fail("--fp8: a micro-batch's %lld x %lld tokens must be a multiple of 16 (the inner dimension of the weight "

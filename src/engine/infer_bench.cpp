@@ -176,12 +176,11 @@ nlohmann::ordered_json infer_bench_run(GPT& model, const Tokenizer& tok, const I
     fl_source = strprintf("measured (%s matmul)", dtype_name(dtype).c_str());
   } else {
     int multiprocessors = 0;
-    for (const CudaDeviceInfo& d : cuda_device_infos(device.index()))
-      if (d.index == device.index()) {
-        device_name = d.name;
-        total_memory = d.total_bytes;
-        multiprocessors = d.multiprocessors;
-      }
+    for (const CudaDeviceInfo& d : cuda_device_infos(device.index())) {
+      device_name = d.name;
+      total_memory = d.total_bytes;
+      multiprocessors = d.multiprocessors;
+    }
     if (!(peak_bw > 0)) {
       peak_bw = peak_bandwidth(device_name);
       bw_source = std::isfinite(peak_bw) ? "table" : "unknown device (MBU shows 0; set --peak-bandwidth)";

@@ -23,7 +23,7 @@ bool gpt_fp8_eligible(int64_t in, int64_t out) { return in % 16 == 0 && out % 16
 void gpt_set_fp8(GPT& model, bool on) {
   if (on && model->device().is_cuda()) {
     for (const CudaDeviceInfo& d : cuda_device_infos(model->device().index(), /*with_memory=*/false))
-      if (d.index == model->device().index() && d.major * 10 + d.minor < 89)
+      if (d.major * 10 + d.minor < 89)
         fail("--fp8 needs a GPU of compute capability 8.9 or newer (Ada, Hopper); %s is %d.%d: train without --fp8",
              d.name.c_str(), d.major, d.minor);
   }
