@@ -29,6 +29,7 @@ WORK=/tmp/nanochat_gpu
 rm -rf "$WORK"
 mkdir -p "$OUT" "$WORK/logs" "$WORK/bin"
 LOG="$WORK/logs"
+BINARIES="nanochat bench/bench_kernels tests/test_kernels tests/test_gpt tests/test_dataloader"  # build/ paths
 DEPS="$PWD/.deps"
 ML=lib/x86_64-linux-gnu
 [ -d "$DEPS/include/gloo" ] || { echo "error: .deps missing: run bash bench/gpu/prepare.sh and carry .deps" >&2
@@ -39,8 +40,8 @@ TORCH_DIR="$($PY -c 'import os, torch; print(os.path.dirname(torch.__file__))')"
 export PATH="$PATH:/usr/local/cuda/bin"
 # our binaries load the carried Debian libraries and this machine's torch and CUDA runtime;
 # python3 and cmake keep the machine's own libraries
-NC_LD="$DEPS/$ML:$TORCH_DIR/lib:$TORCH_DIR/../nvidia/cu13/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-nc() { LD_LIBRARY_PATH="$NC_LD" "$@"; }
+OUR_LD="$DEPS/$ML:$TORCH_DIR/lib:$TORCH_DIR/../nvidia/cu13/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+with_our_libs() { LD_LIBRARY_PATH="$OUR_LD" "$@"; }
 
 t0=$(date +%s)
 DEADLINE=$((t0 + 345))  # 6 minutes less 15 s for the summary
@@ -53,9 +54,9 @@ limit() { timeout -k 10 "$@"; }
 
 echo "== binaries"
 build_s=0
-if [ -x "$DEPS/prebuilt/nanochat" ] && nc "$DEPS/prebuilt/nanochat" --version > "$LOG/prebuilt.log" 2>&1; then
+if [ -x "$DEPS/prebuilt/nanochat" ] && with_our_libs "$DEPS/prebuilt/nanochat" --version > "$LOG/prebuilt.log" 2>&1; then
   echo "prebuilt by prepare.sh: $(tail -1 "$LOG/prebuilt.log")"
-  for b in nanochat bench_kernels test_kernels test_gpt test_dataloader; do ln -s "$DEPS/prebuilt/$b" "$WORK/bin/$b"; done
+  for b in $BINARIES; do ln -s "$DEPS/prebuilt/$(basename "$b")" "$WORK/bin/"; done
   binaries=prebuilt
 else
   echo "the prebuilt ones did not start ($(tail -1 "$LOG/prebuilt.log" 2>/dev/null)): building"
@@ -73,9 +74,9 @@ else
     -DNANOCHAT_PYTHON="$(command -v $PY)" -DOPENSSL_ROOT_DIR="$DEPS" -DZLIB_ROOT="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/$ML" \
     > "$LOG/configure.log" 2>&1 || { tail -40 "$LOG/configure.log"; echo '{"failed": "configure"}'; exit 1; }
   limit 300 cmake --build build-gpu -j "$(nproc)" \
-    --target nanochat bench_kernels test_kernels test_gpt test_dataloader > "$LOG/build.log" 2>&1 ||
+    --target $(for b in $BINARIES; do basename "$b"; done) > "$LOG/build.log" 2>&1 ||
     { tail -40 "$LOG/build.log"; echo '{"failed": "build"}'; exit 1; }
-  for b in nanochat bench/bench_kernels tests/test_kernels tests/test_gpt tests/test_dataloader; do ln -s "$PWD/build-gpu/$b" "$WORK/bin/"; done
+  for b in $BINARIES; do ln -s "$PWD/build-gpu/$b" "$WORK/bin/"; done
   binaries=built
   build_s=$(( $(date +%s) - t0 ))
   echo "built in $build_s s"
@@ -83,8 +84,8 @@ fi
 BIN="$WORK/bin"
 
 echo "== GPU and SDPA backends"
-nc "$BIN/nanochat" --version | tee "$LOG/version.txt"
-nc "$BIN/nanochat" doctor 2>&1 | tee "$LOG/doctor.txt"
+with_our_libs "$BIN/nanochat" --version | tee "$LOG/version.txt"
+with_our_libs "$BIN/nanochat" doctor 2>&1 | tee "$LOG/doctor.txt"
 doctor_rc=${PIPESTATUS[0]}
 
 echo "== fused kernels vs ATen reference (forward+backward per op)"
@@ -93,7 +94,7 @@ if [ "$b" -lt 10 ]; then
   kernels_rc=124
   echo "skipped: out of time" | tee "$LOG/bench_kernels.txt"
 else
-  nc limit "$b" "$BIN/bench_kernels" --device cuda --dtype bfloat16 --depth 20 --batch 16 --seq-len 2048 \
+  with_our_libs limit "$b" "$BIN/bench_kernels" --device cuda --dtype bfloat16 --depth 20 --batch 16 --seq-len 2048 \
     > "$LOG/bench_kernels.txt" 2>&1
   kernels_rc=$?
   cat "$LOG/bench_kernels.txt"
@@ -102,7 +103,7 @@ fi
 echo "== training throughput: base-train on a local corpus, T=2048, 10 steps (tok/s of the last)"
 export NANOCHAT_BASE_DIR="$WORK/base"
 limit "$(budget 20 "$KEEP_FOR_TESTS")" $PY runs/make_local_corpus.py "$WORK/corpus" > "$LOG/corpus.log" 2>&1
-nc limit "$(budget 30 "$KEEP_FOR_TESTS")" "$BIN/nanochat" tok-train --data "$WORK/corpus" --max-chars 20000000 \
+with_our_libs limit "$(budget 30 "$KEEP_FOR_TESTS")" "$BIN/nanochat" tok-train --data "$WORK/corpus" --max-chars 20000000 \
   > "$LOG/tok_train.log" 2>&1 || echo "tok-train failed: $(tail -1 "$LOG/tok_train.log")"
 # base-train NAME DEPTH PATTERN [FLAGS...]: 10 steps of 262144 tokens; the L runs at
 # upstream_step.py's batch 16 for the ratio, the others at the default batch (the memory
@@ -110,9 +111,10 @@ nc limit "$(budget 30 "$KEEP_FOR_TESTS")" "$BIN/nanochat" tok-train --data "$WOR
 ours() {
   local name=$1 depth=$2 pattern=$3 b
   shift 3
+  echo "$name" >> "$LOG/runs"  # the summary's list, skipped runs too
   b=$(budget 60 "$KEEP_FOR_TESTS")
   [ "$b" -lt 20 ] && { echo "$name: skipped, out of time"; return; }
-  nc limit "$b" "$BIN/nanochat" base-train --data "$WORK/corpus" --depth "$depth" --window-pattern "$pattern" "$@" \
+  with_our_libs limit "$b" "$BIN/nanochat" base-train --data "$WORK/corpus" --depth "$depth" --window-pattern "$pattern" "$@" \
     --total-batch-size 262144 --num-iterations 10 --eval-every -1 --sample-every -1 --core-metric-every -1 \
     --model-tag "gpu_$name" > "$LOG/train_$name.log" 2>&1
   echo "$?" > "$LOG/train_$name.rc"
@@ -150,7 +152,7 @@ for t in "test_kernels *Cuda*" "test_gpt AttentionCuda.*" "test_dataloader *Cuda
     tests_rc=124
     continue
   fi
-  nc limit "$b" "$BIN/$bin" --gtest_filter="$filter" > "$LOG/$bin.log" 2>&1
+  with_our_libs limit "$b" "$BIN/$bin" --gtest_filter="$filter" > "$LOG/$bin.log" 2>&1
   rc=$?
   cat "$LOG/$bin.log" >> "$LOG/tests.log"
   grep -E '^\[ *(FAILED|SKIPPED|PASSED) ' "$LOG/$bin.log"
@@ -166,7 +168,7 @@ printf "%-28s %s\n" "compute dtype" "$(grep -o 'compute dtype [a-z0-9]*' "$LOG/d
 printf "%-28s %s\n" "bench_kernels" "$([ "$kernels_rc" = 0 ] && echo ran || echo "FAIL (exit $kernels_rc)")"
 
 # one JSON line with every figure above: parsed back from the logs, nothing estimated
-LOG="$LOG" OUT="$OUT" BINARIES="$binaries" BUILD_S="$build_s" TESTS_RC="$tests_rc" DOCTOR_RC="$doctor_rc" \
+LOG="$LOG" OUT="$OUT" BIN_SOURCE="$binaries" BUILD_S="$build_s" TESTS_RC="$tests_rc" DOCTOR_RC="$doctor_rc" \
   KERNELS_RC="$kernels_rc" $PY - <<'PY'
 import json, os, re
 log = os.environ["LOG"]
@@ -174,7 +176,7 @@ def read(name):
     try:
         with open(os.path.join(log, name)) as f: return f.read()
     except OSError: return ""
-r = {"binaries": os.environ["BINARIES"], "build_s": int(os.environ["BUILD_S"]), "tests_rc": int(os.environ["TESTS_RC"]),
+r = {"binaries": os.environ["BIN_SOURCE"], "build_s": int(os.environ["BUILD_S"]), "tests_rc": int(os.environ["TESTS_RC"]),
      "doctor_rc": int(os.environ["DOCTOR_RC"]), "bench_kernels_rc": int(os.environ["KERNELS_RC"])}
 tests = read("tests.log")
 r["tests_passed"] = sum(int(n) for n in re.findall(r"^\[  PASSED  \] (\d+) test", tests, re.M))
@@ -183,7 +185,7 @@ r["tests_skipped"] = sorted(set(re.findall(r"^\[  SKIPPED \] (\w+\.\w+)", tests,
 m = re.search(r"compute dtype ([a-z0-9]+)", read("doctor.txt"))
 if m: r["compute_dtype"] = m[1]
 r["version"] = read("version.txt").strip()
-for name in ("d20_SSSL", "d20_L", "d20_SSSL_fp8", "d12_L", "d12_SSSL"):
+for name in read("runs").split():
     text, rc = read(f"train_{name}.log"), read(f"train_{name}.rc").strip()
     rates = re.findall(r"tok/sec: ([0-9,]+) \| bf16_mfu: ([0-9.]+)", text)
     mem = re.search(r"peak memory: ([0-9.]+) MiB", text)
