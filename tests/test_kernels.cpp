@@ -322,6 +322,17 @@ TEST(LinearSoftcapCE, LossOfHandComputedLogits) {
   EXPECT_EQ(loss[2].item<double>(), 0.0);
 }
 
+TEST(LinearSoftcapCE, OnlyMinusOneIsIgnoredAsInTheReference) {
+  // the reference's cross_entropy ignores -1 alone and refuses other negative or too-large targets
+  Tensor x = torch::randn({3, 4}), w = torch::randn({5, 4});
+  for (int64_t bad : {-2, 5}) {
+    Tensor t = torch::tensor({int64_t(1), bad, int64_t(-1)}, torch::kLong);
+    EXPECT_THROW(kernels_linear_softcap_ce_reference(x, w, t, 5, 15.0), std::exception) << bad;
+    EXPECT_THROW(kernels_linear_softcap_ce(x, w, t, 5, 15.0), std::exception) << bad;
+    EXPECT_THROW(kernels_linear_softcap_ce_mean(x, w, t, 5, 15.0), std::exception) << bad;
+  }
+}
+
 TEST(MlpReluSquare, Fp64EqualsReferenceAndFiniteDifferences) {
   torch::manual_seed(4);
   auto f64 = torch::kDouble;
@@ -417,6 +428,13 @@ TEST(KernelsCuda, AllOpsEqualReferences) {
       std::vector<Tensor> ce = {torch::randn({N, C}, dev).to(dtype), torch::randn({Vp, C}, dev) * 0.3,
                                 targets_with_ignored(N, vocab).to(dev)};
       expect_same(softcap_ce(true, vocab, 15.0), softcap_ce(false, vocab, 15.0), ce, tol, "cuda softcap_ce");
+    }
+    {  // a target outside the vocab other than -1 cannot raise without a sync: its loss is NaN
+      Tensor loss = kernels_linear_softcap_ce(torch::randn({3, 64}, dev).to(dtype), torch::randn({128, 64}, dev),
+                                              torch::tensor({1, -2, -1}).to(torch::kLong).to(dev), 100, 15.0);
+      EXPECT_TRUE(std::isfinite(loss[0].item<double>()));
+      EXPECT_TRUE(std::isnan(loss[1].item<double>()));
+      EXPECT_EQ(loss[2].item<double>(), 0.0);
     }
     std::vector<Tensor> m = {torch::randn({8, 64, 128}, dev).to(dtype), (torch::randn({512, 128}, dev) * 0.1).to(dtype),
                              (torch::randn({128, 512}, dev) * 0.1).to(dtype)};

@@ -131,15 +131,16 @@ __global__ void softcap_ce_forward_kernel(const T* __restrict__ logits, const in
   if (threadIdx.x == 0) {
     const float row_lse = m + logf(s);
     const int64_t t = targets[row];
-    float row_loss = 0.f;  // ignored row (target < 0)
-    if (t >= 0) row_loss = t < vocab ? row_lse - cap * softcap_tanh(to_f32(x[t]), inv_cap) : f32_nan();
+    // -1 is the ignore index; any other target outside the vocab gives NaN (no host sync to raise)
+    float row_loss = 0.f;
+    if (t != -1) row_loss = t >= 0 && t < vocab ? row_lse - cap * softcap_tanh(to_f32(x[t]), inv_cap) : f32_nan();
     lse[row] = row_lse;
     loss[row] = row_loss;
   }
 }
 
 // one block per row, in place over all ld columns:
-// dl = g * (exp(z - lse) - [j == target]) * (1 - tanh^2), 0 past vocab and in ignored rows
+// dl = g * (exp(z - lse) - [j == target]) * (1 - tanh^2), 0 past vocab and in ignored rows (target -1)
 template <typename T, int N>
 __global__ void softcap_ce_backward_kernel(T* __restrict__ logits, const int64_t* __restrict__ targets,
                                            const float* __restrict__ lse, const float* __restrict__ grad_loss,
@@ -148,7 +149,7 @@ __global__ void softcap_ce_backward_kernel(T* __restrict__ logits, const int64_t
   T* x = logits + row * ld;
   const float inv_cap = 1.f / cap;
   const int64_t t = targets[row];
-  const bool live = t >= 0;
+  const bool live = t != -1;
   const float g = live ? grad_loss[row * grad_stride] : 0.f;
   const float row_lse = lse[row];
   const int64_t npacks = ld / N;  // ld % N == 0 on the vector path

@@ -109,8 +109,11 @@ acc row_lse_and_grad(const acc* l, int64_t vocab, int64_t ld, int64_t t, acc g, 
   return lse;
 }
 
+// -1 is the ignore index (as the reference's cross_entropy); any other target must be a token
 void check_target(int64_t t, int64_t vocab) {
-  if (t >= vocab) fail("cross-entropy: target %lld is outside the vocab of %lld", (long long)t, (long long)vocab);
+  if (t < -1 || t >= vocab)
+    fail("cross-entropy: target %lld is outside the vocab of %lld (-1 marks an ignored position)", (long long)t,
+         (long long)vocab);
 }
 
 // the row loop of the three entry points below: forward (loss, lse), backward (logits become
@@ -138,7 +141,7 @@ void softcap_ce_rows(torch::Tensor& logits, const torch::Tensor& targets, int64_
         const int64_t t = tg[i];
         check_target(t, vocab);
         const acc* l = row_as_acc(row, vocab, scratch);
-        if (at_once && t >= 0) {
+        if (at_once && t != -1) {
           const acc lse_value = row_lse_and_grad(l, vocab, ld, t, grad[i], c, inv_c, e.data(), out.data());
           out_lse[i] = lse_value;
           out_loss[i] = lse_value - c * std::tanh(l[t] * inv_c);
@@ -147,9 +150,9 @@ void softcap_ce_rows(torch::Tensor& logits, const torch::Tensor& targets, int64_
         }
         const acc row_lse_value = in_lse ? in_lse[i] : row_lse(l, vocab, c, inv_c);
         if (out_lse) out_lse[i] = row_lse_value;
-        if (out_loss) out_loss[i] = t < 0 ? acc(0) : row_lse_value - c * std::tanh(l[t] * inv_c);
+        if (out_loss) out_loss[i] = t == -1 ? acc(0) : row_lse_value - c * std::tanh(l[t] * inv_c);
         if (!grad) continue;
-        if (t < 0) {  // an ignored position contributes nothing
+        if (t == -1) {  // an ignored position contributes nothing
           std::fill(row, row + ld, scalar_t(0));
           continue;
         }
