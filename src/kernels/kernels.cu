@@ -403,8 +403,7 @@ __global__ void rotary_norm_backward_kernel(const T* __restrict__ dy, const T* _
 
 // ---- Muon (kernels_muon_prepare / _finish) ------------------------------------------------
 // One (rows, cols) matrix a launch. Params, grads and buffers are fp32, X of T; the row
-// kernels are one block per row (block_sum), the column sums one thread per column walking
-// down the rows (a warp reads 32 neighbouring columns of a row: coalesced).
+// kernels are one block per row (block_sum), the column sums a block per 32 columns.
 
 template <typename T>
 __global__ void muon_nesterov_kernel(const float* __restrict__ g, float* __restrict__ buf, T* __restrict__ X,
@@ -439,16 +438,28 @@ __global__ void muon_row_sumsq_kernel(const T* __restrict__ X, float* __restrict
   if (threadIdx.x == 0) out[blockIdx.x] = ss;
 }
 
+// a block of 32 columns x 8 row lanes: lane y sums rows y, y+8, ... of its column (a warp reads
+// 32 neighbouring columns of a row: coalesced), then the 8 partial sums meet in shared memory.
+// Eight lanes a column put 8x the warps to work on a wide matrix's few thousand columns.
+constexpr int col_sumsq_lanes = 8;
 template <typename T>
 __global__ void muon_col_sumsq_kernel(const T* __restrict__ X, float* __restrict__ out, int rows, int cols) {
-  const int c = blockIdx.x * blockDim.x + threadIdx.x;
-  if (c >= cols) return;
+  __shared__ float partial[col_sumsq_lanes][32];
+  const int c = blockIdx.x * 32 + threadIdx.x;
   float ss = 0.f;
-  for (int r = 0; r < rows; r++) {
-    const float x = to_f32(X[(int64_t)r * cols + c]);
-    ss += x * x;
+  if (c < cols)
+    for (int r = threadIdx.y; r < rows; r += col_sumsq_lanes) {
+      const float x = to_f32(X[(int64_t)r * cols + c]);
+      ss += x * x;
+    }
+  partial[threadIdx.y][threadIdx.x] = ss;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float total = 0.f;
+#pragma unroll
+    for (int y = 0; y < col_sumsq_lanes; y++) total += partial[y][threadIdx.x];
+    out[c] = total;
   }
-  out[c] = ss;
 }
 
 // g = X * line_scale[row or column]; p -= g*lr + p*lr_wd*[g*p >= 0], as the reference rounds it
@@ -648,8 +659,8 @@ cudaError_t kernels_launch_muon_sumsq(const void* X, float* out, int64_t rows, i
     if (by_row)
       muon_row_sumsq_kernel<T><<<(unsigned)rows, threads_for(cols), 0, stream>>>(static_cast<const T*>(X), out, (int)cols);
     else
-      muon_col_sumsq_kernel<T><<<(unsigned)((cols + 127) / 128), 128, 0, stream>>>(static_cast<const T*>(X), out,
-                                                                                    (int)rows, (int)cols);
+      muon_col_sumsq_kernel<T><<<(unsigned)((cols + 31) / 32), dim3(32, col_sumsq_lanes), 0, stream>>>(
+          static_cast<const T*>(X), out, (int)rows, (int)cols);
     return cudaGetLastError();
   });
 }
