@@ -45,9 +45,9 @@ torch::Tensor relu_square_forward_cuda(const torch::Tensor& h);
 void relu_square_backward_cpu(const torch::Tensor& h, torch::Tensor& dy);
 void relu_square_backward_cuda(const torch::Tensor& h, torch::Tensor& dy);
 
-// the widest head the CUDA rotary kernel takes (it holds a row in a warp's registers; equal to
-// kernels_cuda_launch.h's kernels_rotary_norm_max_dim): wider heads run the ATen reference
-constexpr int64_t rotary_norm_cuda_max_dim = 256;
+// whether the CUDA rotary kernel takes heads this wide (it holds a row in a warp's registers,
+// kernels_rotary_norm_max_dim): wider heads run the ATen reference
+bool rotary_norm_cuda_takes(int64_t head_dim);
 
 // x (R, D) rows of q or k (R = B*T*H), cos and sin (T, D/2) contiguous, row r at position
 // (r / H) % T. Forward returns y (R, D) in x's dtype = scale * r / rms(r) with r the rotated row,

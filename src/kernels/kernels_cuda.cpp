@@ -1,7 +1,8 @@
 // defines: softcap_ce_forward_cuda, softcap_ce_backward_cuda, relu_square_forward_cuda,
-//          relu_square_backward_cuda, rotary_norm_forward_cuda, rotary_norm_backward_cuda,
-//          residual_norm_forward_cuda, residual_norm_backward_cuda, adamw_step_cuda,
-//          muon_nesterov_cuda, muon_scale_rows_cuda, muon_sumsq_cuda, muon_update_cuda
+//          relu_square_backward_cuda, rotary_norm_cuda_takes, rotary_norm_forward_cuda,
+//          rotary_norm_backward_cuda, residual_norm_forward_cuda, residual_norm_backward_cuda,
+//          adamw_step_cuda, muon_nesterov_cuda, muon_scale_rows_cuda, muon_sumsq_cuda,
+//          muon_update_cuda
 // CUDA-only (compiled when the LibTorch found has CUDA): the torch side of the kernels in
 // kernels.cu. Checks what the raw-pointer launchers cannot (device, dtype, contiguity, sizes),
 // allocates the outputs on the input's device and launches on its current stream.
@@ -15,7 +16,6 @@
 #include "nanochat/common/error.h"
 
 namespace nanochat {
-static_assert(rotary_norm_cuda_max_dim == kernels_rotary_norm_max_dim, "one limit, two headers");
 namespace {
 
 using torch::Tensor;
@@ -156,6 +156,8 @@ void check_rotary(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t
 }
 
 }  // namespace
+
+bool rotary_norm_cuda_takes(int64_t head_dim) { return head_dim <= kernels_rotary_norm_max_dim; }
 
 std::pair<Tensor, Tensor> rotary_norm_forward_cuda(const Tensor& x, const Tensor& cos, const Tensor& sin, int64_t T,
                                                    int64_t H, double scale, double eps) {

@@ -17,9 +17,9 @@ namespace nanochat {
 
 enum kernels_dtype { kernels_dtype_f32, kernels_dtype_bf16, kernels_dtype_f16 };
 
-// logits (n, ld), of which the first `vocab` columns count; targets (n,) int64, < 0 = ignored
-// (-1 by convention). loss (n,), lse (n,) fp32: z = cap*tanh(l/cap), lse = logsumexp(z),
-// loss = lse - z[target] (0 where ignored, NaN for a target >= vocab: a kernel cannot raise).
+// logits (n, ld), of which the first `vocab` columns count; targets (n,) int64, -1 = ignored.
+// loss (n,), lse (n,) fp32: z = cap*tanh(l/cap), lse = logsumexp(z), loss = lse - z[target]
+// (0 where ignored, NaN for any other target outside [0, vocab): a kernel cannot raise).
 cudaError_t kernels_launch_softcap_ce_forward(const void* logits, const int64_t* targets, int64_t n,
                                               int64_t ld, int64_t vocab, float cap, float* loss,
                                               float* lse, kernels_dtype dtype, cudaStream_t stream);

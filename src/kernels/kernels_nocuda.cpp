@@ -1,7 +1,8 @@
 // defines: softcap_ce_forward_cuda, softcap_ce_backward_cuda, relu_square_forward_cuda,
-//          relu_square_backward_cuda, rotary_norm_forward_cuda, rotary_norm_backward_cuda,
-//          residual_norm_forward_cuda, residual_norm_backward_cuda, adamw_step_cuda,
-//          muon_nesterov_cuda, muon_scale_rows_cuda, muon_sumsq_cuda, muon_update_cuda
+//          relu_square_backward_cuda, rotary_norm_cuda_takes, rotary_norm_forward_cuda,
+//          rotary_norm_backward_cuda, residual_norm_forward_cuda, residual_norm_backward_cuda,
+//          adamw_step_cuda, muon_nesterov_cuda, muon_scale_rows_cuda, muon_sumsq_cuda,
+//          muon_update_cuda
 // Compiled instead of kernels_cuda.cpp when the LibTorch found has no CUDA: a CUDA tensor
 // cannot exist in such a build, so reaching one of these is a build mismatch, said plainly.
 #include "device_kernels.h"
@@ -27,6 +28,7 @@ void softcap_ce_backward_cuda(torch::Tensor&, const torch::Tensor&, const torch:
 }
 torch::Tensor relu_square_forward_cuda(const torch::Tensor&) { fail_no_cuda("relu_square_forward_cuda"); }
 void relu_square_backward_cuda(const torch::Tensor&, torch::Tensor&) { fail_no_cuda("relu_square_backward_cuda"); }
+bool rotary_norm_cuda_takes(int64_t) { return false; }
 std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cuda(const torch::Tensor&, const torch::Tensor&,
                                                                  const torch::Tensor&, int64_t, int64_t, double,
                                                                  double) {

@@ -59,7 +59,7 @@ Tensor kernels_rotary_norm_reference(const Tensor& x, const Tensor& cos, const T
 }
 
 Tensor kernels_rotary_norm(const Tensor& x, const Tensor& cos, const Tensor& sin, double scale) {
-  if (!kernels_use_fused(x) || (x.is_cuda() && x.size(-1) > rotary_norm_cuda_max_dim))
+  if (!kernels_use_fused(x) || (x.is_cuda() && !rotary_norm_cuda_takes(x.size(-1))))
     return kernels_rotary_norm_reference(x, cos, sin, scale);
   const int64_t T = x.size(1), D = x.size(3);
   if (x.dim() != 4 || D % 2 != 0 || cos.numel() != T * (D / 2) || sin.numel() != T * (D / 2) ||
