@@ -545,6 +545,11 @@ void expect_muon_equal(int64_t K, int64_t rows, int64_t cols, torch::ScalarType 
   }
 }
 
+// a d4 model's MLP matrices (tall and wide) and its attention's (square), and odd widths
+// (the wide one's columns and rows ragged against CUDA's 32x8 column tiles)
+const std::vector<std::pair<int64_t, int64_t>> muon_model_shapes = {
+    {1024, 256}, {256, 1024}, {256, 256}, {67, 45}, {45, 1283}};
+
 }  // namespace
 
 TEST(MuonKernels, Fp64EqualsReference) {
@@ -553,8 +558,7 @@ TEST(MuonKernels, Fp64EqualsReference) {
 }
 
 TEST(MuonKernels, Fp32AndBf16EqualReferenceOnModelShapes) {
-  // a d4 model's MLP matrices (tall and wide) and its attention's (square), and odd widths
-  for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{1024, 256}, {256, 1024}, {256, 256}, {67, 45}, {45, 1283}}) {
+  for (auto [r, c] : muon_model_shapes) {
     expect_muon_equal(4, r, c, torch::kFloat, torch::kFloat, torch::kCPU, 1e-5, 1e-5);
     // bf16 X: the reference rounds X twice (after MuonEq, after the division), the fused pass
     // once, so they may differ by 1.5 units in the last place (2^-8 relative)
@@ -578,7 +582,7 @@ TEST(MuonKernels, PrepareGivesEqualRowsOfTheNormalisedMatrix) {
 
 TEST(MuonKernels, CudaEqualsReference) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  for (auto [r, c] : std::vector<std::pair<int64_t, int64_t>>{{1024, 256}, {256, 1024}, {256, 256}, {67, 45}, {45, 1283}}) {
+  for (auto [r, c] : muon_model_shapes) {
     expect_muon_equal(4, r, c, torch::kFloat, torch::kFloat, torch::kCUDA, 1e-5, 1e-5);
     expect_muon_equal(4, r, c, torch::kFloat, torch::kBFloat16, torch::kCUDA, 1.6e-2, 1e-5);
   }
