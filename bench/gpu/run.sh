@@ -159,15 +159,8 @@ for t in "test_kernels *Cuda*" "test_gpt AttentionCuda.*" "test_dataloader *Cuda
   [ "$rc" = 0 ] || { tests_rc=$rc; echo "$bin: exit $rc; its last lines:"; tail -25 "$LOG/$bin.log"; }
 done
 
-echo "== summary"
-printf "%-28s %s\n" "binaries" "$binaries"
-ran=$(grep -c '^\[       OK \]' "$LOG/tests.log"); skipped=$(grep -c '^\[  SKIPPED \] .*ms)$' "$LOG/tests.log")
-printf "%-28s %s\n" "CUDA tests" "$([ "$tests_rc" = 0 ] && echo pass || echo "FAIL (exit $tests_rc)"), $ran passed, $skipped skipped"
-printf "%-28s %s\n" "doctor" "$([ "$doctor_rc" = 0 ] && echo pass || echo FAIL)"
-printf "%-28s %s\n" "compute dtype" "$(grep -o 'compute dtype [a-z0-9]*' "$LOG/doctor.txt" | head -1)"
-printf "%-28s %s\n" "bench_kernels" "$([ "$kernels_rc" = 0 ] && echo ran || echo "FAIL (exit $kernels_rc)")"
-
-# one JSON line with every figure above: parsed back from the logs, nothing estimated
+# the summary table, then one JSON line with every figure above: parsed back from the logs,
+# nothing estimated
 LOG="$LOG" OUT="$OUT" BIN_SOURCE="$binaries" BUILD_S="$build_s" TESTS_RC="$tests_rc" DOCTOR_RC="$doctor_rc" \
   KERNELS_RC="$kernels_rc" $PY - <<'PY'
 import json, os, re
@@ -204,6 +197,14 @@ lines = [l for l in read("bench_kernels.txt").splitlines() if l.strip()]
 try: last = json.loads(lines[-1])  # a bench that ends with its own JSON line
 except (IndexError, ValueError): last = None
 r["bench_kernels"] = last if isinstance(last, dict) else lines  # else its table, verbatim
+def outcome(rc, ok): return ok if rc == 0 else f"FAIL (exit {rc})"
+print("== summary")
+for key, value in [("binaries", r["binaries"]),
+                   ("CUDA tests", f"{outcome(r['tests_rc'], 'pass')}, {r['tests_passed']} passed, "
+                                  f"{len(r['tests_skipped'])} skipped"),
+                   ("doctor", outcome(r["doctor_rc"], "pass")), ("compute dtype", r.get("compute_dtype", "?")),
+                   ("bench_kernels", outcome(r["bench_kernels_rc"], "ran"))]:
+    print(f"{key:<28} {value}")
 with open(os.path.join(os.environ["OUT"], "summary.json"), "w") as f: json.dump(r, f, indent=1)
 print(json.dumps(r))
 PY
