@@ -14,7 +14,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 D=.deps
 ML=lib/x86_64-linux-gnu
-BINARIES="nanochat bench/bench_kernels tests/test_kernels tests/test_gpt tests/test_dataloader"
+source bench/gpu/binaries.sh  # BINARIES
 [ -f build/CMakeCache.txt ] || { echo "error: no build/: run bash runs/setup.sh first" >&2; exit 1; }
 grep -q 'code=sm_90a' build/build.ninja || { echo "error: build/ has no sm_90a code (TORCH_CUDA_ARCH_LIST?)" >&2; exit 1; }
 cmake --build build -j "$(nproc)" --target $(for b in $BINARIES; do basename "$b"; done)

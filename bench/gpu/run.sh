@@ -29,7 +29,7 @@ WORK=/tmp/nanochat_gpu
 rm -rf "$WORK"
 mkdir -p "$OUT" "$WORK/logs" "$WORK/bin"
 LOG="$WORK/logs"
-BINARIES="nanochat bench/bench_kernels tests/test_kernels tests/test_gpt tests/test_dataloader"  # build/ paths
+source bench/gpu/binaries.sh  # BINARIES
 DEPS="$PWD/.deps"
 ML=lib/x86_64-linux-gnu
 [ -d "$DEPS/include/gloo" ] || { echo "error: .deps missing: run bash bench/gpu/prepare.sh and carry .deps" >&2
