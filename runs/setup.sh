@@ -72,13 +72,9 @@ fi
 for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do
   if [ -x "$d/nvcc" ]; then export PATH="$PATH:$d"; break; fi
 done
-if [ -z "${LIBTORCH_DIR:-}" ] && ! command -v nvcc >/dev/null &&
-   .venv/bin/python -c 'import sys, torch; sys.exit(0 if torch.version.cuda else 1)'; then
-  echo "[setup] error: the torch wheel has CUDA but no CUDA toolkit (nvcc) was found; install the" \
-       "CUDA toolkit (/usr/local/cuda), or use a CPU-only torch:" \
-       "NANOCHAT_TORCH_INDEX=https://download.pytorch.org/whl/cpu (then reinstall .venv)" >&2
-  exit 1
-fi
+# without nvcc the build still works with the CUDA wheel: the fused ops' CUDA kernels are left
+# out (third_party/dependencies.cmake says so) and on a GPU the ops run their ATen references
+command -v nvcc >/dev/null || log "no nvcc (CUDA toolkit): building without the CUDA kernels of the fused ops"
 log "configuring $BUILD_DIR (LibTorch from $PREFIX)"
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" ${NANOCHAT_CMAKE_ARGS:-} \

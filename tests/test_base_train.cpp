@@ -104,6 +104,30 @@ TEST(BaseTrain, LossFallsAndRunsAreDeterministic) {
   EXPECT_TRUE(std::ifstream(base + "/base_checkpoints/a/done_000100").good());
 }
 
+// A kernel that disagrees with its reference (perturbed by NANOCHAT_KERNELS_FAULT) is caught by
+// the self-check at the first step: one error line, and the run trains on that op's reference,
+// with the losses of a run on the references alone (NANOCHAT_KERNELS=0), to the rounding of the
+// other kernels. Unchecked, the perturbation (half the largest MLP output, every layer) would
+// move the loss from the first step on.
+TEST(BaseTrain, AKernelThatFailsItsSelfCheckFallsBackToItsReference) {
+  std::string base = make_temp_dir();
+  std::string data = setup_text_corpus(base, 300);
+  std::string flags = "--max-seq-len 64 --device-batch-size 8 --total-batch-size 512 --num-iterations 10"
+                      " --eval-every -1 --save-every -1";
+  CommandResult ref = run_shell("NANOCHAT_KERNELS=0 " + train_cmd(base, data, flags + " --model-tag ref"));
+  ASSERT_EQ(ref.rc, 0) << ref.err;
+  CommandResult faulty =
+      run_shell("NANOCHAT_KERNELS_FAULT=mlp_relu_square " + train_cmd(base, data, flags + " --model-tag faulty"));
+  ASSERT_EQ(faulty.rc, 0) << faulty.err;
+  EXPECT_NE(faulty.err.find("kernel self-check: mlp_relu_square on cpu in float disagrees with its ATen reference"),
+            std::string::npos) << faulty.err;
+  auto mr = read_metrics(base + "/base_checkpoints/ref/metrics.jsonl");
+  auto mf = read_metrics(base + "/base_checkpoints/faulty/metrics.jsonl");
+  ASSERT_EQ(mr.size(), 10u);
+  ASSERT_EQ(mf.size(), 10u);
+  for (auto& [step, line] : mr) EXPECT_NEAR(mf[step].loss_raw, line.loss_raw, 1e-4) << "step " << step;
+}
+
 TEST(BaseTrain, KilledRunResumesWithTheSameLosses) {
   std::string base = make_temp_dir();
   std::string data = setup_text_corpus(base, 300);

@@ -2,7 +2,10 @@
 // (rank prefixes, a failing rank stopping the rest, signal forwarding, doctor on 2 ranks).
 #include <gtest/gtest.h>
 #include <csignal>
+#include <set>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "nanochat/common/files.h"
 #include "nanochat/common/progress.h"
@@ -13,6 +16,13 @@ using nanochat::path_exists;
 using nanochat::remove_tree;
 
 static const std::string kBin = NANOCHAT_BIN;
+
+static std::string last_line(const std::string& out) {
+  const size_t end = out.find_last_not_of('\n');
+  if (end == std::string::npos) return "";
+  const size_t start = out.rfind('\n', end);
+  return out.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+}
 
 TEST(Cli, HelpListsEverySubcommand) {
   auto r = run_shell(kBin + " --help");
@@ -72,6 +82,45 @@ TEST(Cli, DoctorOnOneRank) {
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("base dir: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("compute dtype float32"), std::string::npos) << r.out;
+}
+
+// doctor --kernels: a table, then one JSON line; every op passes on this CPU
+TEST(Cli, DoctorKernelsChecksEveryOpAndEndsWithJson) {
+  auto r = run_shell(kBin + " doctor --kernels --device-type cpu");
+  EXPECT_EQ(r.rc, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("kernel self-check on cpu"), std::string::npos) << r.out;
+  auto json = nlohmann::json::parse(last_line(r.out));
+  ASSERT_TRUE(json.contains("kernels")) << r.out;
+  std::set<std::string> ops;
+  for (auto& k : json["kernels"]) {
+    ops.insert(k["op"].get<std::string>());
+    EXPECT_TRUE(k["ok"].get<bool>()) << k.dump();
+    EXPECT_EQ(k["device"], "cpu");
+  }
+  EXPECT_EQ(ops.size(), 9u) << json.dump();
+}
+
+// NANOCHAT_KERNELS_FAULT perturbs one op's kernel: doctor --kernels names that op alone, exit 1;
+// under NANOCHAT_KERNELS=strict a run stops at its first fused op with one error line
+TEST(Cli, DoctorKernelsCatchesAPerturbedKernelOfEveryOp) {
+  for (const char* op : {"linear_softcap_ce", "mlp_relu_square", "rotary_norm", "residual_norm", "attention",
+                         "polar_express", "adamw", "muon", "fp8_linear"}) {
+    auto r = run_shell(std::string("NANOCHAT_KERNELS_FAULT=") + op + " " + kBin + " doctor --kernels --device-type cpu");
+    EXPECT_EQ(r.rc, 1) << op << "\n" << r.out << r.err;
+    auto json = nlohmann::json::parse(last_line(r.out));
+    for (auto& k : json["kernels"]) {
+      const bool applies = k["applies"].get<bool>();
+      EXPECT_EQ(k["ok"].get<bool>(), k["op"] != op || !applies) << op << ": " << k.dump();
+    }
+    EXPECT_NE(r.err.find(std::string("kernel self-check: ") + op + " on cpu in float"), std::string::npos)
+        << op << "\n" << r.err;
+  }
+  auto s = run_shell("NANOCHAT_KERNELS=strict NANOCHAT_KERNELS_FAULT=rotary_norm " + kBin +
+                     " doctor --kernels --device-type cpu");
+  EXPECT_EQ(s.rc, 1) << s.out << s.err;
+  EXPECT_NE(s.err.find("rotary_norm on cpu in float disagrees with its ATen reference"), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find("(NANOCHAT_KERNELS=strict)"), std::string::npos) << s.err;
+  EXPECT_EQ(count_lines(s.err), 1) << s.err;
 }
 
 TEST(Launch, DoctorPassesEveryCollectiveOnTwoRanks) {

@@ -4,6 +4,8 @@
 // on CUDA when a GPU is present: the *Cuda tests).
 #include <cmath>
 #include <functional>
+#include <set>
+#include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -16,8 +18,7 @@
 #include "nanochat/optim.h"
 #include "test_models.h"
 #include "../src/kernels/cpu_gemm.h"          // MKL's fp32-output GEMMs
-#include "../src/kernels/device_kernels.h"    // the CPU kernels' conversion
-#include "../src/kernels/kernels_internal.h"  // kernels_cpu_supported
+#include "../src/kernels/kernels_internal.h"  // kernels_cpu_supported, cast_float_bfloat16_cpu
 
 using namespace nanochat;
 using torch::Tensor;
@@ -136,6 +137,51 @@ Tensor targets_with_ignored(int64_t n, int64_t vocab) {
 TEST(Kernels, SwitchFollowsTheEnvironment) {
   const char* v = std::getenv("NANOCHAT_KERNELS");
   EXPECT_EQ(kernels_enabled(), !(v && std::string(v) == "0"));
+}
+
+// the self-check that picks each op's path: every op of the module is registered, and on this CPU
+// each one's kernel agrees with its reference in fp32 and bf16 (where it has a kernel)
+TEST(KernelsSelfCheck, EveryOpAgreesWithItsReferenceOnTheCpu) {
+  if (!kernels_cpu_supported()) GTEST_SKIP() << "this CPU runs the ATen references";
+  const std::set<std::string> ops = {"linear_softcap_ce", "mlp_relu_square", "rotary_norm", "residual_norm", "attention",
+                                     "polar_express",     "adamw",           "muon",        "fp8_linear"};
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    std::set<std::string> seen, applied;
+    for (const kernels_check_result& r : kernels_self_check(torch::kCPU, dtype)) {
+      seen.insert(r.op);
+      if (r.applies) applied.insert(r.op);
+      EXPECT_TRUE(r.ok) << r.op << " in " << r.dtype << ": max error " << r.max_error << " " << r.detail;
+      EXPECT_EQ(r.device, "cpu");
+    }
+    EXPECT_EQ(seen, ops);
+    // Polar Express has a CPU kernel in fp32 only; the others in both (attention where MKL is)
+    EXPECT_EQ(applied.count("polar_express"), dtype == torch::kFloat ? 1u : 0u);
+    EXPECT_EQ(applied.count("attention"), cpu_gemm_f32_available(dtype) ? 1u : 0u);
+    for (const char* op : {"linear_softcap_ce", "mlp_relu_square", "rotary_norm", "residual_norm", "adamw", "muon"})
+      EXPECT_EQ(applied.count(op), 1u) << op;
+  }
+}
+
+// NANOCHAT_KERNELS_FAULT=<op> (set for this test by ctest, tests/CMakeLists.txt): the op's kernel
+// output is perturbed, its check fails with the error of the perturbation, the others pass, and
+// the op itself now gives its reference's values
+TEST(KernelsSelfCheck, APerturbedKernelFailsItsCheckAndTheOpRunsItsReference) {
+  const char* faulty = std::getenv("NANOCHAT_KERNELS_FAULT");
+  if (!faulty || std::string(faulty) != "mlp_relu_square") GTEST_SKIP() << "run by ctest as kernels_fault.*";
+  if (!kernels_cpu_supported()) GTEST_SKIP() << "this CPU runs the ATen references";
+  torch::manual_seed(3);
+  Tensor x = torch::randn({4, 16}), w_fc = torch::randn({64, 16}) * 0.25, w_proj = torch::randn({16, 64}) * 0.1;
+  // the first call checks every op on the CPU in fp32, then runs the reference
+  EXPECT_TRUE(torch::equal(kernels_mlp_relu_square(x, w_fc, w_proj), kernels_mlp_relu_square_reference(x, w_fc, w_proj)));
+  for (const kernels_check_result& r : kernels_self_check(torch::kCPU, torch::kFloat)) {
+    if (r.op == std::string("mlp_relu_square")) {
+      EXPECT_FALSE(r.ok);
+      // the perturbation adds (max|y| + 1) / 2: at least half the largest output
+      EXPECT_GE(r.max_error, 0.5);
+    } else {
+      EXPECT_TRUE(r.ok) << r.op;
+    }
+  }
 }
 
 // at::parallel_for is a header template: in a file built without -fopenmp its pragma is

@@ -15,6 +15,39 @@ endif()
 if(NOT CMAKE_CUDA_COMPILER AND NOT DEFINED ENV{CUDACXX} AND EXISTS /usr/local/cuda/bin/nvcc)
   set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
 endif()
+# Without a CUDA toolkit (a laptop, a CPU server with PyPI's default torch wheel, which has CUDA)
+# LibTorch's CMake config stops: it looks for nvcc. The wheel carries its own CUDA runtime
+# (site-packages/nvidia/cu*/), which then stands in for the toolkit's (the config skips its CUDA
+# search when torch::cudart exists), and only our CUDA kernels are left out: the fused ops run
+# their ATen references on a GPU (src/kernels/kernels.cpp says so once at run time).
+set(NANOCHAT_NVCC "")
+foreach(candidate "${CMAKE_CUDA_COMPILER}" "$ENV{CUDACXX}" nvcc)
+  if(candidate AND NOT NANOCHAT_NVCC)
+    find_program(_nvcc_path NAMES "${candidate}" NO_CACHE)
+    if(_nvcc_path)
+      execute_process(COMMAND "${_nvcc_path}" --version RESULT_VARIABLE _nvcc_rc OUTPUT_QUIET ERROR_QUIET)
+      if(_nvcc_rc EQUAL 0)
+        set(NANOCHAT_NVCC "${_nvcc_path}")
+      endif()
+    endif()
+  endif()
+endforeach()
+if(NOT NANOCHAT_NVCC)
+  foreach(prefix ${CMAKE_PREFIX_PATH})  # the wheel's torch/share/cmake: nvidia/ is beside torch/
+    file(GLOB _wheel_cudart "${prefix}/../../../nvidia/cu[0-9]*/lib/libcudart.so.*")
+    if(_wheel_cudart)
+      break()
+    endif()
+  endforeach()
+  if(_wheel_cudart)
+    list(GET _wheel_cudart 0 _wheel_cudart)
+    get_filename_component(_wheel_cudart "${_wheel_cudart}" REALPATH)
+    get_filename_component(_wheel_cuda "${_wheel_cudart}/../.." REALPATH)
+    add_library(torch::cudart INTERFACE IMPORTED)
+    set_target_properties(torch::cudart PROPERTIES INTERFACE_INCLUDE_DIRECTORIES "${_wheel_cuda}/include"
+                                                   INTERFACE_LINK_LIBRARIES "${_wheel_cudart}")
+  endif()
+endif()
 find_package(Torch REQUIRED)
 if(Torch_VERSION VERSION_LESS 2.9)
   message(FATAL_ERROR "nanochat needs LibTorch >= 2.9 (found ${Torch_VERSION}); run runs/setup.sh")
@@ -63,15 +96,24 @@ target_compile_definitions(nanochat_deps INTERFACE USE_C10D_GLOO)
 # CUDA and NCCL code is built whenever the LibTorch found has CUDA, GPU or not: at run time
 # the binary uses CUDA only when torch::cuda::is_available().
 set(NANOCHAT_HAS_CUDA OFF)
+set(NANOCHAT_CUDA_KERNELS OFF)
 if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
   set(NANOCHAT_HAS_CUDA ON)
-  find_package(CUDAToolkit REQUIRED)
-  # our .cu files: C++17, and the shared CUDA runtime that LibTorch itself uses (a static one
-  # beside it would be a second runtime in the process)
-  enable_language(CUDA)  # LibTorch's config has done it already; this says that we need it
-  set(CMAKE_CUDA_STANDARD 17)
-  set(CMAKE_CUDA_STANDARD_REQUIRED ON)
-  set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+  if(NANOCHAT_NVCC)
+    find_package(CUDAToolkit REQUIRED)
+    # our .cu files: C++17, and the shared CUDA runtime that LibTorch itself uses (a static one
+    # beside it would be a second runtime in the process)
+    enable_language(CUDA)  # LibTorch's config has done it already; this says that we need it
+    set(CMAKE_CUDA_STANDARD 17)
+    set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    set(CMAKE_CUDA_RUNTIME_LIBRARY Shared)
+    set(_cuda_runtime CUDA::cudart)
+    set(NANOCHAT_CUDA_KERNELS ON)  # the fused ops' CUDA kernels (src/kernels/*.cu)
+  else()
+    set(_cuda_runtime torch::cudart)
+    message(STATUS "nanochat: no nvcc found: the CUDA kernels of the fused ops are left out (on a GPU the ops "
+                   "run their ATen references); install the CUDA toolkit for them")
+  endif()
   # nccl.h: the one shipped with the wheel (nvidia-nccl) matches the NCCL torch loads
   find_path(NCCL_INCLUDE_DIR nccl.h
             HINTS "${TORCH_INSTALL_PREFIX}/../nvidia/nccl/include" "$ENV{NCCL_INCLUDE_DIR}" "${CUDAToolkit_INCLUDE_DIRS}")
@@ -79,7 +121,8 @@ if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
     message(FATAL_ERROR "nccl.h not found: install NCCL (or set NCCL_INCLUDE_DIR)")
   endif()
   target_include_directories(nanochat_deps SYSTEM INTERFACE ${NCCL_INCLUDE_DIR})
-  target_link_libraries(nanochat_deps INTERFACE CUDA::cudart)
+  target_link_libraries(nanochat_deps INTERFACE ${_cuda_runtime})
   target_compile_definitions(nanochat_deps INTERFACE NANOCHAT_CUDA USE_C10D_NCCL)
 endif()
-message(STATUS "nanochat: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}, CUDA ${NANOCHAT_HAS_CUDA}")
+message(STATUS "nanochat: LibTorch ${Torch_VERSION} at ${TORCH_INSTALL_PREFIX}, CUDA ${NANOCHAT_HAS_CUDA}, "
+               "CUDA kernels ${NANOCHAT_CUDA_KERNELS}")

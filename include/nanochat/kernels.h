@@ -1,18 +1,23 @@
-// defines: kernels_enabled, kernels_linear_softcap_ce, kernels_linear_softcap_ce_mean, kernels_mlp_relu_square,
+// defines: kernels_enabled, kernels_check_result, kernels_self_check, kernels_linear_softcap_ce, kernels_linear_softcap_ce_mean, kernels_mlp_relu_square,
 //          kernels_rotary_norm, kernels_linear_softcap_ce_reference, kernels_linear_softcap_ce_mean_reference,
 //          kernels_mlp_relu_square_reference, kernels_rotary_norm_reference,
 //          kernels_residual_norm, kernels_residual_norm_reference,
-//          kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm, kernels_adamw_step,
+//          kernels_fp8_linear, kernels_fp8_linear_reference, kernels_fp8_quantize, kernels_fp8_mm,
+//          kernels_adamw_step, kernels_adamw_step_reference,
 //          kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish, kernels_muon_finish_reference,
 //          kernels_attention_available, kernels_attention, kernels_attention_reference,
 //          kernels_polar_express, kernels_polar_express_reference
 // The kernels module: the model's fused hot paths. Each op is an autograd function with a
 // CPU kernel (at::parallel_for + at::vec, one pass over memory), a CUDA kernel (.cu) and a
 // plain ATen composition -- the `_reference` twin -- that the tests compare both against.
-// NANOCHAT_KERNELS=0 makes every op run its reference (read once, at the first call).
+// One rule picks between them (src/kernels/kernels_internal.h): the kernel runs where this
+// build has one for the tensor's device and dtype and it passed its self-check there, the
+// reference everywhere else. NANOCHAT_KERNELS=0 makes every op run its reference;
+// NANOCHAT_KERNELS=strict makes a failed self-check fatal (both read once, at the first call).
 #pragma once
 #include <array>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 #include <torch/types.h>
@@ -20,6 +25,20 @@
 namespace nanochat {
 
 bool kernels_enabled();
+
+// The self-check of the fused ops on one device in one dtype: each op forward and backward on
+// small random inputs, kernel against reference. It runs by itself the first time an op meets a
+// (device, dtype) in a process, and its verdicts decide each op's path from then on;
+// kernels_self_check runs it now (again) and returns the table (nanochat doctor --kernels).
+struct kernels_check_result {
+  std::string op, device, dtype;
+  bool ok;       // agreed within the tolerance (or has no kernel there)
+  bool applies;  // the op has a kernel for this device and dtype
+  double max_error, tolerance;  // max |kernel - reference| / max |reference| over its outputs and gradients
+  double fused_ms, reference_ms;
+  std::string detail;  // why, when the kernel threw
+};
+std::vector<kernels_check_result> kernels_self_check(at::Device device, at::ScalarType dtype);
 
 // Per-token losses of cross_entropy(softcap * tanh((x @ weight^T)[:, :vocab] / softcap), targets)
 // with targets -1 ignored (loss 0): x (N, C) in the compute dtype, weight (Vp >= vocab, C) the
@@ -88,8 +107,10 @@ torch::Tensor kernels_attention_reference(const torch::Tensor& q, const torch::T
 // FP8 training's linear (upstream fp8.py, tensorwise): x (..., in) in the compute dtype times
 // the fp32 master weight (out, in)^T, through e4m3 inputs and weights and e5m2 gradients with
 // one dynamic scale per tensor (kernels_fp8_mm; CPU and CUDA sm89+). Both dimensions must be
-// multiples of 16. Its reference is the quantise-dequantise emulation in the tests.
+// multiples of 16. The reference is the quantise-dequantise emulation: every operand rounded
+// through its fp8 format and back, the products in fp32, through autograd of ATen ops.
 torch::Tensor kernels_fp8_linear(const torch::Tensor& x, const torch::Tensor& weight);
+torch::Tensor kernels_fp8_linear_reference(const torch::Tensor& x, const torch::Tensor& weight);
 // (x quantized to `fp8`, 1/scale) with scale = fp8_max / max|x| (fp32; 448 for e4m3fn,
 // 57344 for e5m2), values clamped to +-fp8_max
 std::pair<torch::Tensor, torch::Tensor> kernels_fp8_quantize(const torch::Tensor& x, at::ScalarType fp8);
@@ -98,14 +119,15 @@ std::pair<torch::Tensor, torch::Tensor> kernels_fp8_quantize(const torch::Tensor
 torch::Tensor kernels_fp8_mm(const torch::Tensor& a8, const torch::Tensor& b8, const torch::Tensor& a_inv,
                              const torch::Tensor& b_inv, at::ScalarType out_dtype, bool use_fast_accum);
 
-// AdamW's update of one param in one pass (upstream's compiled adamw_step_fused): p, grad,
-// exp_avg and exp_avg_sq contiguous and of one dtype (fp32, or bf16 as wte's), fp32 math, the
-// same bits as optim_adamw_step's ATen composition, which is its reference. Returns false
-// (and does nothing) where the tensors do not qualify or kernels are off: the caller then
-// runs the composition.
-bool kernels_adamw_step(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg,
-                        torch::Tensor& exp_avg_sq, int64_t step, double lr, double beta1, double beta2, double eps,
-                        double weight_decay);
+// AdamW's update of one param in place (upstream's compiled adamw_step_fused): decoupled weight
+// decay, the moments' lerps, bias corrections, fp32 math whatever the dtype of p (bf16 for
+// wte). The fused op is one pass over the four tensors (contiguous, one dtype: fp32 or bf16)
+// with the same bits as the reference, upstream's eager composition; other tensors run that.
+void kernels_adamw_step(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+                        int64_t step, double lr, double beta1, double beta2, double eps, double weight_decay);
+void kernels_adamw_step_reference(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg,
+                                  torch::Tensor& exp_avg_sq, int64_t step, double lr, double beta1, double beta2,
+                                  double eps, double weight_decay);
 
 // Muon's steps around Polar Express (upstream's compiled muon_step_fused) on n matrices of one
 // (rows, cols) shape. Not autograd functions: optimizer passes, like kernels_adamw_step. The

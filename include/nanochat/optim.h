@@ -1,4 +1,4 @@
-// defines: OptimKind, OptimGroup, NamedTensors, MuonAdamW, GradScaler, optim_adamw_step,
+// defines: OptimKind, OptimGroup, NamedTensors, MuonAdamW, GradScaler,
 //          optim_muon_step, optim_polar_express_coeffs, optim_param_groups_gpt
 // nanochat's optimizer (upstream nanochat/optim.py): AdamW for embeddings, lm_head and scalars, Muon (Polar
 // Express, MuonEq, Muon+, NorMuon, cautious weight decay) for the transformer matrices.
@@ -124,12 +124,6 @@ class GradScaler {
   double growth_factor_, backoff_factor_;
   int64_t growth_interval_;
 };
-
-// The fused AdamW step (upstream adamw_step_fused) on one (slice of a) param: fp32 math, decoupled weight decay
-// before the update, bias correction for `step` (>= 1), written back in each tensor's dtype.
-void optim_adamw_step(torch::Tensor p, const torch::Tensor& grad, torch::Tensor exp_avg,
-                      torch::Tensor exp_avg_sq, int64_t step, double lr, double beta1,
-                      double beta2, double eps, double weight_decay);
 
 // The fused Muon step (upstream muon_step_fused) on n matrices of one (rows, cols) shape: the
 // grads are read only; each param, `momentum_buffer` (n,rows,cols) and `second_momentum_buffer`

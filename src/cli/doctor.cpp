@@ -1,11 +1,14 @@
 // `nanochat doctor`: what to run when something is off. Versions, devices, memory, the base
-// dir and its free disk, and under more than one rank a self-test of every collective.
+// dir and its free disk, under more than one rank a self-test of every collective, and with
+// --kernels the fused kernels checked against their references on this rank's device.
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
 #include "cli/commands.h"
 #include "nanochat/common.h"
 #include "nanochat/compute.h"
+#include "nanochat/kernels.h"
 
 namespace nanochat {
 
@@ -13,7 +16,67 @@ static std::string gib(int64_t bytes) {
   return bytes < 0 ? std::string("unknown") : strprintf("%.1f GiB", bytes / double(1ull << 30));
 }
 
-static int doctor_run(const std::string& device_flag, double mb) {
+// the kernel self-check on this rank's device, in the run's compute dtype and in fp32 (the
+// optimizer's), as a table; returns the rows (the JSON line is printed by the caller, last)
+static std::vector<kernels_check_result> doctor_kernel_table(const Compute& c) {
+  std::vector<kernels_check_result> rows;
+  for (torch::ScalarType dtype : {c.dtype, torch::kFloat32}) {
+    if (!rows.empty() && dtype == c.dtype) break;  // the compute dtype is fp32: checked once
+    auto r = kernels_self_check(c.device, dtype);
+    rows.insert(rows.end(), r.begin(), r.end());
+  }
+  log_info("kernel self-check on %s (each op forward and backward, kernel against its ATen reference):",
+           c.device.str().c_str());
+  log_info("  %-18s %-8s %-9s %11s %10s %10s %10s  %s", "op", "device", "dtype", "max error", "tolerance", "kernel ms",
+           "ref ms", "result");
+  for (const kernels_check_result& r : rows) {
+    if (!r.applies) {
+      log_info("  %-18s %-8s %-9s %11s %10s %10s %10s  no kernel here (runs its reference)", r.op.c_str(),
+               r.device.c_str(), r.dtype.c_str(), "-", "-", "-", "-");
+      continue;
+    }
+    log_info("  %-18s %-8s %-9s %11.3g %10.3g %10.2f %10.2f  %s%s%s", r.op.c_str(), r.device.c_str(), r.dtype.c_str(),
+             r.max_error, r.tolerance, r.fused_ms, r.reference_ms, r.ok ? "ok" : "FAILED",
+             r.detail.empty() ? "" : ": ", r.detail.c_str());
+  }
+  return rows;
+}
+
+static nlohmann::json kernels_json(const std::vector<kernels_check_result>& rows) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const kernels_check_result& r : rows) {
+    nlohmann::json j = {{"op", r.op}, {"device", r.device}, {"dtype", r.dtype}, {"ok", r.ok}, {"applies", r.applies}};
+    if (r.applies) {
+      j["max_error"] = std::isfinite(r.max_error) ? nlohmann::json(r.max_error) : nlohmann::json(nullptr);
+      j["tolerance"] = r.tolerance;
+      j["fused_ms"] = r.fused_ms;
+      j["reference_ms"] = r.reference_ms;
+    }
+    if (!r.detail.empty()) j["detail"] = r.detail;
+    list.push_back(j);
+  }
+  return {{"kernels", list}};
+}
+
+// doctor --kernels: the table, every rank's verdict, the JSON line last; the exit code
+static int doctor_kernels(const Compute& c) {
+  auto rows = doctor_kernel_table(c);
+  int failed = 0;
+  for (const kernels_check_result& r : rows) failed += r.ok ? 0 : 1;
+  if (c.env.world_size > 1) {  // every rank checked its own GPU: the verdict is all of theirs
+    auto total = torch::tensor({(float)failed}, torch::TensorOptions().device(c.device));
+    c.dist->all_reduce(total, ReduceOp::SUM);
+    failed = (int)total.item<float>();
+  }
+  if (failed > 0)
+    log_error("kernel self-check: %d op(s) disagree with their references (see the table%s)", failed,
+              c.env.world_size > 1 ? "s of every rank" : "");
+  if (c.master()) std::printf("%s\n", kernels_json(rows).dump().c_str());
+  std::fflush(stdout);
+  return failed > 0 ? 1 : 0;
+}
+
+static int doctor_run(const std::string& device_flag, double mb, bool check_kernels) {
   Compute c = compute_init(device_flag);
   std::istringstream version(cli_version_text());
   for (std::string line; std::getline(version, line);) log_info("%s", line.c_str());
@@ -31,7 +94,7 @@ static int doctor_run(const std::string& device_flag, double mb) {
   log_info("ranks: %d (backend %s)", c.env.world_size, c.dist->backend_name().c_str());
   if (c.env.world_size == 1) {
     log_info("collective self-test: skipped with one rank (run `nanochat launch --nproc-per-node 2 -- doctor`)");
-    return 0;
+    return check_kernels ? doctor_kernels(c) : 0;
   }
 
   auto results = dist_self_test(*c.dist, (int64_t)(mb * 1e6));
@@ -52,7 +115,7 @@ static int doctor_run(const std::string& device_flag, double mb) {
   int all = (int)total_failed.item<float>();
   if (all > 0) fail("collective self-test: %d check(s) failed across %d ranks (see warnings above)", all, c.env.world_size);
   log_info("collective self-test: all %zu collectives passed on all %d ranks", results.size(), c.env.world_size);
-  return 0;
+  return check_kernels ? doctor_kernels(c) : 0;
 }
 
 void cli_register_doctor(CLI::App& app, int& exit_code) {
@@ -62,7 +125,11 @@ void cli_register_doctor(CLI::App& app, int& exit_code) {
   sub->add_option("--device-type", device_type, "cuda or cpu (default: cuda when a GPU is present)");
   sub->add_option("--bandwidth-mb", mb, "buffer size in MB for the collective bandwidth test")
       ->default_val(64)->check(CLI::Range(0.001, 16384.0));
-  sub->callback([&exit_code] { exit_code = doctor_run(device_type, mb); });
+  static bool check_kernels = false;
+  sub->add_flag("--kernels", check_kernels,
+                "check every fused kernel against its ATen reference on this device (a table, then one JSON line; "
+                "exit 1 when one disagrees)");
+  sub->callback([&exit_code] { exit_code = doctor_run(device_type, mb, check_kernels); });
 }
 
 }  // namespace nanochat

@@ -10,11 +10,22 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "device_kernels.h"
 #include "kernels_internal.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
+
+// the CPU kernel (attention_cpu.cpp): q (B,T,H,D), k and v (B,T,Hkv,D), contiguous, fp32 or
+// bf16, softmax scale 1/sqrt(D). Forward returns o (B,T,H,D) and the log-sum-exp of each row's
+// scaled scores (B,H,T) fp32; backward returns dq, dk, dv. Supported when the LibTorch loaded
+// has MKL's fp32-output GEMMs (cpu_gemm.h).
+bool attention_cpu_supported(const torch::Tensor& q);
+std::pair<torch::Tensor, torch::Tensor> attention_forward_cpu(const torch::Tensor& q, const torch::Tensor& k,
+                                                              const torch::Tensor& v, int64_t window);
+std::vector<torch::Tensor> attention_backward_cpu(const torch::Tensor& dout, const torch::Tensor& q,
+                                                  const torch::Tensor& k, const torch::Tensor& v,
+                                                  const torch::Tensor& o, const torch::Tensor& lse, int64_t window);
+
 namespace {
 
 using torch::Tensor;
@@ -46,13 +57,13 @@ void check_shapes(const Tensor& q, const Tensor& k, const Tensor& v) {
 }  // namespace
 
 bool kernels_attention_available(const Tensor& q) {
-  return kernels_enabled() && q.is_cpu() && kernels_cpu_supported() && attention_cpu_supported(q);
+  return q.is_cpu() && kernels_use_fused("attention", q) && attention_cpu_supported(q);
 }
 
 Tensor kernels_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
   check_shapes(q, k, v);
   if (!kernels_attention_available(q)) return kernels_attention_reference(q, k, v, window);
-  return CausalAttention::apply(q.contiguous(), k.contiguous(), v.contiguous(), window);
+  return kernels_fault("attention", CausalAttention::apply(q.contiguous(), k.contiguous(), v.contiguous(), window));
 }
 
 Tensor kernels_attention_reference(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
@@ -68,5 +79,28 @@ Tensor kernels_attention_reference(const Tensor& q, const Tensor& k, const Tenso
   Tensor p = at::softmax(scores.masked_fill(allowed.logical_not(), -INFINITY), -1);
   return at::matmul(p.to(q.scalar_type()), vt).transpose(1, 2);
 }
+
+namespace {
+
+// the self-check: (1, 40, 4, 16) queries on 2 kv heads, causal and with a window of 9, on the
+// CPU in fp32 and bf16 (there is no CUDA kernel: the attention module runs flash there)
+std::vector<Tensor> attention_check(at::Device device, at::ScalarType dtype, bool fused) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(17);
+  Tensor q = at::randn({1, 40, 4, 16}, gen).to(device, dtype).requires_grad_();
+  Tensor k = at::randn({1, 40, 2, 16}, gen).to(device, dtype).requires_grad_();
+  Tensor v = at::randn({1, 40, 2, 16}, gen).to(device, dtype).requires_grad_();
+  if (!q.is_cpu() || !attention_cpu_supported(q)) return {};
+  Tensor dout = at::randn({1, 40, 4, 16}, gen).to(device, dtype);
+  std::vector<Tensor> out;
+  for (int64_t window : {-1, 9}) {
+    Tensor o = fused ? kernels_attention(q, k, v, window) : kernels_attention_reference(q, k, v, window);
+    auto grads = torch::autograd::grad({o}, {q, k, v}, {dout});
+    out.insert(out.end(), {o, grads[0], grads[1], grads[2]});
+  }
+  return out;
+}
+const bool registered = kernels_register_check({"attention", attention_check});
+
+}  // namespace
 
 }  // namespace nanochat

@@ -1,5 +1,5 @@
 // defines: attention_cpu_supported, attention_forward_cpu, attention_backward_cpu
-// Causal attention with a left window on the CPU (contracts in device_kernels.h). One task per
+// Causal attention with a left window on the CPU (contracts in attention.cpp). One task per
 // (batch, head) -- per (batch, kv head) in backward, which sums a kv head's gradient over the
 // query heads that share it -- split over the intra-op threads. A task walks its queries in
 // blocks of kBlock rows; a block multiplies against only the keys its rows may see
@@ -18,11 +18,11 @@
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/types.h>
 #include <ATen/Parallel.h>
 
 #include "cpu_gemm.h"
-#include "device_kernels.h"
-#include "kernels_cpu_vec.h"
+#include "kernels_cpu.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {

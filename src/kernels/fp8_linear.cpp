@@ -10,6 +10,8 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "kernels_internal.h"
+#include "nanochat/common/device.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -68,13 +70,75 @@ std::pair<Tensor, Tensor> kernels_fp8_quantize(const Tensor& x, at::ScalarType f
   return {q, scale.reciprocal()};
 }
 
-Tensor kernels_fp8_linear(const Tensor& x, const Tensor& weight) {
+namespace {
+
+// upstream's _to_fp8 written out, and back: amax, scale = max/amax, clamp, cast, / scale (fp32)
+Tensor quantize_dequantize(const Tensor& x, at::ScalarType fp8) {
+  const double fp8_max = fp8 == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
+  const Tensor scale = (fp8_max / at::clamp_min(x.abs().max().to(at::kDouble), 1e-12)).to(at::kFloat);
+  return at::clamp(x.to(at::kFloat) * scale, -fp8_max, fp8_max).to(fp8).to(at::kFloat) / scale;
+}
+
+// the reference: every operand rounded through its fp8 format and back, the products in fp32
+struct Fp8LinearEmulation : public torch::autograd::Function<Fp8LinearEmulation> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight) {
+    const Tensor xq = quantize_dequantize(x, at::kFloat8_e4m3fn), wq = quantize_dequantize(weight, at::kFloat8_e4m3fn);
+    ctx->save_for_backward({xq, wq});
+    ctx->saved_data["x_dtype"] = (int64_t)x.scalar_type();
+    ctx->saved_data["weight_dtype"] = (int64_t)weight.scalar_type();
+    return at::mm(xq, wq.t()).to(x.scalar_type());
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto saved = ctx->get_saved_variables();
+    const Tensor gq = quantize_dequantize(grads[0], at::kFloat8_e5m2);
+    return {at::mm(gq, saved[1]).to((at::ScalarType)ctx->saved_data["x_dtype"].toInt()),
+            at::mm(gq.t(), saved[0]).to((at::ScalarType)ctx->saved_data["weight_dtype"].toInt())};
+  }
+};
+
+// x (..., in) as (N, in) rows and back, with the shapes checked
+template <typename F>
+Tensor on_rows(const Tensor& x, const Tensor& weight, F&& linear) {
   const int64_t in = weight.size(1), out = weight.size(0);
   if (x.size(-1) != in || in % 16 != 0 || out % 16 != 0)
     fail("fp8 linear: dimensions must be multiples of 16 (got %lld x %lld)", (long long)out, (long long)in);
   std::vector<int64_t> shape = x.sizes().vec();
   shape.back() = out;
-  return Fp8Linear::apply(x.reshape({-1, in}).contiguous(), weight).view(shape);
+  return linear(x.reshape({-1, in}).contiguous()).view(shape);
 }
+
+}  // namespace
+
+Tensor kernels_fp8_linear_reference(const Tensor& x, const Tensor& weight) {
+  return on_rows(x, weight, [&](const Tensor& rows) { return Fp8LinearEmulation::apply(rows, weight); });
+}
+
+Tensor kernels_fp8_linear(const Tensor& x, const Tensor& weight) {
+  if (!kernels_use_fused("fp8_linear", x)) return kernels_fp8_linear_reference(x, weight);
+  return kernels_fault("fp8_linear",
+                       on_rows(x, weight, [&](const Tensor& rows) { return Fp8Linear::apply(rows, weight); }));
+}
+
+namespace {
+
+// the self-check: (2, 16, 32) rows through a (48, 32) fp32 master weight; _scaled_mm needs a GPU
+// of compute capability 8.9 or more, below that FP8 training is refused before it starts
+std::vector<Tensor> fp8_linear_check(at::Device device, at::ScalarType dtype, bool fused) {
+  if (dtype == at::kDouble) return {};
+  if (device.is_cuda()) {
+    auto infos = cuda_device_infos(device.index(), /*with_memory=*/false);
+    if (infos.empty() || infos[0].major * 10 + infos[0].minor < 89) return {};
+  }
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(23);
+  Tensor x = at::randn({2, 16, 32}, gen).to(device, dtype).requires_grad_();
+  Tensor w = (at::randn({48, 32}, gen) * 0.05).to(device).requires_grad_();
+  Tensor y = fused ? kernels_fp8_linear(x, w) : kernels_fp8_linear_reference(x, w);
+  auto grads = torch::autograd::grad({y}, {x, w}, {(at::randn({2, 16, 48}, gen) * 1e-3).to(device, dtype)});
+  return {y, grads[0], grads[1]};
+}
+const bool registered = kernels_register_check({"fp8_linear", fp8_linear_check});
+
+}  // namespace
 
 }  // namespace nanochat

@@ -1,18 +1,77 @@
-// defines: kernels_enabled, kernels_cpu_supported, kernels_use_fused, kernels_addmm_acc
-// The switch between the fused kernels and their ATen references.
+// defines: kernels_enabled, kernels_strict, kernels_use_fused, kernels_fault, kernels_fault_,
+//          kernels_cpu_supported, kernels_cuda_built, kernels_addmm_acc
+// The switch between the fused kernels and their ATen references, the same for every op.
 #include "nanochat/kernels.h"
+
+#include <mutex>
 
 #include <ATen/ATen.h>
 
 #include "cpu_gemm.h"
 #include "kernels_internal.h"
 #include "nanochat/common/env.h"
+#include "nanochat/common/error.h"
+#include "nanochat/common/log.h"
 
 namespace nanochat {
 
-bool kernels_enabled() {
-  static const bool enabled = env_get("NANOCHAT_KERNELS").value_or("1") != "0";
-  return enabled;
+namespace {
+
+// NANOCHAT_KERNELS: "0" runs the references, "strict" makes a failed self-check fatal,
+// anything else (or unset) runs the kernels that pass their check; read once
+std::string kernels_mode() {
+  static const std::string mode = env_get("NANOCHAT_KERNELS").value_or("1");
+  return mode;
+}
+
+bool device_has_kernels(const torch::Tensor& x) {
+  const auto t = x.scalar_type();
+  const bool reduced = t == at::kBFloat16 || t == at::kHalf;
+  if (x.is_cuda()) {
+    if (kernels_cuda_built()) return t == at::kFloat || reduced;
+    static std::once_flag warned;
+    std::call_once(warned, [] {
+      log_warn("this nanochat was built without its CUDA kernels (no nvcc when it was configured): the fused "
+               "ops run their ATen references on the GPU, slower and with more memory");
+    });
+    return false;
+  }
+  return x.is_cpu() && kernels_cpu_supported() && (t == at::kFloat || t == at::kDouble || reduced);
+}
+
+}  // namespace
+
+bool kernels_enabled() { return kernels_mode() != "0"; }
+bool kernels_strict() { return kernels_mode() == "strict"; }
+
+bool kernels_use_fused(const char* op, const torch::Tensor& x) {
+  return device_has_kernels(x) && kernels_check_passed(op, x.device(), x.scalar_type());
+}
+
+namespace {
+
+bool fault_in(const char* op) {
+  static const std::string faulty = env_get("NANOCHAT_KERNELS_FAULT").value_or("");
+  return !faulty.empty() && faulty == op;
+}
+
+// half the tensor's largest magnitude plus a half: past every tolerance of the self-check
+torch::Tensor fault_offset(const torch::Tensor& t) {
+  torch::NoGradGuard no_grad;
+  return (t.detach().abs().max() + 1) * 0.5;
+}
+
+}  // namespace
+
+torch::Tensor kernels_fault(const char* op, const torch::Tensor& out) {
+  if (!fault_in(op)) return out;
+  return out + fault_offset(out).to(out.scalar_type());
+}
+
+void kernels_fault_(const char* op, torch::Tensor& t) {
+  if (!fault_in(op)) return;
+  torch::NoGradGuard no_grad;
+  t.add_(fault_offset(t).to(t.scalar_type()));
 }
 
 bool kernels_cpu_supported() {
@@ -25,12 +84,12 @@ bool kernels_cpu_supported() {
 #endif
 }
 
-bool kernels_use_fused(const torch::Tensor& x) {
-  if (!kernels_enabled()) return false;
-  const auto t = x.scalar_type();
-  const bool reduced = t == at::kBFloat16 || t == at::kHalf;
-  if (x.is_cuda()) return t == at::kFloat || reduced;
-  return x.is_cpu() && kernels_cpu_supported() && (t == at::kFloat || t == at::kDouble || reduced);
+bool kernels_cuda_built() {
+#ifdef NANOCHAT_CUDA_KERNELS
+  return true;
+#else
+  return false;
+#endif
 }
 
 namespace {

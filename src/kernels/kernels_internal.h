@@ -1,18 +1,65 @@
-// defines: kernels_use_fused, kernels_cpu_supported, kernels_addmm_acc
-// What the fused ops of the kernels module share: whether a tensor's op runs fused, and the
-// matmul accumulation into an fp32 gradient.
+// defines: kernels_use_fused, kernels_fault, kernels_check_entry, kernels_register_check,
+//          kernels_check_passed, kernels_strict,
+//          kernels_cpu_supported, kernels_cuda_built, kernels_addmm_acc, cast_float_bfloat16_cpu,
+//          cpu_kernel_threads
+// What the ops of the kernels module share: the one rule that picks an op's fused kernel or
+// its reference, the fault switch for drills, the self-check's registry, and a few helpers.
+//
+// An op is three files: <op>.cpp (the public function, its autograd function, its ATen
+// `_reference`, the dispatch and the self-check's inputs), <op>_cpu.cpp (the CPU kernel,
+// compiled for AVX2+FMA+F16C) and <op>.cu (the CUDA kernel, its launch and the checks of the
+// tensors it is handed; compiled when nvcc is found). <op>.cpp declares the kernels it calls.
 #pragma once
+#include <vector>
+
 #include <torch/types.h>
 
 namespace nanochat {
 
+// The one fallback rule: true when `op` runs its fused kernel for x. That is when kernels are
+// on (NANOCHAT_KERNELS is not 0), x's device has the op's kernels in this build (a CPU with
+// AVX2+FMA+F16C; a CUDA device when the .cu files were built) for x's dtype (fp32, bf16, fp16;
+// fp64 on the CPU, for gradient checks), and the op passed its self-check on that device and
+// dtype. The first call for a (device, dtype) runs the self-check of every op (kernels_check.cpp).
+// Otherwise the op runs its own `_reference`, which is also what the check compares against.
+bool kernels_use_fused(const char* op, const torch::Tensor& x);
+
+// NANOCHAT_KERNELS_FAULT=<op> (drills and tests, never by default): the op's fused output comes
+// back perturbed, far past any tolerance, so that the self-check has something to catch.
+torch::Tensor kernels_fault(const char* op, const torch::Tensor& out);
+// the same for the ops that update tensors in place (AdamW, Muon): t is perturbed in place
+void kernels_fault_(const char* op, torch::Tensor& t);
+
+// One op's self-check: `run` runs the op forward and backward on small seeded random inputs on
+// `device` in `dtype`, through its fused kernel (fused = true) or its reference, and returns the
+// tensors to compare (outputs, then gradients or updated state) -- empty where the op has no
+// kernel for that device and dtype. Each <op>.cpp registers one at static initialisation.
+struct kernels_check_entry {
+  const char* op;
+  std::vector<torch::Tensor> (*run)(at::Device device, at::ScalarType dtype, bool fused);
+};
+bool kernels_register_check(kernels_check_entry entry);
+// whether `op` runs its kernel on device in dtype: kernels on and its self-check passed there,
+// running every op's check on the first call for that (device, dtype); true for an op without a
+// check there, and inside a check (which compares the kernels even under NANOCHAT_KERNELS=0)
+bool kernels_check_passed(const char* op, at::Device device, at::ScalarType dtype);
+// NANOCHAT_KERNELS=strict: a failed self-check stops the run instead of falling back
+bool kernels_strict();
+
 // the CPU kernels are compiled for AVX2+FMA+F16C: true when this CPU has them
 bool kernels_cpu_supported();
-// kernels_enabled(), and a device and dtype that the fused kernels handle (fp64 on the CPU
-// only: it is there for gradient checks)
-bool kernels_use_fused(const torch::Tensor& x);
+// whether this build has the CUDA kernels (nvcc was found when it was configured)
+bool kernels_cuda_built();
+
 // acc += a @ b, with acc in fp32/fp64 and a, b in the compute dtype: bf16 into fp32 in the GEMM
 // itself on CUDA and, through MKL (cpu_gemm.h), on the CPU; elsewhere a product then an add
 void kernels_addmm_acc(torch::Tensor& acc, const torch::Tensor& a, const torch::Tensor& b);
+
+// kernels_cpu.cpp: float32 -> bfloat16 or back (x contiguous) through the CPU kernels' row
+// conversions, for tests: the bits of x.to() (round to nearest even; a NaN stays a NaN)
+torch::Tensor cast_float_bfloat16_cpu(const torch::Tensor& x);
+// how many threads an at::parallel_for in the CPU kernels' files really runs on (1 when a
+// build drops -fopenmp: its pragma then compiles to nothing)
+int cpu_kernel_threads();
 
 }  // namespace nanochat

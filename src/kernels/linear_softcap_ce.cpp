@@ -12,11 +12,32 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "device_kernels.h"
 #include "kernels_internal.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
+
+// the kernels (linear_softcap_ce_cpu.cpp, linear_softcap_ce.cu) over one chunk of rows: logits
+// (n, ld) in the compute dtype, of which the first `vocab` columns count; targets (n,) int64
+// (-1 = ignored); loss and lse (n,) fp32 (fp64 for fp64 logits).
+// forward: z = cap*tanh(l/cap), lse = logsumexp(z), loss = lse - z[target] (0 where ignored)
+// backward, in place: logits become d loss / d logits for grad_loss (n,):
+//   grad * (softmax(z) - onehot(target)) * (1 - (z/cap)^2), 0 in ignored rows and columns >= vocab
+// forward_backward (CPU): both at once while the row is in cache, for a gradient known up front
+void softcap_ce_forward_cpu(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab, double cap,
+                            torch::Tensor& loss, torch::Tensor& lse);
+void softcap_ce_backward_cpu(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& lse,
+                             const torch::Tensor& grad_loss, int64_t vocab, double cap);
+void softcap_ce_forward_backward_cpu(torch::Tensor& logits, const torch::Tensor& targets,
+                                     const torch::Tensor& grad_loss, int64_t vocab, double cap, torch::Tensor& loss,
+                                     torch::Tensor& lse);
+#ifdef NANOCHAT_CUDA_KERNELS
+void softcap_ce_forward_cuda(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab, double cap,
+                             torch::Tensor& loss, torch::Tensor& lse);
+void softcap_ce_backward_cuda(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& lse,
+                              const torch::Tensor& grad_loss, int64_t vocab, double cap);
+#endif
+
 namespace {
 
 using torch::Tensor;
@@ -37,14 +58,18 @@ Tensor acc_empty(const Tensor& x, int64_t n) {
 }
 
 void forward_chunk(const Tensor& logits, const Tensor& targets, int64_t vocab, double cap, Tensor& loss, Tensor& lse) {
-  if (logits.is_cuda()) softcap_ce_forward_cuda(logits, targets, vocab, cap, loss, lse);
-  else softcap_ce_forward_cpu(logits, targets, vocab, cap, loss, lse);
+#ifdef NANOCHAT_CUDA_KERNELS
+  if (logits.is_cuda()) return softcap_ce_forward_cuda(logits, targets, vocab, cap, loss, lse);
+#endif
+  softcap_ce_forward_cpu(logits, targets, vocab, cap, loss, lse);
 }
 
 void backward_chunk(Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad, int64_t vocab,
                     double cap) {
-  if (logits.is_cuda()) softcap_ce_backward_cuda(logits, targets, lse, grad, vocab, cap);
-  else softcap_ce_backward_cpu(logits, targets, lse, grad, vocab, cap);
+#ifdef NANOCHAT_CUDA_KERNELS
+  if (logits.is_cuda()) return softcap_ce_backward_cuda(logits, targets, lse, grad, vocab, cap);
+#endif
+  softcap_ce_backward_cpu(logits, targets, lse, grad, vocab, cap);
 }
 
 // a chunk's d loss / d logits multiplied out: its rows of x's gradient, and its share of the
@@ -161,9 +186,11 @@ Tensor kernels_linear_softcap_ce_reference(const Tensor& x, const Tensor& weight
 
 Tensor kernels_linear_softcap_ce(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t vocab,
                                  double cap, int64_t chunk_rows) {
-  if (!kernels_use_fused(x)) return kernels_linear_softcap_ce_reference(x, weight, targets, vocab, cap);
+  if (!kernels_use_fused("linear_softcap_ce", x))
+    return kernels_linear_softcap_ce_reference(x, weight, targets, vocab, cap);
   check_inputs(x, weight, targets, vocab);
-  return LinearSoftcapCE::apply(x.contiguous(), weight, targets.contiguous(), vocab, cap, chunk_rows);
+  return kernels_fault("linear_softcap_ce",
+                       LinearSoftcapCE::apply(x.contiguous(), weight, targets.contiguous(), vocab, cap, chunk_rows));
 }
 
 Tensor kernels_linear_softcap_ce_mean_reference(const Tensor& x, const Tensor& weight, const Tensor& targets,
@@ -173,12 +200,39 @@ Tensor kernels_linear_softcap_ce_mean_reference(const Tensor& x, const Tensor& w
 
 Tensor kernels_linear_softcap_ce_mean(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t vocab,
                                       double cap, int64_t chunk_rows) {
-  if (!kernels_use_fused(x)) return kernels_linear_softcap_ce_mean_reference(x, weight, targets, vocab, cap);
+  if (!kernels_use_fused("linear_softcap_ce", x))
+    return kernels_linear_softcap_ce_mean_reference(x, weight, targets, vocab, cap);
   check_inputs(x, weight, targets, vocab);
   const bool wants_grad = torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
   if (!wants_grad || x.scalar_type() == at::kHalf)  // eval: no gradient to precompute; fp16: see above
     return kernels_linear_softcap_ce(x, weight, targets, vocab, cap, chunk_rows).sum() / (targets != -1).sum();
-  return LinearSoftcapCEMean::apply(x.contiguous(), weight, targets.contiguous(), vocab, cap, chunk_rows);
+  return kernels_fault("linear_softcap_ce",
+                       LinearSoftcapCEMean::apply(x.contiguous(), weight, targets.contiguous(), vocab, cap, chunk_rows));
 }
+
+namespace {
+
+// the self-check: 48 rows of width 32 against a padded vocab of 80 (72 counted), chunks of 16
+// rows, two targets ignored; the per-token losses and the mean, with their gradients
+std::vector<Tensor> linear_softcap_ce_check(at::Device device, at::ScalarType dtype, bool fused) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+  Tensor x = at::randn({48, 32}, gen).to(device, dtype).requires_grad_();
+  Tensor w = (at::randn({80, 32}, gen) * 0.5).to(device, at::kFloat).requires_grad_();
+  Tensor targets = at::randint(0, 72, {48}, gen).index_fill_(0, at::tensor({5, 30}), -1).to(device);
+  Tensor dloss = at::rand({48}, gen).to(device);
+  std::vector<Tensor> out;
+  for (bool mean : {false, true}) {
+    Tensor loss = mean ? (fused ? kernels_linear_softcap_ce_mean(x, w, targets, 72, 15.0, 16)
+                                : kernels_linear_softcap_ce_mean_reference(x, w, targets, 72, 15.0))
+                       : (fused ? kernels_linear_softcap_ce(x, w, targets, 72, 15.0, 16)
+                                : kernels_linear_softcap_ce_reference(x, w, targets, 72, 15.0));
+    auto grads = torch::autograd::grad({loss}, {x, w}, {mean ? at::ones_like(loss) : dloss.to(loss.scalar_type())});
+    out.insert(out.end(), {loss, grads[0], grads[1]});
+  }
+  return out;
+}
+const bool registered = kernels_register_check({"linear_softcap_ce", linear_softcap_ce_check});
+
+}  // namespace
 
 }  // namespace nanochat

@@ -7,18 +7,39 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "device_kernels.h"
 #include "kernels_internal.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
+
+// the kernels (mlp_relu_square_cpu.cpp, mlp_relu_square.cu): y = relu(h)^2; backward turns dy
+// into dh = 2 * relu(h) * dy in place
+torch::Tensor relu_square_forward_cpu(const torch::Tensor& h);
+void relu_square_backward_cpu(const torch::Tensor& h, torch::Tensor& dy);
+#ifdef NANOCHAT_CUDA_KERNELS
+torch::Tensor relu_square_forward_cuda(const torch::Tensor& h);
+void relu_square_backward_cuda(const torch::Tensor& h, torch::Tensor& dy);
+#endif
+
 namespace {
 
 using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-Tensor relu_square(const Tensor& h) { return h.is_cuda() ? relu_square_forward_cuda(h) : relu_square_forward_cpu(h); }
+Tensor relu_square(const Tensor& h) {
+#ifdef NANOCHAT_CUDA_KERNELS
+  if (h.is_cuda()) return relu_square_forward_cuda(h);
+#endif
+  return relu_square_forward_cpu(h);
+}
+
+void relu_square_backward(const Tensor& h, Tensor& dy) {
+#ifdef NANOCHAT_CUDA_KERNELS
+  if (h.is_cuda()) return relu_square_backward_cuda(h, dy);
+#endif
+  relu_square_backward_cpu(h, dy);
+}
 
 struct MlpReluSquare : public torch::autograd::Function<MlpReluSquare> {
   // x (N, C), w_fc (4C, C), w_proj (C, 4C)
@@ -35,8 +56,7 @@ struct MlpReluSquare : public torch::autograd::Function<MlpReluSquare> {
     const Tensor g = grads[0].contiguous();
     Tensor d_proj = at::mm(g.t(), relu_square(h));
     Tensor dh = at::mm(g, w_proj);  // d y, turned into d h in place
-    if (dh.is_cuda()) relu_square_backward_cuda(h, dh);
-    else relu_square_backward_cpu(h, dh);
+    relu_square_backward(h, dh);
     return {at::mm(dh, w_fc), at::mm(dh.t(), x), d_proj};
   }
 };
@@ -48,13 +68,29 @@ Tensor kernels_mlp_relu_square_reference(const Tensor& x, const Tensor& w_fc, co
 }
 
 Tensor kernels_mlp_relu_square(const Tensor& x, const Tensor& w_fc, const Tensor& w_proj) {
-  if (!kernels_use_fused(x)) return kernels_mlp_relu_square_reference(x, w_fc, w_proj);
+  if (!kernels_use_fused("mlp_relu_square", x)) return kernels_mlp_relu_square_reference(x, w_fc, w_proj);
   if (w_fc.scalar_type() != x.scalar_type() || w_proj.scalar_type() != x.scalar_type() || w_fc.size(1) != x.size(-1))
     fail("mlp_relu_square: weights must be in x's dtype, w_fc (H, C) and w_proj (C, H)");
   std::vector<int64_t> out_shape = x.sizes().vec();
   out_shape.back() = w_proj.size(0);
   Tensor x2 = x.reshape({-1, x.size(-1)}).contiguous();
-  return MlpReluSquare::apply(x2, w_fc, w_proj).view(out_shape);
+  return kernels_fault("mlp_relu_square", MlpReluSquare::apply(x2, w_fc, w_proj).view(out_shape));
 }
+
+namespace {
+
+// the self-check: (2, 5, 16) through a 64-wide hidden layer, with the three gradients
+std::vector<Tensor> mlp_relu_square_check(at::Device device, at::ScalarType dtype, bool fused) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+  Tensor x = at::randn({2, 5, 16}, gen).to(device, dtype).requires_grad_();
+  Tensor w_fc = (at::randn({64, 16}, gen) * 0.25).to(device, dtype).requires_grad_();
+  Tensor w_proj = (at::randn({16, 64}, gen) * 0.125).to(device, dtype).requires_grad_();
+  Tensor y = fused ? kernels_mlp_relu_square(x, w_fc, w_proj) : kernels_mlp_relu_square_reference(x, w_fc, w_proj);
+  auto grads = torch::autograd::grad({y}, {x, w_fc, w_proj}, {at::randn(y.sizes(), gen).to(device, dtype)});
+  return {y, grads[0], grads[1], grads[2]};
+}
+const bool registered = kernels_register_check({"mlp_relu_square", mlp_relu_square_check});
+
+}  // namespace
 
 }  // namespace nanochat

@@ -14,11 +14,34 @@
 
 #include <ATen/ATen.h>
 
-#include "device_kernels.h"
 #include "kernels_internal.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
+
+// the kernels, one (rows, cols) matrix a call (muon_cpu.cpp, muon.cu). grad, buf and p are fp32
+// (fp64 on the CPU); X is of the Polar Express dtype (fp32 or bf16; fp64 with fp64 params); sums
+// are fp32 (fp64), one per row or column.
+// nesterov: buf <- lerp(buf, grad, 1-mu); X = lerp(grad, buf, mu) rounded to X's dtype;
+//   row_sumsq[r] = the sum over the row of X^2 (of the rounded values)
+// scale_rows: X[r, :] *= scale[r], in place
+// sumsq: out (rows,) or (cols,) = the sums of squares of X's rows (by_row) or columns
+// update, the cautious step in place: g = X * line_scale[row or column]; p -= g*lr + p*lr_wd*[g*p >= 0]
+void muon_nesterov_cpu(const torch::Tensor& grad, torch::Tensor& buf, torch::Tensor& X, torch::Tensor& row_sumsq,
+                       double mu);
+void muon_scale_rows_cpu(torch::Tensor& X, const torch::Tensor& scale);
+void muon_sumsq_cpu(const torch::Tensor& X, bool by_row, torch::Tensor& out);
+void muon_update_cpu(const torch::Tensor& X, torch::Tensor& p, const torch::Tensor& line_scale, bool by_row,
+                     double lr, double lr_wd);
+#ifdef NANOCHAT_CUDA_KERNELS
+void muon_nesterov_cuda(const torch::Tensor& grad, torch::Tensor& buf, torch::Tensor& X, torch::Tensor& row_sumsq,
+                        double mu);
+void muon_scale_rows_cuda(torch::Tensor& X, const torch::Tensor& scale);
+void muon_sumsq_cuda(const torch::Tensor& X, bool by_row, torch::Tensor& out);
+void muon_update_cuda(const torch::Tensor& X, torch::Tensor& p, const torch::Tensor& line_scale, bool by_row,
+                      double lr, double lr_wd);
+#endif
+
 namespace {
 
 using torch::Tensor;
@@ -33,7 +56,7 @@ Tensor fro_norm(const Tensor& t) {
 // whether the fused passes take these: params (and grads, buffers) fp32 -- or fp64 on the
 // CPU, with an fp64 X -- contiguous and on one device; X fp32 or bf16
 bool muon_fusable(const std::vector<Tensor>& mats, const Tensor& state, at::ScalarType x_dtype) {
-  if (mats.empty() || !kernels_use_fused(mats[0])) return false;
+  if (mats.empty() || !kernels_use_fused("muon", mats[0])) return false;
   const Tensor& m0 = mats[0];
   const auto t = m0.scalar_type();
   const bool dtypes_ok = (t == at::kFloat && (x_dtype == at::kFloat || x_dtype == at::kBFloat16)) ||
@@ -46,20 +69,28 @@ bool muon_fusable(const std::vector<Tensor>& mats, const Tensor& state, at::Scal
 }
 
 void nesterov(const Tensor& grad, Tensor& buf, Tensor& X, Tensor& row_sumsq, double mu) {
-  if (grad.is_cuda()) muon_nesterov_cuda(grad, buf, X, row_sumsq, mu);
-  else muon_nesterov_cpu(grad, buf, X, row_sumsq, mu);
+#ifdef NANOCHAT_CUDA_KERNELS
+  if (grad.is_cuda()) return muon_nesterov_cuda(grad, buf, X, row_sumsq, mu);
+#endif
+  muon_nesterov_cpu(grad, buf, X, row_sumsq, mu);
 }
 void scale_rows(Tensor& X, const Tensor& scale) {
-  if (X.is_cuda()) muon_scale_rows_cuda(X, scale);
-  else muon_scale_rows_cpu(X, scale);
+#ifdef NANOCHAT_CUDA_KERNELS
+  if (X.is_cuda()) return muon_scale_rows_cuda(X, scale);
+#endif
+  muon_scale_rows_cpu(X, scale);
 }
 void sumsq(const Tensor& X, bool by_row, Tensor& out) {
-  if (X.is_cuda()) muon_sumsq_cuda(X, by_row, out);
-  else muon_sumsq_cpu(X, by_row, out);
+#ifdef NANOCHAT_CUDA_KERNELS
+  if (X.is_cuda()) return muon_sumsq_cuda(X, by_row, out);
+#endif
+  muon_sumsq_cpu(X, by_row, out);
 }
 void update(const Tensor& X, Tensor& p, const Tensor& line_scale, bool by_row, double lr, double lr_wd) {
-  if (X.is_cuda()) muon_update_cuda(X, p, line_scale, by_row, lr, lr_wd);
-  else muon_update_cpu(X, p, line_scale, by_row, lr, lr_wd);
+#ifdef NANOCHAT_CUDA_KERNELS
+  if (X.is_cuda()) return muon_update_cuda(X, p, line_scale, by_row, lr, lr_wd);
+#endif
+  muon_update_cpu(X, p, line_scale, by_row, lr, lr_wd);
 }
 
 // lr*wd in the param dtype, as upstream multiplies its 0-D fp32 tensors
@@ -109,6 +140,7 @@ Tensor kernels_muon_prepare(const std::vector<Tensor>& grads, Tensor& momentum_b
     Tensor x = X[k];
     scale_rows(x, scale[k]);
   }
+  kernels_fault_("muon", X);
   return X;
 }
 
@@ -162,5 +194,31 @@ void kernels_muon_finish(const Tensor& X, std::vector<Tensor>& params, Tensor& s
   const double lr_wd = lr_times_wd(lr, weight_decay, params[0].scalar_type());
   for (int64_t k = 0; k < K; k++) update(X[k], params[(size_t)k], line_scale[k], by_row, (float)lr, lr_wd);
 }
+
+namespace {
+
+// the self-check: one step of two wide (24, 40) and of two tall (40, 24) matrices, fp32 params
+// (fp64 for fp64) with X in the checked dtype, as the optimizer runs it
+std::vector<Tensor> muon_check(at::Device device, at::ScalarType dtype, bool fused) {
+  if (dtype == at::kHalf || (dtype == at::kDouble && !device.is_cpu())) return {};
+  const at::ScalarType pdt = dtype == at::kDouble ? at::kDouble : at::kFloat;
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  std::vector<Tensor> out;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{24, 40}, {40, 24}}) {
+    auto rand = [&](std::vector<int64_t> shape) { return at::randn(shape, gen).to(device, pdt); };
+    std::vector<Tensor> grads = {rand({rows, cols}), rand({rows, cols})}, params = {rand({rows, cols}), rand({rows, cols})};
+    Tensor momentum = rand({2, rows, cols}) * 0.1, second = rand(rows >= cols ? std::vector<int64_t>{2, rows, 1}
+                                                                             : std::vector<int64_t>{2, 1, cols}).abs();
+    Tensor X = fused ? kernels_muon_prepare(grads, momentum, 0.95, dtype)
+                     : kernels_muon_prepare_reference(grads, momentum, 0.95, dtype);
+    if (fused) kernels_muon_finish(X, params, second, 0.02, 0.1, 0.95);
+    else kernels_muon_finish_reference(X, params, second, 0.02, 0.1, 0.95);
+    out.insert(out.end(), {X, momentum, second, params[0], params[1]});
+  }
+  return out;
+}
+const bool registered = kernels_register_check({"muon", muon_check});
+
+}  // namespace
 
 }  // namespace nanochat

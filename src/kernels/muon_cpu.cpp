@@ -1,17 +1,17 @@
 // defines: muon_nesterov_cpu, muon_scale_rows_cpu, muon_sumsq_cpu, muon_update_cpu
-// The CPU passes of the fused Muon step (contracts in device_kernels.h), one matrix a call,
+// The CPU passes of the fused Muon step (contracts in muon.cpp), one matrix a call,
 // split over rows (or, for column sums, over column blocks) with at::parallel_for and
-// vectorised with at::vec. Compiled for AVX2+FMA like kernels_cpu.cpp (CMakeLists.txt).
+// vectorised with at::vec. Compiled for AVX2+FMA as every *_cpu.cpp (CMakeLists.txt).
 // T is the params' dtype (float, or double for the tests' fp64 checks), XT Polar Express's
 // (T itself, or bf16 for float params); every sum is accumulated in T.
 #include <cmath>
 #include <vector>
 
 #include <ATen/ATen.h>
+#include <torch/types.h>
 #include <ATen/Parallel.h>
 
-#include "device_kernels.h"
-#include "kernels_cpu_vec.h"
+#include "kernels_cpu.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {

@@ -19,7 +19,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <cstring>
 #include <vector>
 
 #include "cpu_gemm.h"
@@ -27,53 +26,18 @@
 #include "nanochat/common/error.h"
 
 namespace nanochat {
+
+// the CPU kernel (polar_express_cpu.cpp): the same iterations on a contiguous fp32 copy of X
+torch::Tensor polar_express_cpu(const torch::Tensor& X, const std::vector<std::array<double, 3>>& coeffs, int steps);
+
 namespace {
-
-constexpr int64_t kGramBlock = 128;
-
-// a = alpha * G + beta * a for the (n, n) Gram matrix G of x (r, c) row-major: x^T x when tall
-// (r > c), else x x^T. The block rows on and above the diagonal are multiplied, then the lower
-// triangle is copied from the upper, so that a is exactly symmetric.
-void gram_into(const float* x, int64_t r, int64_t c, float alpha, float beta, float* a) {
-  const bool tall = r > c;
-  const int64_t n = tall ? c : r, k = tall ? r : c;
-  for (int64_t i0 = 0; i0 < n; i0 += kGramBlock) {
-    const int64_t m = std::min(kGramBlock, n - i0);
-    const float* rows = tall ? x + i0 : x + i0 * c;  // rows i0.. of the product's left factor
-    cpu_gemm_f32(tall, !tall, m, n - i0, k, alpha, rows, c, rows, c, beta, a + i0 * n + i0, n);
-  }
-  for (int64_t i = 1; i < n; i++)
-    for (int64_t j = 0; j < i; j++) a[i * n + j] = a[j * n + i];
-}
-
-// all iterations on one matrix x (r, c), in place; a, b (n, n) and y (r, c) are scratch
-void polar_express_one(float* x, int64_t r, int64_t c, const std::vector<std::array<double, 3>>& coeffs,
-                       int steps, float* a, float* b, float* y) {
-  const bool tall = r > c;
-  const int64_t n = tall ? c : r;
-  float* in = x;
-  for (int i = 0; i < steps; i++) {
-    const float ca = (float)coeffs[i][0], cb = (float)coeffs[i][1], cc = (float)coeffs[i][2];
-    gram_into(in, r, c, 1.0f, 0.0f, a);  // A
-    std::memcpy(b, a, n * n * sizeof(float));
-    gram_into(a, n, n, cc, cb, b);  // B = b A + c A A^T
-    float* out = in == x ? y : x;
-    std::memcpy(out, in, r * c * sizeof(float));
-    if (tall)
-      cpu_gemm_f32(false, false, r, c, c, 1.0f, in, c, b, c, ca, out, c);  // a X + X B
-    else
-      cpu_gemm_f32(false, false, r, c, r, 1.0f, b, r, in, c, ca, out, c);  // a X + B X
-    in = out;
-  }
-  if (in != x) std::memcpy(x, in, r * c * sizeof(float));
-}
 
 // one thread per matrix pays when the batch splits evenly across the threads (or is large):
 // otherwise the reference's multi-threaded GEMMs leave no thread idle. With MKL there and both
 // sides within int (every GEMM's sizes and strides are rows or cols), no cpu_gemm_f32 call
 // above can return false, so their results go unchecked.
 bool fused_polar_express(const torch::Tensor& X) {
-  if (!kernels_enabled() || !X.is_cpu() || X.scalar_type() != at::kFloat || !kernels_cpu_supported() ||
+  if (!X.is_cpu() || X.scalar_type() != at::kFloat || !kernels_use_fused("polar_express", X) ||
       !cpu_gemm_f32_available(at::kFloat) || X.size(1) > INT_MAX || X.size(2) > INT_MAX)
     return false;
   const int64_t threads = at::get_num_threads();
@@ -101,14 +65,28 @@ torch::Tensor kernels_polar_express(const torch::Tensor& X, const std::vector<st
   if (steps < 0 || steps > (int)coeffs.size())
     fail("kernels_polar_express: %d steps with %zu coefficient triples", steps, coeffs.size());
   if (!fused_polar_express(X)) return kernels_polar_express_reference(X, coeffs, steps);
-  const int64_t r = X.size(1), c = X.size(2), n = std::min(r, c);
-  torch::Tensor out = X.clone(at::MemoryFormat::Contiguous);
-  at::parallel_for(0, out.size(0), 1, [&](int64_t begin, int64_t end) {
-    std::vector<float> a(n * n), b(n * n), y(r * c);  // scratch, per thread
-    for (int64_t i = begin; i < end; i++)
-      polar_express_one(out.data_ptr<float>() + i * r * c, r, c, coeffs, steps, a.data(), b.data(), y.data());
-  });
+  return kernels_fault("polar_express", polar_express_cpu(X, coeffs, steps));
+}
+
+namespace {
+
+// the self-check: five iterations of the quintic Newton-Schulz step (its singular values stay in
+// about [0.7, 1.2]) on a wide and a tall stack of 4 matrices each, normalised as Muon hands them
+// over (the CPU in fp32 only)
+std::vector<torch::Tensor> polar_express_check(at::Device device, at::ScalarType dtype, bool fused) {
+  if (!device.is_cpu() || dtype != at::kFloat) return {};
+  const std::vector<std::array<double, 3>> coeffs(5, {3.4445, -4.7750, 2.0315});
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(19);
+  std::vector<torch::Tensor> out;
+  for (auto shape : {std::vector<int64_t>{4, 24, 40}, std::vector<int64_t>{4, 40, 24}}) {
+    torch::Tensor X = at::randn(shape, gen);
+    X = X / (at::linalg_vector_norm(X, 2, std::vector<int64_t>{-2, -1}, true, c10::nullopt) * 1.01 + 1e-6);
+    out.push_back(fused ? kernels_polar_express(X, coeffs, 5) : kernels_polar_express_reference(X, coeffs, 5));
+  }
   return out;
 }
+const bool registered = kernels_register_check({"polar_express", polar_express_check});
+
+}  // namespace
 
 }  // namespace nanochat

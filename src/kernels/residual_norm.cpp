@@ -8,15 +8,38 @@
 
 #include <cfloat>
 #include <optional>
+#include <tuple>
 
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "device_kernels.h"
 #include "kernels_internal.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
+
+// the kernels (residual_norm_cpu.cpp, residual_norm.cu): x, y (R, D); a, b 0-dim in the
+// accumulation dtype (fp32; fp64 for fp64 x) on x's device, or undefined for 1. Forward returns
+// (h, n, rstd): h = round(round(a*x) + round(b*y)) and n = round(h*rstd) in x's dtype (round: to
+// x's dtype), rstd (R,) = 1/sqrt(mean(h^2) + eps). Backward, from dh and dn (R, D): g = dh +
+// rstd*(dn - nh*mean(dn*nh)) with nh = h*rstd; returns (dx, dy, ga_rows, gb_rows): dx = a*g and
+// dy = b*g in x's dtype (dy is dx itself when a and b are both undefined), per row sum(g*x) and
+// sum(g*y) (accumulation dtype) when a, b are defined.
+using ResidualNormOut = std::tuple<torch::Tensor, torch::Tensor, torch::Tensor>;
+using ResidualNormGrads = std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor>;
+ResidualNormOut residual_norm_forward_cpu(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& a,
+                                          const torch::Tensor& b, double eps);
+ResidualNormGrads residual_norm_backward_cpu(const torch::Tensor& dh, const torch::Tensor& dn, const torch::Tensor& h,
+                                             const torch::Tensor& rstd, const torch::Tensor& x, const torch::Tensor& y,
+                                             const torch::Tensor& a, const torch::Tensor& b);
+#ifdef NANOCHAT_CUDA_KERNELS
+ResidualNormOut residual_norm_forward_cuda(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& a,
+                                           const torch::Tensor& b, double eps);
+ResidualNormGrads residual_norm_backward_cuda(const torch::Tensor& dh, const torch::Tensor& dn, const torch::Tensor& h,
+                                              const torch::Tensor& rstd, const torch::Tensor& x, const torch::Tensor& y,
+                                              const torch::Tensor& a, const torch::Tensor& b);
+#endif
+
 namespace {
 
 using torch::Tensor;
@@ -31,20 +54,27 @@ struct ResidualNorm : public torch::autograd::Function<ResidualNorm> {
     const Tensor a = a_opt.value_or(Tensor()), b = b_opt.value_or(Tensor());
     // at::rms_norm's default eps: the epsilon of its accumulation type (fp32 for bf16/fp16)
     const double eps = x.scalar_type() == at::kDouble ? DBL_EPSILON : FLT_EPSILON;
-    ResidualNormOut out = x.is_cuda() ? residual_norm_forward_cuda(x, y, a, b, eps)
-                                      : residual_norm_forward_cpu(x, y, a, b, eps);
+#ifdef NANOCHAT_CUDA_KERNELS
+    auto [h, n, rstd] = x.is_cuda() ? residual_norm_forward_cuda(x, y, a, b, eps) : residual_norm_forward_cpu(x, y, a, b, eps);
+#else
+    auto [h, n, rstd] = residual_norm_forward_cpu(x, y, a, b, eps);
+#endif
     // x and y are only read back for the lambdas' gradients
-    ctx->save_for_backward({out.h, out.rstd, a.defined() ? x : Tensor(), b.defined() ? y : Tensor(), a, b});
-    return {out.h, out.n};
+    ctx->save_for_backward({h, rstd, a.defined() ? x : Tensor(), b.defined() ? y : Tensor(), a, b});
+    return {h, n};
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto saved = ctx->get_saved_variables();
     const Tensor &h = saved[0], &rstd = saved[1], &x = saved[2], &y = saved[3], &a = saved[4], &b = saved[5];
     const Tensor dh = grads[0].contiguous(), dn = grads[1].contiguous();
-    ResidualNormGrads g = h.is_cuda() ? residual_norm_backward_cuda(dh, dn, h, rstd, x, y, a, b)
-                                      : residual_norm_backward_cpu(dh, dn, h, rstd, x, y, a, b);
-    return {g.dx, g.dy, a.defined() ? g.ga_rows.sum() : Tensor(), b.defined() ? g.gb_rows.sum() : Tensor()};
+#ifdef NANOCHAT_CUDA_KERNELS
+    auto [dx, dy, ga_rows, gb_rows] = h.is_cuda() ? residual_norm_backward_cuda(dh, dn, h, rstd, x, y, a, b)
+                                                  : residual_norm_backward_cpu(dh, dn, h, rstd, x, y, a, b);
+#else
+    auto [dx, dy, ga_rows, gb_rows] = residual_norm_backward_cpu(dh, dn, h, rstd, x, y, a, b);
+#endif
+    return {dx, dy, a.defined() ? ga_rows.sum() : Tensor(), b.defined() ? gb_rows.sum() : Tensor()};
   }
 };
 
@@ -65,14 +95,41 @@ std::pair<Tensor, Tensor> kernels_residual_norm_reference(const Tensor& x, const
 }
 
 std::pair<Tensor, Tensor> kernels_residual_norm(const Tensor& x, const Tensor& y, const Tensor& a, const Tensor& b) {
-  if (!kernels_use_fused(x)) return kernels_residual_norm_reference(x, y, a, b);
+  if (!kernels_use_fused("residual_norm", x)) return kernels_residual_norm_reference(x, y, a, b);
   if (!x.sizes().equals(y.sizes()) || x.scalar_type() != y.scalar_type() || x.dim() < 1)
     fail("residual_norm: x and y must have one shape and dtype, got %s %s and %s %s", c10::toString(x.scalar_type()),
          c10::str(x.sizes()).c_str(), c10::toString(y.scalar_type()), c10::str(y.sizes()).c_str());
   const int64_t D = x.size(-1);
   variable_list out = ResidualNorm::apply(x.contiguous().view({-1, D}), y.contiguous().view({-1, D}), as_scalar(a, x),
                                           as_scalar(b, x));
-  return {out[0].view(x.sizes()), out[1].view(x.sizes())};
+  return {kernels_fault("residual_norm", out[0]).view(x.sizes()), out[1].view(x.sizes())};
 }
+
+namespace {
+
+// the self-check: (3, 7, 24) rows, with the lambdas (fp32 parameters, as the model's) and without
+std::vector<Tensor> residual_norm_check(at::Device device, at::ScalarType dtype, bool fused) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(13);
+  const auto acc = dtype == at::kDouble ? at::kDouble : at::kFloat;
+  Tensor x = at::randn({3, 7, 24}, gen).to(device, dtype).requires_grad_();
+  Tensor y = at::randn({3, 7, 24}, gen).to(device, dtype).requires_grad_();
+  Tensor a = (at::rand({}, gen) + 0.5).to(device, acc).requires_grad_();
+  Tensor b = (at::rand({}, gen) * 0.5).to(device, acc).requires_grad_();
+  Tensor dh = at::randn({3, 7, 24}, gen).to(device, dtype), dn = at::randn({3, 7, 24}, gen).to(device, dtype);
+  std::vector<Tensor> out;
+  for (bool lambdas : {true, false}) {
+    const Tensor la = lambdas ? a : Tensor(), lb = lambdas ? b : Tensor();
+    auto [h, n] = fused ? kernels_residual_norm(x, y, la, lb) : kernels_residual_norm_reference(x, y, la, lb);
+    std::vector<Tensor> inputs = {x, y};
+    if (lambdas) inputs.insert(inputs.end(), {a, b});
+    auto grads = torch::autograd::grad({h, n}, inputs, {dh, dn});
+    out.insert(out.end(), {h, n});
+    out.insert(out.end(), grads.begin(), grads.end());
+  }
+  return out;
+}
+const bool registered = kernels_register_check({"residual_norm", residual_norm_check});
+
+}  // namespace
 
 }  // namespace nanochat

@@ -10,11 +10,32 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "device_kernels.h"
 #include "kernels_internal.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
+
+// the kernels (rotary_norm_cpu.cpp, rotary_norm.cu): x (R, D) rows of q or k (R = B*T*H), cos and
+// sin (T, D/2) contiguous, row r at position (r / H) % T. Forward returns y (R, D) in x's dtype =
+// scale * r / rms(r) with r the rotated row, and rstd (R,) fp32 (fp64 for fp64); backward gives dx
+// from dy, y and rstd. The CUDA kernel holds a row in a warp's registers: rotary_norm_cuda_takes
+// says whether a head is narrow enough, wider ones run the reference.
+std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cpu(const torch::Tensor& x, const torch::Tensor& cos,
+                                                                const torch::Tensor& sin, int64_t T, int64_t H,
+                                                                double scale, double eps);
+torch::Tensor rotary_norm_backward_cpu(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& rstd,
+                                       const torch::Tensor& cos, const torch::Tensor& sin, int64_t T, int64_t H,
+                                       double scale);
+#ifdef NANOCHAT_CUDA_KERNELS
+bool rotary_norm_cuda_takes(int64_t head_dim);
+std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cuda(const torch::Tensor& x, const torch::Tensor& cos,
+                                                                 const torch::Tensor& sin, int64_t T, int64_t H,
+                                                                 double scale, double eps);
+torch::Tensor rotary_norm_backward_cuda(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& rstd,
+                                        const torch::Tensor& cos, const torch::Tensor& sin, int64_t T, int64_t H,
+                                        double scale);
+#endif
+
 namespace {
 
 using torch::Tensor;
@@ -28,8 +49,12 @@ struct RotaryNorm : public torch::autograd::Function<RotaryNorm> {
     // at::rms_norm's default eps: the epsilon of its accumulation type (fp32 for bf16/fp16)
     const double eps = x.scalar_type() == at::kDouble ? DBL_EPSILON : FLT_EPSILON;
     Tensor rows = x.view({-1, D});
+#ifdef NANOCHAT_CUDA_KERNELS
     auto [y, rstd] = x.is_cuda() ? rotary_norm_forward_cuda(rows, cos, sin, T, H, scale, eps)
                                  : rotary_norm_forward_cpu(rows, cos, sin, T, H, scale, eps);
+#else
+    auto [y, rstd] = rotary_norm_forward_cpu(rows, cos, sin, T, H, scale, eps);
+#endif
     ctx->save_for_backward({y, rstd, cos, sin});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["T"] = T;
@@ -43,8 +68,12 @@ struct RotaryNorm : public torch::autograd::Function<RotaryNorm> {
     const double scale = ctx->saved_data["scale"].toDouble();
     const int64_t T = ctx->saved_data["T"].toInt(), H = ctx->saved_data["H"].toInt();
     const Tensor dy = grads[0].contiguous().view(y.sizes());
+#ifdef NANOCHAT_CUDA_KERNELS
     Tensor dx = dy.is_cuda() ? rotary_norm_backward_cuda(dy, y, rstd, cos, sin, T, H, scale)
                              : rotary_norm_backward_cpu(dy, y, rstd, cos, sin, T, H, scale);
+#else
+    Tensor dx = rotary_norm_backward_cpu(dy, y, rstd, cos, sin, T, H, scale);
+#endif
     return {dx.view(grads[0].sizes()), Tensor(), Tensor(), Tensor()};
   }
 };
@@ -59,14 +88,32 @@ Tensor kernels_rotary_norm_reference(const Tensor& x, const Tensor& cos, const T
 }
 
 Tensor kernels_rotary_norm(const Tensor& x, const Tensor& cos, const Tensor& sin, double scale) {
-  if (!kernels_use_fused(x) || (x.is_cuda() && !rotary_norm_cuda_takes(x.size(-1))))
-    return kernels_rotary_norm_reference(x, cos, sin, scale);
+  if (!kernels_use_fused("rotary_norm", x)) return kernels_rotary_norm_reference(x, cos, sin, scale);
+#ifdef NANOCHAT_CUDA_KERNELS
+  if (x.is_cuda() && !rotary_norm_cuda_takes(x.size(-1))) return kernels_rotary_norm_reference(x, cos, sin, scale);
+#endif
   const int64_t T = x.size(1), D = x.size(3);
   if (x.dim() != 4 || D % 2 != 0 || cos.numel() != T * (D / 2) || sin.numel() != T * (D / 2) ||
       cos.scalar_type() != x.scalar_type() || sin.scalar_type() != x.scalar_type())
     fail("rotary_norm: x (B,T,H,D) with D even and cos, sin (1,T,1,D/2) in x's dtype expected");
-  return RotaryNorm::apply(x.contiguous(), cos.reshape({T, D / 2}).contiguous(), sin.reshape({T, D / 2}).contiguous(),
-                           scale);
+  return kernels_fault("rotary_norm", RotaryNorm::apply(x.contiguous(), cos.reshape({T, D / 2}).contiguous(),
+                                                        sin.reshape({T, D / 2}).contiguous(), scale));
 }
+
+namespace {
+
+// the self-check: (2, 6, 3, 16) at positions 0..5 (the model's cos/sin of base 10000), scale 1.2
+std::vector<Tensor> rotary_norm_check(at::Device device, at::ScalarType dtype, bool fused) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+  Tensor x = at::randn({2, 6, 3, 16}, gen).to(device, dtype).requires_grad_();
+  Tensor freqs = at::outer(at::arange(6, at::kDouble), at::pow(10000.0, -at::arange(0, 16, 2, at::kDouble) / 16.0));
+  Tensor cos = freqs.cos().view({1, 6, 1, 8}).to(device, dtype), sin = freqs.sin().view({1, 6, 1, 8}).to(device, dtype);
+  Tensor y = fused ? kernels_rotary_norm(x, cos, sin, 1.2) : kernels_rotary_norm_reference(x, cos, sin, 1.2);
+  auto grads = torch::autograd::grad({y}, {x}, {at::randn(y.sizes(), gen).to(device, dtype)});
+  return {y, grads[0]};
+}
+const bool registered = kernels_register_check({"rotary_norm", rotary_norm_check});
+
+}  // namespace
 
 }  // namespace nanochat

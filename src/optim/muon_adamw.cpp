@@ -9,6 +9,7 @@
 
 #include "nanochat/common/error.h"
 #include "nanochat/dist.h"
+#include "nanochat/kernels.h"
 
 namespace nanochat {
 
@@ -135,8 +136,8 @@ void MuonAdamW::compute_group(size_t g, Pending& pending) {
         st.exp_avg_sq = torch::zeros_like(p_slice);
       }
       st.step++;
-      optim_adamw_step(p_slice, grad_slice, st.exp_avg, st.exp_avg_sq, st.step, grp.lr, grp.betas[0],
-                       grp.betas[1], grp.eps, grp.weight_decay);
+      kernels_adamw_step(p_slice, grad_slice, st.exp_avg, st.exp_avg_sq, st.step, grp.lr, grp.betas[0],
+                         grp.betas[1], grp.eps, grp.weight_decay);
       if (sharded) pending.gathers.push_back({dist_->all_gather_async(p_slice, p.size(0)), {p}, false});
     }
     return;

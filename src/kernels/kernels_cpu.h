@@ -1,7 +1,8 @@
-// defines: acc_t, to_float, from_float, row_as_acc, floats_as, store_row, round_row, dot_row
-// Row helpers shared by the CPU kernels (kernels_cpu.cpp, muon_cpu.cpp, attention_cpu.cpp):
-// conversions between bf16/fp16 rows and fp32 scratch, and a vectorised dot product. Included
-// only by files compiled for AVX2 (CMakeLists.txt), inside their anonymous namespace's reach.
+// defines: acc_t, to_float, from_float, row_as_acc, floats_as, store_row, round_row, dot_row, check_rows
+// What the CPU kernels of the ops (<op>_cpu.cpp) share: conversions between bf16/fp16 rows and
+// fp32 scratch, a vectorised dot product, the row check. Included only by the *_cpu.cpp files,
+// which are compiled for AVX2+FMA+F16C (CMakeLists.txt; kernels_cpu_supported() guards every
+// call), inside their anonymous namespace's reach.
 #pragma once
 #include <immintrin.h>
 
@@ -13,11 +14,18 @@
 
 #include <ATen/cpu/vec/functional.h>
 #include <ATen/cpu/vec/vec.h>
+#include <ATen/core/Tensor.h>
+
+#include "nanochat/common/error.h"
 
 namespace nanochat {
 namespace {
 
 using at::vec::Vectorized;
+
+inline void check_rows(const at::Tensor& t, int64_t rows, const char* what) {
+  if (!t.is_contiguous() || t.size(0) != rows) fail("%s: expected a contiguous tensor of %lld rows", what, (long long)rows);
+}
 
 template <typename T> using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 

@@ -1,0 +1,144 @@
+// defines: kernels_register_check, kernels_check_passed, kernels_self_check
+// The self-check: the first time the fused ops run on a device in a dtype, each op runs once,
+// forward and backward, on small seeded random inputs through its kernel and through its ATen
+// reference, and the two must agree within the dtype's tolerance. An op that does not is logged
+// as one error line and runs its reference for the rest of the process (NANOCHAT_KERNELS=strict:
+// the run stops instead). A GPU whose kernels miscompute then costs speed, not a training run.
+// The inputs come from a private generator: the run's own random stream is left as it was.
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include <ATen/ATen.h>
+#include <c10/core/InferenceMode.h>
+#include <torch/types.h>
+
+#include "kernels_internal.h"
+#include "nanochat/common/device.h"
+#include "nanochat/common/error.h"
+#include "nanochat/common/log.h"
+#include "nanochat/kernels.h"
+
+namespace nanochat {
+namespace {
+
+std::vector<kernels_check_entry>& registry() {
+  static std::vector<kernels_check_entry> entries;  // filled before main, read after
+  return entries;
+}
+
+// the largest disagreement of two runs, each tensor's relative to its reference's largest
+// magnitude; +inf when the runs disagree in shape or count, NaN when a value is NaN
+double max_error(const std::vector<torch::Tensor>& fused, const std::vector<torch::Tensor>& ref) {
+  if (fused.size() != ref.size()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < ref.size(); i++) {
+    if (!fused[i].defined() && !ref[i].defined()) continue;
+    if (!fused[i].defined() || !ref[i].defined() || !fused[i].sizes().equals(ref[i].sizes())) return INFINITY;
+    const torch::Tensor f = fused[i].detach().to(at::kCPU, at::kDouble), r = ref[i].detach().to(at::kCPU, at::kDouble);
+    if (f.numel() == 0) continue;
+    const double scale = std::max(r.abs().max().item<double>(), 1e-12);
+    const double err = (f - r).abs().max().item<double>() / scale;
+    if (std::isnan(err) || err > worst) worst = err;
+    if (std::isnan(worst)) return worst;
+  }
+  return worst;
+}
+
+// bf16 keeps 8 bits of mantissa (one rounding is 0.4%), fp16 11; the kernels round where the
+// eager ops round, except that they keep fp32 in between, so a few roundings apart at most
+double tolerance(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kDouble: return 1e-9;
+    case at::kFloat: return 1e-4;
+    case at::kHalf: return 1e-2;
+    default: return 5e-2;  // bfloat16
+  }
+}
+
+// runs `run` and waits for the device, in milliseconds
+template <typename F>
+double timed_ms(at::Device device, F&& run) {
+  const auto t0 = std::chrono::steady_clock::now();
+  run();
+  device_synchronize(device);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+kernels_check_result check_one(const kernels_check_entry& e, at::Device device, at::ScalarType dtype) {
+  kernels_check_result r{e.op, device.str(), c10::toString(dtype), true, false, 0, tolerance(dtype), 0, 0, ""};
+  // no kernels to check: a CPU without AVX2+FMA+F16C, a build without the CUDA kernels
+  if ((device.is_cpu() && !kernels_cpu_supported()) || (device.is_cuda() && !kernels_cuda_built())) return r;
+  std::vector<torch::Tensor> fused, ref;
+  try {
+    r.reference_ms = timed_ms(device, [&] { ref = e.run(device, dtype, false); });
+    if (ref.empty()) return r;  // no kernel of this op for this device and dtype
+    r.applies = true;
+    r.fused_ms = timed_ms(device, [&] { fused = e.run(device, dtype, true); });
+    r.max_error = max_error(fused, ref);
+    r.ok = r.max_error <= r.tolerance;  // false for NaN
+  } catch (const std::exception& ex) {  // a kernel that throws fails its check, with the reason
+    r.applies = true;
+    r.ok = false;
+    r.max_error = INFINITY;
+    r.detail = ex.what();
+    const size_t eol = r.detail.find('\n');  // LibTorch's messages carry a backtrace
+    if (eol != std::string::npos) r.detail.resize(eol);
+  }
+  return r;
+}
+
+std::mutex check_mutex;
+std::map<std::string, bool> verdicts;  // "op|device|dtype" -> passed
+std::map<std::string, bool> checked;   // "device|dtype" -> every op checked there
+thread_local bool in_check = false;    // the checks' own calls of the ops run their kernels
+
+std::string key(const std::string& a, const std::string& b) { return a + "|" + b; }
+
+// runs every op's check on device in dtype and records the verdicts; check_mutex held
+std::vector<kernels_check_result> run_checks(at::Device device, at::ScalarType dtype) {
+  // small tensors built and differentiated here, whatever the caller's modes
+  c10::InferenceMode not_inference(false);
+  torch::AutoGradMode grad_on(true);
+  in_check = true;
+  std::vector<kernels_check_result> results;
+  for (const kernels_check_entry& e : registry()) results.push_back(check_one(e, device, dtype));
+  in_check = false;
+  for (const kernels_check_result& r : results) {
+    verdicts[key(r.op, key(r.device, r.dtype))] = r.ok;
+    if (r.ok) continue;
+    const std::string what = strprintf("kernel self-check: %s on %s in %s disagrees with its ATen reference (max error %.3g, "
+                                       "tolerance %.3g)%s%s", r.op.c_str(), r.device.c_str(), r.dtype.c_str(),
+                                       r.max_error, r.tolerance, r.detail.empty() ? "" : ": ", r.detail.c_str());
+    if (kernels_strict()) fail("%s (NANOCHAT_KERNELS=strict)", what.c_str());
+    log_error("%s; it runs its reference for the rest of this run", what.c_str());
+  }
+  checked[key(device.str(), c10::toString(dtype))] = true;
+  return results;
+}
+
+}  // namespace
+
+bool kernels_register_check(kernels_check_entry entry) {
+  registry().push_back(entry);
+  return true;
+}
+
+bool kernels_check_passed(const char* op, at::Device device, at::ScalarType dtype) {
+  if (in_check) return true;  // the check's own calls run the kernels, NANOCHAT_KERNELS=0 or not
+  if (!kernels_enabled()) return false;
+  std::lock_guard<std::mutex> lock(check_mutex);
+  const std::string where = key(device.str(), c10::toString(dtype));
+  if (!checked.count(where)) run_checks(device, dtype);
+  auto it = verdicts.find(key(op, where));
+  return it == verdicts.end() || it->second;
+}
+
+std::vector<kernels_check_result> kernels_self_check(at::Device device, at::ScalarType dtype) {
+  std::lock_guard<std::mutex> lock(check_mutex);
+  return run_checks(device, dtype);
+}
+
+}  // namespace nanochat

@@ -1,0 +1,89 @@
+// defines: rotary_norm_forward_cpu, rotary_norm_backward_cpu
+// The CPU kernel of rotary_norm.cpp: rotary then RMSNorm, one row at a time.
+#include <ATen/ATen.h>
+#include <torch/types.h>
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
+#include "kernels_cpu.h"
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+
+// Rows of D = 2*half channels; row r sits at position (r / H) % T of the (B,T,H,D) tensor.
+std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cpu(const torch::Tensor& x, const torch::Tensor& cos,
+                                                                const torch::Tensor& sin, int64_t T, int64_t H,
+                                                                double scale, double eps) {
+  const int64_t R = x.size(0), D = x.size(1), half = D / 2;
+  torch::Tensor y = at::empty_like(x);
+  torch::Tensor rstd = at::empty({R}, x.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rotary_norm_forward", [&] {
+    using acc = acc_t<scalar_t>;
+    const scalar_t* X = x.data_ptr<scalar_t>();
+    const scalar_t* C = cos.data_ptr<scalar_t>();
+    const scalar_t* S = sin.data_ptr<scalar_t>();
+    scalar_t* Y = y.data_ptr<scalar_t>();
+    acc* out_rstd = rstd.data_ptr<acc>();
+    at::parallel_for(0, R, 64, [&](int64_t begin, int64_t end) {
+      std::vector<acc> r(D);
+      for (int64_t i = begin; i < end; i++) {
+        const scalar_t* xr = X + i * D;
+        const int64_t pos = (i / H) % T;
+        acc ss = 0;
+        for (int64_t j = 0; j < half; j++) {
+          const acc x1 = xr[j], x2 = xr[j + half], c = C[pos * half + j], s = S[pos * half + j];
+          r[j] = x1 * c + x2 * s;
+          r[j + half] = -x1 * s + x2 * c;
+          ss += r[j] * r[j] + r[j + half] * r[j + half];
+        }
+        const acc inv = acc(1) / std::sqrt(ss / (acc)D + (acc)eps);
+        out_rstd[i] = inv;
+        const acc k = (acc)scale * inv;
+        for (int64_t j = 0; j < D; j++) Y[i * D + j] = scalar_t(r[j] * k);
+      }
+    });
+  });
+  return {y, rstd};
+}
+
+// n = y/scale (the normed row), dn = scale*dy: dr = rstd*(dn - n*mean(dn*n)), then the
+// rotation transposed: dx1 = dr1*c - dr2*s, dx2 = dr1*s + dr2*c
+torch::Tensor rotary_norm_backward_cpu(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& rstd,
+                                       const torch::Tensor& cos, const torch::Tensor& sin, int64_t T, int64_t H,
+                                       double scale) {
+  const int64_t R = y.size(0), D = y.size(1), half = D / 2;
+  torch::Tensor dx = at::empty_like(y);
+  AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, y.scalar_type(), "rotary_norm_backward", [&] {
+    using acc = acc_t<scalar_t>;
+    const scalar_t* DY = dy.data_ptr<scalar_t>();
+    const scalar_t* Y = y.data_ptr<scalar_t>();
+    const scalar_t* C = cos.data_ptr<scalar_t>();
+    const scalar_t* S = sin.data_ptr<scalar_t>();
+    const acc* in_rstd = rstd.data_ptr<acc>();
+    scalar_t* DX = dx.data_ptr<scalar_t>();
+    const acc sc = (acc)scale, inv_sc = acc(1) / (acc)scale;
+    at::parallel_for(0, R, 64, [&](int64_t begin, int64_t end) {
+      std::vector<acc> dn(D), nn(D);
+      for (int64_t i = begin; i < end; i++) {
+        acc dot = 0;
+        for (int64_t j = 0; j < D; j++) {
+          nn[j] = (acc)Y[i * D + j] * inv_sc;
+          dn[j] = (acc)DY[i * D + j] * sc;
+          dot += dn[j] * nn[j];
+        }
+        dot /= (acc)D;
+        const acc inv = in_rstd[i];
+        const int64_t pos = (i / H) % T;
+        for (int64_t j = 0; j < half; j++) {
+          const acc dr1 = inv * (dn[j] - nn[j] * dot), dr2 = inv * (dn[j + half] - nn[j + half] * dot);
+          const acc c = C[pos * half + j], s = S[pos * half + j];
+          DX[i * D + j] = scalar_t(dr1 * c - dr2 * s);
+          DX[i * D + j + half] = scalar_t(dr1 * s + dr2 * c);
+        }
+      }
+    });
+  });
+  return dx;
+}
+
+}  // namespace nanochat
