@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "nanochat/common/device.h"
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
@@ -29,6 +30,23 @@ static c10d::ReduceOp to_c10d(ReduceOp op) {
     case ReduceOp::MAX: return c10d::ReduceOp::MAX;
   }
   return c10d::ReduceOp::SUM;
+}
+
+// One clear line where c10d would throw deep inside the backend, or NCCL crash, on a tensor
+// the group cannot take: NCCL takes CUDA tensors only, Gloo CPU ones, and both the dtypes
+// below. Checked with one process too, so that a single-GPU run catches what eight would.
+static void check_tensor(const Dist& dist, const char* collective, const char* which, const torch::Tensor& t) {
+  static const c10::ScalarType kTaken[] = {torch::kFloat32, torch::kFloat64, torch::kFloat16, torch::kBFloat16,
+                                           torch::kInt8,    torch::kUInt8,   torch::kInt32,   torch::kInt64};
+  const c10::DeviceType want = dist.device().type();
+  const char* group = want == c10::DeviceType::CUDA ? "NCCL" : "Gloo";
+  const std::string want_name = c10::DeviceTypeName(want, /*lower_case=*/true);
+  if (!t.defined()) fail("dist %s: its %s tensor is undefined", collective, which);
+  const bool dtype_ok = std::find(std::begin(kTaken), std::end(kTaken), t.scalar_type()) != std::end(kTaken);
+  if (t.device().type() == want && dtype_ok) return;
+  fail("dist %s: its %s tensor is %s on %s, but the process group (%s) takes %s tensors of float32, float64, "
+       "float16, bfloat16, int8, uint8, int32 or int64",
+       collective, which, dtype_name(t.scalar_type()).c_str(), t.device().str().c_str(), group, want_name.c_str());
 }
 
 Dist::Dist(const DistEnv& env, const torch::Device& device) : env_(env), device_(device) {
@@ -61,6 +79,7 @@ Dist::~Dist() = default;
 std::string Dist::backend_name() const { return backend_ ? backend_->getBackendName() : "none"; }
 
 DistWork Dist::all_reduce_async(torch::Tensor tensor, ReduceOp op) {
+  check_tensor(*this, "all_reduce", "input", tensor);
   if (!backend_) return {nullptr, [tensor] { return tensor; }};
   std::vector<torch::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
@@ -69,6 +88,7 @@ DistWork Dist::all_reduce_async(torch::Tensor tensor, ReduceOp op) {
 }
 
 DistWork Dist::reduce_scatter_async(const torch::Tensor& input, ReduceOp op) {
+  check_tensor(*this, "reduce_scatter", "input", input);
   TORCH_CHECK(input.dim() >= 1, "reduce_scatter needs a tensor with at least one dimension");
   int64_t n = input.size(0);
   auto [begin, end] = dist_shard_range(n, env_.world_size, env_.rank);
@@ -91,6 +111,7 @@ DistWork Dist::reduce_scatter_async(const torch::Tensor& input, ReduceOp op) {
 }
 
 DistWork Dist::all_gather_async(const torch::Tensor& shard, int64_t total_rows) {
+  check_tensor(*this, "all_gather", "shard", shard);
   auto [begin, end] = dist_shard_range(total_rows, env_.world_size, env_.rank);
   TORCH_CHECK(shard.dim() >= 1 && shard.size(0) == end - begin, "all_gather: rank ", env_.rank,
               " must pass rows [", begin, ", ", end, ") of ", total_rows, ", got ",
@@ -111,6 +132,7 @@ DistWork Dist::all_gather_async(const torch::Tensor& shard, int64_t total_rows) 
 }
 
 void Dist::broadcast(torch::Tensor tensor, int root) {
+  check_tensor(*this, "broadcast", "input", tensor);
   if (!backend_) return;
   std::vector<torch::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
