@@ -33,20 +33,27 @@ static c10d::ReduceOp to_c10d(ReduceOp op) {
 }
 
 // One clear line where c10d would throw deep inside the backend, or NCCL crash, on a tensor
-// the group cannot take: NCCL takes CUDA tensors only, Gloo CPU ones, and both the dtypes
-// below. Checked with one process too, so that a single-GPU run catches what eight would.
+// the group cannot take: NCCL takes CUDA tensors only, Gloo CPU ones. Both take the floats and
+// integers below and bool, NCCL also the two float8s (ProcessGroupNCCL's type map; Gloo refuses
+// them, and int16 and the unsigned wider than 8 bits, as "Invalid scalar type"). Complex is
+// refused on both: NCCL's C++ backend has no complex type (Python views it as real pairs).
+// Checked with one process too, so that a single-GPU run catches what eight would.
 static void check_tensor(const Dist& dist, const char* collective, const char* which, const torch::Tensor& t) {
-  static const c10::ScalarType kTaken[] = {torch::kFloat32, torch::kFloat64, torch::kFloat16, torch::kBFloat16,
-                                           torch::kInt8,    torch::kUInt8,   torch::kInt32,   torch::kInt64};
-  const c10::DeviceType want = dist.device().type();
-  const char* group = want == c10::DeviceType::CUDA ? "NCCL" : "Gloo";
-  const std::string want_name = c10::DeviceTypeName(want, /*lower_case=*/true);
+  static const std::vector<c10::ScalarType> kBoth = {torch::kFloat32, torch::kFloat64, torch::kFloat16,
+                                                     torch::kBFloat16, torch::kInt8,   torch::kUInt8,
+                                                     torch::kInt32,   torch::kInt64,   torch::kBool};
+  static const std::vector<c10::ScalarType> kNcclOnly = {c10::ScalarType::Float8_e4m3fn, c10::ScalarType::Float8_e5m2};
+  const bool nccl = dist.device().is_cuda();
   if (!t.defined()) fail("dist %s: its %s tensor is undefined", collective, which);
-  const bool dtype_ok = std::find(std::begin(kTaken), std::end(kTaken), t.scalar_type()) != std::end(kTaken);
-  if (t.device().type() == want && dtype_ok) return;
-  fail("dist %s: its %s tensor is %s on %s, but the process group (%s) takes %s tensors of float32, float64, "
-       "float16, bfloat16, int8, uint8, int32 or int64",
-       collective, which, dtype_name(t.scalar_type()).c_str(), t.device().str().c_str(), group, want_name.c_str());
+  std::vector<c10::ScalarType> taken = kBoth;
+  if (nccl) taken.insert(taken.end(), kNcclOnly.begin(), kNcclOnly.end());
+  const bool dtype_ok = std::find(taken.begin(), taken.end(), t.scalar_type()) != taken.end();
+  if (t.device().type() == dist.device().type() && dtype_ok) return;
+  std::string names;
+  for (c10::ScalarType d : taken) names += (names.empty() ? "" : ", ") + dtype_name(d);
+  fail("dist %s: its %s tensor is %s on %s, but the process group (%s) takes %s tensors of %s", collective, which,
+       dtype_name(t.scalar_type()).c_str(), t.device().str().c_str(), nccl ? "NCCL" : "Gloo",
+       c10::DeviceTypeName(dist.device().type(), /*lower_case=*/true).c_str(), names.c_str());
 }
 
 Dist::Dist(const DistEnv& env, const torch::Device& device) : env_(env), device_(device) {
