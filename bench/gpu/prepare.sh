@@ -54,13 +54,15 @@ if grep -rn '"/usr' "$D/$ML/cmake" |
   echo "error: a CMake file in .deps points at /usr" >&2
   exit 1
 fi
-grep -qxF '/.deps/' .git/info/exclude 2>/dev/null || echo '/.deps/' >> .git/info/exclude
+EXCLUDE=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
+mkdir -p "$(dirname "$EXCLUDE")"
+grep -qxF '/.deps/' "$EXCLUDE" 2>/dev/null || echo '/.deps/' >> "$EXCLUDE"
 
 if [ -n "${1:-}" ]; then  # the upstream checkout, files only
   rm -rf .upstream && mkdir .upstream
   if [ -d "$1/objects" ] || [ -d "$1/.git" ]; then git -C "$1" archive HEAD | tar -x -C .upstream
   else cp -r "$1"/. .upstream/; fi
-  grep -qxF '/.upstream/' .git/info/exclude 2>/dev/null || echo '/.upstream/' >> .git/info/exclude
+  grep -qxF '/.upstream/' "$EXCLUDE" 2>/dev/null || echo '/.upstream/' >> "$EXCLUDE"
 fi
 
 # what the device tool sends (64 MiB at most): the working tree's files (tracked, and untracked

@@ -253,7 +253,7 @@ for name in read("runs").split():
     tps = len(timed) / sum(1 / s[1] for s in timed) if timed and all(s[1] for s in timed) else None
     accum = re.search(r"total batch (\d+) tokens .*?grad accumulation (\d+)", text)
     mem = read(f"train_{name}.gpu_mem").strip()
-    r[name] = {"outcome": rc or None, "timed_steps": len(timed), "tok_per_sec": round(tps) if tps else None,
+    r[name] = {"outcome": rc or "skipped",  # timed, 124 (out of its time) or the exit code of a failed run "timed_steps": len(timed), "tok_per_sec": round(tps) if tps else None,
                "bf16_mfu": round(tps * timed[0][2] / timed[0][1], 2) if tps else None,
                "grad_accum": int(accum[2]) if accum else None,
                "device_batch_size": int(accum[1]) // int(accum[2]) // seq_len if accum else None,
