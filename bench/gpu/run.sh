@@ -181,7 +181,7 @@ ours() {
   wait
   echo "$name: $(cat "$LOG/train_$name.rc"); $(grep -o 'tok/sec: [0-9,]* | bf16_mfu: [0-9.]*' "$LOG/train_$name.log" |
     tail -1); $(grep -o 'grad accumulation [0-9]*' "$LOG/train_$name.log"); $(grep -o 'device batch size [0-9]*' "$LOG/train_$name.log")"
-  grep 'attention, window' "$LOG/train_$name.log" | sed 's/^.*attention/  attention/'
+  grep 'attention, window' "$LOG/train_$name.log" | sed -E 's/^.*(attention, window)/  \1/'
   [ "$(cat "$LOG/train_$name.rc")" = timed ] || tail -5 "$LOG/train_$name.log"
 }
 # UPSTREAM's model + optimizer, window pattern L, at our L runs' batch, accumulation and text
@@ -195,7 +195,9 @@ upstream() {
   limit "$b" $PY bench/gpu/upstream_step.py "$UPSTREAM" --device "$DEV" --depth "$depth" --batch "$DBS" --seq-len "$SEQ" \
     --grad-accum "$ACCUM" "${tokens[@]}" --steps $((STEPS - WARM)) --warmup "$WARM" $UP_FLAGS \
     > "$LOG/upstream_d$depth.json" 2> "$LOG/upstream_d$depth.log"
-  echo "upstream d$depth ($UPSTREAM): $(tail -1 "$LOG/upstream_d$depth.json")"
+  local rc=$?
+  if [ "$rc" = 0 ]; then echo "upstream d$depth ($UPSTREAM): $(tail -1 "$LOG/upstream_d$depth.json")"
+  else echo "upstream d$depth: exit $rc$([ "$rc" = 124 ] && echo ' (out of its time)'); $(tail -1 "$LOG/upstream_d$depth.log")"; fi
 }
 # most wanted first: what is left out when time runs short says so
 read -r DA DB <<< "$DEPTHS"
@@ -253,7 +255,8 @@ for name in read("runs").split():
     tps = len(timed) / sum(1 / s[1] for s in timed) if timed and all(s[1] for s in timed) else None
     accum = re.search(r"total batch (\d+) tokens .*?grad accumulation (\d+)", text)
     mem = read(f"train_{name}.gpu_mem").strip()
-    r[name] = {"outcome": rc or "skipped",  # timed, 124 (out of its time) or the exit code of a failed run "timed_steps": len(timed), "tok_per_sec": round(tps) if tps else None,
+    # outcome: timed, skipped, 124 (out of its time before its last step) or a failed run's exit code
+    r[name] = {"outcome": rc or "skipped", "timed_steps": len(timed), "tok_per_sec": round(tps) if tps else None,
                "bf16_mfu": round(tps * timed[0][2] / timed[0][1], 2) if tps else None,
                "grad_accum": int(accum[2]) if accum else None,
                "device_batch_size": int(accum[1]) // int(accum[2]) // seq_len if accum else None,
