@@ -293,5 +293,8 @@ for key, value in rows:
 with open(os.path.join(os.environ["OUT"], "summary.json"), "w") as f: json.dump(r, f, indent=1)
 print(json.dumps(r))
 PY
+summary_rc=$?
 tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs 2> /dev/null
+# the promised last line even when the summary itself broke
+[ "$summary_rc" = 0 ] || { echo "{\"failed\": \"summary\", \"exit\": $summary_rc}"; exit 1; }
 [ "$tests_rc" = 0 ] && [ "$doctor_rc" = 0 ]
