@@ -161,6 +161,7 @@ ours() {
   echo "$name" >> "$LOG/runs"  # the summary's list, skipped runs too
   b=$(budget 60 "$KEEP_FOR_TESTS")
   [ "$b" -lt 20 ] && { echo "$name: skipped, out of time"; return; }
+  : > "$LOG/train_$name.log"  # there before the polling below reads it
   LD_LIBRARY_PATH="$OUR_LD" "$BIN/nanochat" base-train --device-type "$DEV" --data "$WORK/corpus" --depth "$depth" \
     --window-pattern "$pattern" --max-seq-len "$SEQ" --total-batch-size "$TOTAL_BATCH" --num-iterations 100000 \
     --eval-every -1 --sample-every -1 --core-metric-every -1 --model-tag "gpu_$name" $TRAIN_FLAGS "$@" \
