@@ -125,6 +125,7 @@ fi
 
 echo "== training throughput: base-train on a local corpus, T=$SEQ, $STEPS steps (tok/s after the first $WARM)"
 export NANOCHAT_BASE_DIR="$WORK/base"
+export TORCHINDUCTOR_CACHE_DIR="$WORK/inductor"  # upstream's compiles: no half-written kernel of a killed run reused
 limit "$(budget 20 "$KEEP_FOR_TESTS")" $PY runs/make_local_corpus.py "$WORK/corpus" > "$LOG/corpus.log" 2>&1
 with_our_libs limit "$(budget 30 "$KEEP_FOR_TESTS")" "$BIN/nanochat" tok-train --data "$WORK/corpus" --max-chars "$CHARS" \
   > "$LOG/tok_train.log" 2>&1 || echo "tok-train failed: $(tail -1 "$LOG/tok_train.log")"
@@ -198,7 +199,7 @@ upstream() {
     > "$LOG/upstream_d$depth.json" 2> "$LOG/upstream_d$depth.log"
   local rc=$?
   if [ "$rc" = 0 ]; then echo "upstream d$depth ($UPSTREAM): $(tail -1 "$LOG/upstream_d$depth.json")"
-  else echo "upstream d$depth: exit $rc$([ "$rc" = 124 ] && echo ' (out of its time)'); $(tail -1 "$LOG/upstream_d$depth.log")"; fi
+  else echo "upstream d$depth: exit $rc$([ "$rc" = 124 ] && echo ' (out of its time)'); $(grep . "$LOG/upstream_d$depth.log" | tail -1)"; fi
 }
 # most wanted first: what is left out when time runs short says so
 read -r DA DB <<< "$DEPTHS"
