@@ -24,8 +24,8 @@
 #
 # No checkpoint is written in a timed run: base-train runs with far more iterations than
 # timed and is killed (SIGKILL: no save) once its last timed step is logged. tok/s is over
-# the steps after the first WARM (tokens / time); memory is the most the process held on the
-# GPU (nvidia-smi, sampled: context, allocator cache and all), as the allocator's peak line
+# the steps after the first WARM (tokens / time); memory is the most used on the GPU during the
+# run (nvidia-smi, sampled: context, allocator cache and all), as the allocator's peak line
 # comes only at a run's end.
 #
 # Budget: 6 minutes in all, builds included. Every stage gets min(its cap, what is left before
@@ -142,13 +142,13 @@ for line in open(sys.argv[1]):
     echo "tokenizing upstream's text failed: $(tail -1 "$LOG/tokens.log")"
 fi
 
-# the most memory the process `pid` holds on the GPU (MiB), sampled every 0.5 s until it ends
+# the most memory used on the GPU (MiB) while the process `pid` runs, sampled every 0.5 s: the
+# whole GPU's, as a container's nvidia-smi may not see its own pids (one run at a time here)
 gpu_mem_watch() {
   local pid=$1 out=$2 most=0 m
   command -v nvidia-smi > /dev/null || return 0
   while kill -0 "$pid" 2> /dev/null; do
-    m=$(nvidia-smi --query-compute-apps=pid,used_memory --format=csv,noheader,nounits 2> /dev/null |
-        awk -F', *' -v p="$pid" '$1 == p {print $2}')
+    m=$(nvidia-smi -i 0 --query-gpu=memory.used --format=csv,noheader,nounits 2> /dev/null | tr -dc '0-9')
     [ -n "$m" ] && [ "$m" -gt "$most" ] && { most=$m; echo "$most" > "$out"; }
     sleep 0.5
   done
