@@ -1,9 +1,13 @@
 // One rank of the collective tests (tests/test_dist.cpp starts 1, 2 and 3 of these as real
 // processes). Every expected value is computed here with plain integer arithmetic from the
-// formula each rank used to fill its input, independently of the code under test.
+// formula each rank used to fill its input, independently of the code under test; and every
+// collective refuses, with one clear line, a tensor of a device type or dtype Gloo cannot take.
 #include <cstdio>
+#include <functional>
+#include <string>
 #include <torch/torch.h>
 
+#include "nanochat/common/error.h"
 #include "nanochat/compute.h"
 
 using namespace nanochat;
@@ -27,6 +31,25 @@ static void expect_equal(const char* what, const torch::Tensor& got, const std::
       g_failures++;
       return;
     }
+}
+
+// `call` must throw nanochat::Error, whose message holds `want` (written out here by hand)
+static void expect_refused(const char* what, const std::function<void()>& call, const std::string& want) {
+  g_checks++;
+  try {
+    call();
+  } catch (const Error& e) {
+    if (std::string(e.what()).find(want) != std::string::npos) return;
+    std::fprintf(stderr, "FAIL %s: message \"%s\" lacks \"%s\"\n", what, e.what(), want.c_str());
+    g_failures++;
+    return;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "FAIL %s: not a nanochat error: %s\n", what, e.what());
+    g_failures++;
+    return;
+  }
+  std::fprintf(stderr, "FAIL %s: accepted\n", what);
+  g_failures++;
 }
 
 // the owner of row i when n rows are sharded in chunks of ceil(n / W)
@@ -101,6 +124,22 @@ int main() {
     for (int64_t i = 0; i < n; i++) bw.push_back((double)(i + W - 1));
     expect_equal(("broadcast" + tag).c_str(), b, bw, {n});
   }
+
+  // tensors the group cannot take (wrong device type, wrong dtype): one clear line, nothing
+  // sent, so every rank refuses alone and the group carries on below
+  const std::string takes = "but the process group (Gloo) takes cpu tensors of float32, float64, float16, "
+                            "bfloat16, int8, uint8, int32, int64, bool";
+  auto on_meta = torch::ones({4}, f32.device(torch::kMeta));
+  expect_refused("all_reduce of a meta tensor", [&] { d.all_reduce(on_meta, ReduceOp::SUM); },
+                 "dist all_reduce: its input tensor is float32 on meta, " + takes);
+  expect_refused("reduce_scatter of int16", [&] { d.reduce_scatter(torch::ones({4}, torch::kInt16), ReduceOp::SUM); },
+                 "dist reduce_scatter: its input tensor is int16 on cpu, " + takes);
+  expect_refused("all_gather of float8", [&] { d.all_gather(torch::ones({1}).to(c10::ScalarType::Float8_e4m3fn), W); },
+                 "dist all_gather: its shard tensor is Float8_e4m3fn on cpu, " + takes);
+  expect_refused("broadcast of a meta tensor", [&] { d.broadcast(on_meta, 0); },
+                 "dist broadcast: its input tensor is float32 on meta, " + takes);
+  expect_refused("all_reduce of nothing", [&] { d.all_reduce(torch::Tensor(), ReduceOp::SUM); },
+                 "dist all_reduce: its input tensor is undefined");
 
   // two collectives in flight at once, waited in reverse order
   auto a = torch::full({5}, (float)(r + 1)), z = torch::full({4}, (float)(2 * r));

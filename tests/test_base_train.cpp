@@ -178,6 +178,64 @@ TEST(BaseTrain, SigtermSavesAndTellsHowToResume) {
   EXPECT_TRUE(std::ifstream(base + "/base_checkpoints/stop" + done).good()) << "no complete checkpoint at " << last;
 }
 
+// A save into a full disk: one line `error: cannot write <file>: No space left on device`,
+// exit 1, and the checkpoint before it complete. The run's checkpoint folder is a tmpfs that
+// holds one checkpoint and a half, mounted in a private mount namespace (unshare -m as root,
+// unshare -rm through a user namespace otherwise), so nothing outlives the test; skipped where
+// neither may mount.
+TEST(BaseTrain, FullDiskIsOneErrorLineAndTheCheckpointBeforeStaysComplete) {
+  const std::string ns = geteuid() == 0 ? "unshare -m" : "unshare -rm";
+  CommandResult probe = run_shell(ns + " sh -c 'mount -t tmpfs -o size=64k nanochat_probe /mnt'");
+  if (probe.rc != 0) GTEST_SKIP() << "cannot mount a tmpfs in a private mount namespace here: " << probe.err;
+
+  std::string base = temp_dir();
+  std::string data = setup_text_corpus(base, 300);
+  const std::string flags = "--max-seq-len 32 --device-batch-size 4 --total-batch-size 128 --eval-every -1"
+                            " --save-every 5";
+  // one checkpoint of this model on the ordinary disk: its files and their total size
+  CommandResult sized = run_shell(train_cmd(base, data, flags + " --num-iterations 5 --model-tag sized"));
+  ASSERT_EQ(sized.rc, 0) << sized.err;
+  CommandResult files = run_shell("cd " + base + "/base_checkpoints/sized && ls *_000005* && du -cb *_000005* | tail -1");
+  ASSERT_EQ(files.rc, 0) << files.err;
+  const long long one = std::atoll(files.out.substr(files.out.rfind('\n', files.out.size() - 2) + 1).c_str());
+  ASSERT_GT(one, 100000) << files.out;
+  ASSERT_NE(files.out.find("model_000005.safetensors"), std::string::npos) << files.out;
+  ASSERT_NE(files.out.find("optim_000005_rank0.safetensors"), std::string::npos) << files.out;
+
+  // the same run to step 10 into a tmpfs of 1.5 checkpoints: the save at step 5 fits, the
+  // final one at step 10 does not
+  const std::string dir = base + "/base_checkpoints/full", after = base + "/after";
+  run_shell("mkdir -p " + dir + " " + after);
+  const long long kib = (one * 3 / 2) / 1024 + 64;
+  CommandResult full = run_shell(ns + " sh -c 'mount -t tmpfs -o size=" + std::to_string(kib) + "k nanochat_full " + dir +
+                                 " || exit 99; " + train_cmd(base, data, flags + " --num-iterations 10 --model-tag full") +
+                                 "; rc=$?; cp -a " + dir + "/. " + after + "/; exit $rc'");
+  ASSERT_NE(full.rc, 99) << "mounting the tmpfs failed: " << full.err;
+  EXPECT_EQ(full.rc, 1) << full.out << full.err;
+  // exactly one error line, the last, naming the file it could not write and why
+  std::vector<std::string> errors;
+  std::istringstream err(full.err);
+  for (std::string line; std::getline(err, line);)
+    if (line.rfind("error:", 0) == 0) errors.push_back(line);
+  ASSERT_EQ(errors.size(), 1u) << full.err;
+  EXPECT_EQ(errors[0].rfind("error: cannot write " + dir + "/", 0), 0u) << errors[0];
+  const std::string enospc = ": No space left on device";
+  EXPECT_EQ(errors[0].substr(errors[0].size() - std::min(errors[0].size(), enospc.size())), enospc) << errors[0];
+  const std::string trimmed = full.err.substr(0, full.err.find_last_not_of('\n') + 1);
+  EXPECT_EQ(trimmed.substr(trimmed.rfind('\n') + 1), errors[0]) << "not the last line:\n" << full.err;
+
+  // step 5 complete (its marker and meta, and its model and optimizer tensors as large as in
+  // the run on the ordinary disk); step 10 not marked complete; no temp file left
+  EXPECT_TRUE(std::ifstream(after + "/done_000005").good());
+  EXPECT_TRUE(std::ifstream(after + "/meta_000005.json").good());
+  CommandResult same = run_shell("cd " + base + "/base_checkpoints/sized && for f in *_000005*.safetensors; do "
+                                 "[ \"$(stat -c %s $f)\" = \"$(stat -c %s " + after + "/$f)\" ] || echo \"differs: $f\"; done");
+  EXPECT_EQ(same.out, "") << same.err;
+  EXPECT_FALSE(std::ifstream(after + "/done_000010").good());
+  CommandResult temps = run_shell("ls " + after + " | grep '\\.tmp\\.' || true");
+  EXPECT_EQ(temps.out, "") << "temp files left behind";
+}
+
 TEST(BaseTrain, TwoRanksMatchOneRankOnTheSameGlobalBatch) {
   // Every document is exactly T bytes and the tokenizer is byte-level (no merges), so each
   // row is one document (BOS + T tokens = T+1) in stream order. Row groups of B documents:

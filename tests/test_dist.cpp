@@ -1,4 +1,5 @@
-// dist: environment parsing, and every collective with 1, 2 and 3 real Gloo processes
+// dist: environment parsing, and every collective with 1, 2 and 3 real Gloo processes (values,
+// and the clear refusal of a tensor on the wrong device type or of a dtype Gloo cannot take)
 #include <gtest/gtest.h>
 #include <spawn.h>
 

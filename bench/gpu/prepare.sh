@@ -54,13 +54,33 @@ if grep -rn '"/usr' "$D/$ML/cmake" |
   echo "error: a CMake file in .deps points at /usr" >&2
   exit 1
 fi
-grep -qxF '/.deps/' .git/info/exclude 2>/dev/null || echo '/.deps/' >> .git/info/exclude
+EXCLUDE=$(git rev-parse --git-path info/exclude)  # .git is a file in a worktree
+mkdir -p "$(dirname "$EXCLUDE")"
+grep -qxF '/.deps/' "$EXCLUDE" 2>/dev/null || echo '/.deps/' >> "$EXCLUDE"
 
 if [ -n "${1:-}" ]; then  # the upstream checkout, files only
   rm -rf .upstream && mkdir .upstream
   if [ -d "$1/objects" ] || [ -d "$1/.git" ]; then git -C "$1" archive HEAD | tar -x -C .upstream
   else cp -r "$1"/. .upstream/; fi
-  grep -qxF '/.upstream/' .git/info/exclude 2>/dev/null || echo '/.upstream/' >> .git/info/exclude
-  du -sh .upstream
+  grep -qxF '/.upstream/' "$EXCLUDE" 2>/dev/null || echo '/.upstream/' >> "$EXCLUDE"
 fi
-du -sh "$D"
+
+# what the device tool sends (64 MiB at most): the working tree's files (tracked, and untracked
+# but not ignored), shared/, and the carried folders
+mib() { awk -v b="$1" 'BEGIN { printf "%.1f MiB", b / 1048576 }'; }
+tree=$(git ls-files -z -co --exclude-standard | du -cb --files0-from=- 2> /dev/null | tail -1 | cut -f1)
+sizes="working tree $(mib "$tree")"
+total=$tree
+carried=("$D")
+[ -d .upstream ] && carried+=(.upstream)
+[ -d shared ] && git check-ignore -q shared && carried+=(shared)
+for dir in "${carried[@]}"; do
+  n=$(du -sb "$dir" | cut -f1)
+  sizes="$sizes + $dir $(mib "$n")"
+  total=$((total + n))
+done
+echo "travels: $sizes = $(mib "$total") (the device tool takes 64 MiB)"
+if [ "$total" -gt $((64 * 1048576)) ]; then
+  echo "error: $(mib "$total") would travel to the device machine, over its 64 MiB: carry less" >&2
+  exit 1
+fi

@@ -3,26 +3,38 @@
 # apt, no internet). Prepare here first: bash bench/gpu/prepare.sh [upstream checkout], then
 # run it there with carry [".deps", ".upstream"] and a timeout of about 420 s:
 #   UPSTREAM=.upstream bash bench/gpu/run.sh
+# Here, without a GPU, DRY_RUN=1 runs every stage on the CPU at tiny shapes (the CUDA tests
+# skip), to check the script itself.
 #
 # Binaries: prepare.sh builds the five this script runs (nanochat, bench_kernels, test_kernels,
 # test_gpt, test_dataloader) here, against the same torch wheel, and carries them in
 # .deps/prebuilt with the Debian libraries they load. They are used when they start there;
-# else the script builds its own from the carried headers, libraries and pkg-config files (a
-# few minutes on 16 cores).
+# else the script builds its own from the carried headers, libraries and pkg-config files,
+# inside the same deadline as everything else.
 #
-# Performance first, then the CUDA tests, as the issue orders them: GPU and SDPA backends;
-# per-op forward+backward times of the fused ops against their references (bench_kernels);
-# base-train tok/s, MFU and peak memory at d20 and d12 for bf16 and FP8, window patterns L and
-# SSSL, most wanted first; with UPSTREAM=<a Python nanochat checkout> that checkout's model +
-# optimizer under torch.compile on the same shapes (bench/gpu/upstream_step.py, window pattern
-# L: FA3 cannot be downloaded there) and our ratio against it; then the CUDA tests of the fused
-# kernels, FP8, the flash windows and the data loader's staging.
+# Performance first, then the CUDA tests: GPU and SDPA backends; per-op forward+backward times
+# of the fused ops against their references (bench_kernels); base-train tok/s, MFU and memory
+# at d20 then d12, most wanted first: window pattern L at upstream's device batch 16 with 8
+# micro-steps of accumulation (total batch 262144), our default SSSL, SSSL in FP8; with
+# UPSTREAM=<a Python nanochat checkout>, that checkout's model + optimizer under torch.compile
+# at the very same cadence (16 x 2048 tokens, 8 micro-steps, then its optimizer) on the same
+# real text (tokens of the corpus our base-train reads, by our tokenizer), window pattern L
+# (FA3 cannot be downloaded there), and our L run's ratio against it; then the CUDA tests of the
+# fused kernels, FP8, the flash windows and the data loader's staging.
 #
-# Budget: 6 minutes in all. Every stage gets min(its cap, what is left before the deadline,
-# less the time kept for the tests) and is skipped, saying so, when too little is left.
-# Checkpoints, the corpus and the logs stay under /tmp; $OUT gets logs.tar.gz and summary.json.
+# No checkpoint is written in a timed run: base-train runs with far more iterations than
+# timed and is killed (SIGKILL: no save) once its last timed step is logged. tok/s is over
+# the steps after the first WARM (tokens / time); memory is the most used on the GPU during the
+# run (nvidia-smi, sampled: context, allocator cache and all), as the allocator's peak line
+# comes only at a run's end.
+#
+# Budget: 6 minutes in all, builds included. Every stage gets min(its cap, what is left before
+# the deadline, less the time kept for the tests) and is skipped, saying so, when too little is
+# left. The corpus and the logs stay under /tmp; $OUT gets logs.tar.gz and summary.json.
 # The last line is one JSON object holding every figure printed above it.
 set -uo pipefail
+t0=$(date +%s)
+DEADLINE=$((t0 + ${BUDGET_S:-345}))  # 6 minutes less 15 s for the summary
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/nanochat_gpu_out}"
 WORK=/tmp/nanochat_gpu
@@ -43,23 +55,32 @@ export PATH="$PATH:/usr/local/cuda/bin"
 OUR_LD="$DEPS/$ML:$TORCH_DIR/lib:$TORCH_DIR/../nvidia/cu13/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 with_our_libs() { LD_LIBRARY_PATH="$OUR_LD" "$@"; }
 
-t0=$(date +%s)
-DEADLINE=$((t0 + 345))  # 6 minutes less 15 s for the summary
-KEEP_FOR_TESTS=50       # seconds the performance stages leave to the CUDA tests
+# the shapes: the real ones, or tiny ones on the CPU for DRY_RUN
+if [ -n "${DRY_RUN:-}" ]; then
+  DEV=cpu DEPTHS="4 2" SEQ=64 DBS=2 ACCUM=2 DTYPE=float32 STEPS=4 WARM=2 UP_FLAGS="--head-dim 64 --no-compile"
+  TRAIN_FLAGS="--head-dim 64" DEFAULT_DBS="--device-batch-size 2" KDEPTH=2 KBATCH=2 CHARS=2000000
+else  # DEFAULT_DBS: the SSSL runs' device batch, the memory estimate's on a GPU
+  DEV=cuda DEPTHS="20 12" SEQ=2048 DBS=16 ACCUM=8 DTYPE=bfloat16 STEPS=8 WARM=3 UP_FLAGS="" TRAIN_FLAGS=""
+  DEFAULT_DBS="" KDEPTH=20 KBATCH=16 CHARS=20000000
+fi
+TOTAL_BATCH=$((DBS * SEQ * ACCUM))
+KEEP_FOR_TESTS=50  # seconds the performance stages leave to the CUDA tests
+[ -n "${DRY_RUN:-}" ] && KEEP_FOR_TESTS=20
 # seconds a stage may take: its cap, or what is left before the deadline (less $2 kept for
 # later stages) if that is less; at least 1 (`timeout 0` would mean no limit)
 budget() { local left=$((DEADLINE - $(date +%s) - ${2:-0})); echo $(( $1 < left ? $1 : (left > 1 ? left : 1) )); }
-# a stage's timeout: TERM at its budget, KILL 10 s later (base-train saves on TERM)
+# a stage's timeout: TERM at its budget, KILL 10 s later
 limit() { timeout -k 10 "$@"; }
 
 echo "== binaries"
 build_s=0
-if [ -x "$DEPS/prebuilt/nanochat" ] && with_our_libs "$DEPS/prebuilt/nanochat" --version > "$LOG/prebuilt.log" 2>&1; then
+if [ -x "$DEPS/prebuilt/nanochat" ] && with_our_libs "$DEPS/prebuilt/nanochat" --version > "$LOG/prebuilt.log" 2>&1 &&
+   [ -z "${FORCE_BUILD:-}" ]; then
   echo "prebuilt by prepare.sh: $(tail -1 "$LOG/prebuilt.log")"
   for b in $BINARIES; do ln -s "$DEPS/prebuilt/$(basename "$b")" "$WORK/bin/"; done
   binaries=prebuilt
 else
-  echo "the prebuilt ones did not start ($(tail -1 "$LOG/prebuilt.log" 2>/dev/null)): building"
+  echo "the prebuilt ones did not start ($(tail -1 "$LOG/prebuilt.log" 2>/dev/null)) or FORCE_BUILD: building"
   # .deps was laid out by prepare.sh under the dev machine's path: point at ours
   sed -i "s|^prefix=.*|prefix=$DEPS|" "$DEPS/$ML/pkgconfig/"*.pc
   export PKG_CONFIG_PATH="$DEPS/$ML/pkgconfig"
@@ -70,12 +91,14 @@ else
   fi
   export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
   PREFIX="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
-  limit 120 cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX;$DEPS" -DGLOO_INCLUDE_DIR="$DEPS/include" \
-    -DNANOCHAT_PYTHON="$(command -v $PY)" -DOPENSSL_ROOT_DIR="$DEPS" -DZLIB_ROOT="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/$ML" \
-    > "$LOG/configure.log" 2>&1 || { tail -40 "$LOG/configure.log"; echo '{"failed": "configure"}'; exit 1; }
-  limit 300 cmake --build build-gpu -j "$(nproc)" \
+  # the build has the whole deadline but what the tests keep: no figure comes without it
+  limit "$(budget 120 "$KEEP_FOR_TESTS")" cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX;$DEPS" \
+    -DGLOO_INCLUDE_DIR="$DEPS/include" -DNANOCHAT_PYTHON="$(command -v $PY)" -DOPENSSL_ROOT_DIR="$DEPS" \
+    -DZLIB_ROOT="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/$ML" > "$LOG/configure.log" 2>&1 ||
+    { tail -40 "$LOG/configure.log"; echo "{\"failed\": \"configure\", \"seconds\": $(( $(date +%s) - t0 ))}"; exit 1; }
+  limit "$(budget 600 "$KEEP_FOR_TESTS")" cmake --build build-gpu -j "$(nproc)" \
     --target $(for b in $BINARIES; do basename "$b"; done) > "$LOG/build.log" 2>&1 ||
-    { tail -40 "$LOG/build.log"; echo '{"failed": "build"}'; exit 1; }
+    { tail -40 "$LOG/build.log"; echo "{\"failed\": \"build\", \"seconds\": $(( $(date +%s) - t0 ))}"; exit 1; }
   for b in $BINARIES; do ln -s "$PWD/build-gpu/$b" "$WORK/bin/"; done
   binaries=built
   build_s=$(( $(date +%s) - t0 ))
@@ -85,62 +108,108 @@ BIN="$WORK/bin"
 
 echo "== GPU and SDPA backends"
 with_our_libs "$BIN/nanochat" --version | tee "$LOG/version.txt"
-with_our_libs "$BIN/nanochat" doctor 2>&1 | tee "$LOG/doctor.txt"
+with_our_libs limit "$(budget 30)" "$BIN/nanochat" doctor --device-type "$DEV" 2>&1 | tee "$LOG/doctor.txt"
 doctor_rc=${PIPESTATUS[0]}
 
 echo "== fused kernels vs ATen reference (forward+backward per op)"
-b=$(budget 50 "$KEEP_FOR_TESTS")
+b=$(budget 45 "$KEEP_FOR_TESTS")
 if [ "$b" -lt 10 ]; then
   kernels_rc=124
   echo "skipped: out of time" | tee "$LOG/bench_kernels.txt"
 else
-  with_our_libs limit "$b" "$BIN/bench_kernels" --device cuda --dtype bfloat16 --depth 20 --batch 16 --seq-len 2048 \
-    > "$LOG/bench_kernels.txt" 2>&1
+  with_our_libs limit "$b" "$BIN/bench_kernels" --device "$DEV" --dtype "$DTYPE" --depth "$KDEPTH" --batch "$KBATCH" \
+    --seq-len "$SEQ" > "$LOG/bench_kernels.txt" 2>&1
   kernels_rc=$?
   cat "$LOG/bench_kernels.txt"
 fi
 
-echo "== training throughput: base-train on a local corpus, T=2048, 10 steps (tok/s of the last)"
+echo "== training throughput: base-train on a local corpus, T=$SEQ, $STEPS steps (tok/s after the first $WARM)"
 export NANOCHAT_BASE_DIR="$WORK/base"
+export TORCHINDUCTOR_CACHE_DIR="$WORK/inductor"  # upstream's compiles: no half-written kernel of a killed run reused
 limit "$(budget 20 "$KEEP_FOR_TESTS")" $PY runs/make_local_corpus.py "$WORK/corpus" > "$LOG/corpus.log" 2>&1
-with_our_libs limit "$(budget 30 "$KEEP_FOR_TESTS")" "$BIN/nanochat" tok-train --data "$WORK/corpus" --max-chars 20000000 \
+with_our_libs limit "$(budget 30 "$KEEP_FOR_TESTS")" "$BIN/nanochat" tok-train --data "$WORK/corpus" --max-chars "$CHARS" \
   > "$LOG/tok_train.log" 2>&1 || echo "tok-train failed: $(tail -1 "$LOG/tok_train.log")"
-# base-train NAME DEPTH PATTERN [FLAGS...]: 10 steps of 262144 tokens; the L runs at
-# upstream_step.py's batch 16 for the ratio, the others at the default batch (the memory
-# estimate picks it, and says so)
+# upstream's tokens: the first shard's text by our tokenizer (real text on both sides)
+if [ -n "${UPSTREAM:-}" ]; then
+  $PY -c 'import json, sys
+n = 0
+for line in open(sys.argv[1]):
+    t = json.loads(line)["text"] + "\n"
+    sys.stdout.write(t)
+    n += len(t)
+    if n > int(sys.argv[2]) // 2: break' "$WORK/corpus/shard_00000.jsonl" "$CHARS" 2> "$LOG/tokens.log" |
+    with_our_libs limit "$(budget 30 "$KEEP_FOR_TESTS")" "$BIN/nanochat" tokenize > "$WORK/tokens.json" 2>> "$LOG/tokens.log" ||
+    echo "tokenizing upstream's text failed: $(tail -1 "$LOG/tokens.log")"
+fi
+
+# the most memory used on the GPU (MiB) while the process `pid` runs, sampled every 0.5 s: the
+# whole GPU's, as a container's nvidia-smi may not see its own pids (one run at a time here)
+gpu_mem_watch() {
+  local pid=$1 out=$2 most=0 m
+  command -v nvidia-smi > /dev/null || return 0
+  while kill -0 "$pid" 2> /dev/null; do
+    m=$(nvidia-smi -i 0 --query-gpu=memory.used --format=csv,noheader,nounits 2> /dev/null | tr -dc '0-9')
+    [ -n "$m" ] && [ "$m" -gt "$most" ] && { most=$m; echo "$most" > "$out"; }
+    sleep 0.5
+  done
+}
+# base-train NAME DEPTH PATTERN [FLAGS...]: STEPS steps of TOTAL_BATCH tokens, killed once the
+# last is logged (no checkpoint); the L runs at upstream's device batch, the others at the
+# default one (the memory estimate picks it, and says so)
 ours() {
-  local name=$1 depth=$2 pattern=$3 b
+  local name=$1 depth=$2 pattern=$3 b pid start n
   shift 3
   echo "$name" >> "$LOG/runs"  # the summary's list, skipped runs too
   b=$(budget 60 "$KEEP_FOR_TESTS")
   [ "$b" -lt 20 ] && { echo "$name: skipped, out of time"; return; }
-  with_our_libs limit "$b" "$BIN/nanochat" base-train --data "$WORK/corpus" --depth "$depth" --window-pattern "$pattern" "$@" \
-    --total-batch-size 262144 --num-iterations 10 --eval-every -1 --sample-every -1 --core-metric-every -1 \
-    --model-tag "gpu_$name" > "$LOG/train_$name.log" 2>&1
-  echo "$?" > "$LOG/train_$name.rc"
-  find "$NANOCHAT_BASE_DIR" -mindepth 1 -maxdepth 1 ! -name tokenizer -exec rm -rf {} +  # its checkpoint: GBs
-  echo "$name: exit $(cat "$LOG/train_$name.rc"); $(grep -o 'tok/sec: [0-9,]* | bf16_mfu: [0-9.]*' "$LOG/train_$name.log" |
-    tail -1); $(grep -o 'peak memory: [0-9.]* MiB' "$LOG/train_$name.log"); $(grep -o 'device batch size [0-9]*' "$LOG/train_$name.log")"
-  grep 'attention, window' "$LOG/train_$name.log" | sed 's/^.*attention/  attention/'
+  : > "$LOG/train_$name.log"  # there before the polling below reads it
+  LD_LIBRARY_PATH="$OUR_LD" "$BIN/nanochat" base-train --device-type "$DEV" --data "$WORK/corpus" --depth "$depth" \
+    --window-pattern "$pattern" --max-seq-len "$SEQ" --total-batch-size "$TOTAL_BATCH" --num-iterations 100000 \
+    --eval-every -1 --sample-every -1 --core-metric-every -1 --model-tag "gpu_$name" $TRAIN_FLAGS "$@" \
+    > "$LOG/train_$name.log" 2>&1 &
+  pid=$!
+  gpu_mem_watch "$pid" "$LOG/train_$name.gpu_mem" &
+  start=$(date +%s)
+  while kill -0 "$pid" 2> /dev/null; do
+    n=$(grep -c 'tok/sec: ' "$LOG/train_$name.log")
+    [ "$n" -ge "$STEPS" ] && { echo "timed" > "$LOG/train_$name.rc"; break; }
+    [ $(( $(date +%s) - start )) -ge "$b" ] && { echo "124" > "$LOG/train_$name.rc"; break; }
+    sleep 0.2
+  done
+  kill -KILL "$pid" 2> /dev/null
+  wait "$pid" 2> /dev/null
+  local rc=$?
+  [ -s "$LOG/train_$name.rc" ] || echo "$rc" > "$LOG/train_$name.rc"  # it ended by itself: its exit code
+  wait
+  echo "$name: $(cat "$LOG/train_$name.rc"); $(grep -o 'tok/sec: [0-9,]* | bf16_mfu: [0-9.]*' "$LOG/train_$name.log" |
+    tail -1); $(grep -o 'grad accumulation [0-9]*' "$LOG/train_$name.log"); $(grep -o 'device batch size [0-9]*' "$LOG/train_$name.log")"
+  grep 'attention, window' "$LOG/train_$name.log" | sed -E 's/^.*(attention, window)/  \1/'
+  [ "$(cat "$LOG/train_$name.rc")" = timed ] || tail -5 "$LOG/train_$name.log"
 }
-# UPSTREAM's model + optimizer under torch.compile, window pattern L, random tokens, batch 16
+# UPSTREAM's model + optimizer, window pattern L, at our L runs' batch, accumulation and text
 upstream() {
   local depth=$1 b
   [ -n "${UPSTREAM:-}" ] || return 0
   b=$(budget 120 "$KEEP_FOR_TESTS")
   [ "$b" -lt 40 ] && { echo "upstream d$depth: skipped, out of time"; return; }
-  limit "$b" $PY bench/gpu/upstream_step.py "$UPSTREAM" --depth "$depth" --batch 16 --seq-len 2048 \
-    --steps 10 --warmup 3 > "$LOG/upstream_d$depth.json" 2> "$LOG/upstream_d$depth.log"
-  echo "upstream d$depth ($UPSTREAM, torch.compile): $(tail -1 "$LOG/upstream_d$depth.json")"
+  local tokens=()
+  [ -s "$WORK/tokens.json" ] && tokens=(--tokens "$WORK/tokens.json")
+  limit "$b" $PY bench/gpu/upstream_step.py "$UPSTREAM" --device "$DEV" --depth "$depth" --batch "$DBS" --seq-len "$SEQ" \
+    --grad-accum "$ACCUM" "${tokens[@]}" --steps $((STEPS - WARM)) --warmup "$WARM" $UP_FLAGS \
+    > "$LOG/upstream_d$depth.json" 2> "$LOG/upstream_d$depth.log"
+  local rc=$?
+  if [ "$rc" = 0 ]; then echo "upstream d$depth ($UPSTREAM): $(tail -1 "$LOG/upstream_d$depth.json")"
+  else echo "upstream d$depth: exit $rc$([ "$rc" = 124 ] && echo ' (out of its time)'); $(grep . "$LOG/upstream_d$depth.log" | tail -1)"; fi
 }
 # most wanted first: what is left out when time runs short says so
-ours d20_SSSL 20 SSSL
-ours d20_L 20 L --device-batch-size 16
-upstream 20
-ours d20_SSSL_fp8 20 SSSL --fp8
-ours d12_L 12 L --device-batch-size 16
-upstream 12
-ours d12_SSSL 12 SSSL
+read -r DA DB <<< "$DEPTHS"
+ours "d${DA}_L" "$DA" L --device-batch-size "$DBS"
+ours "d${DA}_SSSL" "$DA" SSSL $DEFAULT_DBS
+[ -z "${DRY_RUN:-}" ] && ours "d${DA}_SSSL_fp8" "$DA" SSSL --fp8  # FP8 takes CUDA
+upstream "$DA"
+ours "d${DB}_L" "$DB" L --device-batch-size "$DBS"
+upstream "$DB"
+ours "d${DB}_SSSL" "$DB" SSSL $DEFAULT_DBS
 
 echo "== CUDA tests: the fused kernels (Muon's too), FP8, the flash windows, the loader's staging"
 tests_rc=0
@@ -162,8 +231,8 @@ done
 # the summary table, then one JSON line with every figure above: parsed back from the logs,
 # nothing estimated
 LOG="$LOG" OUT="$OUT" BIN_SOURCE="$binaries" BUILD_S="$build_s" TESTS_RC="$tests_rc" DOCTOR_RC="$doctor_rc" \
-  KERNELS_RC="$kernels_rc" $PY - <<'PY'
-import json, os, re
+  KERNELS_RC="$kernels_rc" WARM="$WARM" DEPTHS="$DEPTHS" T0="$t0" SEQ="$SEQ" $PY - <<'PY'
+import json, os, re, time
 log = os.environ["LOG"]
 def read(name):
     try:
@@ -178,35 +247,56 @@ r["tests_skipped"] = sorted(set(re.findall(r"^\[  SKIPPED \] (\w+\.\w+)", tests,
 m = re.search(r"compute dtype ([a-z0-9]+)", read("doctor.txt"))
 if m: r["compute_dtype"] = m[1]
 r["version"] = read("version.txt").strip()
+warm, seq_len = int(os.environ["WARM"]), int(os.environ["SEQ"])
 for name in read("runs").split():
     text, rc = read(f"train_{name}.log"), read(f"train_{name}.rc").strip()
-    rates = re.findall(r"tok/sec: ([0-9,]+) \| bf16_mfu: ([0-9.]+)", text)
-    mem = re.search(r"peak memory: ([0-9.]+) MiB", text)
-    dbs = re.search(r"device batch size (\d+)", text)
-    r[name] = {"exit": int(rc) if rc else None, "tok_per_sec": int(rates[-1][0].replace(",", "")) if rates else None,
-               "bf16_mfu": float(rates[-1][1]) if rates else None, "peak_mem_mib": float(mem[1]) if mem else None,
-               "device_batch_size": int(dbs[1]) if dbs else None,
+    steps = [(int(s), int(t.replace(",", "")), float(u)) for s, t, u in
+             re.findall(r"step (\d+)/\d+ .*?tok/sec: ([0-9,]+) \| bf16_mfu: ([0-9.]+)", text)]
+    timed = [s for s in steps if s[0] >= warm]
+    # tokens over time = the harmonic mean of the steps' rates (every step has the same tokens)
+    tps = len(timed) / sum(1 / s[1] for s in timed) if timed and all(s[1] for s in timed) else None
+    accum = re.search(r"total batch (\d+) tokens .*?grad accumulation (\d+)", text)
+    mem = read(f"train_{name}.gpu_mem").strip()
+    # outcome: timed, skipped, 124 (out of its time before its last step) or a failed run's exit code
+    r[name] = {"outcome": rc or "skipped", "timed_steps": len(timed), "tok_per_sec": round(tps) if tps else None,
+               "bf16_mfu": round(tps * timed[0][2] / timed[0][1], 2) if tps else None,
+               "grad_accum": int(accum[2]) if accum else None,
+               "device_batch_size": int(accum[1]) // int(accum[2]) // seq_len if accum else None,
+               "gpu_mem_used_mib": int(mem) if mem else None,
                "attention": re.findall(r"attention, window (\d+): (.*)", text)}
-for d in (12, 20):
+for d in os.environ["DEPTHS"].split():
     try: up = json.loads(read(f"upstream_d{d}.json").strip().splitlines()[-1])
     except (IndexError, ValueError): continue
     r[f"upstream_d{d}"] = up
-    ours = r[f"d{d}_L"]["tok_per_sec"]
-    if ours and up.get("tok_per_sec"): r[f"d{d}_L_over_upstream"] = ours / up["tok_per_sec"]
+    ours = r.get(f"d{d}_L", {}).get("tok_per_sec")
+    if ours and up.get("tok_per_sec"): r[f"d{d}_L_over_upstream"] = round(ours / up["tok_per_sec"], 3)
 lines = [l for l in read("bench_kernels.txt").splitlines() if l.strip()]
 try: last = json.loads(lines[-1])  # a bench that ends with its own JSON line
 except (IndexError, ValueError): last = None
 r["bench_kernels"] = last if isinstance(last, dict) else lines  # else its table, verbatim
+r["seconds"] = round(time.time() - int(os.environ["T0"]))
 def outcome(rc, ok): return ok if rc == 0 else f"FAIL (exit {rc})"
 print("== summary")
-for key, value in [("binaries", r["binaries"]),
-                   ("CUDA tests", f"{outcome(r['tests_rc'], 'pass')}, {r['tests_passed']} passed, "
-                                  f"{len(r['tests_skipped'])} skipped"),
-                   ("doctor", outcome(r["doctor_rc"], "pass")), ("compute dtype", r.get("compute_dtype", "?")),
-                   ("bench_kernels", outcome(r["bench_kernels_rc"], "ran"))]:
+rows = [("binaries", r["binaries"]),
+        ("CUDA tests", f"{outcome(r['tests_rc'], 'pass')}, {r['tests_passed']} passed, {len(r['tests_skipped'])} skipped"),
+        ("doctor", outcome(r["doctor_rc"], "pass")), ("compute dtype", r.get("compute_dtype", "?")),
+        ("bench_kernels", outcome(r["bench_kernels_rc"], "ran"))]
+for name in read("runs").split():
+    x = r[name]
+    rows.append((name, f"{x['outcome']}: {x['tok_per_sec']} tok/s, MFU {x['bf16_mfu']}, {x['timed_steps']} steps timed, "
+                       f"accum {x['grad_accum']}, GPU memory {x['gpu_mem_used_mib']} MiB"))
+for d in os.environ["DEPTHS"].split():
+    if f"upstream_d{d}" in r:
+        rows.append((f"upstream d{d}", f"{round(r[f'upstream_d{d}']['tok_per_sec'])} tok/s; ours L / upstream "
+                                       f"{r.get(f'd{d}_L_over_upstream', '?')}"))
+rows.append(("seconds", r["seconds"]))
+for key, value in rows:
     print(f"{key:<28} {value}")
 with open(os.path.join(os.environ["OUT"], "summary.json"), "w") as f: json.dump(r, f, indent=1)
 print(json.dumps(r))
 PY
+summary_rc=$?
 tar -czf "$OUT/logs.tar.gz" -C "$WORK" logs 2> /dev/null
+# the promised last line even when the summary itself broke
+[ "$summary_rc" = 0 ] || { echo "{\"failed\": \"summary\", \"exit\": $summary_rc}"; exit 1; }
 [ "$tests_rc" = 0 ] && [ "$doctor_rc" = 0 ]

@@ -64,9 +64,9 @@ static int doctor_kernels(const Compute& c) {
   int failed = 0;
   for (const kernels_check_result& r : rows) failed += r.ok ? 0 : 1;
   if (c.env.world_size > 1) {  // every rank checked its own GPU: the verdict is all of theirs
-    auto total = torch::tensor({(float)failed}, torch::TensorOptions().device(c.device));
+    auto total = torch::tensor({(int64_t)failed}, torch::kLong).to(c.dist->device());
     c.dist->all_reduce(total, ReduceOp::SUM);
-    failed = (int)total.item<float>();
+    failed = (int)total.item<int64_t>();
   }
   if (failed > 0)
     log_error("kernel self-check: %d op(s) disagree with their references (see the table%s)", failed,
@@ -76,29 +76,16 @@ static int doctor_kernels(const Compute& c) {
   return failed > 0 ? 1 : 0;
 }
 
-static int doctor_run(const std::string& device_flag, double mb, bool check_kernels) {
-  Compute c = compute_init(device_flag);
-  std::istringstream version(cli_version_text());
-  for (std::string line; std::getline(version, line);) log_info("%s", line.c_str());
-  HostInfo host = host_info();
-  log_info("CPU: %s, %d hardware threads, %d used by this rank", host.cpu_model.c_str(),
-           host.hardware_threads, c.cpu_threads);
-  log_info("memory: %s total, %s available", gib(host.memory_total_bytes).c_str(),
-           gib(host.memory_available_bytes).c_str());
-  for (auto& g : cuda_device_infos())
-    log_info("cuda:%d %s: %d SMs, %s total, %s free", g.index, g.name.c_str(), g.multiprocessors,
-             gib(g.total_bytes).c_str(), gib(g.free_bytes).c_str());
-  log_info("device: %s, compute dtype %s", c.device.str().c_str(), dtype_name(c.dtype).c_str());
-  std::string dir = base_dir();
-  log_info("base dir: %s (%s free)", dir.c_str(), gib(free_disk_bytes(dir)).c_str());
-  log_info("ranks: %d (backend %s)", c.env.world_size, c.dist->backend_name().c_str());
+// under more than one rank: every collective on known values, then timed; fails (an Error)
+// when any rank saw a check fail. The failure count is summed on the group's device: NCCL
+// takes CUDA tensors only.
+static void doctor_collectives(Compute& c, double mb) {
   if (c.env.world_size == 1) {
     log_info("collective self-test: skipped with one rank (run `nanochat launch --nproc-per-node 2 -- doctor`)");
-    return check_kernels ? doctor_kernels(c) : 0;
+    return;
   }
-
   auto results = dist_self_test(*c.dist, (int64_t)(mb * 1e6));
-  int failed = 0;
+  int64_t failed = 0;
   for (auto& r : results) {
     if (!r.ok) {
       failed++;
@@ -110,11 +97,35 @@ static int doctor_run(const std::string& device_flag, double mb, bool check_kern
       log_info("  %-20s ok", r.name.c_str());
     }
   }
-  auto total_failed = torch::tensor({(float)failed});
+  torch::Tensor total_failed = torch::tensor({failed}, torch::kLong).to(c.dist->device());
   c.dist->all_reduce(total_failed, ReduceOp::SUM);
-  int all = (int)total_failed.item<float>();
-  if (all > 0) fail("collective self-test: %d check(s) failed across %d ranks (see warnings above)", all, c.env.world_size);
+  const int64_t all = total_failed.item<int64_t>();
+  if (all > 0)
+    fail("collective self-test: %lld check(s) failed across %d ranks (see warnings above)", (long long)all,
+         c.env.world_size);
   log_info("collective self-test: all %zu collectives passed on all %d ranks", results.size(), c.env.world_size);
+}
+
+static int doctor_run(const std::string& device_flag, double mb, bool check_kernels) {
+  Compute c = compute_init(device_flag);
+  std::istringstream version(cli_version_text());
+  for (std::string line; std::getline(version, line);) log_info("%s", line.c_str());
+  HostInfo host = host_info();
+  log_info("CPU: %s, %d hardware threads, %d used by this rank", host.cpu_model.c_str(),
+           host.hardware_threads, c.cpu_threads);
+  log_info("memory: %s total, %s available", gib(host.memory_total_bytes).c_str(),
+           gib(host.memory_available_bytes).c_str());
+  // a rank on a GPU asks for its own alone: the memory query creates that GPU's CUDA context
+  // (eight ranks listing eight GPUs would hold 64 of them); on the CPU, one process lists them all
+  if (c.device.is_cuda() || c.env.world_size == 1)
+    for (auto& g : cuda_device_infos(c.device.is_cuda() ? c.device.index() : -1))
+      log_info("cuda:%d %s: %d SMs, %s total, %s free", g.index, g.name.c_str(), g.multiprocessors,
+               gib(g.total_bytes).c_str(), gib(g.free_bytes).c_str());
+  log_info("device: %s, compute dtype %s", c.device.str().c_str(), dtype_name(c.dtype).c_str());
+  std::string dir = base_dir();
+  log_info("base dir: %s (%s free)", dir.c_str(), gib(free_disk_bytes(dir)).c_str());
+  log_info("ranks: %d (backend %s)", c.env.world_size, c.dist->backend_name().c_str());
+  doctor_collectives(c, mb);
   return check_kernels ? doctor_kernels(c) : 0;
 }
 

@@ -5,6 +5,7 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "nanochat/common/device.h"
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
@@ -29,6 +30,31 @@ static c10d::ReduceOp to_c10d(ReduceOp op) {
     case ReduceOp::MAX: return c10d::ReduceOp::MAX;
   }
   return c10d::ReduceOp::SUM;
+}
+
+// One clear line where c10d would throw deep inside the backend, or NCCL crash, on a tensor
+// the group cannot take: NCCL takes CUDA tensors only, Gloo CPU ones. Both take the floats and
+// integers below and bool; NCCL also moves the two float8s, but reduces none (ProcessGroupNCCL);
+// Gloo refuses float8, int16 and the unsigned wider than 8 bits ("Invalid scalar type").
+// Complex is refused on both: NCCL's C++ backend has no complex type (Python views it as real
+// pairs). Checked with one process too, so that a single-GPU run catches what eight would.
+static void check_tensor(const Dist& dist, const char* collective, const char* which, const torch::Tensor& t,
+                         bool reduces) {
+  static const std::vector<c10::ScalarType> kBoth = {torch::kFloat32, torch::kFloat64, torch::kFloat16,
+                                                     torch::kBFloat16, torch::kInt8,   torch::kUInt8,
+                                                     torch::kInt32,   torch::kInt64,   torch::kBool};
+  static const std::vector<c10::ScalarType> kNcclMoves = {c10::ScalarType::Float8_e4m3fn, c10::ScalarType::Float8_e5m2};
+  const bool nccl = dist.device().is_cuda();
+  if (!t.defined()) fail("dist %s: its %s tensor is undefined", collective, which);
+  auto in = [&](const std::vector<c10::ScalarType>& v) { return std::find(v.begin(), v.end(), t.scalar_type()) != v.end(); };
+  if (t.device().type() == dist.device().type() && (in(kBoth) || (nccl && !reduces && in(kNcclMoves)))) return;
+  std::string names;
+  for (c10::ScalarType d : kBoth) names += (names.empty() ? "" : ", ") + dtype_name(d);
+  if (nccl && !reduces)
+    for (c10::ScalarType d : kNcclMoves) names += ", " + dtype_name(d);
+  fail("dist %s: its %s tensor is %s on %s, but the process group (%s) takes %s tensors of %s", collective, which,
+       dtype_name(t.scalar_type()).c_str(), t.device().str().c_str(), nccl ? "NCCL" : "Gloo",
+       c10::DeviceTypeName(dist.device().type(), /*lower_case=*/true).c_str(), names.c_str());
 }
 
 Dist::Dist(const DistEnv& env, const torch::Device& device) : env_(env), device_(device) {
@@ -61,6 +87,7 @@ Dist::~Dist() = default;
 std::string Dist::backend_name() const { return backend_ ? backend_->getBackendName() : "none"; }
 
 DistWork Dist::all_reduce_async(torch::Tensor tensor, ReduceOp op) {
+  check_tensor(*this, "all_reduce", "input", tensor, /*reduces=*/true);
   if (!backend_) return {nullptr, [tensor] { return tensor; }};
   std::vector<torch::Tensor> tensors{tensor};
   c10d::AllreduceOptions opts;
@@ -69,6 +96,7 @@ DistWork Dist::all_reduce_async(torch::Tensor tensor, ReduceOp op) {
 }
 
 DistWork Dist::reduce_scatter_async(const torch::Tensor& input, ReduceOp op) {
+  check_tensor(*this, "reduce_scatter", "input", input, /*reduces=*/true);
   TORCH_CHECK(input.dim() >= 1, "reduce_scatter needs a tensor with at least one dimension");
   int64_t n = input.size(0);
   auto [begin, end] = dist_shard_range(n, env_.world_size, env_.rank);
@@ -91,6 +119,7 @@ DistWork Dist::reduce_scatter_async(const torch::Tensor& input, ReduceOp op) {
 }
 
 DistWork Dist::all_gather_async(const torch::Tensor& shard, int64_t total_rows) {
+  check_tensor(*this, "all_gather", "shard", shard, /*reduces=*/false);
   auto [begin, end] = dist_shard_range(total_rows, env_.world_size, env_.rank);
   TORCH_CHECK(shard.dim() >= 1 && shard.size(0) == end - begin, "all_gather: rank ", env_.rank,
               " must pass rows [", begin, ", ", end, ") of ", total_rows, ", got ",
@@ -111,6 +140,7 @@ DistWork Dist::all_gather_async(const torch::Tensor& shard, int64_t total_rows) 
 }
 
 void Dist::broadcast(torch::Tensor tensor, int root) {
+  check_tensor(*this, "broadcast", "input", tensor, /*reduces=*/false);
   if (!backend_) return;
   std::vector<torch::Tensor> tensors{tensor};
   c10d::BroadcastOptions opts;
