@@ -16,6 +16,8 @@ set -o pipefail  # a failed command before tee fails the pipeline
 preflight_enabled() { [ "${NANOCHAT_PREFLIGHT:-1}" != 0 ]; }
 
 preflight_fail() {
+  # the shards downloading in the background (speedrun.sh) stop with the script; a rerun resumes them
+  if [ -n "${DATASET_DOWNLOAD_PID:-}" ]; then kill "$DATASET_DOWNLOAD_PID" 2>/dev/null || true; fi
   echo "preflight FAILED: $1" >&2
   echo "  log: $2" >&2
   echo "  (NANOCHAT_PREFLIGHT=0 skips the preflight)" >&2
