@@ -167,6 +167,16 @@ TEST(GptMemory, PartsByHandForOneSmallConfig) {
   EXPECT_EQ(m.optimizer_step, 2 * 4 * 393240 + 4 * 65536 + 2 * 131072);
   EXPECT_EQ(m.total, 2 * m.weights + m.optimizer + m.weight_copies + m.activations + m.loss_saved + m.backward);
   EXPECT_EQ(gpt_estimate_train_memory_bytes(c, 4, torch::kBFloat16), gpt_train_memory(c, 4, torch::kBFloat16, 1).total);
+
+  // FP8: the six block matrices as 1-byte weights (ve_gate still cast to bf16); per token and
+  // layer 10 bf16 vectors (no norms; relu's 4C output instead of the pre-activation) + layer
+  // 1's block input, the fp8 inputs 3C (q, k, v) + C (attn c_proj) + C (c_fc) + 4C (mlp c_proj),
+  // and layer 1's norm that ve_gate reads
+  TrainMemory f = gpt_train_memory(c, 4, torch::kBFloat16, 2, /*fp8=*/true);
+  EXPECT_EQ(f.weight_copies, 2 * 196608 + 24 * 2);
+  EXPECT_EQ(f.activations, 256 * (2 * 10 * 128 * 2 + 128 * 2 + 2 * 4 * 8 + (128 + 4) * 2 + 1034 + 2 * 9 * 128 + 128 * 2));
+  EXPECT_EQ(f.weights, m.weights);
+  EXPECT_EQ(f.optimizer, m.optimizer);
 }
 
 static int64_t heap_in_use() {
@@ -193,6 +203,19 @@ TEST(GptMemory, ActivationsAreWhatAutogradKeepsOnTheCpu) {
   std::printf("forward kept %lld bytes, estimated %.0f (ratio %.4f)\n", (long long)kept, expected, (double)kept / expected);
   EXPECT_NEAR((double)kept / expected, 1.0, 0.05) << "kept " << kept << " bytes, estimated " << expected;
   loss.backward();
+
+  // the FP8 path (which the CPU runs too): 1-byte weights and matmul inputs, the unfused MLP
+  gpt_set_fp8(m, true);
+  gpt_loss(m, x, y).backward();
+  const int64_t before8 = heap_in_use();
+  Tensor loss8 = gpt_loss(m, x, y);
+  const int64_t kept8 = heap_in_use() - before8;
+  TrainMemory est8 = gpt_train_memory(c, B, torch::kFloat32, 1, /*fp8=*/true);
+  const double expected8 = (double)(est8.activations + est8.loss_saved + est8.weight_copies);
+  std::printf("fp8 forward kept %lld bytes, estimated %.0f (ratio %.4f)\n", (long long)kept8, expected8,
+              (double)kept8 / expected8);
+  EXPECT_NEAR((double)kept8 / expected8, 1.0, 0.05) << "kept " << kept8 << " bytes, estimated " << expected8;
+  loss8.backward();
 }
 
 TEST(GptMemory, BatchFitOnAnEightyGigabyteCard) {

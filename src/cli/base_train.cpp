@@ -169,11 +169,12 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   if (c.device.is_cuda() && !o.device_batch_size_given) {
     const int64_t budget = o.gpu_memory.empty() ? gpt_device_memory_budget(c.device)
                                                 : base_train_parse_memory_size(o.gpu_memory, "--gpu-memory");
-    const int64_t fit = gpt_train_memory_fit(config, c.dtype, world, budget / 10 * 9, 32);
+    const bool fp8 = o.fp8 && c.device.is_cuda();
+    const int64_t fit = gpt_train_memory_fit(config, c.dtype, world, budget / 10 * 9, 32, fp8);
     device_batch_size = std::max<int64_t>(1, fit);
     log_info("device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% of "
              "the %.1f GiB %s (--device-batch-size overrides)%s", (long long)device_batch_size,
-             (double)gpt_train_memory(config, device_batch_size, c.dtype, world).total / (1 << 30),
+             (double)gpt_train_memory(config, device_batch_size, c.dtype, world, fp8).total / (1 << 30),
              (double)budget / (1 << 30), o.gpu_memory.empty() ? "the device can give" : "of --gpu-memory",
              fit == 0 ? "; not even 1 row fits: expect an out-of-memory error" : "");
   }
@@ -192,7 +193,8 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
       log_info("attention, window %lld: %s", (long long)w, attention_kernel_name(q, k, w).c_str());
   }
 
-  const BaseTrainPlan plan = base_train_plan(o, tok.vocab_size(), world, device_batch_size, c.dtype);
+  const BaseTrainPlan plan = base_train_plan(o, tok.vocab_size(), world, device_batch_size, c.dtype,
+                                             o.fp8 && c.device.is_cuda());
   const ScalingParams& counts = plan.counts;
   const int64_t flops_per_token = plan.flops_per_token;
   log_info("model %s: d_model %lld, %lld heads, %lld layers, vocab %lld, window pattern %s",

@@ -72,8 +72,9 @@ struct BaseTrainPlan {
 };
 
 // Error (one line naming the flag) on flags that do not make a run
+// fp8: the block matmuls run in FP8 (--fp8 on a GPU), for the memory estimate
 BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int world, int64_t device_batch_size,
-                              torch::ScalarType dtype);
+                              torch::ScalarType dtype, bool fp8);
 
 // `base-train --dry-run`: the plan on stdout, its last line one JSON object; no device, no data
 int base_train_dry_run(const BaseTrainFlags& o);

@@ -23,7 +23,7 @@
 namespace nanochat {
 
 BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int world, int64_t device_batch_size,
-                              torch::ScalarType dtype) {
+                              torch::ScalarType dtype, bool fp8) {
   BaseTrainPlan p;
   p.config = gpt_config_from_depth(o.depth, vocab_size, o.max_seq_len, o.window_pattern, o.aspect_ratio, o.head_dim);
   p.counts = gpt_num_scaling_params(p.config);
@@ -41,7 +41,7 @@ BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int w
   p.world = world;
   p.device_batch_size = device_batch_size;
   p.grad_accum = train_grad_accum(p.scaling.total_batch_size, device_batch_size, o.max_seq_len, world);
-  p.memory = gpt_train_memory(p.config, device_batch_size, dtype, world);
+  p.memory = gpt_train_memory(p.config, device_batch_size, dtype, world, fp8);
   return p;
 }
 
@@ -85,6 +85,7 @@ int base_train_dry_run(const BaseTrainFlags& o) {
   torch::ScalarType dtype = compute_dtype_detect(device_type);
   if (device_type == "cuda" && gpus.empty() && !std::getenv("NANOCHAT_DTYPE")) dtype = torch::kBFloat16;
   const int world = o.world_size > 0 ? o.world_size : dist_env_from_environment().world_size;
+  const bool fp8 = o.fp8 && device_type == "cuda";  // as the run: FP8 on a GPU only
 
   // the vocabulary: the trained tokenizer's, or the speedrun's 32768
   const std::string tok_dir = base_dir_path("tokenizer");
@@ -108,7 +109,7 @@ int base_train_dry_run(const BaseTrainFlags& o) {
     if (budget > 0) {
       const GPTConfig cfg = gpt_config_from_depth(o.depth, vocab, o.max_seq_len, o.window_pattern,
                                                   o.aspect_ratio, o.head_dim);
-      device_batch = std::max<int64_t>(1, gpt_train_memory_fit(cfg, dtype, world, budget / 10 * 9, 32));
+      device_batch = std::max<int64_t>(1, gpt_train_memory_fit(cfg, dtype, world, budget / 10 * 9, 32, fp8));
       batch_source = "the largest power of two up to 32 whose estimate fits in 90% of " + budget_source;
     } else {
       batch_source = "upstream's default: no GPU here and no --gpu-memory to plan one by";
@@ -117,7 +118,7 @@ int base_train_dry_run(const BaseTrainFlags& o) {
   if (o.fp8 && device_batch * o.max_seq_len % 16 != 0)
     fail("--fp8: a micro-batch's %lld x %lld tokens must be a multiple of 16: change --device-batch-size or "
          "--max-seq-len", (long long)device_batch, (long long)o.max_seq_len);
-  const BaseTrainPlan p = base_train_plan(o, vocab, world, device_batch, dtype);
+  const BaseTrainPlan p = base_train_plan(o, vocab, world, device_batch, dtype, fp8);
 
   // the wall-clock at --mfu of the GPU's peak
   std::string gpu = o.gpu_name;
@@ -164,8 +165,8 @@ int base_train_dry_run(const BaseTrainFlags& o) {
   out << "Tokens / micro-batch: " << format_thousands(per_rank * world) << "\n";
   out << "Total batch size " << format_thousands(p.scaling.total_batch_size)
       << " => gradient accumulation steps: " << p.grad_accum << "\n";
-  out << strprintf("World size %d, compute dtype %s, device batch %lld (%s)\n", world, dtype_name(dtype).c_str(),
-                   (long long)p.device_batch_size, batch_source.c_str());
+  out << strprintf("World size %d, compute dtype %s%s, device batch %lld (%s)\n", world, dtype_name(dtype).c_str(),
+                   fp8 ? " with FP8 block matmuls" : "", (long long)p.device_batch_size, batch_source.c_str());
   const bool fits = budget <= 0 || p.memory.total <= budget / 10 * 9;
   if (!fits)
     out << "WARNING: the estimate exceeds 90% of " << gib(budget) << " (" << budget_source
@@ -176,7 +177,7 @@ int base_train_dry_run(const BaseTrainFlags& o) {
   out << "\n";
   const std::pair<const char*, int64_t> parts[] = {
       {"weights", m.weights},         {"grads", m.grads},
-      {"optimizer (ZeRO shard)", m.optimizer}, {"weight copies (compute dtype)", m.weight_copies},
+      {"optimizer (ZeRO shard)", m.optimizer}, {"weight copies (for backward)", m.weight_copies},
       {"activations", m.activations}, {"loss (saved)", m.loss_saved},
       {"loss (transient)", m.loss_transient}, {"backward (transient)", m.backward},
       {"optimizer step (transient)", m.optimizer_step}};
@@ -206,6 +207,7 @@ int base_train_dry_run(const BaseTrainFlags& o) {
   j["vocab_size"] = vocab;
   j["vocab_assumed"] = !have_tok;
   j["compute_dtype"] = dtype_name(dtype);
+  j["fp8"] = fp8;
   j["estimated_peak_memory_bytes"] = m.total;
   j["memory"] = {{"weights", m.weights}, {"grads", m.grads}, {"optimizer", m.optimizer},
                  {"weight_copies", m.weight_copies}, {"activations", m.activations}, {"loss_saved", m.loss_saved},

@@ -38,9 +38,13 @@
 //   world > 1: the stacked gradients of every Muon group and the gathered results (2 x the
 //   matrices in fp32) plus the gathered AdamW params; one rank: the largest Muon group in
 //   fp32, 3 times (Polar Express's iterates)
+// FP8 (every block matrix eligible: gpt_fp8_eligible): each fp8 Linear keeps its input and
+// weight quantized (1 byte each) instead of the compute-dtype input and weight copy; the
+// normed inputs are then kept only where ve_gate reads them, the MLP runs unfused and keeps
+// relu's 4C output in e besides its fp8 copy. Per token and layer that is 8C + H*hd bytes of
+// fp8 inputs, and 2C + 2kv + 2H*hd + 4C vectors in e (+ C on value-embedding layers).
 // Left out: cuBLAS/NCCL workspaces and the caching allocator's fragmentation; the fit below
-// leaves 10% of the budget for them. With --fp8 the matmul inputs are kept in fp8 (less
-// than counted here), so the estimate is an upper bound there.
+// leaves 10% of the budget for them.
 #include "nanochat/gpt/memory.h"
 
 #include <algorithm>
@@ -64,7 +68,7 @@ int64_t adamw_state_bytes(int64_t numel, int64_t rows, int64_t elt, int world) {
 }  // namespace
 
 TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torch::ScalarType dtype,
-                             int world_size) {
+                             int world_size, bool fp8) {
   const int64_t W = std::max(1, world_size);
   const int64_t e = (int64_t)c10::elementSize(dtype);
   const int64_t emb_e = dtype == torch::kFloat16 ? 4 : e;  // wte and value embeddings as stored
@@ -101,12 +105,20 @@ TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torc
   m.optimizer += 2 * adamw_state_bytes(L, L, 4, (int)W) + adamw_state_bytes(kSmearChannels, 1, 4, (int)W) +
                  2 * adamw_state_bytes(1, 1, 4, (int)W);  // resid/x0 lambdas, smear gate, smear/backout lambdas
 
-  m.weight_copies = dtype == torch::kFloat32 ? 0 : p.transformer_matrices * e;
+  const int64_t q = H * c.head_dim();  // q's (and the attention output's) width
+  const int64_t layer_matrices = q * C + 2 * kv * C + C * C + 8 * C * C;
+  const bool f8 = fp8 && gpt_fp8_eligible(C, q) && gpt_fp8_eligible(C, kv) && gpt_fp8_eligible(q, C) &&
+                  gpt_fp8_eligible(C, 4 * C) && gpt_fp8_eligible(4 * C, C);
+  const int64_t ve_gates = p.transformer_matrices - L * layer_matrices;
+  if (f8) m.weight_copies = L * layer_matrices + ve_gates * e;  // fp8 weights; ve_gate cast
+  else m.weight_copies = dtype == torch::kFloat32 ? 0 : p.transformer_matrices * e;
 
   // mixed, its norm, h, its norm; k, v; q, attention output; the MLP's pre-activation
-  const int64_t layer_vectors = 4 * C + 2 * kv + 2 * (H * c.head_dim()) + 4 * C;
+  // (fp8: no norms, see above, and the fp8 inputs of the six matmuls)
+  const int64_t layer_vectors = f8 ? 2 * C + 2 * kv + 2 * q + 4 * C : 4 * C + 2 * kv + 2 * q + 4 * C;
   int64_t per_token = 0;
   per_token += L * layer_vectors * e + (L - 1) * C * e;  // + the block inputs of layers 1..L-1
+  if (f8) per_token += L * (8 * C + q) + n_ve * C * e;  // fp8 inputs; the norm ve_gate reads
   per_token += L * 4 * (2 + 2 * H + Hkv);                // rstd x2, q rstd, lse; k rstd
   per_token += n_ve * (kv + 2 * Hkv) * e;
   per_token += 4 * C * e + 4 + 3 * e;                    // embedding, norm, x0, final residual; rstd; smear
@@ -115,7 +127,6 @@ TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torc
   m.loss_saved = N * C * e + Vp * C * 4;
   const int64_t chunk_rows = std::min(N, std::max<int64_t>(16, (int64_t(1) << 30) / (Vp * e)));
   m.loss_transient = (dtype == torch::kFloat32 ? 0 : Vp * C * e) + chunk_rows * Vp * e + N * 4 * 4;
-  const int64_t layer_matrices = H * c.head_dim() * C + 2 * kv * C + C * C + 8 * C * C;
   m.backward = N * 8 * C * e + layer_matrices * (e + 4);
 
   if (W > 1) m.optimizer_step = 2 * 4 * p.transformer_matrices + 4 * (p.lm_head) + emb_e * (p.wte + p.value_embeds);
@@ -128,8 +139,8 @@ TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torc
 }
 
 int64_t gpt_train_memory_fit(const GPTConfig& c, torch::ScalarType dtype, int world_size, int64_t budget_bytes,
-                             int64_t max_batch) {
-  auto fits = [&](int64_t b) { return gpt_train_memory(c, b, dtype, world_size).total <= budget_bytes; };
+                             int64_t max_batch, bool fp8) {
+  auto fits = [&](int64_t b) { return gpt_train_memory(c, b, dtype, world_size, fp8).total <= budget_bytes; };
   int64_t b = 1;
   while (b * 2 <= max_batch && fits(b * 2)) b *= 2;
   return fits(b) ? b : 0;

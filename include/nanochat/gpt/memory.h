@@ -29,12 +29,12 @@ struct TrainMemory {
 };
 
 // device_batch_size rows of config.sequence_len tokens, compute dtype `dtype`, world_size
-// ranks (the optimizer state is sharded over them)
+// ranks (the optimizer state is sharded over them); fp8: the block matmuls in FP8 (gpt_set_fp8)
 TrainMemory gpt_train_memory(const GPTConfig& config, int64_t device_batch_size, torch::ScalarType dtype,
-                             int world_size);
+                             int world_size, bool fp8 = false);
 // the largest power of two <= max_batch whose total fits in budget_bytes (0 when not even 1 does)
 int64_t gpt_train_memory_fit(const GPTConfig& config, torch::ScalarType dtype, int world_size,
-                             int64_t budget_bytes, int64_t max_batch);
+                             int64_t budget_bytes, int64_t max_batch, bool fp8 = false);
 
 // What training can have of `device`'s memory: the caching allocator's cache is released
 // first, then free memory plus what the allocator holds now (the model, if built: it is part
