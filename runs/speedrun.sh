@@ -6,6 +6,8 @@
 # Every stage resumes: rerun the script after a crash and base-train continues from its
 # last checkpoint (--save-every 500). NANOCHAT_RL=1 adds RL on GSM8K after SFT (as upstream,
 # not part of the leaderboard time). The report card ends up in report.md.
+# Before the long downloads and before pretraining, a preflight (runs/preflight.sh) checks the
+# kernels on every GPU, the plan, and 20 real steps; NANOCHAT_PREFLIGHT=0 skips it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export OMP_NUM_THREADS=1
@@ -16,7 +18,11 @@ RUN="${RUN:-speedrun}"
 bash runs/setup.sh
 NC=build/nanochat
 LAUNCH=($NC launch --nproc-per-node "$NPROC" --)
+# pretraining: d24, slightly undertrained (data:params 8) to beat GPT-2's CORE in the least time
+BASE_TRAIN_FLAGS=(--depth=24 --target-param-data-ratio=8 --device-batch-size=16 --fp8)
 $NC doctor
+source runs/preflight.sh
+preflight_plan
 # the report card: a new one unless this run is being resumed (rerunning keeps its start time)
 [ -f "$NANOCHAT_BASE_DIR/report/header.md" ] || $NC report reset
 
@@ -30,13 +36,12 @@ $NC download tasks
 # tokenizer: vocab 32768 on 2B characters
 $NC tok-train
 $NC tok-eval
+preflight_run  # on the shards already here, while the rest download
 wait $DATASET_DOWNLOAD_PID
 
-# pretraining: d24, slightly undertrained (data:params 8) to beat GPT-2's CORE in the least time
 RESUME=()
 if ls "$NANOCHAT_BASE_DIR"/base_checkpoints/d24/done_* >/dev/null 2>&1; then RESUME=(--resume latest); fi
-"${LAUNCH[@]}" base-train --depth=24 --target-param-data-ratio=8 --device-batch-size=16 --fp8 \
-  --save-every 500 --run="$RUN" "${RESUME[@]}"
+"${LAUNCH[@]}" base-train "${BASE_TRAIN_FLAGS[@]}" --save-every 500 --run="$RUN" "${RESUME[@]}"
 # the leaderboard entry (upstream's dev/LEADERBOARD.md): time to GPT-2, the val bpb, the commit
 leaderboard_line() {
   local s="$NANOCHAT_BASE_DIR/report/base-model-training.md"

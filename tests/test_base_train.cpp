@@ -128,6 +128,36 @@ TEST(BaseTrain, AKernelThatFailsItsSelfCheckFallsBackToItsReference) {
   for (auto& [step, line] : mr) EXPECT_NEAR(mf[step].loss_raw, line.loss_raw, 1e-4) << "step " << step;
 }
 
+TEST(BaseTrain, PreflightTrainsTheFirstStepsSavesNothingAndProjects) {
+  std::string base = make_temp_dir();
+  std::string data = setup_text_corpus(base, 300);
+  CommandResult r = run_shell(train_cmd(base, data, "--max-seq-len 64 --device-batch-size 8 --total-batch-size 512 "
+                                                    "--num-iterations 100 --model-tag p --preflight-steps 6"));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  std::string out = r.out;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  auto j = nlohmann::json::parse(out.substr(out.rfind('\n') + 1));
+  EXPECT_EQ(j["preflight_steps"], 6);
+  EXPECT_EQ(j["num_iterations"], 100);
+  EXPECT_TRUE(j["peak_memory_bytes"].is_null());  // the CPU has no allocator peak
+  EXPECT_GT(j["estimated_peak_memory_bytes"].get<int64_t>(), 0);
+  // the projection: the mean dt of the later half of the logged steps (3, 4, 5) x 100 iterations
+  std::istringstream in(read_file(base + "/base_checkpoints/p-preflight/metrics.jsonl"));
+  std::vector<double> dts;
+  for (std::string line; std::getline(in, line);) {
+    auto m = nlohmann::json::parse(line);
+    if (m.contains("dt")) dts.push_back(m["dt"].get<double>());
+  }
+  ASSERT_EQ(dts.size(), 6u);
+  const double mean = (dts[3] + dts[4] + dts[5]) / 3;
+  EXPECT_NEAR(j["projected_seconds"].get<double>(), 100 * mean, 1e-9 * 100 * mean);
+  EXPECT_NEAR(j["tok_per_sec"].get<double>(), 512 / mean, 1e-6 * 512 / mean);
+  // no checkpoint, and the real tag untouched
+  EXPECT_TRUE(run_shell("ls " + base + "/base_checkpoints/p-preflight | grep -E '^(done|model|meta)_'").out.empty());
+  EXPECT_FALSE(std::ifstream(base + "/base_checkpoints/p/metrics.jsonl").good());
+  EXPECT_NE(r.out.find("preflight: 6 steps"), std::string::npos) << r.out;
+}
+
 TEST(BaseTrain, KilledRunResumesWithTheSameLosses) {
   std::string base = make_temp_dir();
   std::string data = setup_text_corpus(base, 300);

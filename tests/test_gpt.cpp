@@ -4,6 +4,7 @@
 // PyTorch implementation written independently of this code (fixtures/gpt_reference.py).
 #include <cmath>
 #include <fstream>
+#include <malloc.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
@@ -11,6 +12,7 @@
 #include "nanochat/attention.h"
 #include "nanochat/common/error.h"
 #include "nanochat/gpt.h"
+#include "nanochat/gpt/memory.h"
 #include "nanochat/kernels.h"
 #include "test_util.h"
 #include "test_models.h"
@@ -137,19 +139,92 @@ TEST(GptConfig, FlopsOfSpec49) {
   EXPECT_EQ(gpt_kv_read_bytes(c, 1000, torch::kBFloat16), 2LL * 12 * 128 * 2 * (6 * 1000 + 18 * 512));
 }
 
-TEST(GptConfig, TrainMemoryEstimateAndBatchFit) {
-  GPTConfig c = gpt_config_from_depth(20, 32768);  // C = 1280, 20 layers, 10 of them with ve
-  const int64_t params = gpt_num_scaling_params(c).total;
-  const int64_t per_token = (20 * 16 * 1280 + 10 * 10 * 128) * 2;  // bf16
-  const int64_t gib = int64_t(1) << 30;
-  EXPECT_EQ(gpt_estimate_train_memory_bytes(c, 32, torch::kBFloat16), 16 * params + 32 * 2048 * per_token + 2 * gib);
-  // d20 (896M params): ~67 GiB at batch 32, ~119 GiB at 64; 72 GiB of an 80 GB H100 takes
-  // upstream's 32, 126 GiB of a 141 GB H200 takes 64, 60 GiB only 16
-  EXPECT_EQ(gpt_fit_device_batch_size(c, torch::kBFloat16, 72 * gib), 32);
-  EXPECT_EQ(gpt_fit_device_batch_size(c, torch::kBFloat16, 126 * gib), 64);
-  EXPECT_EQ(gpt_fit_device_batch_size(c, torch::kBFloat16, 60 * gib), 16);
-  EXPECT_EQ(gpt_fit_device_batch_size(c, torch::kBFloat16, 126 * gib, 8), 8);  // capped
-  EXPECT_EQ(gpt_fit_device_batch_size(c, torch::kBFloat16, gib), 0);            // nothing fits
+TEST(GptMemory, PartsByHandForOneSmallConfig) {
+  // d2, C = 128 (2 heads of 64), vocab 512, T = 64, 4 rows (N = 256 tokens), bf16, 2 ranks;
+  // layer 1 has the value embedding (i % 2 == (L-1) % 2)
+  GPTConfig c = gpt_config_from_depth(2, 512, 64, "L", 64, 64);
+  TrainMemory m = gpt_train_memory(c, 4, torch::kBFloat16, 2);
+  // params: matrices 2 x (4 x 128^2 + 2 x 512 x 128) + ve_gate 2 x 12 = 393240, lm_head 65536,
+  // scalars 2 + 2 + 24 + 1 + 1 = 30 (fp32); wte 65536 and one value embedding 65536 (bf16)
+  EXPECT_EQ(m.weights, 4 * (393240 + 65536 + 30) + 2 * (65536 + 65536));
+  EXPECT_EQ(m.grads, m.weights);
+  // Muon, fp32, ceil(K/2) matrices per rank: 128x128 K=8 -> 4 x (16384 + 128); 512x128 and
+  // 128x512 K=2 -> 1 x (65536 + 512) each; ve_gate 2x12 K=1 -> 1 x (24 + 12).
+  // AdamW, two moments, rows/2 of the big ones: lm_head 2 x 32768 x 4, wte and ve 2 x 32768 x 2;
+  // the small ones whole: resid and x0 2 x 2 x 4 each, smear gate 2 x 24 x 4, two lambdas 2 x 4 each
+  EXPECT_EQ(m.optimizer, 4 * (4 * 16512 + 2 * 66048 + 36) + 2 * 32768 * 4 + 2 * (2 * 32768 * 2) +
+                             (16 + 16 + 192 + 8 + 8));
+  EXPECT_EQ(m.weight_copies, 393240 * 2);
+  // per token: 12 bf16 vectors of 128 a layer + layer 1's block input; fp32 (2 + 2 + 2 + 2) a
+  // layer; the value embedding with its sigmoid and gate (128 + 2 + 2); once 4 vectors, an
+  // rstd and 3 smear numbers
+  const int64_t per_token = 2 * 12 * 128 * 2 + 128 * 2 + 2 * 4 * 8 + (128 + 4) * 2 + (4 * 128 * 2 + 4 + 3 * 2);
+  EXPECT_EQ(per_token, 7762);
+  EXPECT_EQ(m.activations, 256 * per_token);
+  EXPECT_EQ(m.loss_saved, 256 * 128 * 2 + 512 * 128 * 4);              // d x in bf16, d lm_head in fp32
+  EXPECT_EQ(m.loss_transient, 512 * 128 * 2 + 256 * 512 * 2 + 256 * 16);  // lm_head cast, all rows in one chunk
+  EXPECT_EQ(m.backward, 256 * 8 * 128 * 2 + (4 * 16384 + 2 * 65536) * 6);
+  EXPECT_EQ(m.optimizer_step, 2 * 4 * 393240 + 4 * 65536 + 2 * 131072);
+  EXPECT_EQ(m.total, 2 * m.weights + m.optimizer + m.weight_copies + m.activations + m.loss_saved + m.backward);
+  EXPECT_EQ(gpt_estimate_train_memory_bytes(c, 4, torch::kBFloat16), gpt_train_memory(c, 4, torch::kBFloat16, 1).total);
+
+  // FP8: the six block matrices as 1-byte weights (ve_gate still cast to bf16); per token and
+  // layer 10 bf16 vectors (no norms; relu's 4C output instead of the pre-activation) + layer
+  // 1's block input, the fp8 inputs 3C (q, k, v) + C (attn c_proj) + C (c_fc) + 4C (mlp c_proj),
+  // and layer 1's norm that ve_gate reads
+  TrainMemory f = gpt_train_memory(c, 4, torch::kBFloat16, 2, /*fp8=*/true);
+  EXPECT_EQ(f.weight_copies, 2 * 196608 + 24 * 2);
+  EXPECT_EQ(f.activations, 256 * (2 * 10 * 128 * 2 + 128 * 2 + 2 * 4 * 8 + (128 + 4) * 2 + 1034 + 2 * 9 * 128 + 128 * 2));
+  EXPECT_EQ(f.weights, m.weights);
+  EXPECT_EQ(f.optimizer, m.optimizer);
+}
+
+static int64_t heap_in_use() {
+  struct mallinfo2 mi = mallinfo2();  // every arena, plus mmapped chunks
+  return (int64_t)(mi.uordblks + mi.hblkhd);
+}
+
+TEST(GptMemory, ActivationsAreWhatAutogradKeepsOnTheCpu) {
+  // what a forward with the fused kernels leaves allocated until backward, measured by
+  // glibc's heap, against the estimate's activations + the fused loss's saved gradients
+  // (fp32 on the CPU: no weight copies)
+  GPTConfig c = gpt_config_from_depth(4, 512, 128, "SSSL", 32, 64);  // C = 128, 4 layers, ve on 1 and 3
+  GPT m(c);
+  gpt_init_weights(m, 1);
+  const int64_t B = 4;
+  Tensor x = torch::randint(0, 512, {B, c.sequence_len}, torch::kLong);
+  Tensor y = torch::randint(0, 512, {B, c.sequence_len}, torch::kLong);
+  gpt_loss(m, x, y).backward();  // once: lazily made tables and pools, and the grads
+  const int64_t before = heap_in_use();
+  Tensor loss = gpt_loss(m, x, y);
+  const int64_t kept = heap_in_use() - before;
+  TrainMemory est = gpt_train_memory(c, B, torch::kFloat32, 1);
+  const double expected = (double)(est.activations + est.loss_saved);
+  std::printf("forward kept %lld bytes, estimated %.0f (ratio %.4f)\n", (long long)kept, expected, (double)kept / expected);
+  EXPECT_NEAR((double)kept / expected, 1.0, 0.05) << "kept " << kept << " bytes, estimated " << expected;
+  loss.backward();
+
+  // the FP8 path (which the CPU runs too): 1-byte weights and matmul inputs, the unfused MLP
+  gpt_set_fp8(m, true);
+  gpt_loss(m, x, y).backward();
+  const int64_t before8 = heap_in_use();
+  Tensor loss8 = gpt_loss(m, x, y);
+  const int64_t kept8 = heap_in_use() - before8;
+  TrainMemory est8 = gpt_train_memory(c, B, torch::kFloat32, 1, /*fp8=*/true);
+  const double expected8 = (double)(est8.activations + est8.loss_saved + est8.weight_copies);
+  std::printf("fp8 forward kept %lld bytes, estimated %.0f (ratio %.4f)\n", (long long)kept8, expected8,
+              (double)kept8 / expected8);
+  EXPECT_NEAR((double)kept8 / expected8, 1.0, 0.05) << "kept " << kept8 << " bytes, estimated " << expected8;
+  loss8.backward();
+}
+
+TEST(GptMemory, BatchFitOnAnEightyGigabyteCard) {
+  // 90% of 80 GB per rank, 8 ranks, bf16: upstream's 32 for d20, 16 for d24 (the speedrun's)
+  const int64_t budget = int64_t(80) * 1000 * 1000 * 1000 / 10 * 9;
+  EXPECT_EQ(gpt_train_memory_fit(gpt_config_from_depth(20, 32768), torch::kBFloat16, 8, budget, 32), 32);
+  EXPECT_EQ(gpt_train_memory_fit(gpt_config_from_depth(24, 32768), torch::kBFloat16, 8, budget, 32), 16);
+  EXPECT_EQ(gpt_train_memory_fit(gpt_config_from_depth(20, 32768), torch::kBFloat16, 8, budget, 8), 8);  // capped
+  EXPECT_EQ(gpt_train_memory_fit(gpt_config_from_depth(20, 32768), torch::kBFloat16, 8, int64_t(1) << 30, 32), 0);
 }
 
 TEST(GptConfig, RealModelCountsEqualArithmetic) {

@@ -207,9 +207,9 @@ int64_t gpt_estimate_decode_flops(const GPTConfig& config, int64_t ctx);
 int64_t gpt_estimate_prefill_flops(const GPTConfig& config, int64_t n);
 int64_t gpt_kv_bytes_per_token(const GPTConfig& config, torch::ScalarType dtype);
 int64_t gpt_kv_read_bytes(const GPTConfig& config, int64_t ctx, torch::ScalarType dtype);
-// one rank's training memory at device_batch_size rows of sequence_len (an estimate: see
-// counting.cpp), and the largest power of two <= max_batch whose estimate fits in
-// budget_bytes (0 when not even 1 fits): base-train's default --device-batch-size on a GPU
+// one rank's training memory at device_batch_size rows of sequence_len, and the largest power
+// of two <= max_batch whose estimate fits in budget_bytes (0 when not even 1 fits), for a
+// single rank: the totals of gpt/memory.h's gpt_train_memory and gpt_train_memory_fit
 int64_t gpt_estimate_train_memory_bytes(const GPTConfig& config, int64_t device_batch_size, torch::ScalarType dtype);
 int64_t gpt_fit_device_batch_size(const GPTConfig& config, torch::ScalarType dtype, int64_t budget_bytes,
                                   int64_t max_batch = 64);

@@ -14,6 +14,7 @@
 
 #include <torch/torch.h>
 
+#include "cli/base_train.h"
 #include "cli/commands.h"
 #include "nanochat/checkpoint.h"
 #include "nanochat/checkpoint_gpt.h"
@@ -37,38 +38,6 @@
 namespace nanochat {
 
 namespace {
-
-struct BaseTrainFlags {
-  // upstream's names and defaults
-  std::string run = "dummy";  // a name recorded in metrics.jsonl (no wandb)
-  std::string device_type;    // "" autodetect, cuda, cpu
-  bool fp8 = false;           // FP8 training on CUDA sm89+ (tensorwise); elsewhere a warning
-  std::string fp8_recipe = "tensorwise";
-  int64_t depth = 20, aspect_ratio = 64, head_dim = 128, max_seq_len = 2048;
-  std::string window_pattern = "SSSL";
-  int64_t num_iterations = -1;
-  double target_flops = -1.0;
-  double target_param_data_ratio = 12.0;
-  int64_t device_batch_size = 32, total_batch_size = -1;
-  bool device_batch_size_given = false;  // else on a GPU: the largest power of two <= 32 that fits
-  double embedding_lr = 0.3, unembedding_lr = 0.008, weight_decay = 0.28, matrix_lr = 0.02,
-         scalar_lr = 0.5;
-  int64_t warmup_steps = 40;
-  double warmdown_ratio = 0.65, final_lr_frac = 0.05;
-  int64_t resume_from_step = -1;
-  int64_t eval_every = 250, eval_tokens = 80 * 524288;
-  int64_t core_metric_every = 2000, core_metric_max_per_task = 500;
-  int64_t sample_every = 2000, save_every = -1;
-  std::string model_tag;  // "" -> d<depth>
-  // ours
-  bool resume_latest = false;  // --resume latest: the last complete checkpoint of the tag
-  CorpusOptions data;
-  int tokenizer_threads = 0;   // 0: all but one core of this rank
-  int prefetch = 2;            // batches staged ahead by the loader
-  int64_t min_doc_chars = 0;
-  bool skip_bad_row_groups = false;
-  std::string eval_bundle;     // CORE bundle ("": $NANOCHAT_BASE_DIR/eval_bundle)
-};
 
 // what a checkpoint restores besides weights and optimizer moments
 struct LoopState {
@@ -131,11 +100,24 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   opt("--min-doc-chars", o.min_doc_chars, "drop documents shorter than this many bytes")->check(CLI::NonNegativeNumber);
   sub->add_flag("--skip-bad-row-groups", o.skip_bad_row_groups,
                 "warn about and skip a row group that fails to decode (default: stop with an error)");
+  sub->add_flag("--dry-run", o.dry_run, "print the plan (counts, FLOPs, batch, horizon, scaling, memory per rank, "
+                                        "wall-clock) and exit: no weights, no data, no GPU needed; last line JSON");
+  opt("--gpu-memory", o.gpu_memory, "plan the default --device-batch-size for a GPU of this much memory (e.g. 80GB, "
+                                    "80GiB) instead of asking the device");
+  opt("--gpu-name", o.gpu_name, "--dry-run: the GPU whose peak FLOPS the wall-clock uses (default: this machine's, "
+                                "else H100)");
+  opt("--mfu", o.mfu, "--dry-run: the model FLOPS utilisation the wall-clock assumes")->check(CLI::Range(1e-6, 1.0));
+  opt("--world-size", o.world_size, "--dry-run: ranks to plan for (0: WORLD_SIZE, else 1)")->check(CLI::Range(0, 1 << 20));
+  opt("--preflight-steps", o.preflight_steps, "train this many steps of the real plan (model, batch, schedule) into "
+                                              "the scratch tag <tag>-preflight, with no evals and no checkpoint, "
+                                              "then report tok/s, MFU, peak memory vs the estimate and the "
+                                              "projected time of the whole run (0: off)")
+      ->check(CLI::NonNegativeNumber);
   sub->callback([sub, &exit_code] {
     nlohmann::ordered_json user_config = cli_flags_json(sub);
     user_config["argv"] = cli_argv();
     o.device_batch_size_given = sub->get_option("--device-batch-size")->count() > 0;
-    exit_code = base_train(o, user_config);
+    exit_code = o.dry_run ? base_train_dry_run(o) : base_train(o, user_config);
   });
 }
 
@@ -144,11 +126,19 @@ namespace {
 int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_config) {
   // ---- set-up ---------------------------------------------------------------------
   stop_signal_install();
+  // --preflight-steps: the first steps of the real plan, into a scratch tag, nothing saved
+  const bool preflight = o.preflight_steps > 0;
+  if (preflight && (o.resume_latest || o.resume_from_step >= 0))
+    fail("--preflight-steps starts a scratch run: drop --resume / --resume-from-step");
+  const bool evals = !preflight;  // val bpb, CORE, samples
   // CORE needs its bundle: a missing one fails now, not at step N
-  const std::string bundle = o.core_metric_every > 0 ? core_eval_bundle_dir(o.eval_bundle) : "";
+  const std::string bundle = evals && o.core_metric_every > 0 ? core_eval_bundle_dir(o.eval_bundle) : "";
   Compute c = compute_init(o.device_type);
   Dist& dist = *c.dist;
   const int world = c.env.world_size, rank = c.env.rank;
+  if (o.world_size > 0 && o.world_size != world)
+    fail("--world-size %d plans a --dry-run; this run has %d rank(s) (use `nanochat launch --nproc-per-node N`)",
+         o.world_size, world);
   log_info("nanochat base-train: device %s (%s), compute dtype %s, %d rank(s), %d CPU threads",
            c.device.str().c_str(), c.device_type.c_str(), dtype_name(c.dtype).c_str(), world,
            c.cpu_threads);
@@ -162,7 +152,8 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
 
   GPTConfig config = gpt_config_from_depth(o.depth, tok.vocab_size(), o.max_seq_len,
                                            o.window_pattern, o.aspect_ratio, o.head_dim);
-  const std::string tag = o.model_tag.empty() ? strprintf("d%lld", (long long)o.depth) : o.model_tag;
+  const std::string tag = (o.model_tag.empty() ? strprintf("d%lld", (long long)o.depth) : o.model_tag) +
+                          (preflight ? "-preflight" : "");
   const std::string ckpt_dir = checkpoint_dir("base", tag);
   cli_open_checkpoint_dir(ckpt_dir, o.resume_latest || o.resume_from_step >= 0, dist);  // --force, stale files
   const int64_t resume_step = o.resume_latest ? checkpoint_find_last_step(ckpt_dir) : o.resume_from_step;
@@ -173,16 +164,19 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   if (o.fp8 && c.device.is_cuda()) gpt_set_fp8(model, true);  // Error below compute capability 8.9
 
   // rows per micro-step: the flag, or on a GPU the largest power of two up to upstream's 32
-  // whose memory estimate fits in 90% of what is free
+  // whose estimate fits in 90% of what the device can give (or of --gpu-memory)
   int64_t device_batch_size = o.device_batch_size;
   if (c.device.is_cuda() && !o.device_batch_size_given) {
-    for (const CudaDeviceInfo& d : cuda_device_infos(c.device.index())) {
-      device_batch_size = std::max<int64_t>(1, gpt_fit_device_batch_size(config, c.dtype, d.free_bytes / 10 * 9, 32));
-      log_info("device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% "
-               "of the %.1f GiB free on %s (--device-batch-size overrides)", (long long)device_batch_size,
-               (double)gpt_estimate_train_memory_bytes(config, device_batch_size, c.dtype) / (1 << 30),
-               (double)d.free_bytes / (1 << 30), d.name.c_str());
-    }
+    const int64_t budget = o.gpu_memory.empty() ? gpt_device_memory_budget(c.device)
+                                                : base_train_parse_memory_size(o.gpu_memory, "--gpu-memory");
+    const bool fp8 = o.fp8 && c.device.is_cuda();
+    const int64_t fit = gpt_train_memory_fit(config, c.dtype, world, budget / 10 * 9, 32, fp8);
+    device_batch_size = std::max<int64_t>(1, fit);
+    log_info("device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% of "
+             "the %.1f GiB %s (--device-batch-size overrides)%s", (long long)device_batch_size,
+             (double)gpt_train_memory(config, device_batch_size, c.dtype, world, fp8).total / (1 << 30),
+             (double)budget / (1 << 30), o.gpu_memory.empty() ? "the device can give" : "of --gpu-memory",
+             fit == 0 ? "; not even 1 row fits: expect an out-of-memory error" : "");
   }
   if (o.fp8 && c.device.is_cuda() && device_batch_size * config.sequence_len % 16 != 0)
     fail("--fp8: a micro-batch's %lld x %lld tokens must be a multiple of 16 (the inner dimension of the weight "
@@ -199,8 +193,10 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
       log_info("attention, window %lld: %s", (long long)w, attention_kernel_name(q, k, w).c_str());
   }
 
-  ScalingParams counts = gpt_num_scaling_params(config);
-  const int64_t flops_per_token = gpt_estimate_flops(config);
+  const BaseTrainPlan plan = base_train_plan(o, tok.vocab_size(), world, device_batch_size, c.dtype,
+                                             o.fp8 && c.device.is_cuda());
+  const ScalingParams& counts = plan.counts;
+  const int64_t flops_per_token = plan.flops_per_token;
   log_info("model %s: d_model %lld, %lld heads, %lld layers, vocab %lld, window pattern %s",
            tag.c_str(), (long long)config.n_embd, (long long)config.n_head, (long long)config.n_layer,
            (long long)config.vocab_size, config.window_pattern.c_str());
@@ -210,26 +206,26 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
            format_count((double)counts.transformer_matrices).c_str(), (long long)counts.scalars);
   log_info("estimated FLOPs per token: %e", (double)flops_per_token);
 
-  // ---- scaling rules and horizon (train_schedule) ------------------------------------------
-  GPTConfig ref = gpt_config_from_depth(12, tok.vocab_size(), o.max_seq_len, o.window_pattern,
-                                        o.aspect_ratio, o.head_dim);
-  auto scaling_of = [](const ScalingParams& s) { return s.transformer_matrices + s.lm_head; };
-  TrainScaling scaling = train_scaling(scaling_of(counts), scaling_of(gpt_num_scaling_params(ref)),
-                                       o.target_param_data_ratio, o.total_batch_size, o.weight_decay);
-  const int64_t num_iterations = train_num_iterations(o.num_iterations, o.target_flops,
-                                                      (double)flops_per_token, scaling,
-                                                      o.target_param_data_ratio);
+  // ---- scaling rules and horizon (the plan: train_schedule) ------------------------------
+  const TrainScaling& scaling = plan.scaling;
+  const int64_t num_iterations = plan.num_iterations;
   const int64_t total_batch = scaling.total_batch_size;
-  const int64_t grad_accum = train_grad_accum(total_batch, device_batch_size, o.max_seq_len, world);
+  const int64_t grad_accum = plan.grad_accum;
   log_info("total batch %lld tokens (%s), grad accumulation %lld, %lld iterations, %s tokens, "
            "%.2f tokens per scaling param, %e FLOPs",
            (long long)total_batch, o.total_batch_size == -1 ? "auto" : "--total-batch-size",
-           (long long)grad_accum, (long long)num_iterations,
-           format_count((double)(total_batch * num_iterations)).c_str(),
-           (double)(total_batch * num_iterations) / (double)scaling_of(counts),
-           (double)flops_per_token * (double)(total_batch * num_iterations));
+           (long long)grad_accum, (long long)num_iterations, format_count((double)plan.total_tokens).c_str(),
+           (double)plan.total_tokens / (double)plan.scaling_params,
+           (double)flops_per_token * (double)plan.total_tokens);
   const double bls = scaling.batch_lr_scale;
   log_info("batch lr scale %.4f, weight decay %.6f (scaled from %.4f)", bls, scaling.weight_decay, o.weight_decay);
+  log_info("memory estimate per rank at %lld rows: %.2f GiB (weights %.2f, grads %.2f, optimizer %.2f, "
+           "activations %.2f GiB)", (long long)device_batch_size, (double)plan.memory.total / (1 << 30),
+           (double)plan.memory.weights / (1 << 30), (double)plan.memory.grads / (1 << 30),
+           (double)plan.memory.optimizer / (1 << 30), (double)plan.memory.activations / (1 << 30));
+  if (preflight)
+    log_info("preflight: %lld steps of this plan into %s, no evals, nothing saved", (long long)o.preflight_steps,
+             tag.c_str());
 
   MuonAdamW opt(optim_param_groups_gpt(gpt_named_parameters(model), config.n_embd, o.unembedding_lr * bls,
                                        o.embedding_lr * bls, o.matrix_lr * bls, scaling.weight_decay,
@@ -337,6 +333,9 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   double last_core = NAN, last_mfu = 0;  // for the report
   double timed_steps_seconds = 0;  // for the ETA: steps > 10 of this process
   int64_t timed_steps = 0;
+  std::vector<double> step_seconds;  // every logged step's dt (the preflight's steady rate)
+  // the step that ends this process's loop: the plan's last, or the preflight's
+  const int64_t end_step = preflight ? std::min(num_iterations, start_step + o.preflight_steps) : num_iterations;
 
   // A step's loss (and whether any rank was signalled) comes back one step late on a GPU:
   // the host queues step s+1 before it waits for step s, once (DeferredReadback). The log
@@ -364,6 +363,13 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
     const double tok_per_sec = (double)total_batch / dt;
     const double mfu = 100.0 * (double)flops_per_token * tok_per_sec / (peak * world);
     last_mfu = mfu;
+    step_seconds.push_back(dt);
+    if (r.step == start_step + 1) {  // the estimate beside the allocator's peak, once the state exists
+      const int64_t peak_now = device_peak_memory_bytes(c.device);
+      if (peak_now >= 0)
+        log_info("memory after step %lld: peak %.2f GiB allocated (CUDA caching allocator), estimate %.2f GiB",
+                 (long long)r.step, (double)peak_now / (1 << 30), (double)plan.memory.total / (1 << 30));
+    }
     if (r.step > 10) {
       loop.total_training_time += dt;
       timed_steps_seconds += dt;
@@ -401,18 +407,19 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   log_info("training %s from step %lld to %lld; metrics in %s", o.run.c_str(), (long long)start_step,
            (long long)num_iterations, (ckpt_dir + "/metrics.jsonl").c_str());
   for (int64_t step = start_step;; step++) {
-    const bool last_step = step == num_iterations;
+    const bool last_step = step == end_step;
     const double flops_so_far = (double)flops_per_token * (double)total_batch * (double)step;
-    const bool eval_now = o.eval_every > 0 && (last_step || step % o.eval_every == 0);
-    const bool core_now = o.core_metric_every > 0 && (last_step || (step > 0 && step % o.core_metric_every == 0));
-    const bool sample_due = o.sample_every > 0 && (last_step || (step > 0 && step % o.sample_every == 0));
-    const bool save_now = !last_step && step > 0 && step != resume_step && o.save_every > 0 && step % o.save_every == 0;
+    const bool eval_now = evals && o.eval_every > 0 && (last_step || step % o.eval_every == 0);
+    const bool core_now = evals && o.core_metric_every > 0 && (last_step || (step > 0 && step % o.core_metric_every == 0));
+    const bool sample_due = evals && o.sample_every > 0 && (last_step || (step > 0 && step % o.sample_every == 0));
+    const bool save_now = !preflight && !last_step && step > 0 && step != resume_step && o.save_every > 0 &&
+                          step % o.save_every == 0;
     // every rank drains at the same steps, so that a stop flag is seen by all at once
     if ((last_step || eval_now || core_now || sample_due || save_now) && drain()) return stop_and_save();
 
     // the final checkpoint comes before the final evals: an eval that fails (out of
     // memory, say) must not cost the run (upstream issue #446)
-    if (last_step) save(step);
+    if (last_step && !preflight) save(step);
     if (eval_now) {
       model->eval();
       loop.val_bpb = evaluate_val_bpb();
@@ -487,6 +494,37 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
 
   int64_t peak_mem = device_peak_memory_bytes(c.device);
   if (peak_mem >= 0) log_info("peak memory: %.2f MiB", (double)peak_mem / (1024.0 * 1024.0));
+  if (preflight) {
+    // the steady rate: the mean step time over the later half of the steps (the first warm up)
+    double sum = 0;
+    size_t k = 0;
+    for (size_t i = step_seconds.size() / 2; i < step_seconds.size(); i++, k++) sum += step_seconds[i];
+    const double dt = k ? sum / (double)k : NAN;
+    const double tok_per_sec = (double)total_batch / dt;
+    const double mfu = 100.0 * (double)flops_per_token * tok_per_sec / (peak * world);
+    const double projected = dt * (double)num_iterations;
+    const double loss = smooth / (1.0 - std::pow(0.9, (double)end_step));
+    log_info("preflight: %lld steps | %s tok/sec | bf16_mfu %.2f | peak memory %s vs estimate %.2f GiB | "
+             "projected pretraining time %.1fm (%lld iterations) | loss %.4f",
+             (long long)(end_step - start_step), format_thousands((int64_t)tok_per_sec).c_str(), mfu,
+             peak_mem >= 0 ? strprintf("%.2f GiB", (double)peak_mem / (1 << 30)).c_str() : "n/a (CPU)",
+             (double)plan.memory.total / (1 << 30), projected / 60, (long long)num_iterations, loss);
+    if (!std::isfinite(loss)) fail("preflight: the training loss is not finite (%f) after %lld steps", loss, (long long)end_step);
+    if (c.master()) {
+      nlohmann::ordered_json j;
+      j["preflight_steps"] = end_step - start_step;
+      j["tok_per_sec"] = std::isfinite(tok_per_sec) ? nlohmann::json(tok_per_sec) : nlohmann::json();
+      j["mfu"] = std::isfinite(mfu) ? nlohmann::json(mfu) : nlohmann::json();
+      j["peak_memory_bytes"] = peak_mem >= 0 ? nlohmann::json(peak_mem) : nlohmann::json();
+      j["estimated_peak_memory_bytes"] = plan.memory.total;
+      j["num_iterations"] = num_iterations;
+      j["projected_seconds"] = std::isfinite(projected) ? nlohmann::json(projected) : nlohmann::json();
+      j["loss"] = loss;
+      std::printf("%s\n", j.dump().c_str());
+      std::fflush(stdout);
+    }
+    return 0;
+  }
   log_info("total training time: %.2fm", loop.total_training_time / 60);
   log_info("minimum validation bpb: %.6f", loop.min_val_bpb);
   if (c.master()) {
@@ -495,7 +533,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
                         {"Number of FLOPs per token", strprintf("%e", (double)flops_per_token)},
                         {"Calculated number of iterations", num_iterations},
                         {"Number of training tokens", tokens},
-                        {"Tokens : Scaling params ratio", (double)tokens / (double)scaling_of(counts)},
+                        {"Tokens : Scaling params ratio", (double)tokens / (double)plan.scaling_params},
                         {"DDP world size", world},
                         {"warmup_steps", o.warmup_steps},
                         {"warmdown_ratio", o.warmdown_ratio},

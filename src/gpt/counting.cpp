@@ -77,29 +77,6 @@ int64_t gpt_kv_read_bytes(const GPTConfig& c, int64_t ctx, torch::ScalarType dty
   return total;
 }
 
-// Training memory of one rank, an estimate to choose a batch size by, not a promise:
-//   16 bytes a parameter: the fp32 master, its fp32 gradient and ~8 bytes of optimizer state
-//     (AdamW's two moments; Muon's momentum plus a small second moment);
-//   per token and layer, 16 C-wide vectors in the compute dtype: the 12 that autograd keeps
-//     with the fused kernels (the residual mix, its norm, q, k, v, the attention output, the
-//     block's half-way residual and its norm, the MLP's 4C pre-activation) and 4 for the
-//     transients of backward, plus the value embedding where the layer has one;
-//   2 GiB of workspace: a chunk of the fused loss, attention and matmul scratch, the caching
-//     allocator's slack.
-int64_t gpt_estimate_train_memory_bytes(const GPTConfig& c, int64_t device_batch_size, torch::ScalarType dtype) {
-  const int64_t params = gpt_num_scaling_params(c).total;
-  const int64_t tokens = device_batch_size * c.sequence_len;
-  const int64_t elt = (int64_t)c10::elementSize(dtype);
-  const int64_t per_token = (c.n_layer * 16 * c.n_embd + num_ve_layers(c) * c.n_kv_head * c.head_dim()) * elt;
-  return 16 * params + tokens * per_token + (int64_t(2) << 30);
-}
-
-int64_t gpt_fit_device_batch_size(const GPTConfig& c, torch::ScalarType dtype, int64_t budget_bytes, int64_t max_batch) {
-  int64_t b = 1;
-  while (b * 2 <= max_batch && gpt_estimate_train_memory_bytes(c, b * 2, dtype) <= budget_bytes) b *= 2;
-  return gpt_estimate_train_memory_bytes(c, b, dtype) <= budget_bytes ? b : 0;
-}
-
 ScalingParams gpt_count_params(const GPT& model) {
   ScalingParams p{0, 0, 0, 0, 0, 0};
   for (const auto& [name, t] : gpt_named_parameters(model)) {

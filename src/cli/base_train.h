@@ -1,0 +1,86 @@
+// defines: BaseTrainFlags, BaseTrainPlan, base_train_plan, base_train_dry_run,
+//          base_train_parse_memory_size, kDefaultPlanGpu
+// base-train's flags and its plan: everything the run derives from its flags before it
+// touches a device or data (the model's shape and counts, the scaling rules, the horizon,
+// the batch split, the memory estimate). The run and `base-train --dry-run` share it.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include <torch/types.h>
+
+#include "nanochat/dataset.h"
+#include "nanochat/gpt.h"
+#include "nanochat/gpt/memory.h"
+#include "nanochat/train_schedule.h"
+
+namespace nanochat {
+
+struct BaseTrainFlags {
+  // upstream's names and defaults
+  std::string run = "dummy";  // a name recorded in metrics.jsonl (no wandb)
+  std::string device_type;    // "" autodetect, cuda, cpu
+  bool fp8 = false;           // FP8 training on CUDA sm89+ (tensorwise); elsewhere a warning
+  std::string fp8_recipe = "tensorwise";
+  int64_t depth = 20, aspect_ratio = 64, head_dim = 128, max_seq_len = 2048;
+  std::string window_pattern = "SSSL";
+  int64_t num_iterations = -1;
+  double target_flops = -1.0;
+  double target_param_data_ratio = 12.0;
+  int64_t device_batch_size = 32, total_batch_size = -1;
+  bool device_batch_size_given = false;  // else on a GPU: the largest power of two <= 32 that fits
+  double embedding_lr = 0.3, unembedding_lr = 0.008, weight_decay = 0.28, matrix_lr = 0.02,
+         scalar_lr = 0.5;
+  int64_t warmup_steps = 40;
+  double warmdown_ratio = 0.65, final_lr_frac = 0.05;
+  int64_t resume_from_step = -1;
+  int64_t eval_every = 250, eval_tokens = 80 * 524288;
+  int64_t core_metric_every = 2000, core_metric_max_per_task = 500;
+  int64_t sample_every = 2000, save_every = -1;
+  std::string model_tag;  // "" -> d<depth>
+  // ours
+  bool resume_latest = false;  // --resume latest: the last complete checkpoint of the tag
+  CorpusOptions data;
+  int tokenizer_threads = 0;   // 0: all but one core of this rank
+  int prefetch = 2;            // batches staged ahead by the loader
+  int64_t min_doc_chars = 0;
+  bool skip_bad_row_groups = false;
+  std::string eval_bundle;     // CORE bundle ("": $NANOCHAT_BASE_DIR/eval_bundle)
+  // planning and preflight
+  bool dry_run = false;        // print the plan and exit
+  std::string gpu_memory;      // "80GB": plan the default device batch for a GPU of that size
+  std::string gpu_name;        // the GPU whose peak FLOPS the plan's wall-clock uses
+  double mfu = 0.4;            // the model FLOPS utilisation the plan's wall-clock assumes
+  int world_size = 0;          // --dry-run: ranks to plan for (0: WORLD_SIZE, else 1)
+  int64_t preflight_steps = 0; // > 0: train this many steps of the real plan, save nothing, report
+};
+
+// a GPU to plan for when neither --gpu-name nor a device says which (upstream's reference)
+constexpr const char* kDefaultPlanGpu = "H100";
+
+struct BaseTrainPlan {
+  GPTConfig config;
+  ScalingParams counts;
+  int64_t scaling_params = 0;   // transformer matrices + lm_head (what the horizon scales with)
+  int64_t flops_per_token = 0;
+  TrainScaling scaling;         // total batch, lr and weight decay scaling
+  double dmodel_lr_scale = 1;   // the AdamW lrs' 1/sqrt(d_model/768)
+  int64_t num_iterations = 0, total_tokens = 0;
+  int world = 1;
+  int64_t device_batch_size = 0, grad_accum = 0;
+  TrainMemory memory;           // one rank's estimate at device_batch_size
+};
+
+// Error (one line naming the flag) on flags that do not make a run
+// fp8: the block matmuls run in FP8 (--fp8 on a GPU), for the memory estimate
+BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int world, int64_t device_batch_size,
+                              torch::ScalarType dtype, bool fp8);
+
+// `base-train --dry-run`: the plan on stdout, its last line one JSON object; no device, no data
+int base_train_dry_run(const BaseTrainFlags& o);
+
+// "80GB", "80 GiB", "81559MiB", "1.5TB" -> bytes (k/M/G/T: powers of 1000; Ki/Mi/Gi/Ti: of
+// 1024); Error naming `flag` otherwise
+int64_t base_train_parse_memory_size(const std::string& text, const char* flag);
+
+}  // namespace nanochat

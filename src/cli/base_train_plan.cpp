@@ -1,0 +1,226 @@
+// defines: base_train_plan, base_train_dry_run, base_train_parse_memory_size
+// base-train's plan (upstream base_train.py's set-up arithmetic: parameter counts, FLOPs per
+// token, the d12-referenced batch, lr and weight decay scaling, the horizon, gradient
+// accumulation) plus one rank's memory estimate, and `base-train --dry-run`, which prints it
+// without building the model or reading data: on a laptop, for the node it plans.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/base_train.h"
+#include "nanochat/common.h"
+#include "nanochat/common/peak_flops.h"
+#include "nanochat/dist.h"
+#include "nanochat/tokenizer.h"
+
+namespace nanochat {
+
+BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int world, int64_t device_batch_size,
+                              torch::ScalarType dtype, bool fp8) {
+  BaseTrainPlan p;
+  p.config = gpt_config_from_depth(o.depth, vocab_size, o.max_seq_len, o.window_pattern, o.aspect_ratio, o.head_dim);
+  p.counts = gpt_num_scaling_params(p.config);
+  p.flops_per_token = gpt_estimate_flops(p.config);
+  auto scaling_of = [](const ScalingParams& s) { return s.transformer_matrices + s.lm_head; };
+  p.scaling_params = scaling_of(p.counts);
+  // the d12 reference, built with the same flags (upstream's build_model_meta(12))
+  GPTConfig ref = gpt_config_from_depth(12, vocab_size, o.max_seq_len, o.window_pattern, o.aspect_ratio, o.head_dim);
+  p.scaling = train_scaling(p.scaling_params, scaling_of(gpt_num_scaling_params(ref)), o.target_param_data_ratio,
+                            o.total_batch_size, o.weight_decay);
+  p.dmodel_lr_scale = std::pow((double)p.config.n_embd / 768.0, -0.5);
+  p.num_iterations = train_num_iterations(o.num_iterations, o.target_flops, (double)p.flops_per_token, p.scaling,
+                                          o.target_param_data_ratio);
+  p.total_tokens = p.scaling.total_batch_size * p.num_iterations;
+  p.world = world;
+  p.device_batch_size = device_batch_size;
+  p.grad_accum = train_grad_accum(p.scaling.total_batch_size, device_batch_size, o.max_seq_len, world);
+  p.memory = gpt_train_memory(p.config, device_batch_size, dtype, world, fp8);
+  return p;
+}
+
+int64_t base_train_parse_memory_size(const std::string& text, const char* flag) {
+  const char* s = text.c_str();
+  char* end = nullptr;
+  const double v = std::strtod(s, &end);
+  std::string unit(end);
+  while (!unit.empty() && unit.front() == ' ') unit.erase(0, 1);
+  for (char& ch : unit) ch = (char)std::toupper((unsigned char)ch);
+  double scale = 0;
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  const char* iunits[] = {"B", "KIB", "MIB", "GIB", "TIB"};
+  for (int i = 0; i < 5; i++) {
+    if (unit == units[i]) scale = std::pow(1000.0, i);
+    if (unit == iunits[i]) scale = std::pow(1024.0, i);
+  }
+  if (end == s || !(v > 0) || !std::isfinite(v) || scale == 0)
+    fail("%s '%s': expected a size with a unit, e.g. 80GB or 80GiB (B, kB, MB, GB, TB or KiB, MiB, GiB, TiB)",
+         flag, text.c_str());
+  return (int64_t)(v * scale);
+}
+
+namespace {
+
+std::string gib(int64_t bytes) { return strprintf("%.2f GiB", (double)bytes / (double)(int64_t(1) << 30)); }
+
+std::string duration_text(double seconds) {
+  if (!std::isfinite(seconds)) return "unknown";
+  const int64_t s = (int64_t)std::llround(seconds);
+  return strprintf("%lldh %02lldm %02llds", (long long)(s / 3600), (long long)(s / 60 % 60), (long long)(s % 60));
+}
+
+}  // namespace
+
+int base_train_dry_run(const BaseTrainFlags& o) {
+  // what is planned: a GPU unless --device-type cpu says otherwise
+  const std::string device_type = o.device_type.empty() ? "cuda" : o.device_type;
+  const std::vector<CudaDeviceInfo> gpus = device_type == "cuda" ? cuda_device_infos(0, /*with_memory=*/false)
+                                                                 : std::vector<CudaDeviceInfo>();
+  torch::ScalarType dtype = compute_dtype_detect(device_type);
+  if (device_type == "cuda" && gpus.empty() && !std::getenv("NANOCHAT_DTYPE")) dtype = torch::kBFloat16;
+  const int world = o.world_size > 0 ? o.world_size : dist_env_from_environment().world_size;
+  const bool fp8 = o.fp8 && device_type == "cuda";  // as the run: FP8 on a GPU only
+
+  // the vocabulary: the trained tokenizer's, or the speedrun's 32768
+  const std::string tok_dir = base_dir_path("tokenizer");
+  const bool have_tok = path_exists(tok_dir + "/tokenizer.json");
+  const int64_t vocab = have_tok ? tokenizer_load(tok_dir).vocab_size() : 32768;
+
+  // the device batch: the flag, or the largest power of two up to 32 whose estimate fits in
+  // 90% of --gpu-memory (or of this machine's GPU), as the run picks it on a GPU
+  int64_t device_batch = o.device_batch_size;
+  std::string batch_source = o.device_batch_size_given ? "--device-batch-size" : "the flag's default";
+  int64_t budget = -1;
+  std::string budget_source;
+  if (device_type == "cuda" && !o.gpu_memory.empty()) {
+    budget = base_train_parse_memory_size(o.gpu_memory, "--gpu-memory");
+    budget_source = "--gpu-memory " + o.gpu_memory;
+  } else if (device_type == "cuda" && !gpus.empty()) {
+    budget = gpt_device_memory_budget(torch::Device(torch::kCUDA, 0));
+    budget_source = "what " + gpus[0].name + " can give";
+  }
+  if (!o.device_batch_size_given && device_type == "cuda") {
+    if (budget > 0) {
+      const GPTConfig cfg = gpt_config_from_depth(o.depth, vocab, o.max_seq_len, o.window_pattern,
+                                                  o.aspect_ratio, o.head_dim);
+      device_batch = std::max<int64_t>(1, gpt_train_memory_fit(cfg, dtype, world, budget / 10 * 9, 32, fp8));
+      batch_source = "the largest power of two up to 32 whose estimate fits in 90% of " + budget_source;
+    } else {
+      batch_source = "upstream's default: no GPU here and no --gpu-memory to plan one by";
+    }
+  }
+  if (o.fp8 && device_batch * o.max_seq_len % 16 != 0)
+    fail("--fp8: a micro-batch's %lld x %lld tokens must be a multiple of 16: change --device-batch-size or "
+         "--max-seq-len", (long long)device_batch, (long long)o.max_seq_len);
+  const BaseTrainPlan p = base_train_plan(o, vocab, world, device_batch, dtype, fp8);
+
+  // the wall-clock at --mfu of the GPU's peak
+  std::string gpu = o.gpu_name;
+  if (gpu.empty()) gpu = gpus.empty() ? kDefaultPlanGpu : gpus[0].name;
+  double peak = device_type == "cuda" ? peak_flops(gpu, gpus.empty() ? 0 : gpus[0].multiprocessors)
+                                      : peak_flops_measure_cpu(dtype);
+  if (device_type == "cuda" && !o.gpu_name.empty() && std::isinf(peak))
+    fail("--gpu-name '%s' is not in the peak-FLOPS table (e.g. H100, H200, A100, B200, RTX 4090)", o.gpu_name.c_str());
+  const double total_flops = (double)p.flops_per_token * (double)p.total_tokens;
+  const double seconds = total_flops / (o.mfu * peak * (double)world);
+
+  auto& out = std::cout;
+  out << "base-train --dry-run: the plan only; no weights allocated, no data read\n";
+  if (have_tok) out << "Vocab size: " << format_thousands(vocab) << " (" << tok_dir << ")\n";
+  else out << "Vocab size: " << format_thousands(vocab) << " (assumed: no trained tokenizer in " << tok_dir << ")\n";
+  out << "Model config:\n" << gpt_config_to_json(p.config).dump(2) << "\n";
+  out << "Parameter counts:\n";
+  const std::pair<const char*, int64_t> rows[] = {{"wte", p.counts.wte}, {"value_embeds", p.counts.value_embeds},
+                                                  {"lm_head", p.counts.lm_head},
+                                                  {"transformer_matrices", p.counts.transformer_matrices},
+                                                  {"scalars", p.counts.scalars}, {"total", p.counts.total}};
+  for (const auto& [name, n] : rows) out << strprintf("%-24s: %s\n", name, format_thousands(n).c_str());
+  out << strprintf("Estimated FLOPs per token: %e\n", (double)p.flops_per_token);
+  if (o.total_batch_size == -1)
+    out << "Auto-computed optimal batch size: " << format_thousands(p.scaling.total_batch_size) << " tokens\n";
+  if (p.scaling.total_batch_size != kBatchRef)
+    out << strprintf("Scaling LRs by %.4f for batch size %s (reference: %s)\n", p.scaling.batch_lr_scale,
+                     format_thousands(p.scaling.total_batch_size).c_str(), format_thousands(kBatchRef).c_str());
+  if (p.scaling.weight_decay != o.weight_decay)
+    out << strprintf("Scaling weight decay from %.6f to %.6f for depth %lld\n", o.weight_decay, p.scaling.weight_decay,
+                     (long long)o.depth);
+  out << strprintf("Scaling the LR for the AdamW parameters 1/sqrt(%lld/768) = %.6f\n", (long long)p.config.n_embd,
+                   p.dmodel_lr_scale);
+  if (o.num_iterations > 0) out << "Using user-provided number of iterations: ";
+  else if (o.target_flops > 0) out << "Calculated number of iterations from target FLOPs: ";
+  else out << "Calculated number of iterations from target data:param ratio: ";
+  out << format_thousands(p.num_iterations) << "\n";
+  out << "Total number of training tokens: " << format_thousands(p.total_tokens) << "\n";
+  out << strprintf("Tokens : Scaling params ratio: %.2f\n", (double)p.total_tokens / (double)p.scaling_params);
+  out << strprintf("Total training FLOPs estimate: %e\n", total_flops);
+  const int64_t per_rank = p.device_batch_size * o.max_seq_len;
+  out << strprintf("Tokens / micro-batch / rank: %lld x %lld = %s\n", (long long)p.device_batch_size,
+                   (long long)o.max_seq_len, format_thousands(per_rank).c_str());
+  out << "Tokens / micro-batch: " << format_thousands(per_rank * world) << "\n";
+  out << "Total batch size " << format_thousands(p.scaling.total_batch_size)
+      << " => gradient accumulation steps: " << p.grad_accum << "\n";
+  out << strprintf("World size %d, compute dtype %s%s, device batch %lld (%s)\n", world, dtype_name(dtype).c_str(),
+                   fp8 ? " with FP8 block matmuls" : "", (long long)p.device_batch_size, batch_source.c_str());
+  const bool fits = budget <= 0 || p.memory.total <= budget / 10 * 9;
+  if (!fits)
+    out << "WARNING: the estimate exceeds 90% of " << gib(budget) << " (" << budget_source
+        << "): expect an out-of-memory error; lower --device-batch-size\n";
+  const TrainMemory& m = p.memory;
+  out << "Estimated peak memory per rank: " << gib(m.total);
+  if (budget > 0) out << " of " << gib(budget);
+  out << "\n";
+  const std::pair<const char*, int64_t> parts[] = {
+      {"weights", m.weights},         {"grads", m.grads},
+      {"optimizer (ZeRO shard)", m.optimizer}, {"weight copies (for backward)", m.weight_copies},
+      {"activations", m.activations}, {"loss (saved)", m.loss_saved},
+      {"loss (transient)", m.loss_transient}, {"backward (transient)", m.backward},
+      {"optimizer step (transient)", m.optimizer_step}};
+  for (const auto& [name, n] : parts) out << strprintf("  %-30s %s\n", name, gib(n).c_str());
+  out << strprintf("Wall-clock at %.0f%% MFU of %s (%s per device, %d device(s)): %s\n", 100 * o.mfu,
+                   device_type == "cuda" ? gpu.c_str() : "this CPU's measured matmul peak",
+                   std::isfinite(peak) ? strprintf("%.0f TFLOPS", peak / 1e12).c_str() : "peak unknown", world,
+                   duration_text(seconds).c_str());
+
+  nlohmann::ordered_json j;
+  j["num_params"] = p.counts.total;
+  j["param_counts"] = {{"wte", p.counts.wte}, {"value_embeds", p.counts.value_embeds}, {"lm_head", p.counts.lm_head},
+                       {"transformer_matrices", p.counts.transformer_matrices}, {"scalars", p.counts.scalars},
+                       {"total", p.counts.total}};
+  j["scaling_params"] = p.scaling_params;
+  j["flops_per_token"] = p.flops_per_token;
+  j["total_batch_size"] = p.scaling.total_batch_size;
+  j["batch_lr_scale"] = p.scaling.batch_lr_scale;
+  j["weight_decay"] = p.scaling.weight_decay;
+  j["dmodel_lr_scale"] = p.dmodel_lr_scale;
+  j["num_iterations"] = p.num_iterations;
+  j["total_tokens"] = p.total_tokens;
+  j["total_flops"] = total_flops;
+  j["world_size"] = world;
+  j["device_batch_size"] = p.device_batch_size;
+  j["grad_accum_steps"] = p.grad_accum;
+  j["vocab_size"] = vocab;
+  j["vocab_assumed"] = !have_tok;
+  j["compute_dtype"] = dtype_name(dtype);
+  j["fp8"] = fp8;
+  j["estimated_peak_memory_bytes"] = m.total;
+  j["memory"] = {{"weights", m.weights}, {"grads", m.grads}, {"optimizer", m.optimizer},
+                 {"weight_copies", m.weight_copies}, {"activations", m.activations}, {"loss_saved", m.loss_saved},
+                 {"loss_transient", m.loss_transient}, {"backward", m.backward},
+                 {"optimizer_step", m.optimizer_step}};
+  j["memory_budget_bytes"] = budget > 0 ? nlohmann::json(budget) : nlohmann::json();
+  j["device_batch_fits"] = fits;
+  j["gpu"] = device_type == "cuda" ? nlohmann::json(gpu) : nlohmann::json();
+  j["peak_flops"] = std::isfinite(peak) ? nlohmann::json(peak) : nlohmann::json();
+  j["mfu"] = o.mfu;
+  j["estimated_seconds"] = std::isfinite(seconds) ? nlohmann::json(seconds) : nlohmann::json();
+  out << j.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace nanochat

@@ -1,0 +1,158 @@
+// defines: gpt_train_memory, gpt_train_memory_fit, gpt_estimate_train_memory_bytes,
+//          gpt_fit_device_batch_size
+// One rank's training memory, counted from what the model and its fused kernels actually
+// keep (src/gpt/*.cpp, src/kernels/*.cpp, src/optim/muon_adamw.cpp), tensor by tensor, in
+// the dtypes they are stored in. C = n_embd, kv = n_kv_head * head_dim, H = n_head,
+// Hkv = n_kv_head, N = tokens of the micro-batch, e = bytes of the compute dtype.
+//
+// Model state
+//   weights    block matrices, lm_head and the scalars in fp32; wte and the value embeddings
+//              in the compute dtype (fp32 when it is fp16, as gpt_init_weights stores them)
+//   grads      the same bytes (a grad has its parameter's dtype)
+//   optimizer  AdamW: exp_avg and exp_avg_sq in the parameter's dtype, rows / world for a
+//              param of >= 1024 elements when world > 1; Muon, per group of K matrices of
+//              one shape: ceil(K / world) x rows x cols fp32 momentum plus the NorMuon second
+//              moment (rows or cols per matrix)
+// Forward/backward (the micro-batch)
+//   weight_copies  every block matrix cast to the compute dtype (Linear's weight.to(x's
+//              dtype), the MLP's two casts), kept by autograd until its backward; none in fp32
+//   activations    per token, per layer:
+//       e x 13 vectors of width C or kv: the block input (kept by the lambdas' residual_norm
+//         for their gradients; layer 0's is x0, counted once below), the mixed residual and
+//         its norm, q and k after rotary_norm, v, the attention output (also c_proj's
+//         input), the half-way residual h and its norm, and the MLP's 4C pre-activation;
+//       4 bytes x (2 + 2H + Hkv) of per-row fp32: the two residual norms' rstd, q's and k's
+//         rstd per head, the attention's log-sum-exp per query head;
+//       on a layer with a value embedding: the embedding (kv) and its gate's sigmoid and
+//         gate (2 Hkv);
+//     once: the token embedding, its norm, x0 after the smear, the final residual (4C) and
+//       its rstd, and the smear gate's 3 numbers per token
+//   loss_saved     the fused loss computes its gradients in forward: d x (N x C, e) and
+//                  d lm_head (fp32)
+//   loss_transient lm_head cast to the compute dtype, one chunk of logits (1 GiB on a GPU:
+//                  kernels' chunk_rows), 4 fp32 numbers per token (loss, lse, mask, weight)
+//   backward       an allowance for one layer's backward: 8 vectors of width C per token (the
+//                  MLP's 4C gradient and relu^2's 4C recomputation, or the residual stream's
+//                  gradients) and the layer's matrix gradients in e and in fp32
+// Optimizer step (after backward: no activations)
+//   world > 1: the stacked gradients of every Muon group and the gathered results (2 x the
+//   matrices in fp32) plus the gathered AdamW params; one rank: the largest Muon group in
+//   fp32, 3 times (Polar Express's iterates)
+// FP8 (every block matrix eligible: gpt_fp8_eligible): each fp8 Linear keeps its input and
+// weight quantized (1 byte each) instead of the compute-dtype input and weight copy; the
+// normed inputs are then kept only where ve_gate reads them, the MLP runs unfused and keeps
+// relu's 4C output in e besides its fp8 copy. Per token and layer that is 8C + H*hd bytes of
+// fp8 inputs, and 2C + 2kv + 2H*hd + 4C vectors in e (+ C on value-embedding layers).
+// Left out: cuBLAS/NCCL workspaces and the caching allocator's fragmentation; the fit below
+// leaves 10% of the budget for them.
+#include "nanochat/gpt/memory.h"
+
+#include <algorithm>
+#include <map>
+#include <utility>
+
+#include <c10/core/ScalarType.h>
+
+namespace nanochat {
+
+namespace {
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// AdamW's two moments of one param of `numel` elements and dim-0 size `rows`
+int64_t adamw_state_bytes(int64_t numel, int64_t rows, int64_t elt, int world) {
+  if (world > 1 && numel >= 1024) return 2 * (numel / rows) * (rows / world) * elt;
+  return 2 * numel * elt;
+}
+
+}  // namespace
+
+TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torch::ScalarType dtype,
+                             int world_size, bool fp8) {
+  const int64_t W = std::max(1, world_size);
+  const int64_t e = (int64_t)c10::elementSize(dtype);
+  const int64_t emb_e = dtype == torch::kFloat16 ? 4 : e;  // wte and value embeddings as stored
+  const int64_t C = c.n_embd, H = c.n_head, Hkv = c.n_kv_head, kv = c.n_kv_head * c.head_dim();
+  const int64_t L = c.n_layer, Vp = gpt_padded_vocab(c.vocab_size);
+  const int64_t N = device_batch_size * c.sequence_len;
+  int64_t n_ve = 0;
+  for (int64_t i = 0; i < L; i++) n_ve += gpt_has_ve(i, L);
+  const ScalingParams p = gpt_num_scaling_params(c);
+
+  TrainMemory m;
+  m.weights = 4 * (p.transformer_matrices + p.lm_head + p.scalars) + emb_e * (p.wte + p.value_embeds);
+  m.grads = m.weights;
+
+  // the Muon groups: one per distinct shape of the block matrices
+  std::map<std::pair<int64_t, int64_t>, int64_t> groups;  // (rows, cols) -> K
+  for (int64_t i = 0; i < L; i++) {
+    groups[{H * c.head_dim(), C}]++;  // c_q
+    groups[{kv, C}] += 2;             // c_k, c_v
+    groups[{C, C}]++;                 // attn.c_proj
+    groups[{4 * C, C}]++;             // c_fc
+    groups[{C, 4 * C}]++;             // mlp.c_proj
+    if (gpt_has_ve(i, L)) groups[{Hkv, kVeGateChannels}]++;
+  }
+  int64_t largest_group = 0;
+  for (const auto& [shape, K] : groups) {
+    const auto [rows, cols] = shape;
+    m.optimizer += ceil_div(K, W) * (rows * cols + std::max(rows, cols)) * 4;
+    largest_group = std::max(largest_group, K * rows * cols * 4);
+  }
+  m.optimizer += adamw_state_bytes(Vp * C, Vp, 4, (int)W);       // lm_head
+  m.optimizer += adamw_state_bytes(Vp * C, Vp, emb_e, (int)W);   // wte
+  m.optimizer += n_ve * adamw_state_bytes(Vp * kv, Vp, emb_e, (int)W);  // value embeddings
+  m.optimizer += 2 * adamw_state_bytes(L, L, 4, (int)W) + adamw_state_bytes(kSmearChannels, 1, 4, (int)W) +
+                 2 * adamw_state_bytes(1, 1, 4, (int)W);  // resid/x0 lambdas, smear gate, smear/backout lambdas
+
+  const int64_t q = H * c.head_dim();  // q's (and the attention output's) width
+  const int64_t layer_matrices = q * C + 2 * kv * C + C * C + 8 * C * C;
+  const bool f8 = fp8 && gpt_fp8_eligible(C, q) && gpt_fp8_eligible(C, kv) && gpt_fp8_eligible(q, C) &&
+                  gpt_fp8_eligible(C, 4 * C) && gpt_fp8_eligible(4 * C, C);
+  const int64_t ve_gates = p.transformer_matrices - L * layer_matrices;
+  if (f8) m.weight_copies = L * layer_matrices + ve_gates * e;  // fp8 weights; ve_gate cast
+  else m.weight_copies = dtype == torch::kFloat32 ? 0 : p.transformer_matrices * e;
+
+  // mixed, its norm, h, its norm; k, v; q, attention output; the MLP's pre-activation
+  // (fp8: no norms, see above, and the fp8 inputs of the six matmuls)
+  const int64_t layer_vectors = f8 ? 2 * C + 2 * kv + 2 * q + 4 * C : 4 * C + 2 * kv + 2 * q + 4 * C;
+  int64_t per_token = 0;
+  per_token += L * layer_vectors * e + (L - 1) * C * e;  // + the block inputs of layers 1..L-1
+  if (f8) per_token += L * (8 * C + q) + n_ve * C * e;  // fp8 inputs; the norm ve_gate reads
+  per_token += L * 4 * (2 + 2 * H + Hkv);                // rstd x2, q rstd, lse; k rstd
+  per_token += n_ve * (kv + 2 * Hkv) * e;
+  per_token += 4 * C * e + 4 + 3 * e;                    // embedding, norm, x0, final residual; rstd; smear
+  m.activations = N * per_token;
+
+  m.loss_saved = N * C * e + Vp * C * 4;
+  const int64_t chunk_rows = std::min(N, std::max<int64_t>(16, (int64_t(1) << 30) / (Vp * e)));
+  m.loss_transient = (dtype == torch::kFloat32 ? 0 : Vp * C * e) + chunk_rows * Vp * e + N * 4 * 4;
+  m.backward = N * 8 * C * e + layer_matrices * (e + 4);
+
+  if (W > 1) m.optimizer_step = 2 * 4 * p.transformer_matrices + 4 * (p.lm_head) + emb_e * (p.wte + p.value_embeds);
+  else m.optimizer_step = 3 * largest_group;
+
+  const int64_t state = m.weights + m.grads + m.optimizer;
+  const int64_t fwd_bwd = m.weight_copies + m.activations + m.loss_saved + std::max(m.loss_transient, m.backward);
+  m.total = state + std::max(fwd_bwd, m.optimizer_step);
+  return m;
+}
+
+int64_t gpt_train_memory_fit(const GPTConfig& c, torch::ScalarType dtype, int world_size, int64_t budget_bytes,
+                             int64_t max_batch, bool fp8) {
+  auto fits = [&](int64_t b) { return gpt_train_memory(c, b, dtype, world_size, fp8).total <= budget_bytes; };
+  int64_t b = 1;
+  while (b * 2 <= max_batch && fits(b * 2)) b *= 2;
+  return fits(b) ? b : 0;
+}
+
+// gpt.h's one-rank forms
+int64_t gpt_estimate_train_memory_bytes(const GPTConfig& c, int64_t device_batch_size, torch::ScalarType dtype) {
+  return gpt_train_memory(c, device_batch_size, dtype, 1).total;
+}
+
+int64_t gpt_fit_device_batch_size(const GPTConfig& c, torch::ScalarType dtype, int64_t budget_bytes, int64_t max_batch) {
+  return gpt_train_memory_fit(c, dtype, 1, budget_bytes, max_batch);
+}
+
+}  // namespace nanochat

@@ -1,0 +1,120 @@
+// `base-train --dry-run` through the real binary: its plan against upstream nanochat's own
+// base_train.py printout for the same flags, the default device batch it plans for an 80 GB
+// card, and one clear error line for a bad size.
+//
+// The expected numbers are upstream's printout (scripts/base_train.py at karpathy/nanochat
+// 92d63d4: "Parameter counts", "Estimated FLOPs per token", "Auto-computed optimal batch size",
+// "Scaling LRs by", "Scaling weight decay from", "Scaling the LR for the AdamW parameters",
+// "Calculated number of iterations", "Total number of training tokens", "Total batch size ...
+// => gradient accumulation steps"), run on the meta device up to its training loop with vocab
+// 32768 and the world size given, copied here by hand.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+
+namespace {
+
+struct Upstream {
+  const char* flags;
+  int world;
+  int64_t wte, value_embeds, lm_head, transformer_matrices, scalars, total;
+  const char* flops_per_token;  // as printed: %e
+  int64_t total_batch_size;
+  const char* batch_lr_scale;   // %.4f, "1.0000" when upstream prints no scaling line
+  const char* weight_decay;     // %.6f, "0.280000" when upstream prints no scaling line
+  const char* dmodel_lr_scale;  // %.6f
+  int64_t num_iterations, total_tokens, device_batch_size, grad_accum_steps;
+};
+
+const Upstream kUpstream[] = {
+    {"--depth 12", 1, 25165824, 150994944, 25165824, 84935088, 50, 286261730, "7.596960e+08", 524288, "1.0000",
+     "0.280000", "1.000000", 2520, 1321205760, 32, 8},
+    {"--depth 20", 8, 41943040, 419430400, 41943040, 393217200, 66, 896533746, "2.886213e+09", 1048576, "1.4142",
+     "0.100188", "0.774597", 4980, 5221908480, 32, 2},
+    {"--depth 24", 8, 50331648, 603979776, 50331648, 679478976, 74, 1384122122, "4.775226e+09", 1048576, "1.4142",
+     "0.059738", "0.707107", 8352, 8757706752, 32, 2},
+    // the speedrun's flags
+    {"--depth 24 --target-param-data-ratio 8 --device-batch-size 16", 8, 50331648, 603979776, 50331648, 679478976,
+     74, 1384122122, "4.775226e+09", 1048576, "1.4142", "0.059738", "0.707107", 5568, 5838471168, 16, 4},
+    {"--depth 26", 8, 54525952, 708837376, 54525952, 863897580, 78, 1681786938, "5.991051e+09", 1048576, "1.4142",
+     "0.047470", "0.679366", 10510, 11020533760, 32, 2},
+    {"--depth 12 --num-iterations 20 --total-batch-size 65536 --device-batch-size 8", 1, 25165824, 150994944,
+     25165824, 84935088, 50, 286261730, "7.596960e+08", 65536, "0.3536", "0.098995", "1.000000", 20, 1310720, 8, 4},
+};
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// runs the dry-run in an empty base dir (no tokenizer: vocab 32768 assumed); the last line's JSON
+nlohmann::json dry_run(const std::string& flags, CommandResult* result = nullptr) {
+  const std::string base = temp_dir();
+  CommandResult r = run_shell("NANOCHAT_BASE_DIR=" + base + " " NANOCHAT_BIN " base-train --dry-run " + flags);
+  if (result) *result = r;
+  EXPECT_EQ(r.rc, 0) << r.err;
+  std::string out = r.out;
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  const size_t nl = out.rfind('\n');
+  return nlohmann::json::parse(nl == std::string::npos ? out : out.substr(nl + 1), nullptr, false);
+}
+
+TEST(BaseTrainPlan, EqualsUpstreamPrintout) {
+  for (const Upstream& u : kUpstream) {
+    SCOPED_TRACE(std::string(u.flags) + " on " + std::to_string(u.world) + " rank(s)");
+    CommandResult r;
+    nlohmann::json j = dry_run(std::string(u.flags) + " --world-size " + std::to_string(u.world), &r);
+    ASSERT_TRUE(j.is_object()) << r.out;
+    const nlohmann::json& p = j["param_counts"];
+    EXPECT_EQ(p["wte"].get<int64_t>(), u.wte);
+    EXPECT_EQ(p["value_embeds"].get<int64_t>(), u.value_embeds);
+    EXPECT_EQ(p["lm_head"].get<int64_t>(), u.lm_head);
+    EXPECT_EQ(p["transformer_matrices"].get<int64_t>(), u.transformer_matrices);
+    EXPECT_EQ(p["scalars"].get<int64_t>(), u.scalars);
+    EXPECT_EQ(j["num_params"].get<int64_t>(), u.total);
+    EXPECT_EQ(fmt("%e", j["flops_per_token"].get<double>()), u.flops_per_token);
+    EXPECT_EQ(j["total_batch_size"].get<int64_t>(), u.total_batch_size);
+    EXPECT_EQ(fmt("%.4f", j["batch_lr_scale"].get<double>()), u.batch_lr_scale);
+    EXPECT_EQ(fmt("%.6f", j["weight_decay"].get<double>()), u.weight_decay);
+    EXPECT_EQ(fmt("%.6f", j["dmodel_lr_scale"].get<double>()), u.dmodel_lr_scale);
+    EXPECT_EQ(j["num_iterations"].get<int64_t>(), u.num_iterations);
+    EXPECT_EQ(j["total_tokens"].get<int64_t>(), u.total_tokens);
+    EXPECT_EQ(j["device_batch_size"].get<int64_t>(), u.device_batch_size);
+    EXPECT_EQ(j["grad_accum_steps"].get<int64_t>(), u.grad_accum_steps);
+    EXPECT_EQ(j["vocab_size"].get<int64_t>(), 32768);
+    EXPECT_TRUE(j["vocab_assumed"].get<bool>());
+    EXPECT_GT(j["estimated_peak_memory_bytes"].get<int64_t>(), 0);
+    EXPECT_NE(r.out.find("assumed"), std::string::npos) << "says the vocab is assumed";
+  }
+}
+
+TEST(BaseTrainPlan, DefaultDeviceBatchForAnEightyGigabyteCard) {
+  // 8 ranks of an 80 GB GPU: d20 gets upstream's 32, d24 the speedrun's 16
+  nlohmann::json d20 = dry_run("--depth 20 --world-size 8 --gpu-memory 80GB");
+  EXPECT_EQ(d20["device_batch_size"].get<int64_t>(), 32);
+  EXPECT_EQ(d20["grad_accum_steps"].get<int64_t>(), 2);
+  EXPECT_EQ(d20["memory_budget_bytes"].get<int64_t>(), 80000000000);
+  nlohmann::json d24 = dry_run("--depth 24 --world-size 8 --gpu-memory 80GB");
+  EXPECT_EQ(d24["device_batch_size"].get<int64_t>(), 16);
+  EXPECT_EQ(d24["grad_accum_steps"].get<int64_t>(), 4);
+  EXPECT_LE(d24["estimated_peak_memory_bytes"].get<int64_t>(), 72000000000);
+  // the wall-clock: total FLOPs / (MFU x the H100's 989 TFLOPS x 8)
+  EXPECT_NEAR(d24["estimated_seconds"].get<double>(),
+              4.775226e9 * 8757706752.0 / (0.4 * 989e12 * 8), 1e-5 * d24["estimated_seconds"].get<double>());
+}
+
+TEST(BaseTrainPlan, BadSizeIsOneClearLine) {
+  const std::string base = temp_dir();
+  CommandResult r = run_shell("NANOCHAT_BASE_DIR=" + base + " " NANOCHAT_BIN " base-train --dry-run --gpu-memory 80");
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("--gpu-memory '80'"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+}
+
+}  // namespace
