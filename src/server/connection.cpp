@@ -162,7 +162,7 @@ class ConnectionStream final : public httplib::Stream {
 
   ssize_t write(const char* ptr, size_t size) override {
     if (refused_) return -1;  // our own answer is out; httplib's second one is not sent
-    wrote_ = true;
+    if (size < 12 || std::memcmp(ptr, "HTTP/1.1 100", 12) != 0) wrote_ = true;  // httplib's own 100 Continue is not the response
     return send_all(ptr, size) ? (ssize_t)size : -1;
   }
 
@@ -357,17 +357,36 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
   return ret;
 }
 
+// threads kept however long they idle, and how long the others may
+constexpr size_t kKeptThreads = 4;
+constexpr auto kIdleExit = std::chrono::seconds(1);
+
 void ConnectionQueue::enqueue(std::function<void()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
+  reap();
   jobs_.push_back(std::move(fn));
-  if (jobs_.size() > idle_ && threads_.size() < max_threads_) {
+  if (jobs_.size() > idle_ && live_ < max_threads_) {
+    threads_.emplace_back();
+    Worker* w = &threads_.back();
     try {
-      threads_.emplace_back([this] { loop(); });
+      w->thread = std::thread([this, w] { loop(w); });
+      live_++;
     } catch (const std::system_error&) {
-      // out of threads (RLIMIT_NPROC, memory): the job waits for a running one
+      threads_.pop_back();  // out of threads (RLIMIT_NPROC, memory): the job waits for a running one
     }
   }
   cv_.notify_one();
+}
+
+void ConnectionQueue::reap() {
+  for (auto it = threads_.begin(); it != threads_.end();) {
+    if (!it->done) {
+      ++it;
+      continue;
+    }
+    it->thread.join();  // it has left loop(): only its return is left
+    it = threads_.erase(it);
+  }
 }
 
 void ConnectionQueue::shutdown() {
@@ -376,18 +395,25 @@ void ConnectionQueue::shutdown() {
     stop_ = true;
   }
   cv_.notify_all();
-  for (auto& t : threads_) t.join();  // enqueue is no longer called: the listener has stopped
+  for (auto& w : threads_) w.thread.join();  // enqueue is no longer called: the listener has stopped
 }
 
-void ConnectionQueue::loop() {
+void ConnectionQueue::loop(Worker* self) {
   while (true) {
     std::function<void()> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
       idle_++;
-      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      const bool woken = cv_.wait_for(lock, kIdleExit, [&] { return stop_ || !jobs_.empty(); });
       idle_--;
-      if (jobs_.empty()) return;  // stopping, nothing left
+      if (jobs_.empty()) {
+        if (stop_ || (!woken && live_ > kKeptThreads)) {  // stopping, or idle long enough
+          live_--;
+          self->done = true;
+          return;
+        }
+        continue;
+      }
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
