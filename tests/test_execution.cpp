@@ -3,10 +3,16 @@
 // temp dir, a scrubbed environment, no network, fresh globals, tricky strings, output caps;
 // every case of upstream's tests/test_execution.py; and the escapes past the Python guard: a
 // setsid'd spawn outliving the program, a fork loop, posix.unlink / ctypes / a reloaded os
-// writing outside the temp dir, a program too long for exec.
+// writing outside the temp dir, a program too long for exec; and the jail: every escape a
+// hostile program tried (secrets, /proc, metadata outside, device nodes, host name, fork
+// bombs, memfd, disk, inherited descriptors, undeletable trees, killing the supervisor), as
+// root and as an ordinary user, each refused.
 #include <dirent.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -405,4 +411,189 @@ TEST(ExecutionEscape, ProgramTooLongForExecFailsOnlyThatSample) {
   EXPECT_NE(r.error.find("E2BIG"), std::string::npos) << r.error;
   // and the next sample runs as usual
   EXPECT_TRUE(execute_code("print(1)", opts()).success);
+}
+
+// ---- the jail ------------------------------------------------------------------------------------
+
+// Each attempt prints "<name>: refused (...)" or "<name>: ESCAPED <what it got>". @HOSTPID@ is
+// the caller's pid (outside the sandbox), @VICTIM@ a file of the caller's outside the temp dir.
+static const char* kEscapes = R"PY(import ctypes, os, posix, signal, stat, time
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, fn):
+    try:
+        print(f"{name}: ESCAPED {fn()!r}"[:160], flush=True)
+    except BaseException as e:
+        print(f"{name}: refused ({type(e).__name__}: {e})"[:160], flush=True)
+def check(rc):
+    if rc != 0:
+        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
+    return rc
+def other_processes():
+    pids = [p for p in posix.listdir("/proc") if p.isdigit()]
+    if len(pids) > 2:
+        return pids
+    raise PermissionError(f"only the sandbox's own: {pids}")
+def open_descriptors():
+    found = []
+    for fd in range(3, 70000):
+        try:
+            posix.fstat(fd)
+            found.append(fd)
+        except OSError:
+            pass
+    if found:
+        return found
+    raise OSError("none above 2")
+def deep_tree():
+    posix.mkdir("deep")
+    fd = posix.open("deep", posix.O_RDONLY)
+    for i in range(30):
+        posix.mkdir("d" * 200, dir_fd=fd)
+        nfd = posix.open("d" * 200, posix.O_RDONLY, dir_fd=fd)
+        posix.close(fd)
+        fd = nfd
+    posix.close(posix.open("leaf", posix.O_CREAT | posix.O_WRONLY, dir_fd=fd))
+    print("workdir:", posix.getcwd(), flush=True)
+    raise PermissionError("made 6000 bytes deep; the clean-up is checked outside")
+def fill_disk():
+    total, chunk = 0, b"x" * (1 << 20)
+    try:
+        for i in range(24):
+            with open(f"f{i}", "wb") as f:
+                for _ in range(8):
+                    f.write(chunk)
+                    total += len(chunk)
+    except OSError as e:
+        pass
+    for i in range(24):
+        try:
+            posix.unlink(f"f{i}")
+        except OSError:
+            pass
+    if total > (100 << 20):
+        return f"{total >> 20} MB"
+    raise OSError(f"stopped at {total >> 20} MB")
+def fork_bomb():
+    n = 0
+    try:
+        for i in range(100):
+            if posix.fork() == 0:
+                time.sleep(60)
+                posix._exit(0)
+            n += 1
+    except OSError:
+        pass
+    if n >= 64:
+        return f"{n} processes"
+    raise OSError(f"fork failed after {n}")
+attempt("read /etc/shadow", lambda: open("/etc/shadow").read(12))
+attempt("server environ", lambda: open("/proc/@HOSTPID@/environ", "rb").read(40))
+attempt("server cmdline", lambda: open("/proc/@HOSTPID@/cmdline", "rb").read(40))
+attempt("see other processes", other_processes)
+attempt("signal the server", lambda: posix.kill(@HOSTPID@, 0))
+attempt("chmod outside", lambda: posix.chmod("@VICTIM@", 0o777))
+attempt("chown outside", lambda: posix.chown("@VICTIM@", 65534, 65534))
+attempt("touch outside", lambda: posix.utime("@VICTIM@", (0, 0)))
+attempt("create outside", lambda: open("@VICTIM@.new", "w").write("x"))
+attempt("sethostname", lambda: check(libc.sethostname(b"pwned", 5)))
+attempt("mknod", lambda: posix.mknod("null2", 0o666 | stat.S_IFCHR, posix.makedev(1, 3)))
+attempt("mount", lambda: check(libc.mount(b"none", b"/tmp", b"tmpfs", 0, None)))
+attempt("ptrace", lambda: check(libc.ptrace(16, posix.getppid(), 0, 0)))
+attempt("unshare", lambda: check(libc.unshare(0x10000000)))
+attempt("memfd_create", lambda: posix.memfd_create("big"))
+attempt("inherited descriptors", open_descriptors)
+attempt("deep tree", deep_tree)
+attempt("fill the disk", fill_disk)
+attempt("fork bomb", fork_bomb)
+def kill_supervisor():
+    posix.kill(posix.getppid(), signal.SIGTERM)
+    posix.kill(posix.getppid(), signal.SIGKILL)
+    time.sleep(0.3)
+    raise PermissionError("still supervised")
+attempt("kill the supervisor", kill_supervisor)
+)PY";
+
+static const char* const kEscapeNames[] = {
+    "read /etc/shadow", "server environ", "server cmdline", "see other processes", "signal the server",
+    "chmod outside", "chown outside", "touch outside", "create outside", "sethostname", "mknod", "mount", "ptrace",
+    "unshare", "memfd_create", "inherited descriptors", "deep tree", "fill the disk", "fork bomb", "kill the supervisor"};
+
+static std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  return s;
+}
+
+// the escapes run with a descriptor of ours open at 5000 (no CLOEXEC); what failed, "" if none
+static std::string escapes_that_worked(const ExecutionOptions& o, const std::string& victim) {
+  const int fd = open(victim.c_str(), O_RDONLY);
+  dup2(fd, 5000);
+  close(fd);
+  const std::string code = replace_all(replace_all(kEscapes, "@HOSTPID@", std::to_string(getpid())), "@VICTIM@", victim);
+  const ExecutionResult r = execute_code(code, o);
+  close(5000);
+  std::string failed;
+  if (!r.success) failed += "the run failed (" + r.error + "); ";
+  const uint32_t jail = kExecPidNamespace | kExecReadOnlyMounts | kExecTmpfs | kExecFreshProc | kExecCapsDropped |
+                        kExecSeccomp | kExecProcessLimit;
+  if ((r.isolation & jail) != jail) failed += "layers not in force: " + execution_isolation_describe(jail & ~r.isolation) + "; ";
+  for (const char* name : kEscapeNames) {
+    const std::string want = std::string(name) + ": refused";
+    const size_t at = r.stdout_text.find(std::string(name) + ": ");
+    if (at == std::string::npos) failed += std::string(name) + ": no answer; ";
+    else if (r.stdout_text.compare(at, want.size(), want) != 0)
+      failed += r.stdout_text.substr(at, r.stdout_text.find('\n', at) - at) + "; ";
+  }
+  // the tree deeper than PATH_MAX went with the temp dir's tmpfs
+  const size_t w = r.stdout_text.find("workdir: ");
+  if (w == std::string::npos) return failed + "no workdir line";
+  const std::string dir = r.stdout_text.substr(w + 9, r.stdout_text.find('\n', w) - w - 9);
+  if (dir.rfind("/tmp/nanochat_exec_", 0) != 0 || path_exists(dir)) failed += "the temp dir " + dir + " is still there; ";
+  return failed;
+}
+
+TEST(ExecutionJail, EscapesFailAsRoot) {
+  if (geteuid() != 0) GTEST_SKIP() << "not root (EscapesFailAsAnOrdinaryUser runs as this user)";
+  Victim v;  // root's file
+  // the project's interpreter: a venv whose Python may live under a 0700 /root
+  EXPECT_EQ(escapes_that_worked(opts(), v.file), "");
+  const ExecutionResult r = execute_code("import posix\nprint(posix.getuid())", opts());
+  EXPECT_EQ(r.stdout_text, "65534\n") << r.stderr_text;
+}
+
+TEST(ExecutionJail, EscapesFailAsAnOrdinaryUser) {
+  if (geteuid() != 0) {
+    Victim v;
+    EXPECT_EQ(escapes_that_worked(system_python_opts(), v.file), "");
+    return;
+  }
+  // as root: a child turned into uid 65534 with a file of its own, reporting through a pipe
+  const std::string dir = "/tmp/nanochat_exec_victim_user_" + std::to_string(getpid());
+  make_dirs(dir);
+  std::ofstream(dir + "/keep.txt") << "precious";
+  ASSERT_EQ(chown(dir.c_str(), 65534, 65534), 0);
+  ASSERT_EQ(chown((dir + "/keep.txt").c_str(), 65534, 65534), 0);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  if (child == 0) {
+    close(pipe_fds[0]);
+    std::string failed;
+    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
+      failed = "cannot become uid 65534";
+    else
+      failed = escapes_that_worked(system_python_opts(), dir + "/keep.txt");
+    (void)!write(pipe_fds[1], failed.data(), failed.size());
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  std::string failed;
+  char buf[4096];
+  for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof buf)) > 0;) failed.append(buf, (size_t)n);
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  EXPECT_EQ(failed, "");
+  EXPECT_EQ(read_file_bytes(dir + "/keep.txt"), "precious");
+  remove_tree(dir);
 }

@@ -439,7 +439,7 @@ TEST(ServerApi, LimitsAndBadInputAre400Json) {
       // OpenAI-only fields
       {msgs(hi, {{"n", 9}}), "n must be between 1 and 8", false},
       {msgs(hi, {{"n", 0}}), "n must be between", false},
-      {msgs(hi, {{"top_p", 0}}), "top_p must be in (0, 1]", false},
+      {msgs(hi, {{"top_p", 0}}), "top_p must be in [1e-06, 1]", false},
       {msgs(hi, {{"top_p", 1.5}}), "top_p must be in", false},
       {msgs(hi, {{"stop", json::array({"a", "b", "c", "d", "e"})}}), "at most 4", false},
       {msgs(hi, {{"stop", json::array({1})}}), "stop must be a string", false},

@@ -5,18 +5,25 @@
 // deleted afterwards, a scrubbed environment (PATH=/usr/bin:/bin), stdin
 // from /dev/null, address-space / data / stack / file-size / process-count limits (setrlimit),
 // and upstream's reliability_guard prelude that disables destructive os / shutil / subprocess
-// functions. Below the prelude, what the kernel allows (each layer is tried, and the first
-// call logs which are in force and which could not be had):
-//   - the whole process tree dies at the deadline and when the program exits: the program
-//     runs under a small init in a new PID namespace (a setsid'd or double-forked grandchild
-//     dies with it), else under a child subreaper that kills every descendant;
-//   - a new network namespace (no network);
-//   - started as root: the program runs as uid/gid 65534 (nobody), which also makes
-//     RLIMIT_NPROC bind (root ignores it); not when uid 65534 cannot run the interpreter;
-//   - files outside the temp dir cannot be written, created, renamed or deleted: landlock,
-//     else a read-only view of every mount in a new mount namespace.
-// It is a guard against accidents and the easy escapes, NOT a VM: reading files, CPU time up
-// to the deadline and kernel bugs are not contained. Run hostile code in a VM.
+// functions. Below the prelude, a jail of what the kernel allows (each layer is tried, and the
+// first call logs which are in force and which the kernel refused; the rest still hold):
+//   - namespaces: PID (the program's tree dies with it; else a child subreaper kills every
+//     descendant), network (no network), mount, IPC, UTS, and when not started as root a
+//     user namespace (uid 0 inside is the caller's own uid outside, with no power over it);
+//   - started as root: the program runs as uid/gid 65534, and a 0700 home that hides the
+//     interpreter (a pyenv or venv under /root) is covered by a tmpfs holding only the
+//     interpreter's directories;
+//   - every mount read-only; the working directory a size-capped tmpfs (max_disk_bytes) that
+//     vanishes with the namespace, however deep its tree; /proc shows only the sandbox's own
+//     processes (not the server's environment or command line);
+//   - every capability dropped for good, no_new_privs, a seccomp filter (mount, mknod, ptrace,
+//     sethostname, memfd_create, namespaces, io_uring, kernel modules, clocks, ... fail);
+//   - no descriptor of the parent's but stdout/stderr pipes (close_range); RLIMIT_NPROC binds
+//     (a non-root uid, or a user namespace's own count);
+//   - landlock on top where the kernel has it (writes only beneath the temp dir);
+//   - the supervisor cannot be signalled by the program (init of its namespace, or root).
+// It is a jail against the escapes a program can try from user space, NOT a VM: CPU time up
+// to the deadline, reading world-readable files and kernel bugs are not contained.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -29,14 +36,16 @@ struct ExecutionOptions {
   int64_t max_memory_bytes = 256LL * 1024 * 1024;  // RLIMIT_AS, RLIMIT_DATA, RLIMIT_STACK
   int64_t max_file_bytes = 16LL * 1024 * 1024;     // RLIMIT_FSIZE: no file may grow past this
   int64_t max_processes = 32;                      // RLIMIT_NPROC of the program's uid
+  int64_t max_disk_bytes = 64LL * 1024 * 1024;     // the working directory's tmpfs (all files together)
   size_t max_output_bytes = 1 << 20;               // stdout and stderr each keep at most this
   // the interpreter: $NANOCHAT_EXEC_PYTHON, else python3 from PATH
   std::string python;
   bool isolate_network = true;  // try a new network namespace
   // the layers below are on by default; tests turn them off to exercise the fallbacks
   bool pid_namespace = true;  // else a child subreaper kills the tree
-  bool landlock = true;       // else a read-only mount namespace
+  bool landlock = true;       // on top of the read-only mounts (and in their place where refused)
   bool drop_uid = true;       // as root: run the program as 65534
+  bool seccomp = true;        // the syscall filter
 };
 
 // the layers that were in force for one run (ExecutionResult::isolation)
@@ -48,6 +57,11 @@ enum ExecutionIsolation : uint32_t {
   kExecProcessLimit = 1u << 4,  // RLIMIT_NPROC set for a non-root uid (root ignores it)
   kExecLandlock = 1u << 5,
   kExecReadOnlyMounts = 1u << 6,
+  kExecUserNamespace = 1u << 7,  // not root: uid 0 inside is the caller's uid outside
+  kExecTmpfs = 1u << 8,          // the working directory is a size-capped tmpfs
+  kExecFreshProc = 1u << 9,      // /proc shows the PID namespace only
+  kExecCapsDropped = 1u << 10,   // no capabilities, none regained through exec
+  kExecSeccomp = 1u << 11,       // the syscall filter (mount, mknod, ptrace, memfd_create, ...)
 };
 
 struct ExecutionResult {

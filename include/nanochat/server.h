@@ -87,6 +87,12 @@ bool server_host_is_loopback_name(const std::string& host);
 bool server_bind_is_loopback(const std::string& bind_host);
 // a request path or method for a log line: control bytes, DEL and backslash as \xNN
 std::string server_log_escape(const std::string& s);
+// Authorization: the Bearer scheme in any case (RFC 9110), one or more spaces, then the key,
+// compared in constant time
+bool server_bearer_ok(const std::string& authorization, const std::string& key);
+// the message a client gets for an unexpected exception: generic (LibTorch's errors carry
+// backtraces, paths and addresses); the exception's own text goes to the server log
+std::string server_internal_error(const char* where, const std::exception& e);
 
 // the prompt of upstream's render_for_completion: <|bos|>, the turns, <|assistant_start|>
 std::vector<int32_t> server_prompt_tokens(const Tokenizer& tok, const nlohmann::json& messages);

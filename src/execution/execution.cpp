@@ -11,7 +11,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <climits>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -99,7 +101,39 @@ struct Run {
   int exec_errno = 0;     // execve failed
   std::string failure;    // the program could not be started (set-up, fork, exec)
   std::string ns_refused;  // why the namespaces were not granted ("" when they were)
+  int32_t refused = 0;     // SandboxRefused: the jail's layers the kernel would not give
 };
+
+// The directories the interpreter needs (its prefix, and a venv's own) that uid 65534 cannot
+// reach because an ancestor is not searchable by others (a pyenv or venv under a 0700
+// /root): each with the topmost such ancestor, which the jail covers with a tmpfs.
+void interpreter_exposures(const std::string& python, std::vector<std::string>& expose, std::vector<std::string>& cover) {
+  auto up2 = [](std::string path) {  // <prefix>/bin/python -> <prefix>
+    for (int i = 0; i < 2; i++) {
+      const size_t slash = path.find_last_of('/');
+      path = slash == std::string::npos || slash == 0 ? "/" : path.substr(0, slash);
+    }
+    return path;
+  };
+  std::vector<std::string> dirs;
+  char real[PATH_MAX];
+  if (realpath(python.c_str(), real)) dirs.push_back(up2(real));
+  if (python[0] == '/') dirs.push_back(up2(python));
+  for (const std::string& dir : dirs) {
+    if (dir == "/" || std::find(expose.begin(), expose.end(), dir) != expose.end()) continue;
+    for (size_t at = dir.find('/', 1); ; at = dir.find('/', at + 1)) {
+      const std::string ancestor = dir.substr(0, at);
+      struct stat st{};
+      if (ancestor == dir) break;
+      if (stat(ancestor.c_str(), &st) == 0 && !(st.st_mode & S_IXOTH)) {
+        expose.push_back(dir);
+        cover.push_back(ancestor);
+        break;
+      }
+      if (at == std::string::npos) break;
+    }
+  }
+}
 
 bool errno_means_missing_interpreter(int e) {
   return e == ENOENT || e == EACCES || e == ENOEXEC || e == ENOTDIR || e == ELOOP || e == EISDIR || e == EPERM;
@@ -129,11 +163,22 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
     return run;
   }
   const bool landlock = opts.landlock && sandbox_landlock_abi() >= 1;
-  unsigned long want = 0;
+  const bool root = geteuid() == 0;
+  unsigned long want = CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS;
   if (opts.pid_namespace) want |= CLONE_NEWPID;
   if (opts.isolate_network) want |= CLONE_NEWNET;
-  if (!landlock) want |= CLONE_NEWNS;  // the read-only mounts instead
-  if (want && geteuid() != 0) want |= CLONE_NEWUSER;  // unprivileged: through a user namespace
+  if (!root) want |= CLONE_NEWUSER;  // unprivileged: through a user namespace
+  const std::string uid_map = strprintf("0 %u 1", (unsigned)geteuid()), gid_map = strprintf("0 %u 1", (unsigned)getegid());
+  const std::string tmpfs_options = strprintf("size=%lld,nr_inodes=%lld,mode=0700%s", (long long)opts.max_disk_bytes,
+                                              (long long)std::max<int64_t>(1024, opts.max_disk_bytes / 4096),
+                                              drop_uid ? ",uid=65534,gid=65534" : "");
+  // as root dropping to 65534: the interpreter's directories where a 0700 home hides them
+  std::vector<std::string> expose, cover;
+  if (root && drop_uid) interpreter_exposures(python, expose, cover);
+  std::vector<const char*> expose_c, cover_c;
+  for (size_t i = 0; i < expose.size(); i++) expose_c.push_back(expose[i].c_str()), cover_c.push_back(cover[i].c_str());
+  expose_c.push_back(nullptr);
+  cover_c.push_back(nullptr);
 
   SandboxPlan plan{};
   plan.dir = dir.c_str();
@@ -142,6 +187,12 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
   plan.out_w = out[1], plan.err_w = err[1], plan.status_w = status[1];
   plan.drop_uid = drop_uid;
   plan.landlock = landlock;
+  plan.seccomp = opts.seccomp;
+  plan.uid_map = uid_map.c_str();
+  plan.gid_map = gid_map.c_str();
+  plan.tmpfs_options = tmpfs_options.c_str();
+  plan.expose = expose_c.data();
+  plan.expose_cover = cover_c.data();
   plan.max_memory_bytes = opts.max_memory_bytes;
   plan.max_file_bytes = opts.max_file_bytes;
   plan.max_processes = opts.max_processes;
@@ -151,13 +202,14 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
     plan.namespaces = (want & CLONE_NEWPID ? kExecPidNamespace : kExecSubreaper) |
                       (want & CLONE_NEWNET ? kExecNetworkNamespace : 0u);
     plan.mount_namespace = want & CLONE_NEWNS;
+    plan.user_namespace = want & CLONE_NEWUSER;
     pid = sandbox_clone(want);
     if (pid == 0) sandbox_supervise(plan);
     if (pid < 0) run.ns_refused = strprintf("clone(CLONE_NEW*): %s", strerror(errno));
   }
   if (pid < 0) {  // no namespaces: a subreaper holds the tree
     plan.namespaces = kExecSubreaper;
-    plan.mount_namespace = false;
+    plan.mount_namespace = plan.user_namespace = false;
     pid = sandbox_clone(0);
     if (pid == 0) sandbox_supervise(plan);
   }
@@ -188,6 +240,7 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
           break;
         case kReportSetupErrno: run.failure = strprintf("execute_code: cannot set up the sandbox: %s", strerror(v)); break;
         case kReportForkErrno: run.failure = strprintf("execute_code: cannot fork: %s", strerror(v)); break;
+        case kReportRefused: run.refused = v; break;
       }
     }
   };
@@ -270,7 +323,8 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
   return run;
 }
 
-// As root, can uid 65534 run this interpreter? (A venv under /root cannot be.) Tried once per
+// As root, can uid 65534 run this interpreter (its directories under a 0700 home exposed by the
+// jail)? Tried once per
 // interpreter by running "pass" in the sandbox as 65534.
 bool nobody_can_run(const std::string& python, const ExecutionOptions& opts) {
   static std::mutex mutex;
@@ -298,6 +352,17 @@ void log_isolation_once(const Run& run, const ExecutionOptions& opts, bool root,
   if (root && !(bits & kExecUidDropped))
     missing.push_back(uid_refused ? "uid drop (uid 65534 cannot run the interpreter)" : "uid drop (turned off)");
   if (!(bits & kExecProcessLimit)) missing.push_back("RLIMIT_NPROC (root ignores it)");
+  const std::pair<int32_t, const char*> refusals[] = {
+      {kRefusedTmpfs, "tmpfs as the temp dir"},
+      {kRefusedProc, "own /proc (an empty one hides the host's)"},
+      {kRefusedEmptyProc, "hiding the host's /proc"},
+      {kRefusedExpose, "re-exposing the interpreter's directories"},
+      {kRefusedReadOnly, "read-only mounts"},
+      {kRefusedSeccomp, "seccomp filter"},
+      {kRefusedCaps, "dropping capabilities"}};
+  for (auto& [bit, name] : refusals)
+    if (run.refused & bit) missing.push_back(std::string(name) + " (refused by the kernel)");
+  if (!(bits & kExecCapsDropped)) missing.push_back("no capabilities (the program runs with root's)");
   if (!(bits & (kExecLandlock | kExecReadOnlyMounts))) {
     const int abi = sandbox_landlock_abi();
     missing.push_back(strprintf("write confinement (landlock: %s; read-only mount namespace: not granted)",
@@ -316,7 +381,9 @@ std::string execution_isolation_describe(uint32_t isolation) {
       {kExecPidNamespace, "PID namespace"},       {kExecSubreaper, "child subreaper"},
       {kExecNetworkNamespace, "network namespace"}, {kExecUidDropped, "uid 65534"},
       {kExecProcessLimit, "RLIMIT_NPROC"},        {kExecLandlock, "landlock (writes only in the temp dir)"},
-      {kExecReadOnlyMounts, "read-only mounts but the temp dir"}};
+      {kExecReadOnlyMounts, "read-only mounts but the temp dir"}, {kExecUserNamespace, "user namespace"},
+      {kExecTmpfs, "size-capped tmpfs as the temp dir"},         {kExecFreshProc, "own /proc"},
+      {kExecCapsDropped, "no capabilities"},                     {kExecSeccomp, "seccomp filter"}};
   std::string s;
   for (auto& [bit, name] : names)
     if (isolation & bit) s += (s.empty() ? "" : ", ") + std::string(name);

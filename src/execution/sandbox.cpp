@@ -3,18 +3,24 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/audit.h>
+#include <linux/capability.h>
+#include <linux/filter.h>
 #include <linux/landlock.h>
+#include <linux/seccomp.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
 #include "nanochat/execution.h"
@@ -28,6 +34,22 @@
 #endif
 #ifndef MOUNT_ATTR_RDONLY
 #define MOUNT_ATTR_RDONLY 0x00000001
+#endif
+#ifndef MOUNT_ATTR_NOSUID
+#define MOUNT_ATTR_NOSUID 0x00000002
+#endif
+#ifndef OPEN_TREE_CLONE
+#define OPEN_TREE_CLONE 1
+#endif
+#ifndef MOVE_MOUNT_F_EMPTY_PATH
+#define MOVE_MOUNT_F_EMPTY_PATH 0x00000004
+#endif
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+#ifndef SECBIT_NOROOT
+#define SECBIT_NOROOT (1 << 0)
+#define SECBIT_NOROOT_LOCKED (1 << 1)
 #endif
 
 namespace nanochat {
@@ -84,24 +106,195 @@ bool restrict_writes_to(const char* dir) {
   return ok;
 }
 
-// In the new mount namespace: nothing propagates back to the host, every mount becomes
-// read-only (mount_setattr, recursive), then `dir` (bound onto itself first, so that it is a
-// mount of its own) is made writable again.
-bool make_mounts_read_only_but(const char* dir) {
+bool write_file(const char* path, const char* text) {
+  const int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const size_t n = std::strlen(text);
+  const bool ok = write(fd, text, n) == (ssize_t)n;
+  close(fd);
+  return ok;
+}
+
+// every descriptor from 3 up but the `keep` ones (sorted, at most 8): close_range, else a loop
+void close_all_but(const int* keep, int n) {
+  int k[8];
+  n = n > 8 ? 8 : n;
+  for (int i = 0; i < n; i++) {
+    int j = i;
+    for (; j > 0 && k[j - 1] > keep[i]; j--) k[j] = k[j - 1];
+    k[j] = keep[i];
+  }
+  unsigned from = 3;
+  auto close_span = [](unsigned lo, unsigned hi) {
+    if (lo > hi) return;
+    if (syscall(SYS_close_range, lo, hi, 0) == 0) return;
+    struct rlimit r {};
+    getrlimit(RLIMIT_NOFILE, &r);
+    const unsigned top = r.rlim_cur > (1u << 20) ? (1u << 20) : (unsigned)r.rlim_cur;
+    for (unsigned fd = lo; fd <= hi && fd < top; fd++) close((int)fd);
+  };
+  for (int i = 0; i < n; i++) {
+    if (k[i] < (int)from) continue;
+    close_span(from, (unsigned)k[i] - 1);
+    from = (unsigned)k[i] + 1;
+  }
+  close_span(from, ~0u);
+}
+
+// the interpreter's directories under a home uid 65534 cannot search: each cloned (with
+// what is mounted below it) before a small tmpfs covers its ancestor, then the path is made
+// again on that tmpfs and the clone moved onto it. Nothing else of the home is visible.
+bool expose_dirs(const SandboxPlan& p) {
+  int fds[8];
+  int n = 0;
+  for (; p.expose[n] && n < 8; n++) {
+    fds[n] = (int)syscall(SYS_open_tree, AT_FDCWD, p.expose[n], OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE);
+    if (fds[n] < 0) return false;
+  }
+  for (int i = 0; i < n; i++) {
+    bool covered = false;
+    for (int j = 0; j < i; j++) covered = covered || std::strcmp(p.expose_cover[j], p.expose_cover[i]) == 0;
+    if (!covered && mount("tmpfs", p.expose_cover[i], "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=65536") != 0) return false;
+    char path[4096];
+    const size_t len = std::strlen(p.expose[i]);
+    if (len >= sizeof path) return false;
+    std::memcpy(path, p.expose[i], len + 1);
+    for (size_t c = std::strlen(p.expose_cover[i]) + 1; c <= len; c++) {
+      if (path[c] != '/' && path[c] != 0) continue;
+      const char keep = path[c];
+      path[c] = 0;
+      mkdir(path, 0755);  // EEXIST for a second directory under the same cover
+      path[c] = keep;
+    }
+    if (syscall(SYS_move_mount, fds[i], "", AT_FDCWD, p.expose[i], MOVE_MOUNT_F_EMPTY_PATH) != 0) return false;
+    close(fds[i]);
+  }
+  return true;
+}
+
+// The supervisor's mounts, in its new mount namespace (see sandbox.h); nothing propagates
+// back to the host. Returns the isolation bits had; `refused` gets the layers that were not.
+uint32_t jail_mounts(const SandboxPlan& p, int32_t& refused) {
+  uint32_t bits = 0;
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    refused |= kRefusedTmpfs | kRefusedProc | kRefusedReadOnly | kRefusedEmptyProc;
+    return 0;
+  }
+  if (p.expose && p.expose[0] && !expose_dirs(p)) refused |= kRefusedExpose;
+  if (mount("tmpfs", p.dir, "tmpfs", MS_NOSUID | MS_NODEV, p.tmpfs_options) == 0) {
+    bits |= kExecTmpfs;
+  } else {
+    refused |= kRefusedTmpfs;
+    mount(p.dir, p.dir, nullptr, MS_BIND, nullptr);  // a mount of its own, to stay writable below
+  }
+  if ((p.namespaces & kExecPidNamespace) && mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0) {
+    bits |= kExecFreshProc;
+  } else {
+    refused |= kRefusedProc;  // (a user namespace may not mount proc where the host's is partly covered)
+    if (mount("tmpfs", "/proc", "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0555,size=4096") != 0) refused |= kRefusedEmptyProc;
+  }
   struct {
     uint64_t attr_set, attr_clr, propagation, userns_fd;
   } attr{};
-  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return false;
-  if (mount(dir, dir, nullptr, MS_BIND, nullptr) != 0) return false;
-  attr.attr_set = MOUNT_ATTR_RDONLY;
-  if (syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &attr, sizeof attr) != 0) return false;
+  attr.attr_set = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID;
+  bool ro = syscall(SYS_mount_setattr, AT_FDCWD, "/", AT_RECURSIVE, &attr, sizeof attr) == 0;
   attr.attr_set = 0;
   attr.attr_clr = MOUNT_ATTR_RDONLY;
-  return syscall(SYS_mount_setattr, AT_FDCWD, dir, 0, &attr, sizeof attr) == 0;
+  ro = ro && syscall(SYS_mount_setattr, AT_FDCWD, p.dir, 0, &attr, sizeof attr) == 0;
+  if (ro) bits |= kExecReadOnlyMounts;
+  else refused |= kRefusedReadOnly;
+  return bits;
+}
+
+// Every capability gone for good: the bounding set emptied (needs CAP_SETPCAP, so first),
+// root's exec-time grant turned off and locked, then the sets cleared
+bool drop_capabilities() {
+  for (int cap = 0; cap <= 63; cap++)
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) return false;
+  prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
+  if (prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED, 0, 0, 0) != 0) return false;
+  struct __user_cap_header_struct head {};
+  struct __user_cap_data_struct data[2] {};
+  head.version = _LINUX_CAPABILITY_VERSION_3;
+  return syscall(SYS_capset, &head, data) == 0;
+}
+
+bool no_capabilities() {
+  struct __user_cap_header_struct head {};
+  struct __user_cap_data_struct data[2] {};
+  head.version = _LINUX_CAPABILITY_VERSION_3;
+  if (syscall(SYS_capget, &head, data) != 0) return false;
+  return (data[0].effective | data[0].permitted | data[1].effective | data[1].permitted) == 0;
+}
+
+// The syscall filter: what HumanEval never needs and an escape would (mounts, device nodes,
+// tracing, host names, anonymous memory files past RLIMIT_AS, namespaces, kernel modules,
+// keyrings, io_uring, clocks, ...) fails with EPERM; clone with a namespace flag too; clone3
+// says ENOSYS (glibc then uses clone, whose flags a filter can see); another ABI is killed.
+bool install_seccomp() {
+#if defined(__x86_64__)
+  const uint32_t arch = AUDIT_ARCH_X86_64;
+#elif defined(__aarch64__)
+  const uint32_t arch = AUDIT_ARCH_AARCH64;
+#else
+  return false;
+#endif
+  static const long denied[] = {
+#ifdef SYS_mknod
+      SYS_mknod,
+#endif
+#ifdef SYS_sysfs
+      SYS_sysfs,
+#endif
+#ifdef SYS_uselib
+      SYS_uselib,
+#endif
+#ifdef SYS_iopl
+      SYS_iopl, SYS_ioperm,
+#endif
+#ifdef SYS_memfd_secret
+      SYS_memfd_secret,
+#endif
+      SYS_mknodat, SYS_mount, SYS_umount2, SYS_pivot_root, SYS_chroot, SYS_ptrace, SYS_process_vm_readv,
+      SYS_process_vm_writev, SYS_sethostname, SYS_setdomainname, SYS_memfd_create, SYS_kexec_load, SYS_kexec_file_load,
+      SYS_init_module, SYS_finit_module, SYS_delete_module, SYS_reboot, SYS_swapon, SYS_swapoff, SYS_acct, SYS_bpf,
+      SYS_perf_event_open, SYS_userfaultfd, SYS_unshare, SYS_setns, SYS_keyctl, SYS_add_key, SYS_request_key,
+      SYS_open_by_handle_at, SYS_name_to_handle_at, SYS_fanotify_init, SYS_io_uring_setup, SYS_io_uring_enter,
+      SYS_io_uring_register, SYS_kcmp, SYS_pidfd_getfd, SYS_quotactl, SYS_settimeofday, SYS_clock_settime,
+      SYS_clock_adjtime, SYS_adjtimex, SYS_mount_setattr, SYS_move_mount, SYS_open_tree, SYS_fsopen, SYS_fsconfig,
+      SYS_fsmount, SYS_fspick, SYS_syslog, SYS_vhangup, SYS_lookup_dcookie, SYS_personality};
+  const int count = (int)(sizeof denied / sizeof denied[0]);
+  const uint32_t namespace_flags =
+      CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP;
+  struct sock_filter f[128];
+  int n = 0;
+  f[n++] = BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
+  f[n++] = BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0);
+  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+  f[n++] = BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
+#if defined(__x86_64__)
+  f[n++] = BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1);  // the x32 ABI's numbers
+  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
+#endif
+  f[n++] = BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1);
+  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS);
+  f[n++] = BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 4);
+  f[n++] = BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0]));  // flags, low half
+  f[n++] = BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, namespace_flags, 0, 1);
+  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM);
+  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  const int deny_at = n + count + 1;  // after the list and the ALLOW that ends it
+  for (int i = 0; i < count; i++, n++) f[n] = BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)denied[i], (uint8_t)(deny_at - n - 1), 0);
+  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM);
+  struct sock_fprog prog {};
+  prog.len = (unsigned short)n;
+  prog.filter = f;
+  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0;
 }
 
 // the program: limits, isolation, exec. Reports its isolation bits, or why it failed.
-[[noreturn]] void run_program(const SandboxPlan& p) {
+[[noreturn]] void run_program(const SandboxPlan& p, uint32_t bits, int32_t refused) {
   setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // the supervisor gone: so is the program
   // handlers die with exec, but an ignored signal stays ignored: every one back to default
@@ -112,7 +305,6 @@ bool make_mounts_read_only_but(const char* dir) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
-  uint32_t bits = p.namespaces;
   auto setup_failed = [&]() {
     report(p.status_w, kReportSetupErrno, errno);
     _exit(127);
@@ -121,8 +313,7 @@ bool make_mounts_read_only_but(const char* dir) {
   if (devnull < 0 || dup2(devnull, 0) < 0 || dup2(p.out_w, 1) < 0 || dup2(p.err_w, 2) < 0 || chdir(p.dir) != 0)
     setup_failed();
   // nothing else of the parent's leaks into the program (sockets, shards, locks)
-  for (int fd = 3; fd < 4096; fd++)
-    if (fd != p.status_w) close(fd);
+  close_all_but(&p.status_w, 1);
   set_limit(RLIMIT_AS, p.max_memory_bytes);
   set_limit(RLIMIT_DATA, p.max_memory_bytes);
   set_limit(RLIMIT_STACK, p.max_memory_bytes);
@@ -130,35 +321,44 @@ bool make_mounts_read_only_but(const char* dir) {
   set_limit(RLIMIT_CORE, 0);
   set_limit(RLIMIT_CPU, p.cpu_seconds);  // a backstop to the wall clock
   set_limit(RLIMIT_NPROC, p.max_processes);
-  // (then into `dir` again: the working directory was the one under the new bind mount)
-  if (p.mount_namespace && make_mounts_read_only_but(p.dir)) {
-    if (chdir(p.dir) != 0) setup_failed();
-    bits |= kExecReadOnlyMounts;
-  }
-  if (p.drop_uid) {
+  if (p.user_namespace) {
+    bits |= kExecUserNamespace | kExecProcessLimit;  // counted per user namespace, and no capability overrides it
+    if (!drop_capabilities()) refused |= kRefusedCaps;
+  } else if (p.drop_uid) {
     // raw syscalls: glibc's setuid() would try to signal threads this child does not have
     const uid_t nobody = 65534;
+    for (int cap = 0; cap <= 63; cap++) prctl(PR_CAPBSET_DROP, cap, 0, 0, 0);
     if (syscall(SYS_setgroups, 0, nullptr) != 0 || syscall(SYS_setresgid, nobody, nobody, nobody) != 0 ||
         syscall(SYS_setresuid, nobody, nobody, nobody) != 0)
       setup_failed();
     bits |= kExecUidDropped;
   }
   if (getuid() != 0) bits |= kExecProcessLimit;  // root ignores RLIMIT_NPROC
+  if (no_capabilities()) bits |= kExecCapsDropped;
   if (p.landlock && restrict_writes_to(p.dir)) bits |= kExecLandlock;
   prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);  // no set-uid binary gets root back
+  if (p.seccomp) {
+    if (install_seccomp()) bits |= kExecSeccomp;
+    else refused |= kRefusedSeccomp;
+  }
+  report(p.status_w, kReportRefused, refused);
   report(p.status_w, kReportIsolation, (int32_t)bits);
   execve(p.argv[0], p.argv, p.envp);
   report(p.status_w, kReportExecErrno, errno);
   _exit(127);
 }
 
+// the host's /proc, opened by a subreaper before its mount namespace covers /proc: it still
+// finds the program's descendants through it
+int g_proc_fd = -1;
+
 // the parent pid of /proc/<pid>/stat, or -1 (the field after the command's closing paren)
 pid_t parent_of(const char* pid_name) {
-  char path[64] = "/proc/";
-  size_t n = std::strlen(path);
+  char path[64];
+  size_t n = 0;
   for (const char* c = pid_name; *c && n < sizeof path - 8; c++) path[n++] = *c;
   std::memcpy(path + n, "/stat", 6);
-  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  const int fd = openat(g_proc_fd, path, O_RDONLY | O_CLOEXEC);
   if (fd < 0) return -1;
   char buf[512];
   const ssize_t got = read(fd, buf, sizeof buf - 1);
@@ -179,7 +379,7 @@ void kill_descendants_as_subreaper(pid_t program) {
   kill(-program, SIGKILL);
   const pid_t self = getpid();
   for (int round = 0; round < 100000; round++) {
-    const int proc = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const int proc = openat(g_proc_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (proc >= 0) {
       alignas(8) char buf[8192];
       for (long n; (n = syscall(SYS_getdents64, proc, buf, sizeof buf)) > 0;) {
@@ -216,14 +416,36 @@ void sandbox_supervise(const SandboxPlan& p) {
   const bool pid_namespace = p.namespaces & kExecPidNamespace;
   if (!pid_namespace) prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // the parent gone: no supervisor left behind
+  const int keep[3] = {p.out_w, p.err_w, p.status_w};
+  close_all_but(keep, 3);  // the server's sockets, files and model shards
+  // the server's handlers came along with the clone: every signal back to its default; as a
+  // PID namespace's init that makes signals from the program no-ops
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < 32; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
   sigset_t wake;
   sigemptyset(&wake);
-  sigaddset(&wake, SIGTERM);
+  if (!pid_namespace) sigaddset(&wake, SIGTERM);
   sigaddset(&wake, SIGCHLD);
-  sigprocmask(SIG_BLOCK, &wake, nullptr);  // taken with sigtimedwait below
+  sigprocmask(SIG_SETMASK, &wake, nullptr);  // taken with sigtimedwait below
+
+  uint32_t bits = p.namespaces;
+  int32_t refused = 0;
+  // its own maps: /proc/self is the caller's only while dumpable (a process that changed its
+  // uids is not, until told)
+  if (p.user_namespace) prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  if (p.user_namespace && (!write_file("/proc/self/setgroups", "deny") || !write_file("/proc/self/uid_map", p.uid_map) ||
+                           !write_file("/proc/self/gid_map", p.gid_map))) {
+    report(p.status_w, kReportSetupErrno, errno);
+    _exit(1);
+  }
+  prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);  // (after the maps: /proc/self becomes root's) not for the program to read
+  if (!pid_namespace) g_proc_fd = open("/proc", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (p.mount_namespace) bits |= jail_mounts(p, refused);
 
   const pid_t program = sandbox_clone(0);
-  if (program == 0) run_program(p);
+  if (program == 0) run_program(p, bits, refused);
   if (program < 0) {
     report(p.status_w, kReportForkErrno, errno);
     _exit(1);

@@ -7,9 +7,20 @@
 // The supervisor is PID 1 of a new PID namespace when the kernel lets us make one (when it
 // exits, the kernel kills every process left in the namespace), else a child subreaper
 // (orphans of the program are re-parented to it, and it kills them). It waits for the
-// program, kills what is left, reports the program's wait status and exits; SIGTERM makes
-// it do the same at once (the parent's deadline in subreaper mode; a PID namespace's init is
-// killed with SIGKILL).
+// program, kills what is left, reports the program's wait status and exits. In subreaper
+// mode SIGTERM makes it do the same at once (the parent's deadline); a PID namespace's init
+// leaves every signal at its default, which the kernel drops when it comes from inside the
+// namespace (the program cannot stop it), and the parent kills it with SIGKILL.
+//
+// The jail, when the clone got its namespaces (a user namespace too when not root: uid 0
+// inside is the caller's own uid outside, with no capability over anything outside):
+//   supervisor: every inherited descriptor but its pipes closed; its own mount namespace made
+//     private; the interpreter's directories re-exposed where a 0700 home hides them from
+//     uid 65534 (a small tmpfs over the home, the directories bound back in); a size-capped
+//     tmpfs as the working directory (gone with the namespace, whatever is in it); a fresh
+//     /proc of its PID namespace (else an empty one); every mount read-only but the tmpfs;
+//   program: rlimits, root's uid 65534 (or, in a user namespace, every capability dropped
+//     and no way back through exec), landlock, no_new_privs, a seccomp filter, exec.
 #pragma once
 #include <sys/types.h>
 
@@ -24,6 +35,7 @@ enum SandboxReport : char {
   kReportExecErrno = 'X',   // program: execve failed (errno)
   kReportForkErrno = 'F',   // supervisor: could not fork the program (errno)
   kReportWaitStatus = 'W',  // supervisor: the program's wait status
+  kReportRefused = 'R',     // supervisor and program: SandboxRefused bits (layers the kernel refused)
 };
 
 struct SandboxPlan {
@@ -32,10 +44,30 @@ struct SandboxPlan {
   char* const* envp;
   int out_w, err_w, status_w;
   uint32_t namespaces;  // kExecPidNamespace / kExecNetworkNamespace the clone got
-  bool mount_namespace;  // the clone got CLONE_NEWNS: make every mount read-only but `dir`
+  bool mount_namespace;  // the clone got CLONE_NEWNS: the jail's mounts (above)
+  bool user_namespace;   // the clone got CLONE_NEWUSER: the supervisor writes these maps
+  const char* uid_map;   // "0 <uid> 1"
+  const char* gid_map;
+  const char* tmpfs_options;  // the working directory's tmpfs: "size=...,nr_inodes=...,mode=..."
+  // directories to bind back in under a tmpfs laid over `cover` (an ancestor uid 65534
+  // cannot search); nullptr-terminated
+  const char* const* expose;
+  const char* const* expose_cover;
   bool drop_uid;
   bool landlock;
+  bool seccomp;
   int64_t max_memory_bytes, max_file_bytes, max_processes, cpu_seconds;
+};
+
+// the jail's layers that could not be had, as bits on the status pipe (kReportRefused)
+enum SandboxRefused : int32_t {
+  kRefusedTmpfs = 1 << 0,
+  kRefusedProc = 1 << 1,     // no fresh /proc: an empty tmpfs hides the host's
+  kRefusedExpose = 1 << 2,
+  kRefusedReadOnly = 1 << 3,
+  kRefusedSeccomp = 1 << 4,
+  kRefusedCaps = 1 << 5,
+  kRefusedEmptyProc = 1 << 6,  // not even that: the host's /proc is visible
 };
 
 // fork(2) semantics through the raw syscall, with extra CLONE_NEW* flags; -1 and errno on failure

@@ -9,12 +9,16 @@
 //     (header line, header count) the moment a limit is crossed, nothing buffered beyond it;
 //   - gives the head and body of each request one deadline (408);
 //   - caps the body's bytes on the wire (413) whatever its framing;
+//   - judges the head's framing as RFC 9112 asks (framing.cpp: 400/411/501), so that no proxy
+//     in front of us reads a different request boundary than we do, and ends a body with
+//     neither Content-Length nor chunked where its head ends;
 // and answers those refusals itself (one JSON line, Connection: close), then drains what the
 // client is still sending for a moment before closing, so the client reads the answer instead
 // of a reset. Beyond the connection cap a connection gets one request and a short deadline,
 // and only GET /health is served on it (routes.cpp), so /health answers while every worker
 // and handler thread is busy. The thread-local stream also lets a handler ask whether its
-// client is still there (non-streaming generations stop when it leaves).
+// client is still there (non-streaming generations stop when it leaves; one that only shut its
+// sending side still gets its answer).
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -26,6 +30,7 @@
 #include <system_error>
 
 #include "nanochat/common/error.h"
+#include "server/framing.h"
 #include "server/server_state.h"
 
 namespace nanochat {
@@ -41,10 +46,13 @@ int ms_until(Clock::time_point t) {
 
 const char* status_text(int status) {
   switch (status) {
+    case 400: return "Bad Request";
     case 408: return "Request Timeout";
+    case 411: return "Length Required";
     case 413: return "Payload Too Large";
     case 414: return "URI Too Long";
     case 431: return "Request Header Fields Too Large";
+    case 501: return "Not Implemented";
     default: return "Error";
   }
 }
@@ -85,6 +93,9 @@ class ConnectionStream final : public httplib::Stream {
     line_len_ = 0;
     lines_ = 0;
     body_bytes_ = 0;
+    head_ = HeadCheck{};
+    line_.clear();
+    wrote_ = probed_ = false;
     const int deadline_ms = overflow_ ? std::min(limits_.deadline_ms, 2000) : limits_.deadline_ms;
     deadline_ = Clock::now() + std::chrono::milliseconds(deadline_ms);
   }
@@ -95,11 +106,25 @@ class ConnectionStream final : public httplib::Stream {
   bool close_after() const { return close_after_ || refused_ != 0; }
   void set_close_after() { close_after_ = true; }
 
-  // the peer shut its side (POLLRDHUP) or the socket failed; buffered bytes aside
-  bool peer_gone() const {
+  // The client closed its socket, or the socket failed. A FIN alone (POLLRDHUP) does not tell
+  // a client that closed from one that only shut its sending side and still reads: the first
+  // has the kernel answer our next bytes with a reset. So before any of the response is out,
+  // a FIN is answered with an interim "100 Continue" (which HTTP/1.1 clients must skip); a
+  // closed client resets, seen here on the next call, a half-closed one reads on. Once the
+  // response is being written, its own writes fail when the client is gone. HTTP/1.0 has no
+  // interim responses: there a FIN counts as gone.
+  bool peer_gone() {
     pollfd p{fd_, POLLIN | POLLRDHUP, 0};
     if (poll(&p, 1, 0) <= 0) return false;
-    return (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0;
+    if (p.revents & (POLLHUP | POLLERR | POLLNVAL)) return true;
+    if (!(p.revents & POLLRDHUP) || wrote_) return false;
+    if (head_.http10) return true;
+    if (!probed_) {
+      probed_ = true;
+      static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
+      if (!send_all(probe, sizeof probe - 1)) return true;
+    }
+    return false;
   }
 
   bool is_readable() const override {
@@ -117,6 +142,7 @@ class ConnectionStream final : public httplib::Stream {
 
   ssize_t read(char* ptr, size_t size) override {
     if (refused_) return -1;
+    if (phase_ == Phase::body && head_.body_empty) return 0;  // no framing: no body
     if (off_ == len_ && !fill()) return (refused_ || errno_) ? -1 : 0;
     size_t n = std::min(size, len_ - off_);
     if (phase_ == Phase::head) {
@@ -136,6 +162,7 @@ class ConnectionStream final : public httplib::Stream {
 
   ssize_t write(const char* ptr, size_t size) override {
     if (refused_) return -1;  // our own answer is out; httplib's second one is not sent
+    if (size < 12 || std::memcmp(ptr, "HTTP/1.1 100", 12) != 0) wrote_ = true;  // httplib's own 100 Continue is not the response
     return send_all(ptr, size) ? (ssize_t)size : -1;
   }
 
@@ -159,15 +186,11 @@ class ConnectionStream final : public httplib::Stream {
  private:
   enum class Phase { idle, head, body };
 
-  // a reset peer (not a half-close): what httplib's is_socket_alive tells
+  // a reset or failed socket; a half-closed one (EOF to read) still takes our bytes
   bool peer_gone_hard() const {
     pollfd p{fd_, POLLIN, 0};
     if (poll(&p, 1, 0) <= 0) return false;
-    if (p.revents & (POLLERR | POLLNVAL)) return true;
-    char b;
-    ssize_t k = recv(fd_, &b, 1, MSG_PEEK | MSG_DONTWAIT);
-    if (k == 0) return true;  // EOF
-    return k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;
+    return (p.revents & (POLLERR | POLLHUP | POLLNVAL)) != 0;
   }
 
   bool fill() {
@@ -208,17 +231,27 @@ class ConnectionStream final : public httplib::Stream {
     return false;
   }
 
-  // counts the head's lines as httplib takes them; returns how many of the n bytes to hand
-  // out (the head's end stops the count there, so the body is counted as body)
+  // counts the head's lines as httplib takes them and has each judged (framing.cpp); returns
+  // how many of the n bytes to hand out (the head's end stops the count there, so the body
+  // is counted as body)
   size_t scan_head(size_t n) {
     for (size_t i = 0; i < n; i++) {
       const char c = buf_[off_ + i];
       if (c == '\n') {
-        const bool blank = line_len_ == 0 || (line_len_ == 1 && last_ == '\r');
+        const bool blank = line_len_ == 1 && last_ == '\r';
         if (blank && lines_ > 0) {
+          if (!server_head_end(head_)) {
+            refuse(head_.status, head_.message);
+            return 0;
+          }
           phase_ = Phase::body;
           return i + 1;
         }
+        if (!server_head_line(head_, line_.data(), line_.size())) {
+          refuse(head_.status, head_.message);
+          return 0;
+        }
+        line_.clear();
         lines_++;
         line_len_ = 0;
         if (lines_ > limits_.max_headers + 1) {
@@ -230,6 +263,7 @@ class ConnectionStream final : public httplib::Stream {
         else refuse(431, strprintf("header line longer than %zu bytes", limits_.max_line));
         return 0;
       }
+      if (c != '\n') line_ += c;
       last_ = c;
     }
     return n;
@@ -268,6 +302,9 @@ class ConnectionStream final : public httplib::Stream {
   Phase phase_ = Phase::idle;
   size_t line_len_ = 0, lines_ = 0, body_bytes_ = 0;
   char last_ = 0;
+  HeadCheck head_;
+  std::string line_;  // the head's line being read (at most max_line bytes)
+  bool wrote_ = false, probed_ = false;  // this response: bytes written, FIN probe sent
   Clock::time_point deadline_;
   int refused_ = 0;
   int errno_ = 0;
@@ -320,17 +357,36 @@ bool HttpServer::process_and_close_socket(socket_t sock) {
   return ret;
 }
 
+// threads kept however long they idle, and how long the others may
+constexpr size_t kKeptThreads = 4;
+constexpr auto kIdleExit = std::chrono::seconds(1);
+
 void ConnectionQueue::enqueue(std::function<void()> fn) {
   std::lock_guard<std::mutex> lock(mu_);
+  reap();
   jobs_.push_back(std::move(fn));
-  if (jobs_.size() > idle_ && threads_.size() < max_threads_) {
+  if (jobs_.size() > idle_ && live_ < max_threads_) {
+    threads_.emplace_back();
+    Worker* w = &threads_.back();
     try {
-      threads_.emplace_back([this] { loop(); });
+      w->thread = std::thread([this, w] { loop(w); });
+      live_++;
     } catch (const std::system_error&) {
-      // out of threads (RLIMIT_NPROC, memory): the job waits for a running one
+      threads_.pop_back();  // out of threads (RLIMIT_NPROC, memory): the job waits for a running one
     }
   }
   cv_.notify_one();
+}
+
+void ConnectionQueue::reap() {
+  for (auto it = threads_.begin(); it != threads_.end();) {
+    if (!it->done) {
+      ++it;
+      continue;
+    }
+    it->thread.join();  // it has left loop(): only its return is left
+    it = threads_.erase(it);
+  }
 }
 
 void ConnectionQueue::shutdown() {
@@ -339,18 +395,25 @@ void ConnectionQueue::shutdown() {
     stop_ = true;
   }
   cv_.notify_all();
-  for (auto& t : threads_) t.join();  // enqueue is no longer called: the listener has stopped
+  for (auto& w : threads_) w.thread.join();  // enqueue is no longer called: the listener has stopped
 }
 
-void ConnectionQueue::loop() {
+void ConnectionQueue::loop(Worker* self) {
   while (true) {
     std::function<void()> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
       idle_++;
-      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      const bool woken = cv_.wait_for(lock, kIdleExit, [&] { return stop_ || !jobs_.empty(); });
       idle_--;
-      if (jobs_.empty()) return;  // stopping, nothing left
+      if (jobs_.empty()) {
+        if (stop_ || (!woken && live_ > kKeptThreads)) {  // stopping, or idle long enough
+          live_--;
+          self->done = true;
+          return;
+        }
+        continue;
+      }
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }

@@ -1,4 +1,5 @@
-// defines: server_host_is_loopback_name, server_bind_is_loopback, server_log_escape
+// defines: server_host_is_loopback_name, server_bind_is_loopback, server_log_escape,
+//          server_bearer_ok, server_internal_error
 // Small checks the routes' pre-routing guard uses (routes.cpp). A server bound to loopback is
 // reachable from every web page the user opens: a page on evil.example can resolve its own
 // name to 127.0.0.1 (DNS rebinding) and then talk to us "same-origin", so only loopback names
@@ -6,6 +7,7 @@
 #include <cctype>
 #include <cstdio>
 
+#include "nanochat/common/log.h"
 #include "nanochat/server.h"
 
 namespace nanochat {
@@ -55,6 +57,23 @@ std::string server_log_escape(const std::string& s) {
     }
   }
   return out;
+}
+
+bool server_bearer_ok(const std::string& authorization, const std::string& key) {
+  if (key.empty() || authorization.size() < 7 || lower(authorization.substr(0, 6)) != "bearer" || authorization[6] != ' ')
+    return false;
+  size_t start = 7;
+  while (start < authorization.size() && authorization[start] == ' ') start++;
+  const std::string given = authorization.substr(start);
+  // constant time in the key's length: no timing hint of how much of a guess was right
+  unsigned char diff = given.size() != key.size();
+  for (size_t i = 0; i < given.size(); i++) diff |= (unsigned char)(given[i] ^ key[i % key.size()]);
+  return diff == 0;
+}
+
+std::string server_internal_error(const char* where, const std::exception& e) {
+  log_error("chat-web: %s: %s", where, e.what());
+  return "internal error (the server log has the details)";
 }
 
 }  // namespace nanochat

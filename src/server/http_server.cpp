@@ -4,6 +4,8 @@
 // drains (new and queued requests 503, in-flight streams run to their end), a second
 // cancels in-flight streams (each still sends its final event); then the listener stops and
 // server_run returns 0. The routes are set up in routes.cpp.
+#include <malloc.h>
+
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -102,11 +104,17 @@ int server_run(const ServerOptions& options) {
     }
     loader_done = true;
   });
-  // the watcher: signals -> drain -> cancel -> stop the listener
+  // the watcher: signals -> drain -> cancel -> stop the listener; and the allocator's free
+  // memory back to the system whenever the server goes idle
   std::thread watcher([&] {
     bool announced = false;
+    int64_t trimmed_at = 0;
     while (true) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (st.in_flight == 0 && st.served != trimmed_at) {
+        trimmed_at = st.served;
+        malloc_trim(0);
+      }
       int sigs = g_signals.load();
       if (loader_done && !st.load_error.empty()) break;
       if (sigs == 0) continue;

@@ -19,6 +19,9 @@ namespace {
 
 using json = nlohmann::json;
 
+constexpr double kGreedyTemperature = 1e-3;  // below: greedy decoding
+constexpr double kMinTopP = 1e-6;
+
 [[noreturn]] void bad(const std::string& msg) { throw ServerError(400, msg); }
 
 // Python's len(): code points (the body is valid UTF-8 by now)
@@ -191,12 +194,16 @@ ChatRequest server_parse_chat_request(const std::string& body, bool openai, cons
     if (r.max_tokens < 1 || r.max_tokens > limits.max_max_tokens)
       bad(strprintf("max_tokens must be between 1 and %lld", (long long)limits.max_max_tokens));
   }
+  // logits / temperature overflows float32 for a tiny temperature (softmax of inf is NaN);
+  // at 1e-3 the sampler is greedy in all but name
+  if (r.temperature < kGreedyTemperature) r.temperature = 0.0;
   if (!openai) return r;
 
   if (const json* v = field(j, "model"); v && !v->is_string()) bad("model must be a string");
   if (const json* v = field(j, "top_p")) {
     r.top_p = number_field(*v, "top_p");
-    if (!(r.top_p > 0.0 && r.top_p <= 1.0)) bad("top_p must be in (0, 1]");
+    // the sampler compares top_p with float32 probability mass: 1e-300 would round to 0 there
+    if (!(r.top_p >= kMinTopP && r.top_p <= 1.0)) bad(strprintf("top_p must be in [%g, 1]", kMinTopP));
   }
   if (const json* v = field(j, "n")) {
     r.n = int_field(*v, "n");

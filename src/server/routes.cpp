@@ -113,7 +113,7 @@ void handle_upstream(ServerState& st, const std::string& body, httplib::Response
       account(st, g);
       if (!g.client_gone) write(sse({{"done", true}}));
     } catch (const std::exception& e) {  // headers are out: the error becomes an event
-      write(sse({{"error", e.what()}}));
+      write(sse({{"error", server_internal_error("stream", e)}}));
       write(sse({{"done", true}}));
     }
     sink.done();
@@ -185,7 +185,7 @@ void handle_openai(ServerState& st, const std::string& body, httplib::Response& 
           ok = chunk(delta((int64_t)i, json::object(), g.choices[i].finish_reason));
         if (ok && p->req.include_usage) ok = chunk(json::array(), usage_json(g));
       } catch (const std::exception& e) {
-        std::string s = sse({{"error", {{"message", e.what()}, {"type", "server_error"}, {"code", 500}}}});
+        std::string s = sse({{"error", {{"message", server_internal_error("stream", e)}, {"type", "server_error"}, {"code", 500}}}});
         ok = sink.write(s.data(), s.size());
       }
     }
@@ -278,13 +278,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-// constant time in the key's length: no timing hint of how much of a guess was right
-bool same_secret(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() != b.size();
-  for (size_t i = 0; i < a.size(); i++) diff |= (unsigned char)(a[i] ^ b[i % std::max<size_t>(b.size(), 1)]);
-  return diff == 0;
-}
-
 // Every request before routing and before its body is read; a refusal is Handled.
 httplib::Server::HandlerResponse guard(const ServerState& st, const httplib::Request& req, httplib::Response& res) {
   using HR = httplib::Server::HandlerResponse;
@@ -314,7 +307,7 @@ httplib::Server::HandlerResponse guard(const ServerState& st, const httplib::Req
     return refuse(503, strprintf("too many connections (the limit is %d); retry later", st.opt.max_connections));
   }
   if (!st.opt.api_key.empty() && req.method != "OPTIONS" && is_api_path(req.path) &&
-      !same_secret(req.get_header_value("Authorization"), "Bearer " + st.opt.api_key)) {
+      !server_bearer_ok(req.get_header_value("Authorization"), st.opt.api_key)) {
     res.set_header("WWW-Authenticate", "Bearer");
     return refuse(401, "missing or wrong API key (send Authorization: Bearer <key>)");
   }
@@ -385,7 +378,7 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
           } catch (const ServerError& e) {
             send_error(res, e.status, e.what());
           } catch (const std::exception& e) {
-            send_error(res, 500, e.what());
+            send_error(res, 500, server_internal_error(req.path.c_str(), e));
           }
         });
   };
@@ -432,6 +425,7 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
     } else if (res.status == 413) {
       send_error(res, 413, "request body too large");
     } else {
+      if (res.status == 400) server_connection_close_after();  // a malformed request: nothing after it is trusted
       send_error(res, res.status, res.status == 400 ? "malformed HTTP request" : "request refused");
     }
     return httplib::Server::HandlerResponse::Handled;

@@ -13,6 +13,7 @@
 #include <ctime>
 #include <deque>
 #include <functional>
+#include <list>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -68,7 +69,9 @@ struct HttpServer : httplib::Server {
 };
 
 // httplib's task queue: one thread per connection, started when needed up to max_threads
-// (then connections wait their turn); threads stay for the next connection
+// (then connections wait their turn). A thread idle for a second exits (a few are kept), and
+// with it the per-thread buffers the math libraries grew for the generations it ran: kept,
+// those grow the server's RSS with every thread that has served a long prompt.
 class ConnectionQueue : public httplib::TaskQueue {
  public:
   explicit ConnectionQueue(size_t max_threads) : max_threads_(max_threads) {}
@@ -76,13 +79,18 @@ class ConnectionQueue : public httplib::TaskQueue {
   void shutdown() override;
 
  private:
-  void loop();
+  struct Worker {
+    std::thread thread;
+    bool done = false;  // returned from loop(): join it
+  };
+  void loop(Worker* self);
+  void reap();  // joins the threads that exited; mu_ held
   size_t max_threads_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::function<void()>> jobs_;
-  std::vector<std::thread> threads_;
-  size_t idle_ = 0;
+  std::list<Worker> threads_;
+  size_t idle_ = 0, live_ = 0;
   bool stop_ = false;
 };
 

@@ -1,0 +1,125 @@
+// The head's checks (see framing.h), in RFC 9112's terms: request-line, field-line, framing.
+#include "server/framing.h"
+
+#include <cctype>
+#include <cstring>
+
+#include "nanochat/common/error.h"
+
+namespace nanochat {
+
+namespace {
+
+bool refuse(HeadCheck& h, int status, const std::string& message) {
+  h.status = status;
+  h.message = message;
+  return false;
+}
+
+// RFC 9110's tchar: the characters of a method or a field name
+bool is_tchar(unsigned char c) {
+  return std::isalnum(c) || (c != 0 && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
+}
+
+bool is_token(const std::string& s) {
+  if (s.empty()) return false;
+  for (unsigned char c : s)
+    if (!is_tchar(c)) return false;
+  return true;
+}
+
+// a control character other than TAB (NUL, CR, LF, ESC, DEL ...)
+bool is_ctl(unsigned char c) { return (c < 0x20 && c != '\t') || c == 0x7f; }
+
+std::string lower(std::string s) {
+  for (char& c : s) c = (char)std::tolower((unsigned char)c);
+  return s;
+}
+
+std::string trim_ows(const std::string& s) {
+  size_t b = 0, e = s.size();
+  while (b < e && (s[b] == ' ' || s[b] == '\t')) b++;
+  while (e > b && (s[e - 1] == ' ' || s[e - 1] == '\t')) e--;
+  return s.substr(b, e - b);
+}
+
+bool request_line(HeadCheck& h, const std::string& line) {
+  const size_t sp1 = line.find(' ');
+  const size_t sp2 = sp1 == std::string::npos ? sp1 : line.find(' ', sp1 + 1);
+  if (sp2 == std::string::npos || line.find(' ', sp2 + 1) != std::string::npos)
+    return refuse(h, 400, "malformed request line (want METHOD SP target SP HTTP/1.1)");
+  h.method = line.substr(0, sp1);
+  const std::string target = line.substr(sp1 + 1, sp2 - sp1 - 1);
+  const std::string version = line.substr(sp2 + 1);
+  if (!is_token(h.method)) return refuse(h, 400, "malformed request line: bad method");
+  if (target.empty()) return refuse(h, 400, "malformed request line: empty target");
+  for (unsigned char c : target)
+    if (is_ctl(c) || c == '\t') return refuse(h, 400, "malformed request line: control character in the target");
+  if (version == "HTTP/1.0") h.http10 = true;
+  else if (version != "HTTP/1.1") return refuse(h, 400, "malformed request line: the version must be HTTP/1.0 or HTTP/1.1");
+  return true;
+}
+
+bool field_line(HeadCheck& h, const std::string& line) {
+  if (line[0] == ' ' || line[0] == '\t') return refuse(h, 400, "folded header line (obsolete line folding is not accepted)");
+  const size_t colon = line.find(':');
+  if (colon == std::string::npos) return refuse(h, 400, "header line without a colon");
+  const std::string name = line.substr(0, colon);
+  if (!is_token(name)) {
+    if (!name.empty() && (name.back() == ' ' || name.back() == '\t'))
+      return refuse(h, 400, "whitespace between a header name and its colon");
+    return refuse(h, 400, "bad header name");
+  }
+  const std::string value = trim_ows(line.substr(colon + 1));
+  for (unsigned char c : value)
+    if (is_ctl(c)) return refuse(h, 400, strprintf("control character (0x%02x) in header %s", c, name.c_str()));
+  const std::string key = lower(name);
+  if (key == "host") {
+    if (++h.hosts > 1) return refuse(h, 400, "more than one Host header");
+  } else if (key == "content-length") {
+    if (++h.lengths > 1) return refuse(h, 400, "more than one Content-Length header");
+    if (value.empty() || value.size() > 18 || value.find_first_not_of("0123456789") != std::string::npos)
+      return refuse(h, 400, "bad Content-Length (want one decimal number)");
+    h.length = std::stoull(value);
+  } else if (key == "transfer-encoding") {
+    if (++h.encodings > 1) return refuse(h, 501, "more than one Transfer-Encoding header (only a single chunked is supported)");
+    if (lower(value) != "chunked")
+      return refuse(h, 501, "Transfer-Encoding '" + value + "' is not supported (only chunked)");
+    h.chunked = true;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool server_head_line(HeadCheck& h, const char* p, size_t n) {
+  if (h.status) return false;
+  if (n == 0 || p[n - 1] != '\r') return refuse(h, 400, "a line of the request head ends in a bare LF (CRLF is required)");
+  const std::string line(p, n - 1);
+  if (line.find('\r') != std::string::npos) return refuse(h, 400, "bare CR in the request head");
+  const bool first = h.lines++ == 0;
+  if (line.empty()) return refuse(h, 400, "empty request line");
+  return first ? request_line(h, line) : field_line(h, line);
+}
+
+bool server_head_end(HeadCheck& h) {
+  if (h.status) return false;
+  if (h.lines == 0) return refuse(h, 400, "empty request head");
+  if (h.hosts == 0 && !h.http10) return refuse(h, 400, "no Host header (required in HTTP/1.1)");
+  if (h.lengths && h.encodings) return refuse(h, 400, "both Content-Length and Transfer-Encoding (one framing only)");
+  if (h.encodings && h.http10) return refuse(h, 400, "Transfer-Encoding in an HTTP/1.0 request");
+  // httplib reads a body for these methods only; for any other the body's bytes would be
+  // taken as the next request
+  const bool body_method = h.method == "POST" || h.method == "PUT" || h.method == "PATCH" || h.method == "DELETE" ||
+                           h.method == "PRI";
+  const bool body = h.chunked || h.length > 0;
+  if (body && !body_method) return refuse(h, 400, "a " + h.method + " request cannot carry a body");
+  if (!h.chunked && !h.lengths) {
+    if (h.method == "POST" || h.method == "PUT" || h.method == "PATCH")
+      return refuse(h, 411, "a " + h.method + " request needs a Content-Length (or Transfer-Encoding: chunked)");
+    h.body_empty = true;
+  }
+  return true;
+}
+
+}  // namespace nanochat
