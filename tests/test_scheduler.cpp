@@ -153,8 +153,10 @@ TEST(Scheduler, ToolStopsAndBudgetsAsTheEngine) {
   std::map<int32_t, int32_t> script = {{ASSISTANT_START, 'A'}, {'A', PYTHON_START}, {PYTHON_START, '1'}, {'1', '2'},
                                        {'2', '+'}, {'+', '3'}, {'3', PYTHON_END}, {PYTHON_END, 'Z'},
                                        {OUTPUT_END, 'B'}, {'B', 'a'}, {'a', 'b'}, {'b', 'c'}, {'c', 'a'}};
+  auto step_ms = std::make_shared<std::atomic<int>>(0);  // a slow model: the caller keeps up
   EngineModel m;
-  m.forward = [script](const torch::Tensor& ids, KVCache& cache) {
+  m.forward = [script, step_ms](const torch::Tensor& ids, KVCache& cache) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms->load()));
     auto acc = ids.accessor<int64_t, 2>();
     torch::Tensor logits = torch::full({ids.size(0), ids.size(1), 265}, -INFINITY);
     for (int64_t b = 0; b < ids.size(0); b++)
@@ -187,7 +189,9 @@ TEST(Scheduler, ToolStopsAndBudgetsAsTheEngine) {
   EXPECT_EQ(got.finish, want.finish);
   EXPECT_EQ(got.stop_token, want.stop_token);
   EXPECT_EQ(got.steps, (int64_t)cols.size());
-  // a callback returning false ends the request; its rows go back to the pool
+  // a callback returning false ends the request at the next step boundary the decode thread
+  // reaches after it (it runs ahead of the caller: here 20 ms a step); its rows go back to the pool
+  step_ms->store(20);
   int seen = 0;
   GenerateResult c = s.generate(prompt, o, [&](const TokenColumn&) { return ++seen < 2; });
   EXPECT_EQ(seen, 2);

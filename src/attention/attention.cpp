@@ -179,24 +179,42 @@ Tensor attention_with_kvcache_rows(const Tensor& q, const Tensor& k_cache, const
   if (lo_pos < 0 || hi > k_cache.size(1))
     fail("KV cache overflow: a row's position + %lld tokens exceeds its %lld positions", (long long)T,
          (long long)k_cache.size(1));
-  // each row's new keys at its own positions: one scatter (row b, position pos[b]+t)
-  std::vector<int64_t> ri, ci;
-  for (int64_t b = 0; b < B; b++)
-    for (int64_t t = 0; t < T; t++) {
-      ri.push_back(b);
-      ci.push_back(pos[b] + t);
-    }
+  // Every layer of one forward calls this with the same rows and positions: the scatter's
+  // indices and the masks (one per window) are made once per forward, kept per thread.
+  struct Memo {
+    std::vector<int64_t> pos;
+    int64_t T = -1;
+    torch::Device dev = torch::kCPU;
+    c10::List<std::optional<Tensor>> index;
+    std::map<std::pair<int64_t, int64_t>, Tensor> masks;  // (first, window) -> mask
+  };
+  thread_local Memo memo;
   const auto dev = q.device();
-  c10::List<std::optional<Tensor>> index;
-  index.push_back(torch::tensor(ri, torch::kLong).to(dev));
-  index.push_back(torch::tensor(ci, torch::kLong).to(dev));
+  if (memo.pos != pos || memo.T != T || memo.dev != dev) {
+    // each row's new keys at its own positions: one scatter (row b, position pos[b]+t)
+    std::vector<int64_t> ri, ci;
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t = 0; t < T; t++) {
+        ri.push_back(b);
+        ci.push_back(pos[b] + t);
+      }
+    memo.index = c10::List<std::optional<Tensor>>();
+    memo.index.push_back(torch::tensor(ri, torch::kLong).to(dev));
+    memo.index.push_back(torch::tensor(ci, torch::kLong).to(dev));
+    memo.masks.clear();
+    memo.pos = pos;
+    memo.T = T;
+    memo.dev = dev;
+  }
+  const c10::List<std::optional<Tensor>>& index = memo.index;
   k_cache.index_put_(index, k.reshape({B * T, k.size(2), k.size(3)}));
   v_cache.index_put_(index, v.reshape({B * T, v.size(2), v.size(3)}));
   // only keys some row may see: from the lowest row's window start to the longest row
   const int64_t first = window >= 0 ? std::max<int64_t>(0, lo_pos - window) : 0;
   Tensor kt = k_cache.narrow(1, first, hi - first).transpose(1, 2);
   Tensor vt = v_cache.narrow(1, first, hi - first).transpose(1, 2);
-  Tensor mask = attention_rows_mask(pos, T, first, hi - first, window, dev);
+  Tensor& mask = memo.masks[{first, window}];
+  if (!mask.defined()) mask = attention_rows_mask(pos, T, first, hi - first, window, dev);
   return sdpa(q.transpose(1, 2), kt, vt, mask, false).transpose(1, 2);
 }
 

@@ -1,7 +1,7 @@
 // defines: Scheduler
 // The decode thread's loop, one iteration per step boundary:
-//   admit waiting requests that fit (rows, prefix match) -> one prefill chunk of the oldest
-//   prefilling request (its rows join when its prompt is in) -> sample every live row (per
+//   admit waiting requests that fit (rows, prefix match) -> prefill up to prefill_chunk
+//   prompt tokens, oldest request first (rows join once their prompt is in) -> sample every live row (per
 //   request, its own generator) and hand the columns to the callers -> drop finished rows
 //   (swap with the last live row) -> one batched decode forward over the live rows.
 // Live rows are slots 0..live-1 of the pool, `logits` and `feed` are aligned with them.
@@ -203,9 +203,10 @@ struct Scheduler::Impl {
     prev.narrow(0, first, p.size(0)).copy_(p);
   }
 
-  void prefill_chunk(const std::shared_ptr<Request>& r) {
+  // up to `budget` more prompt tokens of r; returns how many
+  int64_t prefill_chunk(const std::shared_ptr<Request>& r, int64_t budget) {
     const int64_t T = (int64_t)r->prompt.size(), s0 = r->slot[0];
-    const int64_t c = std::min(opt.prefill_chunk, T - r->prefilled);
+    const int64_t c = std::min(budget, T - r->prefilled);
     KVCache view = pool.view_rows(s0, 1, r->prefilled);
     if (r->prefilled > 0 && r->need_prev) view.prev_embedding = model.embed(ids({r->prompt[r->prefilled - 1]}, 1));
     else if (r->prefilled > 0 && prev.defined()) view.prev_embedding = prev.narrow(0, s0, 1).clone();
@@ -215,7 +216,7 @@ struct Scheduler::Impl {
     store_prev(s0, view.prev_embedding);
     r->prefilled += c;
     slots[s0].pos = r->prefilled;
-    if (r->prefilled < T) return;
+    if (r->prefilled < T) return c;
     // the prompt is in: its other rows get a copy, and every unfinished row joins the batch
     for (size_t i = 1; i < r->slot.size(); i++) copy_slot(s0, r->slot[i], T);
     torch::Tensor last = lg.select(1, c - 1);  // (1,V)
@@ -236,6 +237,7 @@ struct Scheduler::Impl {
     std::lock_guard<std::mutex> lock(mu);
     prefilling.erase(std::find(prefilling.begin(), prefilling.end(), r));
     decoding.push_back(r);
+    return c;
   }
 
   // samples every live row, hands out the columns, drops the rows that finished
@@ -389,7 +391,10 @@ struct Scheduler::Impl {
       }
       try {
         drop_cancelled_waiting();
-        if (!prefilling.empty()) prefill_chunk(prefilling.front());
+        // prompts go in, oldest first, up to prefill_chunk tokens per step: many short
+        // prompts join together, a long one is spread over several steps
+        for (int64_t budget = opt.prefill_chunk; budget > 0 && !prefilling.empty();)
+          budget -= prefill_chunk(prefilling.front(), budget);
         if (live > 0) sample_step();
         if (live > 0) decode_forward();
       } catch (const std::exception& e) {

@@ -6,9 +6,10 @@
 //    attention module's per-row masked decode), so a step reads only live rows and no
 //    cache is copied per step; a row that finishes swaps places with the last live one.
 //  - A request takes as many rows as it has samples, first come first served; it waits while
-//    the pool has too few free rows. Its prompt is prefilled in chunks of prefill_chunk
-//    tokens between decode steps (a long prompt delays the others by one chunk at a time),
-//    into one row, copied to its other rows, and then the rows join the batch.
+//    the pool has too few free rows. Between two decode steps at most prefill_chunk prompt
+//    tokens are prefilled, oldest request first (many short prompts join in one step, a long
+//    one is spread over several, delaying the others by one chunk at a time), into one row,
+//    copied to the request's other rows, and then the rows join the batch.
 //  - Each request samples with its own generator (seeded from its options) over its own rows
 //    only, so a seeded request gives the same tokens whatever else runs (up to the float
 //    rounding of a batched matmul); rows keep their own stop tokens, budget, calculator state.
@@ -31,7 +32,7 @@ namespace nanochat {
 struct SchedulerOptions {
   int64_t max_batch = 8;       // rows in the KV pool = rows decoded together
   int64_t row_len = 0;         // positions per row; 0: the model's max_positions
-  int64_t prefill_chunk = 128; // prompt tokens per prefill step between decode steps
+  int64_t prefill_chunk = 128; // prompt tokens prefilled between two decode steps, at most
   bool prefix_cache = true;    // reuse the KV of a finished request's tokens
 };
 
