@@ -5,17 +5,19 @@
 # for --seconds (default 600); bench/server/soak_driver.py prints requests served, the 5xx count
 # (must be 0), p50/p99 latency of the valid chats in the first and last minute, and the server's
 # RSS growth (must stay under 10%). Exit status 1 when a limit is broken. CPU heavy: a bench, not a test.
-# usage: bench/soak_server.sh [--seconds 600] [--concurrency 16] [--workers 2] [--no-build]
+# Continuous batching is on (--max-batch rows per worker, default 8); at the end every worker and KV row must be free.
+# usage: bench/soak_server.sh [--seconds 600] [--concurrency 16] [--workers 2] [--max-batch 8] [--no-build]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds=600 concurrency=16 workers=2 deadline=2 build_first=1
+seconds=600 concurrency=16 workers=2 max_batch=8 deadline=2 build_first=1
 while [ $# -gt 0 ]; do
   case "$1" in
     --seconds) seconds="$2"; shift 2 ;;
     --concurrency) concurrency="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
+    --max-batch) max_batch="$2"; shift 2 ;;
     --no-build) build_first=0; shift ;;
-    *) echo "soak_server.sh: unknown argument $1 (--seconds N, --concurrency N, --workers N, --no-build)" >&2; exit 2 ;;
+    *) echo "soak_server.sh: unknown argument $1 (--seconds N, --concurrency N, --workers N, --max-batch N, --no-build)" >&2; exit 2 ;;
   esac
 done
 build=${BUILD_DIR:-build}
@@ -33,7 +35,7 @@ cleanup() {
 trap cleanup EXIT
 
 NANOCHAT_BASE_DIR="$base" OMP_NUM_THREADS=1 "$build"/nanochat chat-web --port 0 --device-type cpu \
-  --workers "$workers" -q --request-deadline "$deadline" >"$log" 2>&1 &
+  --workers "$workers" --max-batch "$max_batch" -q --request-deadline "$deadline" >"$log" 2>&1 &
 pid=$!
 port=
 for _ in $(seq 1 300); do
@@ -42,6 +44,6 @@ for _ in $(seq 1 300); do
   sleep 0.1
 done
 [ -n "$port" ] || { echo "chat-web did not start:" >&2; cat "$log" >&2; exit 1; }
-echo "soak: chat-web pid $pid on port $port, --workers $workers, --request-deadline $deadline"
+echo "soak: chat-web pid $pid on port $port, --workers $workers, --max-batch $max_batch, --request-deadline $deadline"
 "$python" bench/server/soak_driver.py --port "$port" --pid "$pid" --seconds "$seconds" \
   --concurrency "$concurrency" --deadline "$deadline"

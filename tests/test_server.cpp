@@ -235,6 +235,76 @@ TEST(ServerApi, HealthStatsModels) {
   EXPECT_EQ(h.headers.count("access-control-allow-origin"), 0u);  // no CORS unless --cors-origin
 }
 
+// ---- continuous batching -------------------------------------------------------------------------
+
+// many greedy requests at once share the decode batch; each reply is still its own greedy one
+TEST(ServerApi, ConcurrentGreedyRequestsEachMatchTheReference) {
+  const std::vector<std::string> users = {"hello", "cats", "what is two plus three", "the model talks",
+                                          "numbers and cats", "a small chat", "hello world", "two cats"};
+  std::vector<Reference> refs;
+  for (auto& u : users) refs.push_back(greedy_reference({u}, 16));
+  std::vector<json> got(users.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < users.size(); i++)
+    threads.emplace_back([&, i] {
+      json req = {{"messages", user_messages(users[i])}, {"temperature", 0}, {"max_tokens", 16}};
+      got[i] = json::parse(raw_http(port(), "POST", "/v1/chat/completions", req.dump()).body, nullptr, false);
+    });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < users.size(); i++) {
+    ASSERT_TRUE(got[i].contains("choices")) << got[i].dump();
+    EXPECT_EQ(got[i]["choices"][0]["message"]["content"], refs[i].text) << users[i];
+    EXPECT_EQ(got[i]["usage"]["completion_tokens"], refs[i].tokens) << users[i];
+  }
+  json s = parse_json(raw_http(port(), "GET", "/stats").body);
+  EXPECT_EQ(s["batch"]["max_rows"], 16);  // 2 workers x 8 rows
+  EXPECT_GT(s["batch"]["mean_rows_per_step"].get<double>(), 1.0) << "requests shared decode steps";
+  EXPECT_EQ(s["kv_pool"]["rows"], 16);
+  EXPECT_EQ(s["kv_pool"]["positions_per_row"], 1280);  // 10 x sequence_len 128
+  EXPECT_GT(s["kv_pool"]["bytes"].get<int64_t>(), 0);
+  for (int i = 0; i < 100 && parse_json(raw_http(port(), "GET", "/stats").body)["kv_pool"]["rows_in_use"] != 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  s = parse_json(raw_http(port(), "GET", "/stats").body);
+  EXPECT_EQ(s["kv_pool"]["rows_in_use"], 0);
+  EXPECT_EQ(s["running_requests"], 0);
+  EXPECT_EQ(s["waiting_requests"], 0);
+}
+
+// the next turn of a chat reuses the KV of the previous one; the reply is the same without it
+TEST(ServerApi, PrefixReuseReportsCachedTokensAndKeepsTheText) {
+  ServerProcess plain(NANOCHAT_BIN, world().base, {"--workers", "1", "--max-batch", "2", "--no-prefix-cache", "-q"});
+  ServerProcess cached(NANOCHAT_BIN, world().base, {"--workers", "1", "-q"});
+  ASSERT_GT(plain.port(), 0) << plain.log();
+  ASSERT_GT(cached.port(), 0) << cached.log();
+  wait_until_healthy(plain.port());
+  wait_until_healthy(cached.port());
+  auto ask = [](int p, const json& messages) {
+    json req = {{"messages", messages}, {"temperature", 0}, {"max_tokens", 8}};
+    RawResponse r = raw_http(p, "POST", "/v1/chat/completions", req.dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    return json::parse(r.body, nullptr, false);
+  };
+  json t1 = ask(cached.port(), user_messages("cats"));
+  EXPECT_EQ(t1["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const std::string reply = t1["choices"][0]["message"]["content"];
+  json turn2 = json::array({{{"role", "user"}, {"content", "cats"}}, {{"role", "assistant"}, {"content", reply}},
+                            {{"role", "user"}, {"content", "hello"}}});
+  json with = ask(cached.port(), turn2), without = ask(plain.port(), turn2);
+  const int64_t first_prompt = (int64_t)prompt_by_hand({"cats"}).size();
+  const int64_t reused = with["usage"]["prompt_tokens_details"]["cached_tokens"];
+  EXPECT_GE(reused, first_prompt) << "at least the first turn's prompt is reused";
+  EXPECT_LT(reused, with["usage"]["prompt_tokens"].get<int64_t>());
+  EXPECT_EQ(without["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  EXPECT_EQ(with["choices"][0]["message"]["content"], without["choices"][0]["message"]["content"]);
+  EXPECT_EQ(with["choices"][0]["message"]["content"], greedy_reference({"cats", reply, "hello"}, 8).text);
+  json st = parse_json(raw_http(cached.port(), "GET", "/stats").body);
+  EXPECT_EQ(st["prefix_cache"]["cached_tokens"], reused);
+  EXPECT_EQ(parse_json(raw_http(plain.port(), "GET", "/stats").body)["prefix_cache"]["enabled"], false);
+  // more samples than --max-batch rows: refused, not queued forever
+  json many = {{"messages", user_messages("cats")}, {"n", 3}, {"max_tokens", 4}};
+  expect_json_error(raw_http(plain.port(), "POST", "/v1/chat/completions", many.dump()), 400, "--max-batch", "n > max-batch");
+}
+
 TEST(ServerApi, ServesTheEmbeddedUi) {
   RawResponse r = raw_http(port(), "GET", "/");
   EXPECT_EQ(r.status, 200);
@@ -361,6 +431,10 @@ TEST(ServerApi, OpenAiStreamEqualsNonStream) {
     EXPECT_EQ(text[k], plain["choices"][k]["message"]["content"]) << k;
     EXPECT_EQ(finish[k], plain["choices"][k]["finish_reason"]) << k;
   }
+  // the second request may reuse the first one's prompt (prefix cache): all else is equal
+  EXPECT_LE(usage["prompt_tokens_details"]["cached_tokens"].get<int64_t>(), usage["prompt_tokens"].get<int64_t>() - 1);
+  usage.erase("prompt_tokens_details");
+  plain["usage"].erase("prompt_tokens_details");
   EXPECT_EQ(usage, plain["usage"]);
   // the system text is merged into the first user turn (as render_conversation)
   EXPECT_EQ(usage["prompt_tokens"], (int64_t)prompt_by_hand({"be nice\n\nhello", "hello world", "numbers and cats"}).size());

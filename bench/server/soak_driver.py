@@ -11,7 +11,8 @@ get. The server's RSS is sampled from /proc every second.
 Prints: requests served, 5xx count, unexpected answers, p50/p99 latency of the valid requests
 in the first and the last minute (or half, for a shorter run), and RSS growth from the end of
 the first window to the end of the run. Exit status 1 if any 5xx, any unexpected answer, or
-RSS growth of 10% or more. Standard library only.
+RSS growth of 10% or more, or a worker or KV row still taken at the end (GET /stats). Standard
+library only.
 """
 import argparse
 import gzip
@@ -22,6 +23,10 @@ import threading
 import time
 
 HELLO = {"messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}
+# a long prompt (several prefill chunks) and a two-turn chat (the prefix cache's case)
+LONG = dict(HELLO, messages=[{"role": "user", "content": " ".join(["the model talks about numbers and cats"] * 20)}])
+TURN2 = dict(HELLO, messages=[{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hello world"},
+                              {"role": "user", "content": "what is two plus three"}])
 
 
 def connect(port, timeout=30.0):
@@ -69,8 +74,8 @@ def post_head(path, body, extra=b"", host=b"127.0.0.1", ctype=b"application/json
             b"\r\n" + extra + b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n")
 
 
-def chat(port, path, stream):
-    req = dict(HELLO)
+def chat(port, path, stream, base=HELLO):
+    req = dict(base)
     if stream:
         req["stream"] = True
     body = json.dumps(req).encode()
@@ -134,6 +139,8 @@ def kinds(port, deadline):
         "chat": (25, lambda: chat(port, b"/v1/chat/completions", False), ok, True),
         "chat_stream": (15, lambda: chat(port, b"/v1/chat/completions", True), ok, True),
         "upstream_stream": (15, lambda: chat(port, b"/chat/completions", True), ok, True),
+        "long_prompt": (5, lambda: chat(port, b"/v1/chat/completions", False, LONG), ok, True),
+        "second_turn": (5, lambda: chat(port, b"/v1/chat/completions", True, TURN2), ok, True),
         "health": (5, lambda: exchange(port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"), {200}, False),
         "deep_json": (3, lambda: exchange(port, post_head(b"/v1/chat/completions", DEEP, ctype=b"text/plain"), DEEP), {400}, False),
         "long_header": (3, lambda: exchange(port, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ", b"h" * (1 << 20)), {431}, False),
@@ -214,6 +221,24 @@ def main():
     stop.set()
     sam.join()
     elapsed = time.time() - t0
+    # every worker and KV row free once the load is gone (disconnected clients included)
+    stats = {}
+    for _ in range(100):
+        s = connect(args.port)
+        try:
+            s.sendall(b"GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+            raw = read_all(s)
+        finally:
+            s.close()
+        try:
+            stats = json.loads(raw.split(b"\r\n\r\n", 1)[1])
+        except (IndexError, ValueError):
+            stats = {}
+        if stats.get("kv_pool", {}).get("rows_in_use") == 0 and stats.get("running_requests") == 0:
+            break
+        time.sleep(0.1)
+    free = (stats.get("kv_pool", {}).get("rows_in_use") == 0 and stats.get("running_requests") == 0 and
+            stats.get("available_workers") == stats.get("total_workers"))
 
     window = min(60.0, elapsed / 2)
     served = [r for r in records if isinstance(r[2], int) and r[2] > 0]
@@ -241,13 +266,17 @@ def main():
     print("valid latency last  %.0f s: p50 %.0f ms p99 %.0f ms (n=%d)" % (window, pct(last, 50), pct(last, 99), len(last)))
     print("RSS: %.1f MB at %.0f s -> %.1f MB max in the last %.0f s: growth %+.1f%%" %
           (base_kb / 1024, window, end_kb / 1024, window, growth * 100))
+    print("at the end: %s workers of %s free, KV rows in use %s, running %s, mean rows per decode step %.2f" %
+          (stats.get("available_workers"), stats.get("total_workers"), stats.get("kv_pool", {}).get("rows_in_use"),
+           stats.get("running_requests"), stats.get("batch", {}).get("mean_rows_per_step", 0.0)))
     for r in unexpected[:10]:
         print("  unexpected: %s got %s after %.2f s" % (r[1], r[2], r[3]))
     result = {"seconds": round(elapsed), "concurrency": args.concurrency, "served": len(served), "5xx": len(five_xx),
               "unexpected": len(unexpected), "p50_first_ms": round(pct(first, 50)), "p99_first_ms": round(pct(first, 99)),
-              "p50_last_ms": round(pct(last, 50)), "p99_last_ms": round(pct(last, 99)), "rss_growth_pct": round(growth * 100, 1)}
+              "p50_last_ms": round(pct(last, 50)), "p99_last_ms": round(pct(last, 99)), "rss_growth_pct": round(growth * 100, 1),
+              "all_free_at_end": free}
     print(json.dumps(result))
-    return 1 if five_xx or unexpected or growth >= 0.10 else 0
+    return 1 if five_xx or unexpected or growth >= 0.10 or not free else 0
 
 
 if __name__ == "__main__":

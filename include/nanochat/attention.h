@@ -1,4 +1,5 @@
-// defines: attention_causal, attention_causal_sdpa, attention_with_kvcache, attention_kernel_name, attention_window_mask, KVCache
+// defines: attention_causal, attention_causal_sdpa, attention_with_kvcache, attention_with_kvcache_rows,
+//          attention_kernel_name, attention_window_mask, attention_rows_mask, KVCache
 // The attention module (upstream flash_attention.py and engine.py's KVCache): the one place that knows devices and kernels.
 // Everything uses the FA3 layout (B, T, H, D) at the interface, like nanochat's
 // flash_attention.py, and FA3's window semantics: `window` is the left size, a query at
@@ -16,10 +17,15 @@
 //    (about twice a real window's) instead of the O(T^2) masked fallback.
 //  - KV cache: decode of 1 token keeps only the last window+1 keys (no mask); a prefill
 //    at position 0 is the training path; a prefill after position 0 uses an explicit mask.
+//  - KV cache whose rows sit at different positions (continuous batching): each row's new
+//    keys go to its own position and SDPA runs under a (B,1,T,Tk) mask of what each row's
+//    queries may see (its own length, its window). On CUDA this is masked SDPA too: LibTorch's
+//    flash entry point with per-row key lengths (seqused_k) is not used yet.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 #include <torch/types.h>
 
 namespace nanochat {
@@ -42,10 +48,17 @@ std::string attention_kernel_name(const torch::Tensor& q, const torch::Tensor& k
 torch::Tensor attention_window_mask(int64_t Tq, int64_t Tk, int64_t window,
                                     torch::Device device = torch::kCPU);
 
+// the boolean mask (true = attend) of rows at their own positions: row b's query t is at
+// position pos[b] + t and sees the keys first..first+Tk-1 at or before it, within `window`;
+// shape (B, 1, T, Tk)
+torch::Tensor attention_rows_mask(const std::vector<int64_t>& pos, int64_t T, int64_t first, int64_t Tk,
+                                  int64_t window, torch::Device device = torch::kCPU);
+
 // upstream engine.py's KVCache: k_cache and v_cache (L, B, T_max, Hkv, D) in the compute dtype,
 // cache_seqlens int32 (B,), and the smear's previous (normed, pre-smear) embedding.
-// All rows are at the same position (nanochat's assumption); the position is also kept on
-// the host so that decoding does not synchronise with the device.
+// All rows are at the same position (nanochat's assumption), unless row positions are set
+// (continuous batching: set_row_positions); the positions are also kept on the host so that
+// decoding does not synchronise with the device.
 struct KVCache {
   KVCache(int64_t batch_size, int64_t num_kv_heads, int64_t max_seq_len, int64_t head_dim,
           int64_t num_layers, torch::Device device, torch::ScalarType dtype);
@@ -63,8 +76,19 @@ struct KVCache {
   // and its prev_embedding; this cache must be at position 0 and at least as long
   void prefill(const KVCache& other);
 
+  // rows at positions of their own (continuous batching); get_pos() is then the largest,
+  // and advance() moves every row. Empty: every row at get_pos().
+  void set_row_positions(std::vector<int64_t> pos);
+  const std::vector<int64_t>& row_positions() const { return row_pos_; }
+  bool ragged() const { return !row_pos_.empty(); }
+  // a cache over rows [first, first+n) at position `pos`: views of this one's storage (what
+  // a forward writes lands here), prev_embedding copied (a forward replaces it)
+  KVCache view_rows(int64_t first, int64_t n, int64_t pos) const;
+
  private:
+  KVCache() = default;
   int64_t pos_ = 0;
+  std::vector<int64_t> row_pos_;
 };
 
 // writes k, v (B,T,Hkv,D) into the layer's cache at `pos` and attends q (B,T,H,D) over the
@@ -72,5 +96,11 @@ struct KVCache {
 torch::Tensor attention_with_kvcache(const torch::Tensor& q, const torch::Tensor& k_cache,
                                      const torch::Tensor& v_cache, const torch::Tensor& k,
                                      const torch::Tensor& v, int64_t pos, int64_t window);
+// the same for rows at their own positions: row b's k, v go to pos[b].., its queries see
+// its own first pos[b]+t+1 positions (window); q (B,T,H,D)
+torch::Tensor attention_with_kvcache_rows(const torch::Tensor& q, const torch::Tensor& k_cache,
+                                          const torch::Tensor& v_cache, const torch::Tensor& k,
+                                          const torch::Tensor& v, const std::vector<int64_t>& pos,
+                                          int64_t window);
 
 }  // namespace nanochat

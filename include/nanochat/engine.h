@@ -34,6 +34,9 @@ struct EngineModel {
   std::function<torch::Tensor(const torch::Tensor& ids, KVCache& cache)> forward;
   // an empty cache of `batch` rows and `max_len` positions
   std::function<KVCache(int64_t batch, int64_t max_len)> make_cache;
+  // ids (B,T) -> what KVCache::prev_embedding holds after them (B,T,C): the smear's input.
+  // Optional: without it the scheduler reuses a cached prefix only when it is whole.
+  std::function<torch::Tensor(const torch::Tensor& ids)> embed;
   int64_t sequence_len = 0;   // default budget: prompt + max_tokens fills this
   int64_t max_positions = 0;  // hard limit on prompt + max_tokens (the rotary tables' length)
   torch::Device device = torch::kCPU;

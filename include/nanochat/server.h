@@ -7,9 +7,10 @@
 //   POST /v1/chat/completions   OpenAI-compatible (stream and not), GET /v1/models
 //   GET  /health, GET /stats    readiness (503 while loading) and the worker pool
 // Requests are checked here (upstream's limits, types, UTF-8, JSON nesting) before any model
-// work; a bad one is a 4xx with a JSON error. Generation runs on the connection's thread once
-// it holds a worker (one model per device) from a FIFO pool; a client that goes away cancels
-// it. Hostile clients are bounded before httplib buffers anything (connection.cpp): header
+// work; a bad one is a 4xx with a JSON error. A request takes a row of a worker (one model
+// per device, --max-batch rows each) from a FIFO pool, and joins that worker's running decode
+// batch (engine/scheduler.h); its tokens come back to the connection's thread. A client that
+// goes away cancels it. Hostile clients are bounded before httplib buffers anything (connection.cpp): header
 // lines and count, a deadline for the head and body, body bytes whatever the encoding, a
 // connection cap with /health still answered beyond it; guards.cpp holds the Host, Origin
 // and API-key checks.
@@ -125,6 +126,8 @@ class WorkerPool {
   int size() const { return (int)busy_.size(); }
   int available() const;
   int queued() const;
+  // groups of workers (worker i in group i % groups) with none of theirs busy
+  int idle_groups(int groups) const;
 
  private:
   mutable std::mutex mu_;
@@ -158,8 +161,11 @@ struct ServerOptions {
   std::string source = "sft", model_tag, device_type;
   int64_t step = -1;
   int num_gpus = 1;        // CUDA: one model copy per GPU
-  int workers = 1;         // CPU: concurrent generations (sharing one model copy)
-  int max_queue = 64;      // requests waiting for a worker beyond this get 503
+  int workers = 1;         // CPU: decode threads (sharing one model copy)
+  int max_batch = 0;       // rows decoded together per worker (continuous batching); 0: 8 on CPU, 32 on CUDA
+  int64_t kv_len = 0;      // KV positions per row; 0: the model's limit (10 x sequence_len) on CPU, sequence_len on CUDA
+  bool prefix_cache = true;  // reuse the KV of a finished conversation's tokens
+  int max_queue = 64;      // requests waiting for a row beyond this get 503
   ChatDefaults defaults;
   ServerLimits limits;
   bool quiet = false;      // no per-request log lines

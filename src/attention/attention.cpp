@@ -1,4 +1,5 @@
-// defines: attention_causal, attention_causal_sdpa, attention_with_kvcache, attention_window_mask
+// defines: attention_causal, attention_causal_sdpa, attention_with_kvcache, attention_with_kvcache_rows,
+//          attention_window_mask, attention_rows_mask
 // Device-generic attention on top of at::scaled_dot_product_attention (see attention.h for
 // the choice of kernels). SDPA wants (B,H,T,D); the interface is FA3's (B,T,H,D).
 #include "nanochat/attention.h"
@@ -153,6 +154,68 @@ Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tens
   Tensor vt = v_cache.narrow(1, start, Tk - start).transpose(1, 2);
   Tensor mask = attention_window_mask(T, Tk - start, window, q.device());
   return sdpa(qt, kt, vt, mask, false).transpose(1, 2);
+}
+
+Tensor attention_rows_mask(const std::vector<int64_t>& pos, int64_t T, int64_t first, int64_t Tk, int64_t window,
+                           torch::Device device) {
+  const int64_t B = (int64_t)pos.size();
+  auto opts = torch::TensorOptions().dtype(torch::kLong);
+  Tensor qpos = (torch::tensor(pos, opts).view({B, 1, 1}) + at::arange(T, opts).view({1, T, 1})).to(device);
+  Tensor kpos = (first + at::arange(Tk, opts.device(device))).view({1, 1, Tk});
+  Tensor mask = kpos <= qpos;
+  if (window >= 0) mask = mask & ((qpos - kpos) <= window);
+  return mask.unsqueeze(1);  // (B,1,T,Tk)
+}
+
+Tensor attention_with_kvcache_rows(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
+                                   const Tensor& v, const std::vector<int64_t>& pos, int64_t window) {
+  check_shapes(q, k, v, "attention_with_kvcache_rows");
+  const int64_t B = q.size(0), T = q.size(1);
+  if ((int64_t)pos.size() != B || k_cache.size(0) != B)
+    fail("attention_with_kvcache_rows: %zu positions for %lld rows (cache of %lld)", pos.size(), (long long)B,
+         (long long)k_cache.size(0));
+  const int64_t lo_pos = *std::min_element(pos.begin(), pos.end());
+  const int64_t hi = *std::max_element(pos.begin(), pos.end()) + T;
+  if (lo_pos < 0 || hi > k_cache.size(1))
+    fail("KV cache overflow: a row's position + %lld tokens exceeds its %lld positions", (long long)T,
+         (long long)k_cache.size(1));
+  // Every layer of one forward calls this with the same rows and positions: the scatter's
+  // indices and the masks (one per window) are made once per forward, kept per thread.
+  struct Memo {
+    std::vector<int64_t> pos;
+    int64_t T = -1;
+    torch::Device dev = torch::kCPU;
+    c10::List<std::optional<Tensor>> index;
+    std::map<std::pair<int64_t, int64_t>, Tensor> masks;  // (first, window) -> mask
+  };
+  thread_local Memo memo;
+  const auto dev = q.device();
+  if (memo.pos != pos || memo.T != T || memo.dev != dev) {
+    // each row's new keys at its own positions: one scatter (row b, position pos[b]+t)
+    std::vector<int64_t> ri, ci;
+    for (int64_t b = 0; b < B; b++)
+      for (int64_t t = 0; t < T; t++) {
+        ri.push_back(b);
+        ci.push_back(pos[b] + t);
+      }
+    memo.index = c10::List<std::optional<Tensor>>();
+    memo.index.push_back(torch::tensor(ri, torch::kLong).to(dev));
+    memo.index.push_back(torch::tensor(ci, torch::kLong).to(dev));
+    memo.masks.clear();
+    memo.pos = pos;
+    memo.T = T;
+    memo.dev = dev;
+  }
+  const c10::List<std::optional<Tensor>>& index = memo.index;
+  k_cache.index_put_(index, k.reshape({B * T, k.size(2), k.size(3)}));
+  v_cache.index_put_(index, v.reshape({B * T, v.size(2), v.size(3)}));
+  // only keys some row may see: from the lowest row's window start to the longest row
+  const int64_t first = window >= 0 ? std::max<int64_t>(0, lo_pos - window) : 0;
+  Tensor kt = k_cache.narrow(1, first, hi - first).transpose(1, 2);
+  Tensor vt = v_cache.narrow(1, first, hi - first).transpose(1, 2);
+  Tensor& mask = memo.masks[{first, window}];
+  if (!mask.defined()) mask = attention_rows_mask(pos, T, first, hi - first, window, dev);
+  return sdpa(q.transpose(1, 2), kt, vt, mask, false).transpose(1, 2);
 }
 
 }  // namespace nanochat

@@ -2,6 +2,9 @@
 // nanochat's engine.KVCache (upstream engine.py): (L, B, T_max, Hkv, D) in the FA3 layout.
 #include "nanochat/attention.h"
 
+#include <algorithm>
+#include <utility>
+
 #include <ATen/ATen.h>
 
 #include "nanochat/common/error.h"
@@ -22,6 +25,7 @@ KVCache::KVCache(int64_t batch_size, int64_t num_kv_heads, int64_t max_seq_len, 
 
 void KVCache::reset() {
   pos_ = 0;
+  row_pos_.clear();
   cache_seqlens.zero_();
   prev_embedding = torch::Tensor();
 }
@@ -32,6 +36,7 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::get_layer_cache(int64_t layer) 
 
 void KVCache::advance(int64_t n) {
   pos_ += n;
+  for (int64_t& p : row_pos_) p += n;
   cache_seqlens.add_(n);
 }
 
@@ -50,6 +55,34 @@ void KVCache::prefill(const KVCache& other) {
   pos_ = n;
   if (other.prev_embedding.defined())
     prev_embedding = other.prev_embedding.expand({batch_size(), -1, -1}).clone();
+}
+
+void KVCache::set_row_positions(std::vector<int64_t> pos) {
+  if ((int64_t)pos.size() != batch_size())
+    fail("KVCache::set_row_positions: %zu positions for %lld rows", pos.size(), (long long)batch_size());
+  int64_t top = 0;
+  for (int64_t p : pos) {
+    if (p < 0 || p > max_seq_len())
+      fail("KVCache::set_row_positions: position %lld outside 0..%lld", (long long)p, (long long)max_seq_len());
+    top = std::max(top, p);
+  }
+  cache_seqlens.copy_(torch::tensor(pos, torch::kLong).to(torch::kInt32));
+  row_pos_ = std::move(pos);
+  pos_ = top;
+}
+
+KVCache KVCache::view_rows(int64_t first, int64_t n, int64_t pos) const {
+  if (first < 0 || n < 1 || first + n > batch_size() || pos < 0 || pos > max_seq_len())
+    fail("KVCache::view_rows: rows %lld..%lld at %lld outside the cache's %lld rows of %lld", (long long)first,
+         (long long)(first + n), (long long)pos, (long long)batch_size(), (long long)max_seq_len());
+  KVCache v;
+  v.k_cache = k_cache.narrow(1, first, n);
+  v.v_cache = v_cache.narrow(1, first, n);
+  v.cache_seqlens = cache_seqlens.narrow(0, first, n);
+  v.cache_seqlens.fill_(pos);
+  if (prev_embedding.defined() && pos > 0) v.prev_embedding = prev_embedding.narrow(0, first, n).clone();
+  v.pos_ = pos;
+  return v;
 }
 
 }  // namespace nanochat

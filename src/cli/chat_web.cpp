@@ -49,14 +49,26 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
       "trusted network) or keep 127.0.0.1 and tunnel: ssh -L 8000:localhost:8000 HOST");
   static ServerOptions o;
   sub->add_option("-n,--num-gpus", o.num_gpus, "GPUs to serve on, one model copy and one worker each")->check(CLI::Range(1, 64));
-  sub->add_option("--workers", o.workers, "on the CPU: concurrent generations (they share one model copy)")->check(CLI::Range(1, 64));
+  sub->add_option("--workers", o.workers, "on the CPU: decode threads, each with its own batch (they share one model copy)")
+      ->check(CLI::Range(1, 64));
+  sub->add_option("--max-batch", o.max_batch,
+                  "rows (conversations, or samples of one) decoded together per worker: requests join and leave the "
+                  "running batch between steps (default 8 on the CPU, 32 per GPU)")
+      ->check(CLI::Range(1, 1024));
+  sub->add_option("--kv-len", o.kv_len,
+                  "KV cache positions per row, prompt and reply together (default: the model's limit of 10 x its "
+                  "sequence length on the CPU, its sequence length on CUDA); the pool holds max-batch such rows")
+      ->check(CLI::Range(16, 1 << 20));
+  static bool no_prefix_cache = false;
+  sub->add_flag("--no-prefix-cache", no_prefix_cache,
+                "do not reuse the KV of a finished conversation's tokens for a prompt that begins with them");
   cli_add_checkpoint_flags(sub, o.source, o.model_tag, o.step);
   sub->add_option("-t,--temperature", o.defaults.temperature, "default temperature")->check(CLI::Range(0.0, 2.0));
   sub->add_option("-k,--top-k", o.defaults.top_k, "default top-k (0: all tokens)")->check(CLI::Range(0, 200));
   sub->add_option("-m,--max-tokens", o.defaults.max_tokens, "default max tokens per reply")->check(CLI::Range(1, 4096));
   sub->add_option("-p,--port", o.port, "port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
   sub->add_option("--host", o.host, "address to listen on; 0.0.0.0 exposes it to the network");
-  sub->add_option("--max-queue", o.max_queue, "requests that may wait for a worker; more get 503")->check(CLI::Range(1, 4096));
+  sub->add_option("--max-queue", o.max_queue, "requests that may wait for a row; more get 503")->check(CLI::Range(1, 4096));
   sub->add_option("--device-type", o.device_type, "cuda or cpu (default: cuda when available)")
       ->check(CLI::IsMember({"", "cuda", "cpu"}));
   sub->add_flag("-q,--quiet", o.quiet, "no log line per request");
@@ -77,6 +89,7 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
       ->check(CLI::Range(0.5, 600.0));
   sub->callback([&exit_code] {
     o.api_key = api_key_resolve(o.api_key, api_key_file);
+    o.prefix_cache = !no_prefix_cache;
     exit_code = server_run(o);
   });
 }

@@ -11,7 +11,7 @@
 #include <utility>
 #include <ATen/ATen.h>
 
-#include "nanochat/calculator.h"
+#include "engine/row_state.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -20,6 +20,7 @@ EngineModel engine_model_from_gpt(GPT model) {
   EngineModel m;
   m.forward = [model](const torch::Tensor& ids, KVCache& cache) mutable { return model->forward(ids, &cache); };
   m.make_cache = [model](int64_t batch, int64_t max_len) { return model->make_kv_cache(batch, max_len); };
+  m.embed = [model](const torch::Tensor& ids) mutable { return gpt_rms_norm(model->wte(ids).to(model->compute_dtype)); };
   m.sequence_len = model->config.sequence_len;
   m.max_positions = model->cos.size(1);
   m.device = model->device();
@@ -36,90 +37,17 @@ const char* finish_reason_name(FinishReason r) {
   return "?";
 }
 
-static int32_t special_or_missing(const Tokenizer& tok, const std::string& name) {
-  for (const auto& [n, id] : tok.specials())
-    if (n == name) return id;
-  return -1;
-}
-
 Engine::Engine(EngineModel model, Tokenizer tokenizer) : model_(std::move(model)), tokenizer_(std::move(tokenizer)) {
   if (!model_.forward || !model_.make_cache) fail("Engine: the model has no forward or make_cache");
-  bos_ = special_or_missing(tokenizer_, "<|bos|>");
-  assistant_end_ = special_or_missing(tokenizer_, "<|assistant_end|>");
-  python_start_ = special_or_missing(tokenizer_, "<|python_start|>");
-  python_end_ = special_or_missing(tokenizer_, "<|python_end|>");
-  output_start_ = special_or_missing(tokenizer_, "<|output_start|>");
-  output_end_ = special_or_missing(tokenizer_, "<|output_end|>");
+  bos_ = engine_special_or_missing(tokenizer_, "<|bos|>");
+  assistant_end_ = engine_special_or_missing(tokenizer_, "<|assistant_end|>");
+  python_start_ = engine_special_or_missing(tokenizer_, "<|python_start|>");
+  python_end_ = engine_special_or_missing(tokenizer_, "<|python_end|>");
+  output_start_ = engine_special_or_missing(tokenizer_, "<|output_start|>");
+  output_end_ = engine_special_or_missing(tokenizer_, "<|output_end|>");
 }
 
 namespace {
-
-// upstream's RowState, plus what the result needs
-struct RowState {
-  std::vector<int32_t> tokens;
-  std::vector<uint8_t> mask;
-  std::vector<float> logprobs;
-  std::deque<int32_t> forced;
-  bool in_python = false;
-  std::vector<int32_t> expr;
-  std::vector<int32_t> stops;
-  int64_t generated = 0, max_tokens = 0;
-  FinishReason finish = FinishReason::none;
-  int32_t stop_token = -1;
-};
-
-// the calculator's special tokens, -1 where the tokenizer lacks them
-struct ToolTokens {
-  int32_t python_start, python_end, output_start, output_end;
-};
-
-// the tool state machine on a kept token: python_start opens an expression, python_end
-// evaluates it and queues <|output_start|> result <|output_end|> as forced tokens
-void row_tool_step(RowState& row, int32_t tok, const Tokenizer& tokenizer, const ToolTokens& t) {
-  if (t.python_start >= 0 && tok == t.python_start) {
-    row.in_python = true;
-    row.expr.clear();
-  } else if (tok == t.python_end && row.in_python) {
-    row.in_python = false;
-    if (!row.expr.empty()) {
-      std::optional<std::string> result = calculator_use(tokenizer.decode(row.expr));
-      if (result && t.output_start >= 0 && t.output_end >= 0) {
-        row.forced.push_back(t.output_start);
-        for (int32_t id : tokenizer.encode(*result)) row.forced.push_back(id);
-        row.forced.push_back(t.output_end);
-      }
-      row.expr.clear();
-    }
-  } else if (row.in_python) {
-    row.expr.push_back(tok);
-  }
-}
-
-// one token column of an unfinished row: its forced token if it has one, else `sampled`; a
-// stop token finishes the row (and is not kept), any other is kept, goes through the tool
-// (tools: null without the calculator), and may exhaust the row's budget. Returns the token
-// the row took and its mask (1 sampled, 0 forced).
-std::pair<int32_t, uint8_t> row_step(RowState& row, int32_t sampled, const Tokenizer& tokenizer,
-                                     const ToolTokens* tools) {
-  int32_t tok = sampled;
-  uint8_t m = 1;
-  if (!row.forced.empty()) {
-    tok = row.forced.front();
-    row.forced.pop_front();
-    m = 0;
-  }
-  row.generated++;
-  if (std::find(row.stops.begin(), row.stops.end(), tok) != row.stops.end()) {
-    row.finish = FinishReason::stop;
-    row.stop_token = tok;
-    return {tok, m};
-  }
-  row.tokens.push_back(tok);
-  row.mask.push_back(m);
-  if (tools) row_tool_step(row, tok, tokenizer, *tools);
-  if (row.generated >= row.max_tokens) row.finish = FinishReason::length;
-  return {tok, m};
-}
 
 torch::Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t rows, torch::Device device) {
   return torch::tensor(ids, torch::kLong).view({rows, -1}).to(device);
@@ -130,58 +58,10 @@ torch::Tensor ids_tensor(const std::vector<int64_t>& ids, int64_t rows, torch::D
 GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const GenerateOptions& opt,
                                 const TokenCallback& on_column) const {
   const int64_t N = opt.num_samples, T = (int64_t)prompt.size();
-  if (T == 0) fail("generate: the prompt holds no tokens");
-  if (N < 1) fail("generate: num_samples must be >= 1, got %lld", (long long)N);
-  if (opt.temperature < 0) fail("generate: temperature must be >= 0, got %g", opt.temperature);
-  if (!(opt.top_p > 0.0 && opt.top_p <= 1.0)) fail("generate: top_p must be in (0, 1], got %g", opt.top_p);
-  if (!opt.row_stop_tokens.empty() && (int64_t)opt.row_stop_tokens.size() != N)
-    fail("generate: row_stop_tokens has %zu lists for %lld samples", opt.row_stop_tokens.size(), (long long)N);
-  if (!opt.row_max_tokens.empty() && (int64_t)opt.row_max_tokens.size() != N)
-    fail("generate: row_max_tokens has %zu entries for %lld samples", opt.row_max_tokens.size(), (long long)N);
-  int64_t max_tokens = opt.max_tokens;
-  if (max_tokens < 0) {  // upstream: the decode cache is sequence_len long
-    max_tokens = model_.sequence_len - T;
-    if (max_tokens <= 0)
-      fail("generate: the prompt (%lld tokens) fills the model's context of %lld; shorten it or set max_tokens",
-           (long long)T, (long long)model_.sequence_len);
-  }
-
-  std::vector<RowState> rows(N);
   int64_t longest = 0;
-  for (int64_t r = 0; r < N; r++) {
-    RowState& row = rows[r];
-    row.tokens = prompt;
-    row.mask.assign(T, 0);
-    row.max_tokens = max_tokens;
-    if (!opt.row_max_tokens.empty()) {
-      if (opt.row_max_tokens[r] < 0) fail("generate: row_max_tokens[%lld] is negative", (long long)r);
-      row.max_tokens = opt.max_tokens >= 0 ? std::min(opt.row_max_tokens[r], opt.max_tokens) : opt.row_max_tokens[r];
-    }
-    longest = std::max(longest, row.max_tokens);
-    for (int32_t s : {assistant_end_, bos_})
-      if (s >= 0 && opt.default_stops) row.stops.push_back(s);
-    row.stops.insert(row.stops.end(), opt.stop_tokens.begin(), opt.stop_tokens.end());
-    if (!opt.row_stop_tokens.empty())
-      row.stops.insert(row.stops.end(), opt.row_stop_tokens[r].begin(), opt.row_stop_tokens[r].end());
-  }
-  if (T + longest > model_.max_positions)
-    fail("generate: prompt (%lld) + max_tokens (%lld) exceeds the model's %lld positions", (long long)T,
-         (long long)longest, (long long)model_.max_positions);
-
-  GenerateResult res;
-  res.prompt_len = T;
-  auto finish_rows = [&]() {
-    for (RowState& row : rows) {
-      res.tokens.push_back(std::move(row.tokens));
-      res.masks.push_back(std::move(row.mask));
-      res.logprobs.push_back(std::move(row.logprobs));
-      res.finish.push_back(row.finish);
-      res.stop_token.push_back(row.stop_token);
-    }
-    return std::move(res);
-  };
-  for (RowState& row : rows)
-    if (row.max_tokens == 0) row.finish = FinishReason::length;
+  std::vector<RowState> rows = engine_rows_init(prompt, opt, model_, tokenizer_, model_.max_positions, longest);
+  int64_t steps = 0;
+  auto finish_rows = [&]() { return engine_rows_result(rows, T, steps); };
   if (longest == 0) return finish_rows();
 
   torch::NoGradGuard no_grad;
@@ -220,7 +100,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
     for (int64_t b = 0; b < B; b++) {
       RowState& row = rows[batch_rows[b]];
       if (row.finish != FinishReason::none) continue;  // still in the batch, its token ignored
-      auto [tok, m] = row_step(row, (int32_t)sampled_ptr[b], tokenizer_, opt.use_calculator ? &tools : nullptr);
+      auto [tok, m] = engine_row_step(row, (int32_t)sampled_ptr[b], tokenizer_, opt.use_calculator ? &tools : nullptr);
       feed[b] = tok;
       col.tokens[batch_rows[b]] = tok;
       col.masks[batch_rows[b]] = m;
@@ -240,7 +120,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
         if (rows[r].finish != FinishReason::stop) rows[r].logprobs.push_back(col.logprobs[r]);
       }
     }
-    res.steps = step + 1;
+    steps = step + 1;
     if (on_column && !on_column(col)) {
       for (RowState& row : rows)
         if (row.finish == FinishReason::none) row.finish = FinishReason::cancelled;

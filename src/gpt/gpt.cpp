@@ -71,6 +71,14 @@ torch::Tensor GPTImpl::hidden(const torch::Tensor& idx, KVCache* kv_cache) {
     fail("GPT forward: tokens on %s but the model on %s", idx.device().str().c_str(),
          cos.device().str().c_str());
   torch::Tensor cs = cos.narrow(1, T0, T), sn = sin.narrow(1, T0, T);
+  if (kv_cache && kv_cache->ragged()) {  // rows at their own positions: (1, B*T, 1, hd/2), row-major
+    std::vector<int64_t> at_pos;
+    for (int64_t p : kv_cache->row_positions())
+      for (int64_t t = 0; t < T; t++) at_pos.push_back(p + t);
+    torch::Tensor where = torch::tensor(at_pos, torch::kLong).to(cos.device());
+    cs = cos.index_select(1, where);
+    sn = sin.index_select(1, where);
+  }
 
   torch::Tensor x = gpt_rms_norm(wte(idx).to(compute_dtype));  // norm right after the embedding
   if (!kv_cache) {
@@ -78,7 +86,13 @@ torch::Tensor GPTImpl::hidden(const torch::Tensor& idx, KVCache* kv_cache) {
   } else {
     torch::Tensor prev = kv_cache->prev_embedding;
     kv_cache->prev_embedding = x.narrow(1, T - 1, 1);  // pre-smear, normed
-    x = T > 1 ? gpt_smear(x, smear_gate->weight, smear_lambda) : gpt_smear(x, smear_gate->weight, smear_lambda, prev);
+    if (T == 1) {
+      x = gpt_smear(x, smear_gate->weight, smear_lambda, prev);
+    } else if (prev.defined() && kv_cache->get_pos() > 0) {  // a prompt continued: its first token smears prev
+      x = gpt_smear(at::cat({prev, x}, 1), smear_gate->weight, smear_lambda).narrow(1, 1, T);
+    } else {
+      x = gpt_smear(x, smear_gate->weight, smear_lambda);
+    }
   }
 
   const torch::Tensor x0 = x;

@@ -47,9 +47,16 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const tor
     torch::Tensor gate = 3 * at::sigmoid(ve_gate(x.narrow(-1, 0, kVeGateChannels)));  // (B,T,Hkv)
     v = v + gate.unsqueeze(-1) * ve.view({B, T, n_kv_head, head_dim});
   }
+  torch::Tensor y;
+  if (kv_cache && kv_cache->ragged()) {  // rows at their own positions: cos, sin are (1, B*T, 1, hd/2)
+    q = kernels_rotary_norm(q.reshape({1, B * T, n_head, head_dim}), cos, sin, 1.2).view({B, T, n_head, head_dim});
+    k = kernels_rotary_norm(k.reshape({1, B * T, n_kv_head, head_dim}), cos, sin, 1.2).view({B, T, n_kv_head, head_dim});
+    auto [kc, vc] = kv_cache->get_layer_cache(layer_idx);
+    y = attention_with_kvcache_rows(q, kc, vc, k, v, kv_cache->row_positions(), window);
+    return c_proj(y.reshape({B, T, C}));
+  }
   q = kernels_rotary_norm(q, cos, sin, 1.2);  // rotary, QK norm, then "sharper attention"
   k = kernels_rotary_norm(k, cos, sin, 1.2);
-  torch::Tensor y;
   if (kv_cache) {
     auto [kc, vc] = kv_cache->get_layer_cache(layer_idx);
     y = attention_with_kvcache(q, kc, vc, k, v, kv_cache->get_pos(), window);

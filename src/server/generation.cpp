@@ -10,14 +10,14 @@
 
 namespace nanochat {
 
-GenerationOutcome server_generate(const Engine& engine, const ChatRequest& req, const std::vector<int32_t>& prompt,
+GenerationOutcome server_generate(Scheduler& scheduler, const ChatRequest& req, const std::vector<int32_t>& prompt,
                                   const TextSink& sink, const std::function<bool()>& cancelled) {
   torch::NoGradGuard no_grad;  // thread-local: each connection thread sets its own
-  const Tokenizer& tok = engine.tokenizer();
+  const Tokenizer& tok = scheduler.engine().tokenizer();
   const int64_t n = req.n;
   GenerateOptions o;
   o.num_samples = n;
-  o.max_tokens = std::min<int64_t>(req.max_tokens, engine.model().max_positions - (int64_t)prompt.size());
+  o.max_tokens = std::min<int64_t>(req.max_tokens, scheduler.row_len() - (int64_t)prompt.size());
   o.temperature = req.temperature;
   o.top_k = req.top_k;
   o.top_p = req.top_p;
@@ -40,7 +40,7 @@ GenerationOutcome server_generate(const Engine& engine, const ChatRequest& req, 
     emit(r, tail + stops[r].finish());
   };
 
-  GenerateResult res = engine.generate(prompt, o, [&](const TokenColumn& col) {
+  GenerateResult res = scheduler.generate(prompt, o, [&](const TokenColumn& col) {
     if (cancelled()) return false;
     for (int64_t r = 0; r < n; r++) {
       if (done[r] || col.tokens[r] < 0) continue;
@@ -59,7 +59,7 @@ GenerationOutcome server_generate(const Engine& engine, const ChatRequest& req, 
     }
     if (out.client_gone) return false;
     return !std::all_of(done.begin(), done.end(), [](bool d) { return d; });  // rows cut by stop strings end here
-  });
+  }, cancelled, &out.cached_tokens);
   for (int64_t r = 0; r < n; r++)
     if (!done[r]) {  // cancelled (client gone or shutdown), or the engine ended the row without a column
       out.choices[r].finish_reason = finish_reason_name(res.finish[r]);

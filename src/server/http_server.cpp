@@ -45,14 +45,7 @@ void load_models(ServerState& st) {
     }
     engines.push_back(std::make_shared<const Engine>(m.model, tok));
   }
-  std::vector<ServerWorker> workers;
-  if (o.device_type == "cuda") {
-    for (int i = 0; i < o.num_gpus; i++) workers.push_back({i, strprintf("cuda:%d", i), engines[i]});
-  } else {
-    for (int i = 0; i < o.workers; i++) workers.push_back({i, "cpu", engines[0]});
-  }
-  st.workers = std::move(workers);
-  st.pool = std::make_unique<WorkerPool>((int)st.workers.size(), o.max_queue);
+  server_workers_setup(st, engines);
 }
 
 }  // namespace

@@ -54,7 +54,7 @@ struct Lease {
   WorkerLease lease;
   Lease(ServerState& s, int w) : st(s), lease(*s.pool, w) { st.in_flight++; }
   ~Lease() { st.in_flight--; }
-  const ServerWorker& worker() const { return st.workers[lease.worker()]; }
+  const ServerWorker& worker() const { return st.workers[lease.worker() % st.workers.size()]; }  // a row of that worker
 };
 
 // parse, check readiness, build the prompt, take a worker; throws ServerError
@@ -68,12 +68,15 @@ Prepared prepare(ServerState& st, const std::string& body, bool openai) {
   p.req = server_parse_chat_request(body, openai, st.opt.defaults, st.opt.limits);
   if (st.stop_level > 0) throw ServerError(503, "the server is shutting down");
   if (!st.ready) throw ServerError(503, "the model is still loading; retry when GET /health answers 200");
-  const Engine& engine = *st.workers[0].engine;
-  p.prompt = server_prompt_tokens(engine.tokenizer(), p.req.messages);
-  const int64_t room = engine.model().max_positions - (int64_t)p.prompt.size();
+  const Scheduler& sched = *st.workers[0].scheduler;
+  p.prompt = server_prompt_tokens(sched.engine().tokenizer(), p.req.messages);
+  const int64_t room = sched.row_len() - (int64_t)p.prompt.size();
   if (room < 1)
     throw ServerError(400, strprintf("the conversation is %zu tokens; the model handles at most %lld",
-                                     p.prompt.size(), (long long)engine.model().max_positions - 1));
+                                     p.prompt.size(), (long long)sched.row_len() - 1));
+  if (p.req.n > sched.max_batch())
+    throw ServerError(400, strprintf("n is %lld but this server decodes at most %lld rows together (--max-batch)",
+                                     (long long)p.req.n, (long long)sched.max_batch()));
   int w = st.pool->acquire();  // waits its turn
   if (w < 0)
     throw ServerError(503, st.stop_level > 0 ? "the server is shutting down" : "too many requests are queued; retry later");
@@ -107,7 +110,7 @@ void handle_upstream(ServerState& st, const std::string& body, httplib::Response
     auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
     try {
       GenerationOutcome g = server_generate(
-          *w.engine, p->req, p->prompt,
+          *w.scheduler, p->req, p->prompt,
           [&](int, const std::string& text) { return write(sse({{"token", text}, {"gpu", w.gpu_id}})); },
           cancelled_fn(st));
       account(st, g);
@@ -133,7 +136,8 @@ json usage_json(const GenerationOutcome& g) {
   int64_t completion = 0;
   for (auto& c : g.choices) completion += c.completion_tokens;
   return {{"prompt_tokens", g.prompt_tokens}, {"completion_tokens", completion},
-          {"total_tokens", g.prompt_tokens + completion}};
+          {"total_tokens", g.prompt_tokens + completion},
+          {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
 }
 
 void handle_openai(ServerState& st, const std::string& body, httplib::Response& res) {
@@ -142,7 +146,7 @@ void handle_openai(ServerState& st, const std::string& body, httplib::Response& 
   const int64_t created = (int64_t)std::time(nullptr);
   if (!p->req.stream) {
     const ServerWorker& w = p->lease->worker();
-    GenerationOutcome g = server_generate(*w.engine, p->req, p->prompt, [](int, const std::string&) { return true; },
+    GenerationOutcome g = server_generate(*w.scheduler, p->req, p->prompt, [](int, const std::string&) { return true; },
                                           cancelled_fn(st));
     p->lease.reset();
     account(st, g);
@@ -176,7 +180,7 @@ void handle_openai(ServerState& st, const std::string& body, httplib::Response& 
     if (ok) {
       try {
         GenerationOutcome g = server_generate(
-            *w.engine, p->req, p->prompt,
+            *w.scheduler, p->req, p->prompt,
             [&](int row, const std::string& text) { return chunk(delta(row, {{"content", text}}, nullptr)); },
             cancelled_fn(st));
         account(st, g);
@@ -201,20 +205,53 @@ json health_json(const ServerState& st) {
   return {{"status", status},
           {"ready", st.ready && st.stop_level == 0},
           {"num_gpus", st.opt.device_type == "cuda" ? st.opt.num_gpus : 0},
-          {"available_workers", st.ready ? st.pool->available() : 0}};
+          {"available_workers", st.ready ? st.pool->idle_groups((int)st.workers.size()) : 0}};
 }
 
+// workers: a worker is available when none of its rows is taken; rows and KV summed over workers
 json stats_json(const ServerState& st) {
   json workers = json::array();
+  SchedulerStats sum;
   if (st.ready)
-    for (auto& w : st.workers) workers.push_back({{"gpu_id", w.gpu_id}, {"device", w.device}});
-  int total = st.ready ? st.pool->size() : 0, avail = st.ready ? st.pool->available() : 0;
+    for (auto& w : st.workers) {
+      SchedulerStats s = w.scheduler->stats();
+      workers.push_back({{"gpu_id", w.gpu_id}, {"device", w.device}});
+      sum.running += s.running;
+      sum.waiting += s.waiting;
+      sum.rows_total += s.rows_total;
+      sum.rows_busy += s.rows_busy;
+      sum.rows_cached += s.rows_cached;
+      sum.kv_bytes += s.kv_bytes;
+      sum.decode_steps += s.decode_steps;
+      sum.decode_rows += s.decode_rows;
+      sum.prompt_tokens += s.prompt_tokens;
+      sum.cached_tokens += s.cached_tokens;
+      sum.tokens_per_s += s.tokens_per_s;
+      sum.row_len = s.row_len;
+    }
+  int total = st.ready ? (int)st.workers.size() : 0, avail = st.ready ? st.pool->idle_groups(total) : 0;
+  const int queued = st.ready ? st.pool->queued() : 0;
   return {{"total_workers", total},
           {"available_workers", avail},
           {"busy_workers", total - avail},
-          {"queued_requests", st.ready ? st.pool->queued() : 0},
+          {"queued_requests", queued},
+          {"running_requests", sum.running},
+          {"waiting_requests", queued + sum.waiting},
           {"requests_served", st.served.load()},
           {"tokens_generated", st.tokens_out.load()},
+          {"tokens_per_s", sum.tokens_per_s},
+          {"batch", {{"max_rows", sum.rows_total},
+                     {"rows_in_use", sum.rows_busy},
+                     {"mean_rows_per_step", sum.decode_steps ? (double)sum.decode_rows / (double)sum.decode_steps : 0.0},
+                     {"decode_steps", sum.decode_steps}}},
+          {"kv_pool", {{"rows", sum.rows_total},
+                       {"rows_in_use", sum.rows_busy},
+                       {"rows_cached", sum.rows_cached},
+                       {"positions_per_row", sum.row_len},
+                       {"bytes", sum.kv_bytes}}},
+          {"prefix_cache", {{"enabled", st.opt.prefix_cache},
+                            {"prompt_tokens", sum.prompt_tokens},
+                            {"cached_tokens", sum.cached_tokens}}},
           {"uptime_s", (int64_t)std::time(nullptr) - st.created},
           {"model", st.model_id},
           {"workers", workers}};

@@ -1,6 +1,6 @@
 // defines: ServerWorker, ServerState, ConnectionLimits, HttpServer, ConnectionQueue,
 //          server_connection_gone, server_connection_overflow, server_connection_close_after,
-//          server_connection_refused, server_error_json, server_routes_install
+//          server_connection_refused, server_error_json, server_workers_setup, server_routes_install
 // What the chat-web server's routes (routes.cpp), its connections (connection.cpp) and its
 // lifecycle (http_server.cpp) share: the workers, the request counters and the stop level.
 // Internal to the server module.
@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "nanochat/engine.h"
+#include "nanochat/engine/scheduler.h"
 #include "nanochat/server.h"
 
 namespace nanochat {
@@ -29,6 +30,7 @@ struct ServerWorker {
   int gpu_id;  // the device index (upstream's "gpu" field); on CPU the worker's index
   std::string device;
   std::shared_ptr<const Engine> engine;  // CPU workers share one model copy
+  std::shared_ptr<Scheduler> scheduler;  // its decode batch
 };
 
 struct ServerState {
@@ -38,7 +40,7 @@ struct ServerState {
   std::atomic<int> in_flight{0};   // requests holding a worker
   std::atomic<int64_t> served{0}, tokens_out{0};
   std::vector<ServerWorker> workers;  // written once by the loader before `ready`
-  std::unique_ptr<WorkerPool> pool;
+  std::unique_ptr<WorkerPool> pool;   // rows: workers x max_batch, pool index i on worker i % workers
   std::string model_id;
   int64_t created = (int64_t)std::time(nullptr);
   std::string load_error;
@@ -102,6 +104,10 @@ int server_connection_refused();      // status the connection answered itself (
 
 // the one-line JSON error every refusal carries: {"error":{message,type,code},"detail":message}
 std::string server_error_json(int status, const std::string& message);
+
+// the workers (one per GPU, or --workers on the CPU), each a scheduler of max_batch rows
+// over its engine, and the FIFO pool of their rows (worker_pool.cpp)
+void server_workers_setup(ServerState& st, const std::vector<std::shared_ptr<const Engine>>& engines);
 
 // the server's threads, limits, headers, and every route with its error handling (routes.cpp)
 void server_routes_install(HttpServer& svr, ServerState& st);

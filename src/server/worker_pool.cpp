@@ -1,8 +1,11 @@
-// defines: WorkerPool
+// defines: WorkerPool, server_workers_setup
 // First come, first served: each acquire() takes a ticket; a freed worker goes to the oldest
 // ticket, so a burst of requests cannot starve an earlier one (a plain condition variable
 // wakes waiters in no particular order).
 #include "nanochat/server.h"
+
+#include "nanochat/common/error.h"
+#include "server/server_state.h"
 
 namespace nanochat {
 
@@ -61,6 +64,33 @@ int WorkerPool::available() const {
 int WorkerPool::queued() const {
   std::lock_guard<std::mutex> lock(mu_);
   return (int)tickets_.size();
+}
+
+int WorkerPool::idle_groups(int groups) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<bool> busy(groups, false);
+  for (size_t i = 0; i < busy_.size(); i++)
+    if (busy_[i]) busy[i % groups] = true;
+  int n = 0;
+  for (bool b : busy) n += !b;
+  return n;
+}
+
+void server_workers_setup(ServerState& st, const std::vector<std::shared_ptr<const Engine>>& engines) {
+  const ServerOptions& o = st.opt;
+  const bool cuda = o.device_type == "cuda";
+  SchedulerOptions so;
+  so.max_batch = o.max_batch > 0 ? o.max_batch : cuda ? 32 : 8;
+  so.row_len = o.kv_len > 0 ? o.kv_len : cuda ? engines[0]->model().sequence_len : 0;
+  so.prefix_cache = o.prefix_cache;
+  std::vector<ServerWorker> workers;
+  const int n = cuda ? o.num_gpus : o.workers;
+  for (int i = 0; i < n; i++) {
+    std::shared_ptr<const Engine> e = engines[cuda ? i : 0];
+    workers.push_back({i, cuda ? strprintf("cuda:%d", i) : "cpu", e, std::make_shared<Scheduler>(e, so)});
+  }
+  st.workers = std::move(workers);
+  st.pool = std::make_unique<WorkerPool>((int)(st.workers.size() * so.max_batch), o.max_queue);
 }
 
 }  // namespace nanochat

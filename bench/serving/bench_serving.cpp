@@ -1,0 +1,268 @@
+// defines: main (bench_serving)
+// Continuous batching, measured on a random 6-layer, 256-wide chat model (the tiny test
+// tokenizer, vocab ~300), greedy, every reply running its whole budget:
+//  1. in process: N requests through one Scheduler at once (--max-batch N) against the same N
+//     one after another (Engine::generate, no scheduler), back to back in this process, and
+//     the bound: one request of N samples (one prefill, all rows at one position);
+//  2. over loopback HTTP (`nanochat chat-web`, POST /chat/completions streaming), a load
+//     generator of 1, 4, 16, 64 concurrent clients, each sending requests back to back, a
+//     bounded count and time per level: aggregate tokens/s, p50/p99 time to first token and
+//     per-token latency (gaps between token events), for chat-web --max-batch 64 against
+//     --max-batch 1 (one request at a time per worker), same binary, same run.
+// usage: bench_serving [--requests 16] [--max-tokens 64] [--clients 1,4,16,64] [--seconds 60]
+//        [--depth 6] [--width 256] [--http-only|--engine-only]
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "http_raw_client.h"
+#include "nanochat/checkpoint.h"
+#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/engine.h"
+#include "nanochat/engine/scheduler.h"
+#include "nanochat/server.h"
+#include "server_fixture.h"
+
+using namespace nanochat;
+using clk = std::chrono::steady_clock;
+
+static double secs_since(clk::time_point t) { return std::chrono::duration<double>(clk::now() - t).count(); }
+
+static double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t i = (size_t)std::min<double>((double)v.size() - 1, std::ceil(p / 100.0 * (double)v.size()) - 1);
+  return v[i];
+}
+
+static GPTConfig bench_config(int64_t vocab, int64_t depth, int64_t width) {
+  GPTConfig c;
+  c.sequence_len = 256;
+  c.vocab_size = vocab;
+  c.n_layer = depth;
+  c.n_head = std::max<int64_t>(1, width / 128);
+  c.n_kv_head = c.n_head;
+  c.n_embd = width;
+  c.window_pattern = "SSSL";
+  return c;
+}
+
+static GPT bench_model(const GPTConfig& c) {
+  GPT m(c);
+  gpt_init_weights(m, 42);
+  torch::NoGradGuard ng;
+  auto gen = gpt_make_generator(torch::kCPU, 3);
+  for (auto& [name, p] : gpt_named_parameters(m)) p.add_(at::randn(p.sizes(), gen, p.options()) * 0.3);
+  return m;
+}
+
+// NANOCHAT_BASE_DIR with the tokenizer and the model as SFT checkpoint "d<depth>" step 0
+static std::string bench_base_dir(const Tokenizer& tok, const GPTConfig& c, GPT& m) {
+  char tmpl[] = "/tmp/nanochat_server_XXXXXX";
+  std::string base = mkdtemp(tmpl);
+  setenv("NANOCHAT_BASE_DIR", base.c_str(), 1);
+  tokenizer_save(tok, base + "/tokenizer");
+  nlohmann::ordered_json meta;
+  meta["step"] = 0;
+  meta["model_config"] = gpt_config_to_json(c);
+  std::string dir = checkpoint_dir("sft", "d" + std::to_string(c.n_layer));
+  checkpoint_save_model(dir, 0, gpt_named_parameters(m), meta);
+  checkpoint_mark_complete(dir, 0, 0);
+  return base;
+}
+
+struct Sample {
+  double ttft = 0;                 // seconds, request sent -> first token event
+  std::vector<double> gaps;        // seconds between token events
+  int64_t tokens = 0;              // token events
+};
+
+// one streaming request over a fresh connection; false on failure
+static bool one_request(int port, const std::string& body, Sample& s) {
+  clk::time_point t0 = clk::now();
+  int fd = raw_connect(port);
+  if (fd < 0) return false;
+  raw_send(fd, "POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
+               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  std::string got;
+  char buf[8192];
+  size_t scanned = 0;
+  clk::time_point last;
+  while (true) {
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, (size_t)n);
+    const clk::time_point now = clk::now();
+    for (size_t at; (at = got.find("data: {\"token\":", scanned)) != std::string::npos; scanned = at + 1) {
+      if (s.tokens == 0) s.ttft = std::chrono::duration<double>(now - t0).count();
+      else s.gaps.push_back(std::chrono::duration<double>(now - last).count());
+      last = now;
+      s.tokens++;
+    }
+  }
+  close(fd);
+  return got.rfind("HTTP/1.1 200", 0) == 0 && got.find("{\"done\":true}") != std::string::npos;
+}
+
+struct Level {
+  double seconds = 0;
+  int done = 0, failures = 0;
+  int64_t tokens = 0;
+  std::vector<double> ttft, gaps;
+};
+
+static Level run_level(int port, int clients, int requests, double max_seconds, const std::string& body) {
+  Level lv;
+  std::mutex mu;
+  std::atomic<int> next{0};
+  clk::time_point t0 = clk::now();
+  std::vector<std::thread> threads;
+  for (int c = 0; c < clients; c++)
+    threads.emplace_back([&] {
+      while (next.fetch_add(1) < requests && secs_since(t0) < max_seconds) {
+        Sample s;
+        bool ok = one_request(port, body, s);
+        std::lock_guard<std::mutex> lock(mu);
+        if (!ok) {
+          lv.failures++;
+          continue;
+        }
+        lv.done++;
+        lv.tokens += s.tokens;
+        lv.ttft.push_back(s.ttft);
+        lv.gaps.insert(lv.gaps.end(), s.gaps.begin(), s.gaps.end());
+      }
+    });
+  for (auto& t : threads) t.join();
+  lv.seconds = secs_since(t0);
+  return lv;
+}
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_serving: continuous batching against one request at a time"};
+  int requests = 16;
+  int64_t max_tokens = 64, depth = 6, width = 256;
+  double seconds = 60;
+  std::string clients_list = "1,4,16,64";
+  bool http_only = false, engine_only = false;
+  app.add_option("--requests", requests, "in-process: concurrent greedy requests (and the sequential baseline's count)");
+  app.add_option("--max-tokens", max_tokens, "tokens per reply");
+  app.add_option("--clients", clients_list, "HTTP: concurrency levels");
+  app.add_option("--seconds", seconds, "HTTP: at most this long per level and configuration");
+  app.add_option("--depth", depth, "layers");
+  app.add_option("--width", width, "n_embd (heads of 128)");
+  app.add_flag("--http-only", http_only, "skip the in-process comparison");
+  app.add_flag("--engine-only", engine_only, "skip the HTTP load");
+  CLI11_PARSE(app, argc, argv);
+
+  Tokenizer tok = tiny_chat_tokenizer();
+  GPTConfig cfg = bench_config(tok.vocab_size(), depth, width);
+  GPT model = bench_model(cfg);
+  auto engine = std::make_shared<const Engine>(model, tok);
+  std::printf("bench_serving: random GPT %lld layers, n_embd %lld, vocab %d; %lld greedy tokens per reply; %u hardware threads, "
+              "torch threads %d\n",
+              (long long)depth, (long long)width, tok.vocab_size(), (long long)max_tokens, std::thread::hardware_concurrency(),
+              at::get_num_threads());
+
+  GenerateOptions o;
+  o.max_tokens = max_tokens;
+  o.temperature = 0;
+  o.use_calculator = false;
+  o.default_stops = false;  // every reply runs its whole budget: equal work on both sides
+  nlohmann::json msgs = {{{"role", "user"}, {"content", "what is two plus three"}}};
+  const std::vector<int32_t> prompt = server_prompt_tokens(tok, msgs);
+
+  if (!http_only) {
+    // three rounds, the three ways interleaved (the machine is shared: its load moves between
+    // runs); the best time of each way, and every round's ratio
+    torch::NoGradGuard ng;
+    SchedulerOptions so;
+    so.max_batch = requests;
+    so.prefix_cache = false;  // the same prompt each time: measure batching alone
+    Scheduler sched(engine, so);
+    engine->generate(prompt, o);  // warm-up
+    sched.generate(prompt, o);
+    GenerateOptions rows = o;     // the bound: one request of N samples (one prefill, rows in step, no scheduler)
+    rows.num_samples = requests;
+    double seq = 1e30, batched = 1e30, uniform = 1e30;
+    std::vector<double> ratios;
+    for (int round = 0; round < 3; round++) {
+      clk::time_point t0 = clk::now();
+      for (int i = 0; i < requests; i++) engine->generate(prompt, o);
+      const double s1 = secs_since(t0);
+      t0 = clk::now();
+      std::vector<std::thread> threads;
+      for (int i = 0; i < requests; i++) threads.emplace_back([&] { sched.generate(prompt, o); });
+      for (auto& t : threads) t.join();
+      const double s2 = secs_since(t0);
+      t0 = clk::now();
+      engine->generate(prompt, rows);
+      const double s3 = secs_since(t0);
+      seq = std::min(seq, s1);
+      batched = std::min(batched, s2);
+      uniform = std::min(uniform, s3);
+      ratios.push_back(s1 / s2);
+    }
+    const double toks = (double)requests * (double)max_tokens;
+    std::printf("\nin process, %d requests (best of 3 rounds):\n", requests);
+    std::printf("  one after another (Engine::generate): %7.3f s  %8.1f tokens/s\n", seq, toks / seq);
+    std::printf("  together (Scheduler, max_batch %d):  %7.3f s  %8.1f tokens/s\n", requests, batched, toks / batched);
+    std::printf("  speed-up: %.2fx (rounds: %.2fx %.2fx %.2fx)\n", seq / batched, ratios[0], ratios[1], ratios[2]);
+    std::printf("  bound: one request of %d samples (Engine::generate, rows in step): %7.3f s  %8.1f tokens/s  (%.2fx)\n",
+                requests, uniform, toks / uniform, seq / uniform);
+    std::fflush(stdout);
+  }
+  if (engine_only) return 0;
+
+  std::string base = bench_base_dir(tok, cfg, model);
+  nlohmann::json req = {{"messages", msgs}, {"temperature", 0}, {"max_tokens", max_tokens}};
+  const std::string body = req.dump();
+  std::vector<int> levels;
+  std::stringstream ss(clients_list);
+  for (std::string item; std::getline(ss, item, ',');) levels.push_back(std::stoi(item));
+  const int top = *std::max_element(levels.begin(), levels.end());
+  struct Config {
+    const char* name;
+    int max_batch;
+  };
+  std::vector<Level> results[2];
+  const Config configs[2] = {{"one at a time", 1}, {"batched", std::max(top, 1)}};
+  for (int k = 0; k < 2; k++) {
+    ServerProcess server(NANOCHAT_BIN, base, {"-q", "--max-batch", std::to_string(configs[k].max_batch), "--max-queue", "512",
+                                              "--no-prefix-cache"});
+    if (server.port() == 0) {
+      std::fprintf(stderr, "chat-web did not start:\n%s\n", server.log().c_str());
+      return 1;
+    }
+    wait_until_healthy(server.port());
+    run_level(server.port(), 2, 2, seconds, body);  // warm-up
+    for (int c : levels) results[k].push_back(run_level(server.port(), c, std::max(requests, c), seconds, body));
+  }
+  std::printf("\nHTTP loopback, chat-web --workers 1 (replies of ~%lld tokens; a token event may carry more than one token "
+              "when a character spans several):\n",
+              (long long)max_tokens);
+  std::printf("%8s %-14s %6s %10s %11s %11s %12s %12s %9s\n", "clients", "server", "reqs", "tokens/s", "ttft p50 ms",
+              "ttft p99 ms", "token p50 ms", "token p99 ms", "failures");
+  for (size_t i = 0; i < levels.size(); i++) {
+    for (int k = 0; k < 2; k++) {
+      const Level& lv = results[k][i];
+      std::printf("%8d %-14s %6d %10.1f %11.1f %11.1f %12.2f %12.2f %9d\n", levels[i], configs[k].name, lv.done,
+                  (double)lv.tokens / lv.seconds, 1000 * percentile(lv.ttft, 50), 1000 * percentile(lv.ttft, 99),
+                  1000 * percentile(lv.gaps, 50), 1000 * percentile(lv.gaps, 99), lv.failures);
+    }
+    const Level &a = results[0][i], &b = results[1][i];
+    std::printf("%8s %-14s tokens/s ratio batched / one at a time: %.2fx\n", "", "",
+                ((double)b.tokens / b.seconds) / std::max(1e-9, (double)a.tokens / a.seconds));
+  }
+  if (base.rfind("/tmp/nanochat_server_", 0) == 0) std::system(("rm -rf " + base).c_str());
+  return 0;
+}

@@ -1,0 +1,77 @@
+// defines: SchedulerOptions, SchedulerStats, Scheduler
+// Continuous batching (what llama-server's --parallel and vLLM do): one decode thread per
+// device runs a batch of rows, and requests join and leave it at step boundaries.
+//  - KV pool: one KVCache of max_batch rows x row_len positions, allocated once. Rows that
+//    decode are kept packed at the front (rows 0..B-1), each at its own position (the
+//    attention module's per-row masked decode), so a step reads only live rows and no
+//    cache is copied per step; a row that finishes swaps places with the last live one.
+//  - A request takes as many rows as it has samples, first come first served; it waits while
+//    the pool has too few free rows. Between two decode steps at most prefill_chunk prompt
+//    tokens are prefilled, oldest request first (many short prompts join in one step, a long
+//    one is spread over several, delaying the others by one chunk at a time), into one row,
+//    copied to the request's other rows, and then the rows join the batch.
+//  - Each request samples with its own generator (seeded from its options) over its own rows
+//    only, so a seeded request gives the same tokens whatever else runs (up to the float
+//    rounding of a batched matmul); rows keep their own stop tokens, budget, calculator state.
+//  - Prefix reuse: a free row keeps the tokens its KV holds (a finished request's prompt and
+//    reply). A new request whose prompt begins with them takes that row and prefills only the
+//    rest. Free rows are handed out empty ones first, then least recently used.
+// Callbacks run on the caller's thread (a slow client holds up only its own request); the
+// decode thread queues token columns for it. A callback returning false, or `cancelled`
+// returning true, cancels the request at the next step boundary.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "nanochat/engine.h"
+
+namespace nanochat {
+
+struct SchedulerOptions {
+  int64_t max_batch = 8;       // rows in the KV pool = rows decoded together
+  int64_t row_len = 0;         // positions per row; 0: the model's max_positions
+  int64_t prefill_chunk = 128; // prompt tokens prefilled between two decode steps, at most
+  bool prefix_cache = true;    // reuse the KV of a finished request's tokens
+};
+
+struct SchedulerStats {
+  int64_t running = 0;        // requests holding rows (prefilling or decoding)
+  int64_t waiting = 0;        // requests waiting for rows
+  int64_t rows_total = 0, rows_busy = 0, rows_cached = 0, row_len = 0;
+  int64_t kv_bytes = 0;       // the pool's memory
+  int64_t decode_steps = 0;   // batched forward passes of one token per row
+  int64_t decode_rows = 0;    // rows summed over those steps (occupancy = rows / steps / rows_total)
+  int64_t tokens = 0;         // tokens generated
+  int64_t prompt_tokens = 0, cached_tokens = 0;  // prompt positions asked for, and reused
+  double tokens_per_s = 0;    // over the last 10 s
+};
+
+class Scheduler {
+ public:
+  Scheduler(std::shared_ptr<const Engine> engine, SchedulerOptions options);
+  ~Scheduler();  // shutdown()
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Engine::generate's contract (same options, columns and result), served in the shared
+  // batch; blocks the calling thread until the request ends. Error on a bad request (also
+  // more samples than max_batch, or prompt + max_tokens past row_len) and when the decode
+  // thread failed. `cached_tokens` (optional) gets how many prompt positions were reused.
+  GenerateResult generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                          const TokenCallback& on_column = nullptr, const std::function<bool()>& cancelled = nullptr,
+                          int64_t* cached_tokens = nullptr);
+  SchedulerStats stats() const;
+  int64_t row_len() const;
+  int64_t max_batch() const;
+  const Engine& engine() const;
+  // ends the decode thread: requests in it finish as cancelled, later ones fail
+  void shutdown();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace nanochat

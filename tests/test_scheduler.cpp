@@ -1,0 +1,243 @@
+// Tests for continuous batching (engine/scheduler.h) and the attention it rests on:
+//  - rows at different positions through the masked decode equal each row attended alone
+//    through the uniform KV-cache path (a second implementation), windows included;
+//  - greedy requests through the scheduler, alone or many at once with chunked prefill, give
+//    the tokens of Engine::generate (whose own tests check it against the naive loop);
+//  - a seeded request draws the same tokens alone, among others, and as Engine::generate;
+//  - the calculator, per-row stops and budgets on a scripted model equal Engine::generate's;
+//  - prefix reuse: the same tokens with and without it, cached_tokens counted by hand, LRU eviction;
+//  - cancellation frees the rows; too many samples is an error.
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "nanochat/attention.h"
+#include "nanochat/common/error.h"
+#include "nanochat/engine.h"
+#include "nanochat/engine/scheduler.h"
+#include "nanochat/gpt.h"
+#include "test_models.h"
+
+using namespace nanochat;
+
+namespace {
+
+constexpr int32_t BOS = 256, USER_START = 257, USER_END = 258, ASSISTANT_START = 259, ASSISTANT_END = 260,
+                  PYTHON_START = 261, PYTHON_END = 262, OUTPUT_END = 264;
+
+std::shared_ptr<const Engine> tiny_engine(uint64_t seed = 7) {
+  return std::make_shared<const Engine>(perturbed_gpt(tiny_gpt_config(300), seed, 0.3), byte_tokenizer());
+}
+
+std::vector<int32_t> prompt_of(int i, int len) {  // distinct first tokens: no shared prefixes
+  std::vector<int32_t> p;
+  for (int t = 0; t < len; t++) p.push_back('a' + (i * 7 + t * 3) % 26);
+  return p;
+}
+
+GenerateOptions greedy(int64_t max_tokens) {
+  GenerateOptions o;
+  o.max_tokens = max_tokens;
+  o.temperature = 0.0;
+  o.use_calculator = false;
+  return o;
+}
+
+// the stats once the decode thread has finished its step (they are written after it)
+SchedulerStats settled(const Scheduler& s) {
+  for (int i = 0; i < 200 && s.stats().running > 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  return s.stats();
+}
+
+// each request on its own thread, all at once
+std::vector<GenerateResult> run_together(Scheduler& s, const std::vector<std::vector<int32_t>>& prompts,
+                                         const std::vector<GenerateOptions>& opts) {
+  std::vector<GenerateResult> out(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); i++)
+    threads.emplace_back([&, i] { out[i] = s.generate(prompts[i], opts[i]); });
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+}  // namespace
+
+TEST(Attention, RowsAtTheirOwnPositionsEqualEachRowAlone) {
+  torch::manual_seed(0);
+  const int64_t B = 4, H = 4, Hkv = 2, D = 16, L = 40;
+  const std::vector<int64_t> pos = {0, 7, 23, 31};
+  for (int64_t window : {-1, 5}) {
+    for (int64_t T : {1, 3}) {
+      torch::Tensor kc = torch::randn({B, L, Hkv, D}), vc = torch::randn({B, L, Hkv, D});
+      torch::Tensor q = torch::randn({B, T, H, D}), k = torch::randn({B, T, Hkv, D}), v = torch::randn({B, T, Hkv, D});
+      torch::Tensor kc2 = kc.clone(), vc2 = vc.clone();
+      torch::Tensor y = attention_with_kvcache_rows(q, kc, vc, k, v, pos, window);
+      for (int64_t b = 0; b < B; b++) {
+        torch::Tensor kb = kc2.narrow(0, b, 1), vb = vc2.narrow(0, b, 1);
+        torch::Tensor want = attention_with_kvcache(q.narrow(0, b, 1), kb, vb, k.narrow(0, b, 1), v.narrow(0, b, 1),
+                                                    pos[b], window);
+        EXPECT_TRUE(torch::allclose(y.narrow(0, b, 1), want, 1e-5, 1e-5)) << "row " << b << " window " << window << " T " << T;
+      }
+      EXPECT_TRUE(torch::equal(kc, kc2)) << "each row's keys land at its own positions";
+      EXPECT_TRUE(torch::equal(vc, vc2));
+    }
+  }
+}
+
+TEST(Scheduler, GreedyAloneOrBatchedEqualsEngine) {
+  auto engine = tiny_engine();
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<GenerateOptions> opts;
+  std::vector<GenerateResult> want;
+  for (int i = 0; i < 6; i++) {
+    prompts.push_back(prompt_of(i, 3 + 5 * i));  // 3..28 tokens: several prefill chunks of 8
+    opts.push_back(greedy(12 + 3 * i));            // different budgets: rows leave at different steps
+    want.push_back(engine->generate(prompts[i], opts[i]));
+  }
+  SchedulerOptions so;
+  so.max_batch = 4;  // 6 requests: two wait for rows and join a running batch
+  so.prefill_chunk = 8;
+  Scheduler s(engine, so);
+  for (int i = 0; i < 2; i++) EXPECT_EQ(s.generate(prompts[i], opts[i]).tokens, want[i].tokens) << "alone " << i;
+  std::vector<GenerateResult> got = run_together(s, prompts, opts);
+  for (int i = 0; i < 6; i++) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "batched " << i;
+    EXPECT_EQ(got[i].finish, want[i].finish) << i;
+  }
+  SchedulerStats st = settled(s);
+  EXPECT_EQ(st.rows_busy, 0);
+  EXPECT_EQ(st.running, 0);
+  EXPECT_GT(st.decode_rows, st.decode_steps) << "some steps decoded several rows";
+}
+
+TEST(Scheduler, SeededSamplingIgnoresWhatElseRuns) {
+  auto engine = tiny_engine();
+  GenerateOptions o;
+  o.max_tokens = 20;
+  o.temperature = 1.0;
+  o.seed = 123;
+  o.use_calculator = false;
+  o.default_stops = false;
+  const std::vector<int32_t> prompt = prompt_of(3, 9);
+  GenerateResult want = engine->generate(prompt, o);  // one row: one draw per step, as here
+  Scheduler s(engine, SchedulerOptions{});
+  EXPECT_EQ(s.generate(prompt, o).tokens, want.tokens);
+  std::vector<std::vector<int32_t>> prompts = {prompt};
+  std::vector<GenerateOptions> opts = {o};
+  for (int i = 0; i < 5; i++) {  // others sample with other seeds and budgets meanwhile
+    GenerateOptions other = o;
+    other.seed = 1000 + i;
+    other.max_tokens = 5 + 4 * i;
+    prompts.push_back(prompt_of(10 + i, 4 + i));
+    opts.push_back(other);
+  }
+  std::vector<GenerateResult> got = run_together(s, prompts, opts);
+  EXPECT_EQ(got[0].tokens, want.tokens);
+  // n samples of one request: reproducible, and the rows differ
+  o.num_samples = 3;
+  GenerateResult a = s.generate(prompt, o), b = run_together(s, {prompt, prompts[2]}, {o, opts[2]})[0];
+  EXPECT_EQ(a.tokens, b.tokens);
+  EXPECT_NE(a.tokens[0], a.tokens[1]);
+}
+
+TEST(Scheduler, ToolStopsAndBudgetsAsTheEngine) {
+  // the scripted model of test_engine: the next token is a fixed function of the last one
+  std::map<int32_t, int32_t> script = {{ASSISTANT_START, 'A'}, {'A', PYTHON_START}, {PYTHON_START, '1'}, {'1', '2'},
+                                       {'2', '+'}, {'+', '3'}, {'3', PYTHON_END}, {PYTHON_END, 'Z'},
+                                       {OUTPUT_END, 'B'}, {'B', 'a'}, {'a', 'b'}, {'b', 'c'}, {'c', 'a'}};
+  auto step_ms = std::make_shared<std::atomic<int>>(0);  // a slow model: the caller keeps up
+  EngineModel m;
+  m.forward = [script, step_ms](const torch::Tensor& ids, KVCache& cache) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(step_ms->load()));
+    auto acc = ids.accessor<int64_t, 2>();
+    torch::Tensor logits = torch::full({ids.size(0), ids.size(1), 265}, -INFINITY);
+    for (int64_t b = 0; b < ids.size(0); b++)
+      for (int64_t t = 0; t < ids.size(1); t++) {
+        auto it = script.find((int32_t)acc[b][t]);
+        logits[b][t][it == script.end() ? '?' : it->second] = 0.0;
+      }
+    cache.advance(ids.size(1));
+    return logits;
+  };
+  m.make_cache = [](int64_t batch, int64_t len) { return KVCache(batch, 1, len, 1, 1, torch::kCPU, torch::kFloat32); };
+  m.sequence_len = 64;
+  m.max_positions = 640;
+  auto engine = std::make_shared<const Engine>(m, byte_tokenizer());
+  const std::vector<int32_t> prompt = {BOS, USER_START, 'h', 'i', USER_END, ASSISTANT_START};
+  GenerateOptions o;
+  o.num_samples = 3;
+  o.max_tokens = 30;
+  o.row_stop_tokens = {{}, {'c'}, {}};
+  o.row_max_tokens = {30, 30, 9};
+  GenerateResult want = engine->generate(prompt, o);
+  Scheduler s(engine, SchedulerOptions{});
+  std::vector<TokenColumn> cols;
+  GenerateResult got = s.generate(prompt, o, [&](const TokenColumn& c) {
+    cols.push_back(c);
+    return true;
+  });
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.masks, want.masks);
+  EXPECT_EQ(got.finish, want.finish);
+  EXPECT_EQ(got.stop_token, want.stop_token);
+  EXPECT_EQ(got.steps, (int64_t)cols.size());
+  // a callback returning false ends the request at the next step boundary the decode thread
+  // reaches after it (it runs ahead of the caller: here 20 ms a step); its rows go back to the pool
+  step_ms->store(20);
+  int seen = 0;
+  GenerateResult c = s.generate(prompt, o, [&](const TokenColumn&) { return ++seen < 2; });
+  EXPECT_EQ(seen, 2);
+  for (FinishReason f : c.finish) EXPECT_EQ(f, FinishReason::cancelled);
+  EXPECT_EQ(settled(s).rows_busy, 0);
+  // more samples than rows is an error, not a wait forever
+  o.num_samples = 9;
+  o.row_stop_tokens.clear();
+  o.row_max_tokens.clear();
+  EXPECT_THROW(s.generate(prompt, o), Error);
+}
+
+TEST(Scheduler, PrefixReuseGivesTheSameTokensAndEvictsLeastRecentlyUsed) {
+  auto engine = tiny_engine();
+  SchedulerOptions on, off;
+  on.max_batch = off.max_batch = 2;
+  on.prefill_chunk = off.prefill_chunk = 8;
+  off.prefix_cache = false;
+  Scheduler with(engine, on), without(engine, off);
+  GenerateOptions o = greedy(10);
+  o.default_stops = false;
+  // turn 1, then turn 2 = turn 1's prompt and reply + more: the whole first conversation is reused
+  const std::vector<int32_t> p1 = prompt_of(1, 12);
+  int64_t cached = -1;
+  GenerateResult r1 = with.generate(p1, o, nullptr, nullptr, &cached);
+  EXPECT_EQ(cached, 0);
+  EXPECT_EQ(r1.tokens, without.generate(p1, o).tokens);
+  std::vector<int32_t> p2 = r1.tokens[0];
+  for (int32_t t : prompt_of(2, 5)) p2.push_back(t);
+  GenerateResult r2 = with.generate(p2, o, nullptr, nullptr, &cached);
+  // the KV holds the prompt and every reply token but the last (sampled, never fed)
+  EXPECT_EQ(cached, (int64_t)p1.size() + 10 - 1);
+  EXPECT_EQ(r2.tokens, without.generate(p2, o).tokens);
+  // the same prompt again: all but its last token reused, from the middle of a longer row
+  GenerateResult r3 = with.generate(p1, o, nullptr, nullptr, &cached);
+  EXPECT_EQ(cached, (int64_t)p1.size() - 1);
+  EXPECT_EQ(r3.tokens, r1.tokens);
+  // two rows: A then B then C (no common prefix) evicts A, the least recently used
+  const std::vector<int32_t> a = prompt_of(5, 9), b = prompt_of(6, 9), c = prompt_of(8, 9);
+  with.generate(a, o);
+  with.generate(b, o);
+  with.generate(c, o);
+  with.generate(b, o, nullptr, nullptr, &cached);
+  EXPECT_EQ(cached, 8) << "B is still held";
+  with.generate(a, o, nullptr, nullptr, &cached);
+  EXPECT_EQ(cached, 0) << "A was evicted";
+  EXPECT_EQ(settled(with).rows_cached, 2);
+  EXPECT_EQ(settled(without).rows_cached, 0);
+}
