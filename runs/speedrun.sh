@@ -13,7 +13,8 @@ export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
 mkdir -p "$NANOCHAT_BASE_DIR"
 NPROC="${NPROC:-8}"
 RUN="${RUN:-speedrun}"
-bash runs/setup.sh
+# the binary alone (see docs/building.md for its cost); runs/test.sh builds the tests
+NANOCHAT_BUILD_TARGETS="${NANOCHAT_BUILD_TARGETS:-nanochat}" bash runs/setup.sh
 NC=build/nanochat
 LAUNCH=($NC launch --nproc-per-node "$NPROC" --)
 $NC doctor
