@@ -40,7 +40,7 @@ mkdir -p "$NANOCHAT_BASE_DIR"
 
 # setup: the build and its dependencies, the data, the tokenizer (SKIP_SETUP=1 skips them; the
 # toy always makes its local corpus and tokenizer, once, offline)
-[ -n "${SKIP_SETUP:-}" ] || bash runs/setup.sh
+[ -n "${SKIP_SETUP:-}" ] || NANOCHAT_BUILD_TARGETS="${NANOCHAT_BUILD_TARGETS:-nanochat}" bash runs/setup.sh
 if [ "${TOY:-0}" = 1 ]; then
   toy_setup
 elif [ -z "${SKIP_SETUP:-}" ]; then

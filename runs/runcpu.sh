@@ -13,7 +13,8 @@
 #   NANOCHAT_BASE_DIR=/tmp/nc bash runs/runcpu.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash runs/setup.sh
+# the binary alone (see docs/building.md for its cost); runs/test.sh builds the tests
+NANOCHAT_BUILD_TARGETS="${NANOCHAT_BUILD_TARGETS:-nanochat}" bash runs/setup.sh
 export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
 NC=build/nanochat
 say() { echo; echo "=== [runcpu] $* ==="; }

@@ -7,7 +7,8 @@
 # Environment knobs:
 #   NANOCHAT_CMAKE_ARGS   extra cmake arguments (e.g. -DNANOCHAT_SANITIZE=ON)
 #   NANOCHAT_BUILD_DIR    build directory (default build)
-#   NANOCHAT_BUILD_TARGETS  the targets to build, space-separated (default: all)
+#   NANOCHAT_BUILD_TARGETS  the targets to build, space-separated (default: all; runcpu.sh,
+#                         speedrun.sh and miniseries.sh pass nanochat, test.sh all)
 #   NANOCHAT_TORCH_INDEX  a pip index for torch (e.g. https://download.pytorch.org/whl/cpu)
 #   LIBTORCH_DIR          use an unpacked LibTorch zip instead of the wheel's LibTorch
 set -euo pipefail

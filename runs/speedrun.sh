@@ -15,7 +15,8 @@ export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
 mkdir -p "$NANOCHAT_BASE_DIR"
 NPROC="${NPROC:-8}"
 RUN="${RUN:-speedrun}"
-bash runs/setup.sh
+# the binary alone (see docs/building.md for its cost); runs/test.sh builds the tests
+NANOCHAT_BUILD_TARGETS="${NANOCHAT_BUILD_TARGETS:-nanochat}" bash runs/setup.sh
 NC=build/nanochat
 LAUNCH=($NC launch --nproc-per-node "$NPROC" --)
 # pretraining: d24, slightly undertrained (data:params 8) to beat GPT-2's CORE in the least time

@@ -88,6 +88,11 @@ TEST(BaseTrain, LossFallsAndRunsAreDeterministic) {
   ASSERT_EQ(a.rc, 0) << a.err;
   CommandResult b = run_shell(train_cmd(base, data, flags + " --model-tag b"));
   ASSERT_EQ(b.rc, 0) << b.err;
+  // a CPU run computes in fp32 (the default there) and measures its MFU against the fp32 matmul
+  // rate: the step lines say so
+  EXPECT_NE(a.out.find("compute dtype float32"), std::string::npos) << a.out;
+  EXPECT_NE(a.out.find(" | fp32_mfu: "), std::string::npos) << a.out;
+  EXPECT_EQ(a.out.find("bf16_mfu"), std::string::npos) << a.out;
   auto ma = read_metrics(base + "/base_checkpoints/a/metrics.jsonl");
   auto mb = read_metrics(base + "/base_checkpoints/b/metrics.jsonl");
   ASSERT_EQ(ma.size(), 100u);

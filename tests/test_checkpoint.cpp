@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <caffe2/serialize/inline_container.h>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <fcntl.h>
@@ -561,6 +562,38 @@ TEST(Checkpoint, VocabCheck) {
   checkpoint_check_vocab(meta_for(1), 300, "m");
   expect_error([&] { checkpoint_check_vocab(meta_for(1), 32768, "m"); }, {"vocab_size is 300", "32768"});
   expect_error([&] { checkpoint_check_vocab(nlohmann::ordered_json::object(), 300, "m"); }, {"model_config.vocab_size"});
+}
+
+// upstream writes its meta with Python's json.dump, which writes non-finite floats as the bare
+// words Infinity, -Infinity and NaN (e.g. min_val_bpb before the first evaluation)
+TEST(Checkpoint, MetaWrittenByPythonJsonDumpIsRead) {
+  std::string path = temp_dir() + "/meta_000005.json";
+  CommandResult w = run_shell(std::string(NANOCHAT_PYTHON) + " -c 'import json, sys; json.dump({"
+                              "\"step\": 5, \"val_bpb\": float(\"nan\"), \"note\": \"NaN, -Infinity\\\" Infinity\", "
+                              "\"loop_state\": {\"min_val_bpb\": float(\"inf\"), \"floor\": float(\"-inf\")}, "
+                              "\"series\": [1.5, float(\"inf\")]}, open(sys.argv[1], \"w\"), indent=2)' " +
+                              path);
+  ASSERT_EQ(w.rc, 0) << w.err;
+  std::string text = read_file(path);
+  for (const char* word : {"\"val_bpb\": NaN,", "\"min_val_bpb\": Infinity", "-Infinity\n", "  Infinity\n"})
+    ASSERT_NE(text.find(word), std::string::npos) << "json.dump did not write " << word << ":\n" << text;
+
+  nlohmann::ordered_json meta = checkpoint_read_json(path);
+  EXPECT_EQ(meta["step"], 5);
+  EXPECT_TRUE(std::isnan(meta["val_bpb"].get<double>()));
+  EXPECT_EQ(meta["note"], "NaN, -Infinity\" Infinity");  // the words inside a string stay text
+  EXPECT_EQ(meta["loop_state"]["min_val_bpb"].get<double>(), INFINITY);
+  EXPECT_EQ(meta["loop_state"]["floor"].get<double>(), -INFINITY);
+  EXPECT_EQ(meta["series"][0].get<double>(), 1.5);
+  EXPECT_EQ(meta["series"][1].get<double>(), INFINITY);
+  EXPECT_EQ(checkpoint_meta_number(meta["loop_state"], "min_val_bpb", 0), INFINITY);
+
+  // not Python's words: still invalid JSON, one error naming the file
+  for (const char* bad : {"{\"a\": NaNx}", "{\"a\": -NaN}", "{\"a\": nan}", "{\"a\": inf}", "{\"a\": infinity}"})
+    expect_error([&] { checkpoint_parse_json(bad, "m.json"); }, {"m.json", "not valid JSON"});
+  expect_error([&] { checkpoint_parse_json("{\"a\": \"\\u0000Infinity\", \"b\": NaN}", "m.json"); },
+               {"m.json", "\\u0000"});
+  EXPECT_EQ(checkpoint_parse_json("{\"a\": \"\\u0000Infinity\"}", "m.json")["a"], std::string("\0Infinity", 9));
 }
 
 TEST(Checkpoint, OldCheckpointPatchesAndCasts) {

@@ -1,8 +1,10 @@
 // The binary as a user runs it: --help, --version, errors and exit codes, and `launch`
 // (rank prefixes, a failing rank stopping the rest, signal forwarding, doctor on 2 ranks).
 #include <gtest/gtest.h>
+#include <cctype>
 #include <csignal>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -30,6 +32,41 @@ TEST(Cli, HelpListsEverySubcommand) {
   EXPECT_NE(r.out.find("doctor"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("launch"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("download"), std::string::npos) << r.out;
+}
+
+// every subcommand that --help lists has a section in docs/ (a heading naming it in backquotes)
+// and a row in the README's table
+TEST(Cli, EverySubcommandOfHelpIsDocumented) {
+  auto r = run_shell(kBin + " --help");
+  ASSERT_EQ(r.rc, 0);
+  std::vector<std::string> subs;
+  std::istringstream help(r.out);
+  bool in_list = false;
+  for (std::string line; std::getline(help, line);) {
+    std::string lower = line;
+    for (char& c : lower) c = (char)std::tolower((unsigned char)c);
+    if (lower.rfind("subcommands:", 0) == 0) { in_list = true; continue; }
+    if (!in_list) continue;
+    if (line.empty()) break;
+    // "  name   description" (a long name's description continues on a deeper-indented line)
+    if (line.size() > 2 && line.compare(0, 2, "  ") == 0 && line[2] != ' ') subs.push_back(line.substr(2, line.find(' ', 2) - 2));
+  }
+  ASSERT_GE(subs.size(), 15u) << "no subcommand list in:\n" << r.out;
+  std::string headings;  // every heading line of docs/*.md
+  const std::string docs = std::string(NANOCHAT_SOURCE_DIR) + "/docs";
+  auto ls = run_shell("ls " + docs + "/*.md");
+  std::istringstream files(ls.out);
+  for (std::string f; std::getline(files, f);) {
+    std::istringstream text(read_file(f));
+    for (std::string line; std::getline(text, line);)
+      if (line.rfind("#", 0) == 0) headings += line + "\n";
+  }
+  ASSERT_FALSE(headings.empty()) << "no markdown in " << docs;
+  const std::string readme = read_file(std::string(NANOCHAT_SOURCE_DIR) + "/README.md");
+  for (const std::string& sub : subs) {
+    EXPECT_NE(headings.find("`" + sub + "`"), std::string::npos) << "no heading in docs/*.md names `" << sub << "`";
+    EXPECT_NE(readme.find("| `" + sub + "` |"), std::string::npos) << "no row of the README's table for " << sub;
+  }
 }
 
 TEST(Cli, VersionNamesLibTorchCudaNcclAndThreads) {

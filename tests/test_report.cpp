@@ -312,3 +312,31 @@ TEST(ReportCharts, RenderInChromiumWithTheirPointCounts) {
   EXPECT_EQ(seen["charts"], 19);
   EXPECT_GT(seen["points"].get<int>(), 500);
 }
+
+// ---- `nanochat report generate` after a partial run: one line names what did not run ---------
+TEST(ReportGenerate, StagesThatDidNotRunGetOneLine) {
+  const std::string base = temp_dir(), cwd = temp_dir();
+  const std::string env = "cd " + cwd + " && NANOCHAT_BASE_DIR=" + base + " " + NANOCHAT_BIN;
+  ASSERT_EQ(run_shell(env + " report reset").rc, 0);
+  atomic_write_file(base + "/report/tokenizer-training.md", "## Tokenizer training\ntimestamp: 2026-01-01 10:00:00\n");
+  atomic_write_file(base + "/report/base-model-training.md", "## Base model training\ntimestamp: 2026-01-01 10:10:00\n");
+  CommandResult r = run_shell(env + " report generate");
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const std::string all = r.out + r.err;
+  // the 7 stages of a full run that wrote nothing, in pipeline order, on one line; no warnings
+  const std::string line = "no section from the stages that did not run (tokenizer-evaluation, base-model-loss, "
+                           "base-model-evaluation, chat-sft, chat-evaluation-sft, chat-rl, chat-evaluation-rl)";
+  EXPECT_EQ(count_of(all, line), 1) << all;
+  EXPECT_EQ(count_of(all, "report:"), 1) << all;  // that line; the path line says "report written"
+  EXPECT_EQ(all.find("warn"), std::string::npos) << all;
+  EXPECT_EQ(all.find("does not exist"), std::string::npos) << all;
+  EXPECT_NE(read_file(base + "/report/report.md").find("## Base model training"), std::string::npos);
+
+  // every stage there: not a word about missing ones (the studies are optional)
+  for (const char* f : {"tokenizer-evaluation", "base-model-loss", "base-model-evaluation", "chat-sft",
+                        "chat-evaluation-sft", "chat-rl", "chat-evaluation-rl"})
+    atomic_write_file(base + "/report/" + f + ".md", std::string("## ") + f + "\n");
+  CommandResult full = run_shell(env + " report generate");
+  ASSERT_EQ(full.rc, 0) << full.err;
+  EXPECT_EQ((full.out + full.err).find("did not run"), std::string::npos) << full.out << full.err;
+}

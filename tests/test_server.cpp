@@ -754,6 +754,9 @@ TEST(ServerApi, BrowserDrivesTheUi) {
   EXPECT_EQ(j["after_clear_messages"], 0);
   EXPECT_EQ(j["settings"], "temperature 0.5 · top-k 50");
   EXPECT_GT(read_file(shot).size(), 1000u) << "no screenshot at " << shot;
+  // on a 390-px phone screen the header is one line (ui_test.py measures it and shoots it)
+  EXPECT_EQ(j["header_390"]["lines"], 1) << j["header_390"].dump();
+  EXPECT_EQ(j["phone_screenshot_width"], 390);
 }
 
 // ---- lifecycle ------------------------------------------------------------------------------------

@@ -166,7 +166,7 @@ TEST(Reference, EncodeGivesTiktokensIdsWithEveryPattern) {
 TEST(Reference, LettersNewerThanPcre2sUnicodeSplitLikeTiktoken) {
   auto texts = reference().j["new_unicode_texts"].get<std::vector<std::string>>();
   for (auto& [name, ids] : reference().j["new_unicode_ids"].items()) {
-    if (name == "o200k") continue;  // its \p{Lu}, \p{Ll}, ... still come from PCRE2 (README: limits)
+    if (name == "o200k") continue;  // its \p{Lu}, \p{Ll}, ... still come from PCRE2 (docs/tokenizer.md)
     for (size_t t = 0; t < texts.size(); t++) {
       auto ranks = byte_ranks();
       ranks.push_back(texts[t]);  // token 256: the whole text

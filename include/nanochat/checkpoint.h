@@ -98,6 +98,9 @@ std::optional<OptimCheckpoint> checkpoint_load_optim(const std::string& dir, int
 
 // a JSON file (meta, optimizer state, marker); Error naming the file when unreadable or invalid
 nlohmann::ordered_json checkpoint_read_json(const std::string& path);
+// JSON text as Python's json.dump writes it (upstream's meta): NaN, Infinity and -Infinity are
+// read as those doubles; Error naming `where` when invalid
+nlohmann::ordered_json checkpoint_parse_json(const std::string& text, const std::string& where);
 // meta[key] as a number; `fallback` when missing or null (nlohmann writes inf and nan as null)
 double checkpoint_meta_number(const nlohmann::ordered_json& meta, const char* key, double fallback);
 

@@ -54,11 +54,7 @@ nlohmann::ordered_json checkpoint_read_json(const std::string& path) {
   if (!f) fail("cannot open %s: %s", path.c_str(), std::strerror(errno));
   std::stringstream ss;
   ss << f.rdbuf();
-  try {
-    return nlohmann::ordered_json::parse(ss.str());
-  } catch (const nlohmann::json::exception& e) {
-    fail("%s: not valid JSON (%s)", path.c_str(), e.what());
-  }
+  return checkpoint_parse_json(ss.str(), path);
 }
 
 namespace {

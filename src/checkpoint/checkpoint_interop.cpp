@@ -127,7 +127,7 @@ ImportResult checkpoint_import(const ImportOptions& opts) {
     tok = std::make_unique<Tokenizer>(tokenizer_load(tok_dir));
   } else {
     fail("no tokenizer: %s has no tokenizer.tiktoken and %s holds none (convert upstream's tokenizer.pkl as the "
-         "README shows, or pass --tokenizer FILE)",
+         "docs/tokenizer.md shows, or pass --tokenizer FILE)",
          from.c_str(), tok_dir.c_str());
   }
 

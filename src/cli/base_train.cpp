@@ -143,6 +143,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
            c.device.str().c_str(), c.device_type.c_str(), dtype_name(c.dtype).c_str(), world,
            c.cpu_threads);
   double peak = compute_peak_flops(c);
+  const std::string mfu_label = compute_mfu_label(c);  // the dtype of that peak
   if (o.fp8 && o.fp8_recipe != "tensorwise")
     fail("--fp8-recipe %s is not implemented (neither is it upstream): use --fp8-recipe tensorwise", o.fp8_recipe.c_str());
   if (o.fp8 && !c.device.is_cuda()) log_warn("--fp8 is for CUDA (as upstream): training in %s", dtype_name(c.dtype).c_str());
@@ -377,9 +378,9 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
     }
     const double eta = timed_steps ? timed_steps_seconds / timed_steps * (double)(num_iterations - r.step - 1) : NAN;
     log_info("step %05lld/%05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | "
-             "bf16_mfu: %.2f | epoch: %d pq: %d rg: %d | data-wait: %.1f%% | total time: %.2fm%s",
+             "%s: %.2f | epoch: %d pq: %d rg: %d | data-wait: %.1f%% | total time: %.2fm%s",
              (long long)r.step, (long long)num_iterations, 100.0 * (double)r.step / (double)num_iterations,
-             debiased, r.lrm, dt * 1000, format_thousands((int64_t)tok_per_sec).c_str(), mfu, r.pos.epoch,
+             debiased, r.lrm, dt * 1000, format_thousands((int64_t)tok_per_sec).c_str(), mfu_label.c_str(), mfu, r.pos.epoch,
              r.pos.file, r.pos.row_group, 100.0 * r.data_wait / dt, loop.total_training_time / 60,
              std::isnan(eta) ? "" : strprintf(" | eta: %.1fm", eta / 60).c_str());
     metrics.log({{"step", r.step}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", r.lrm}, {"dt", dt},

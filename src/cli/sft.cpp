@@ -131,6 +131,7 @@ int sft(const SftFlags& o) {
   Dist& dist = *c.dist;
   const int world = c.env.world_size, rank = c.env.rank;
   const double peak = compute_peak_flops(c);
+  const std::string mfu_label = compute_mfu_label(c);  // the dtype of that peak
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
   torch::Tensor token_bytes = bpb_token_bytes(tok, c.device);
 
@@ -339,9 +340,9 @@ int sft(const SftFlags& o) {
     const double debiased = smooth / (1.0 - std::pow(0.9, (double)(step + 1)));
     const double tok_per_sec = (double)total_batch / dt;
     const double mfu = 100.0 * (double)flops_per_token * tok_per_sec / (peak * world);
-    log_info("step %05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | mfu: %.2f | epoch: %d",
+    log_info("step %05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | %s: %.2f | epoch: %d",
              (long long)step, 100.0 * std::min(progress, 1.0), debiased, lrm, dt * 1000,
-             format_thousands((int64_t)tok_per_sec).c_str(), mfu, train_batches.epoch());
+             format_thousands((int64_t)tok_per_sec).c_str(), mfu_label.c_str(), mfu, train_batches.epoch());
     metrics.log({{"step", step}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", lrm}, {"dt", dt},
                  {"tok_per_sec", tok_per_sec}, {"mfu", mfu}, {"progress", progress}});
 

@@ -49,4 +49,14 @@ double compute_peak_flops(const Compute& c) {
   return peak;
 }
 
+std::string compute_mfu_label(const Compute& c) {
+  if (c.device_type == "cuda") return "bf16_mfu";
+  switch (c.dtype) {
+    case torch::kBFloat16: return "bf16_mfu";
+    case torch::kFloat16: return "fp16_mfu";
+    case torch::kFloat32: return "fp32_mfu";
+    default: return dtype_name(c.dtype) + "_mfu";
+  }
+}
+
 }  // namespace nanochat

@@ -300,10 +300,13 @@ std::string report_generate() {
   make_dirs(dir);
   report_remove_charts(dir);
   std::map<std::string, std::string> charts = report_stage_charts(dir);  // section file -> markdown
+  std::string not_run;  // the stages without a section, named in one line (the studies are optional)
   for (const char* f : kSectionFiles) {
     const std::string path = dir + "/" + f;
     if (!path_exists(path)) {
-      log_warn("report: %s does not exist, skipping", path.c_str());
+      std::string name = f;
+      name = name.substr(0, name.size() - 3);
+      if (name != "miniseries" && name != "scaling-laws") not_run += (not_run.empty() ? "" : ", ") + name;
       continue;
     }
     sections.emplace_back(f, read_file_bytes(path));
@@ -314,6 +317,7 @@ std::string report_generate() {
       charts.erase(c);
     }
   }
+  if (!not_run.empty()) log_info("report: no section from the stages that did not run (%s)", not_run.c_str());
   for (const auto& [f, md] : charts) body += report_section_heading_for_charts(f) + md + "\n";  // no section
   body += report_format_summary(header, sections);
   atomic_write_file(dir + "/report.md", body);

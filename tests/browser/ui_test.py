@@ -2,8 +2,9 @@
 
 usage: ui_test.py BASE_URL SCREENSHOT.png   prints one JSON object with what it saw.
 Steps: load (health banner gone), send a message and watch the reply stream in, edit the
-message (the conversation is cut there), regenerate the reply, /temperature, /help, /clear,
-then a screenshot of a conversation.
+message (the conversation is cut there), regenerate the reply, /temperature, /help, a
+screenshot of the conversation, the header on a 390-px phone screen (one line; a second
+screenshot, SCREENSHOT_390.png), then /clear.
 """
 import json
 import sys
@@ -96,6 +97,32 @@ with sync_playwright() as p:
     page.press("#input", "Enter")
     assert "/clear" in page.locator(".message.console").last.inner_text()
     page.screenshot(path=shot, full_page=True)
+
+    # a phone (390 px wide): the header stays one line. Each text in it must span one line
+    # (its content height over its line height), and the header be no taller than its tallest
+    # part plus its padding; the screenshot must be the phone's width
+    page.set_viewport_size({"width": 390, "height": 844})
+    header = page.evaluate("""() => {
+      const h = document.querySelector('header'), px = v => parseFloat(v) || 0;
+      const box = e => { const cs = getComputedStyle(e), r = e.getBoundingClientRect();
+        return {height: r.height, content: r.height - px(cs.paddingTop) - px(cs.paddingBottom)
+                - px(cs.borderTopWidth) - px(cs.borderBottomWidth), line: px(cs.lineHeight)}; };
+      const parts = [...h.querySelectorAll('.brand span, #settings, #new-chat')].map(e => ({id: e.id || e.className || 'brand', ...box(e)}));
+      const hb = box(h);
+      return {height: hb.height, content: hb.content, width: document.documentElement.scrollWidth,
+              lines: Math.max(...parts.map(p => Math.round(p.content / p.line))),
+              tallest_part: Math.max(...parts.map(p => p.height)), parts};
+    }""")
+    out["header_390"] = header
+    phone_shot = shot[:-4] + "_390.png" if shot.endswith(".png") else shot + "_390.png"
+    page.screenshot(path=phone_shot)
+    with open(phone_shot, "rb") as f:
+        png = f.read(24)
+    out["phone_screenshot_width"] = int.from_bytes(png[16:20], "big")  # the PNG's IHDR width
+    assert out["phone_screenshot_width"] == 390, out["phone_screenshot_width"]
+    assert header["lines"] == 1 and header["width"] == 390, header
+    assert header["content"] <= header["tallest_part"] + 0.5, header
+    page.set_viewport_size({"width": 1000, "height": 700})
 
     page.fill("#input", "/clear")
     page.press("#input", "Enter")
