@@ -124,7 +124,7 @@ TEST(BaseTrain, AKernelThatFailsItsSelfCheckFallsBackToItsReference) {
   CommandResult faulty =
       run_shell("NANOCHAT_KERNELS_FAULT=mlp_relu_square " + train_cmd(base, data, flags + " --model-tag faulty"));
   ASSERT_EQ(faulty.rc, 0) << faulty.err;
-  EXPECT_NE(faulty.err.find("kernel self-check: mlp_relu_square on cpu in float disagrees with its ATen reference"),
+  EXPECT_NE(faulty.err.find("kernel self-check: mlp_relu_square on cpu in float32 disagrees with its ATen reference"),
             std::string::npos) << faulty.err;
   auto mr = read_metrics(base + "/base_checkpoints/ref/metrics.jsonl");
   auto mf = read_metrics(base + "/base_checkpoints/faulty/metrics.jsonl");

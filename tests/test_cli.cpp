@@ -149,13 +149,13 @@ TEST(Cli, DoctorKernelsCatchesAPerturbedKernelOfEveryOp) {
       const bool applies = k["applies"].get<bool>();
       EXPECT_EQ(k["ok"].get<bool>(), k["op"] != op || !applies) << op << ": " << k.dump();
     }
-    EXPECT_NE(r.err.find(std::string("kernel self-check: ") + op + " on cpu in float"), std::string::npos)
+    EXPECT_NE(r.err.find(std::string("kernel self-check: ") + op + " on cpu in float32"), std::string::npos)
         << op << "\n" << r.err;
   }
   auto s = run_shell("NANOCHAT_KERNELS=strict NANOCHAT_KERNELS_FAULT=rotary_norm " + kBin +
                      " doctor --kernels --device-type cpu");
   EXPECT_EQ(s.rc, 1) << s.out << s.err;
-  EXPECT_NE(s.err.find("rotary_norm on cpu in float disagrees with its ATen reference"), std::string::npos) << s.err;
+  EXPECT_NE(s.err.find("rotary_norm on cpu in float32 disagrees with its ATen reference"), std::string::npos) << s.err;
   EXPECT_NE(s.err.find("(NANOCHAT_KERNELS=strict)"), std::string::npos) << s.err;
   EXPECT_EQ(count_lines(s.err), 1) << s.err;
 }

@@ -68,7 +68,7 @@ double timed_ms(at::Device device, F&& run) {
 }
 
 kernels_check_result check_one(const kernels_check_entry& e, at::Device device, at::ScalarType dtype) {
-  kernels_check_result r{e.op, device.str(), c10::toString(dtype), true, false, 0, tolerance(dtype), 0, 0, ""};
+  kernels_check_result r{e.op, device.str(), dtype_name(dtype), true, false, 0, tolerance(dtype), 0, 0, ""};
   // no kernels to check: a CPU without AVX2+FMA+F16C, a build without the CUDA kernels
   if ((device.is_cpu() && !kernels_cpu_supported()) || (device.is_cuda() && !kernels_cuda_built())) return r;
   std::vector<torch::Tensor> fused, ref;
@@ -115,7 +115,7 @@ std::vector<kernels_check_result> run_checks(at::Device device, at::ScalarType d
     if (kernels_strict()) fail("%s (NANOCHAT_KERNELS=strict)", what.c_str());
     log_error("%s; it runs its reference for the rest of this run", what.c_str());
   }
-  checked[key(device.str(), c10::toString(dtype))] = true;
+  checked[key(device.str(), dtype_name(dtype))] = true;
   return results;
 }
 
@@ -130,7 +130,7 @@ bool kernels_check_passed(const char* op, at::Device device, at::ScalarType dtyp
   if (in_check) return true;  // the check's own calls run the kernels, NANOCHAT_KERNELS=0 or not
   if (!kernels_enabled()) return false;
   std::lock_guard<std::mutex> lock(check_mutex);
-  const std::string where = key(device.str(), c10::toString(dtype));
+  const std::string where = key(device.str(), dtype_name(dtype));
   if (!checked.count(where)) run_checks(device, dtype);
   auto it = verdicts.find(key(op, where));
   return it == verdicts.end() || it->second;

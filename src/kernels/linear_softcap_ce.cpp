@@ -218,7 +218,7 @@ std::vector<Tensor> linear_softcap_ce_check(at::Device device, at::ScalarType dt
   auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
   Tensor x = at::randn({48, 32}, gen).to(device, dtype).requires_grad_();
   Tensor w = (at::randn({80, 32}, gen) * 0.5).to(device, at::kFloat).requires_grad_();
-  Tensor targets = at::randint(0, 72, {48}, gen).index_fill_(0, at::tensor({5, 30}), -1).to(device);
+  Tensor targets = at::randint(0, 72, {48}, gen).index_fill_(0, at::tensor({5, 30}, at::kLong), -1).to(device);
   Tensor dloss = at::rand({48}, gen).to(device);
   std::vector<Tensor> out;
   for (bool mean : {false, true}) {
