@@ -8,7 +8,8 @@
 //     generator of 1, 4, 16, 64 concurrent clients, each sending requests back to back, a
 //     bounded count and time per level: aggregate tokens/s, p50/p99 time to first token and
 //     per-token latency (gaps between token events), for chat-web --max-batch 64 against
-//     --max-batch 1 (one request at a time per worker), same binary, same run.
+//     --max-batch 1 (one request at a time per worker), same binary, same run: both servers
+//     up at once, each level run on one right after the other.
 // usage: bench_serving [--requests 16] [--max-tokens 64] [--clients 1,4,16,64] [--seconds 60]
 //        [--depth 6] [--width 256] [--http-only|--engine-only]
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -236,17 +238,23 @@ int main(int argc, char** argv) {
   };
   std::vector<Level> results[2];
   const Config configs[2] = {{"one at a time", 1}, {"batched", std::max(top, 1)}};
+  // both servers up at once, each level run on one then the other (the machine's load drifts)
+  std::vector<std::unique_ptr<ServerProcess>> servers;
   for (int k = 0; k < 2; k++) {
-    ServerProcess server(NANOCHAT_BIN, base, {"-q", "--max-batch", std::to_string(configs[k].max_batch), "--max-queue", "512",
-                                              "--no-prefix-cache"});
-    if (server.port() == 0) {
-      std::fprintf(stderr, "chat-web did not start:\n%s\n", server.log().c_str());
+    servers.push_back(std::make_unique<ServerProcess>(
+        NANOCHAT_BIN, base,
+        std::vector<std::string>{"-q", "--max-batch", std::to_string(configs[k].max_batch), "--max-queue", "512",
+                                 "--no-prefix-cache"}));
+    if (servers[k]->port() == 0) {
+      std::fprintf(stderr, "chat-web did not start:\n%s\n", servers[k]->log().c_str());
       return 1;
     }
-    wait_until_healthy(server.port());
-    run_level(server.port(), 2, 2, seconds, body);  // warm-up
-    for (int c : levels) results[k].push_back(run_level(server.port(), c, std::max(requests, c), seconds, body));
+    wait_until_healthy(servers[k]->port());
+    run_level(servers[k]->port(), 2, 2, seconds, body);  // warm-up
   }
+  for (int c : levels)
+    for (int k = 0; k < 2; k++) results[k].push_back(run_level(servers[k]->port(), c, std::max(requests, c), seconds, body));
+  servers.clear();
   std::printf("\nHTTP loopback, chat-web --workers 1 (replies of ~%lld tokens; a token event may carry more than one token "
               "when a character spans several):\n",
               (long long)max_tokens);

@@ -163,7 +163,7 @@ struct ServerOptions {
   int num_gpus = 1;        // CUDA: one model copy per GPU
   int workers = 1;         // CPU: decode threads (sharing one model copy)
   int max_batch = 0;       // rows decoded together per worker (continuous batching); 0: 8 on CPU, 32 on CUDA
-  int64_t kv_len = 0;      // KV positions per row; 0: the model's limit (10 x sequence_len) on CPU, sequence_len on CUDA
+  int64_t kv_len = 0;      // KV positions per row; 0: CPU the model's limit (10 x sequence_len) within a 2 GiB pool, CUDA sequence_len
   bool prefix_cache = true;  // reuse the KV of a finished conversation's tokens
   int max_queue = 64;      // requests waiting for a row beyond this get 503
   ChatDefaults defaults;

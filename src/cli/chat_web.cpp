@@ -56,8 +56,9 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
                   "running batch between steps (default 8 on the CPU, 32 per GPU)")
       ->check(CLI::Range(1, 1024));
   sub->add_option("--kv-len", o.kv_len,
-                  "KV cache positions per row, prompt and reply together (default: the model's limit of 10 x its "
-                  "sequence length on the CPU, its sequence length on CUDA); the pool holds max-batch such rows")
+                  "KV cache positions per row, prompt and reply together (default on the CPU: the model's limit of 10 x "
+                  "its sequence length, less if the pool would pass 2 GiB, not below the sequence length; on CUDA: "
+                  "the sequence length); the pool holds max-batch such rows, allocated at start")
       ->check(CLI::Range(16, 1 << 20));
   static bool no_prefix_cache = false;
   sub->add_flag("--no-prefix-cache", no_prefix_cache,

@@ -132,14 +132,15 @@ struct Scheduler::Impl {
     return n;
   }
 
-  // a free slot outside the live rows: an empty one first, else the least recently used
+  // a free slot outside the live rows: the first empty one (next to the live rows: no copy
+  // when it joins), else the least recently used
   int64_t take_free_slot() {
     int64_t best = -1;
     for (int64_t s = live; s < (int64_t)slots.size(); s++) {
       if (slots[s].req) continue;
       if (best < 0) best = s;
       const bool empty = slots[s].tokens.empty(), best_empty = slots[best].tokens.empty();
-      if (empty != best_empty ? empty : slots[s].used < slots[best].used) best = s;
+      if (empty != best_empty ? empty : !empty && slots[s].used < slots[best].used) best = s;  // empty: the first
     }
     slots[best].tokens.clear();
     slots[best].pos = 0;

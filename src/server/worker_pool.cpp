@@ -4,6 +4,8 @@
 // wakes waiters in no particular order).
 #include "nanochat/server.h"
 
+#include <algorithm>
+
 #include "nanochat/common/error.h"
 #include "server/server_state.h"
 
@@ -81,7 +83,16 @@ void server_workers_setup(ServerState& st, const std::vector<std::shared_ptr<con
   const bool cuda = o.device_type == "cuda";
   SchedulerOptions so;
   so.max_batch = o.max_batch > 0 ? o.max_batch : cuda ? 32 : 8;
-  so.row_len = o.kv_len > 0 ? o.kv_len : cuda ? engines[0]->model().sequence_len : 0;
+  const EngineModel& m = engines[0]->model();
+  so.row_len = o.kv_len > 0 ? o.kv_len : cuda ? m.sequence_len : 0;
+  if (o.kv_len == 0 && !cuda) {
+    // on the CPU the model's whole limit (10 x sequence_len) while the pool stays within
+    // 2 GiB, else less, down to sequence_len: the pool is allocated at start, all of it
+    const KVCache probe = m.make_cache(1, 1);
+    const int64_t per_position = 2 * probe.k_cache.numel() * (int64_t)probe.k_cache.element_size();
+    const int64_t fit = (int64_t(2) << 30) / (so.max_batch * per_position);
+    so.row_len = std::min(m.max_positions, std::max(std::min(m.sequence_len, m.max_positions), fit));
+  }
   so.prefix_cache = o.prefix_cache;
   std::vector<ServerWorker> workers;
   const int n = cuda ? o.num_gpus : o.workers;
