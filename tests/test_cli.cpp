@@ -34,8 +34,8 @@ TEST(Cli, HelpListsEverySubcommand) {
   EXPECT_NE(r.out.find("download"), std::string::npos) << r.out;
 }
 
-// every subcommand that --help lists has a section in docs/ (a heading naming it in backquotes)
-// and a row in the README's table
+// every subcommand that --help lists has its section in docs/ (a heading that is its name in
+// backquotes, "## `sft`") and a row in the README's table
 TEST(Cli, EverySubcommandOfHelpIsDocumented) {
   auto r = run_shell(kBin + " --help");
   ASSERT_EQ(r.rc, 0);
@@ -52,19 +52,20 @@ TEST(Cli, EverySubcommandOfHelpIsDocumented) {
     if (line.size() > 2 && line.compare(0, 2, "  ") == 0 && line[2] != ' ') subs.push_back(line.substr(2, line.find(' ', 2) - 2));
   }
   ASSERT_GE(subs.size(), 15u) << "no subcommand list in:\n" << r.out;
-  std::string headings;  // every heading line of docs/*.md
+  std::string headings;  // the text of every heading of docs/*.md, one per line
   const std::string docs = std::string(NANOCHAT_SOURCE_DIR) + "/docs";
   auto ls = run_shell("ls " + docs + "/*.md");
   std::istringstream files(ls.out);
   for (std::string f; std::getline(files, f);) {
     std::istringstream text(read_file(f));
     for (std::string line; std::getline(text, line);)
-      if (line.rfind("#", 0) == 0) headings += line + "\n";
+      if (line.rfind("#", 0) == 0 && line.find_first_not_of("# ") != std::string::npos)
+        headings += "\n" + line.substr(line.find_first_not_of("# ")) + "\n";
   }
   ASSERT_FALSE(headings.empty()) << "no markdown in " << docs;
   const std::string readme = read_file(std::string(NANOCHAT_SOURCE_DIR) + "/README.md");
   for (const std::string& sub : subs) {
-    EXPECT_NE(headings.find("`" + sub + "`"), std::string::npos) << "no heading in docs/*.md names `" << sub << "`";
+    EXPECT_NE(headings.find("\n`" + sub + "`\n"), std::string::npos) << "no heading '## `" << sub << "`' in docs/*.md";
     EXPECT_NE(readme.find("| `" + sub + "` |"), std::string::npos) << "no row of the README's table for " << sub;
   }
 }

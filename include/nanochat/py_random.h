@@ -5,6 +5,7 @@
 // sample's list-vs-set switch). Datasets are shuffled and few-shot examples drawn with it,
 // so the C++ evaluation sees exactly the examples upstream's Python sees.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>

@@ -3,6 +3,7 @@
 // Generator.shuffle of a 1-d array swaps a[i] with a[random_interval(i)] for i = n-1..1.
 #include "nanochat/np_random.h"
 
+#include <cstddef>
 #include <numeric>
 
 namespace nanochat {
