@@ -2,7 +2,9 @@
 // The CUDA kernel of adamw.cpp: AdamW's update of one tensor in one pass, fp32 math.
 #include "kernels_cuda.cuh"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "nanochat/common/error.h"

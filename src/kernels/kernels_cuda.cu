@@ -2,7 +2,9 @@
 // The host-side checks every CUDA kernel's wrapper makes (kernels_cuda.cuh).
 #include "kernels_cuda.cuh"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include "nanochat/common/error.h"

@@ -5,7 +5,9 @@
 // of doctor --kernels on one says otherwise.
 #include "kernels_cuda.cuh"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "nanochat/common/error.h"

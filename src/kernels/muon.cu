@@ -2,7 +2,9 @@
 // The CUDA kernels of muon.cpp: Muon's passes over one (rows, cols) matrix a launch.
 #include "kernels_cuda.cuh"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "nanochat/common/error.h"

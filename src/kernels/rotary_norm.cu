@@ -3,7 +3,9 @@
 // registers (heads up to rotary_norm_max_dim wide).
 #include "kernels_cuda.cuh"
 
-#include <ATen/ATen.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <c10/cuda/CUDAGuard.h>
 
 #include "nanochat/common/error.h"
