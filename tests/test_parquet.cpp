@@ -392,7 +392,8 @@ TEST_F(ParquetErrors, HostileFootersHitTheCaps) {
 // the hand-made hostile files of the fuzz corpus (tests/fuzz/make_seeds.py says how each is
 // built): each used to ask for a GB or more; now each is one ParquetError naming the file,
 // row group, column and page, and the process grows by far less than the old demand
-static const std::string kFuzzDir = std::string(__FILE__).substr(0, std::string(__FILE__).rfind('/')) + "/fuzz/parquet";
+// the seed corpus of the parquet fuzzer, in the source tree (__FILE__ is relative under ccache)
+static const std::string kFuzzDir = std::string(NANOCHAT_SOURCE_DIR) + "/tests/fuzz/parquet";
 
 static long peak_rss_mb() {
   struct rusage u;
