@@ -16,6 +16,12 @@ D=.deps
 ML=lib/x86_64-linux-gnu
 source bench/gpu/binaries.sh  # BINARIES
 [ -f build/CMakeCache.txt ] || { echo "error: no build/: run bash runs/setup.sh first" >&2; exit 1; }
+# a build on this GPU-less machine targets sm_80 + PTX by default (third_party/dependencies.cmake):
+# the prebuilt binaries get the H200's own code (kept in build/'s cache from then on)
+if ! grep -q 'code=sm_90a' build/build.ninja; then
+  echo "prepare: configuring build/ with TORCH_CUDA_ARCH_LIST=\"8.0+PTX;9.0a\""
+  cmake -S . -B build -DTORCH_CUDA_ARCH_LIST="8.0+PTX;9.0a" > /dev/null
+fi
 grep -q 'code=sm_90a' build/build.ninja || { echo "error: build/ has no sm_90a code (TORCH_CUDA_ARCH_LIST?)" >&2; exit 1; }
 cmake --build build -j "$(nproc)" --target $(for b in $BINARIES; do basename "$b"; done)
 
