@@ -1,7 +1,7 @@
 // defines: main (bench_train_step)
 // One full pretraining step (forward, backward and the MuonAdamW update, as base-train runs it)
 // against the same model and optimizer written in plain PyTorch (reference_step.py beside this
-// file, written after upstream's Python), run eagerly and under torch.compile, with the same shapes, threads,
+// file runs the project's reference, tests/fixtures/gpt_reference.py and optim_reference.py), run eagerly and under torch.compile, with the same shapes, threads,
 // dtype, init and batch. For each depth x dtype it prints tokens/s, the step split into
 // forward+backward and optimizer time, MFU against the matmul roof of the same dtype measured
 // in this run, the process's peak RSS, and the ratios ours/eager and ours/compiled.
