@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "nanochat/common/error.h"
-#include "nanochat/compute.h"
+#include "nanochat/dist/compute.h"
 
 using namespace nanochat;
 

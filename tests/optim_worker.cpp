@@ -9,7 +9,7 @@
 #include <torch/torch.h>
 
 #include "nanochat/common/error.h"
-#include "nanochat/compute.h"
+#include "nanochat/dist/compute.h"
 #include "nanochat/optim.h"
 
 using namespace nanochat;

@@ -14,10 +14,10 @@
 #include <unistd.h>
 
 #include "nanochat/checkpoint.h"
+#include "nanochat/checkpoint/safetensors.h"
+#include "nanochat/checkpoint/torch_pickle.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
-#include "nanochat/safetensors.h"
-#include "nanochat/torch_pickle.h"
 #include "test_util.h"
 
 using namespace nanochat;
@@ -619,7 +619,7 @@ TEST(Checkpoint, OldCheckpointPatchesAndCasts) {
   EXPECT_EQ(find(ts, "i").scalar_type(), torch::kInt64);
 }
 
-// ==== parser bounds (issue 17): hostile .pt and safetensors files from the fuzz corpus ==========
+// ==== parser bounds: hostile .pt and safetensors files from the fuzz corpus ==========
 // tests/fuzz/make_seeds.py says how each regress-* file is built; each crashed, leaked or hung
 // before the readers bounded nesting and expansion, and each is now one Error naming the file.
 

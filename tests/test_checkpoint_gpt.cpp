@@ -18,14 +18,14 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
 #include "nanochat/common/utf8.h"
 #include "nanochat/common/utf8_stream.h"
 #include "nanochat/tokenizer.h"
-#include "test_util.h"
 #include "test_models.h"
+#include "test_util.h"
 
 using namespace nanochat;
 using json = nlohmann::json;
@@ -438,7 +438,7 @@ TEST(Generate, SeededSamplingIsReproducibleAndStreamsWholeCharacters) {
   EXPECT_TRUE(utf8_is_valid(s.out));
 }
 
-// ---- a training run's checkpoint directory (issue 17 item 6) --------------------------------
+// ---- a training run's checkpoint directory -------------------------------------------------
 // Crash states are made by hand (files and markers written as a crash would leave them), so
 // every window of the re-save swap is checked, not only the ones a kill happens to hit.
 

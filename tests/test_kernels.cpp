@@ -206,7 +206,7 @@ bool cpu_attention_kernel() { return kernels_attention_available(torch::zeros({1
 // the CPU attention kernel against the reference's fp64 math, forward and the gradients of
 // q, k and v: windows of 1, across and at the 64-row query blocks and beyond T, a T that is no
 // multiple of the block, GQA (window 0 has zero q and k gradients: the next test)
-TEST(Attention, CpuKernelEqualsFp64Reference) {
+TEST(AttentionKernel, CpuKernelEqualsFp64Reference) {
   if (!cpu_attention_kernel()) GTEST_SKIP() << "no CPU attention kernel (kernels off, or LibTorch without MKL)";
   torch::manual_seed(21);
   const int64_t B = 2, T = 150, H = 4, D = 32;
@@ -224,7 +224,7 @@ TEST(Attention, CpuKernelEqualsFp64Reference) {
 // window 0: every query sees only its own key, a softmax over one score. The output is the
 // value row, v's gradient the sum of dO over the query heads that share it, and q's and k's
 // gradients are zero (up to rounding: dS = P (dP - rowsum(dO O)) with dP equal to that sum)
-TEST(Attention, CpuKernelWindowZeroReturnsTheValues) {
+TEST(AttentionKernel, CpuKernelWindowZeroReturnsTheValues) {
   if (!cpu_attention_kernel()) GTEST_SKIP() << "no CPU attention kernel";
   Tensor q = torch::randn({2, 70, 4, 16}).requires_grad_(), k = torch::randn({2, 70, 2, 16}).requires_grad_();
   Tensor v = torch::randn({2, 70, 2, 16}).requires_grad_(), dout = torch::randn({2, 70, 4, 16});
@@ -238,7 +238,7 @@ TEST(Attention, CpuKernelWindowZeroReturnsTheValues) {
 
 // model shapes in bf16 against the SDPA path the kernel replaced on the CPU (flash, causal and
 // chunked windows): the same outputs and gradients within bf16's rounding
-TEST(Attention, CpuKernelTracksTheSdpaPathInBf16) {
+TEST(AttentionKernel, CpuKernelTracksTheSdpaPathInBf16) {
   if (!cpu_attention_kernel()) GTEST_SKIP() << "no CPU attention kernel";
   torch::manual_seed(22);
   const int64_t B = 1, T = 512, H = 2, D = 64;

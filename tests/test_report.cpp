@@ -64,7 +64,7 @@ TEST(Report, SummaryTableAndWallClock) {
 #include <cmath>
 #include <regex>
 
-#include "nanochat/svg_chart.h"
+#include "nanochat/report/svg_chart.h"
 
 namespace {
 

@@ -22,7 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "http_raw_client.h"
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common/utf8.h"
 #include "nanochat/engine.h"
 #include "nanochat/server.h"

@@ -1,4 +1,4 @@
-// The chat-web server against hostile clients (issue 17), on the real binary with the tiny
+// The chat-web server against hostile clients, on the real binary with the tiny
 // model of server_fixture.h, over raw sockets:
 //  - JSON nested 200,000 deep -> 400 (as JSON and as a text/plain "simple" request, and right
 //    after start while the model may still load);
@@ -401,7 +401,7 @@ TEST(Hardening, HttplibSetHeaderDropsCrLf) {
   EXPECT_EQ(res.get_header_value("X-B"), "fine");
 }
 
-// httplib answers many ranges of a file with that many copies (its issue 1766) and cuts error
+// httplib answers many ranges of a file with that many copies (a known httplib bug) and cuts error
 // bodies to a Range too: ranges are honoured for one UI file only, else ignored
 TEST(Hardening, RangesOnlyForOneFileRange) {
   const std::string whole = request(shared().port(), get("/")).body;

@@ -7,7 +7,7 @@
 # skip), to check the script itself.
 #
 # Binaries: prepare.sh builds the five this script runs (nanochat, bench_kernels, test_kernels,
-# test_gpt, test_dataloader) here, against the same torch wheel, and carries them in
+# test_attention, test_dataloader) here, against the same torch wheel, and carries them in
 # .deps/prebuilt with the Debian libraries they load. They are used when they start there;
 # else the script builds its own from the carried headers, libraries and pkg-config files,
 # inside the same deadline as everything else.
@@ -213,7 +213,7 @@ ours "d${DB}_SSSL" "$DB" SSSL $DEFAULT_DBS
 
 echo "== CUDA tests: the fused kernels (Muon's too), FP8, the flash windows, the loader's staging"
 tests_rc=0
-for t in "test_kernels *Cuda*" "test_gpt AttentionCuda.*" "test_dataloader *Cuda*"; do
+for t in "test_kernels *Cuda*" "test_attention AttentionCuda.*" "test_dataloader *Cuda*"; do
   read -r bin filter <<< "$t"
   b=$(budget 60)
   if [ "$b" -lt 10 ]; then

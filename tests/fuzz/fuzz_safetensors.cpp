@@ -4,8 +4,8 @@
 #include <cstdint>
 
 #include "fuzz_util.h"
+#include "nanochat/checkpoint/safetensors.h"
 #include "nanochat/common/error.h"
-#include "nanochat/safetensors.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzFile file(data, size, "fuzz.safetensors");

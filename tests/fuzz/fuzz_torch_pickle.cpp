@@ -9,8 +9,8 @@
 #include <cstring>
 
 #include "fuzz_util.h"
+#include "nanochat/checkpoint/torch_pickle.h"
 #include "nanochat/common/error.h"
-#include "nanochat/torch_pickle.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string path;

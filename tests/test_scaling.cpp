@@ -14,7 +14,7 @@
 #include "nanochat/checkpoint.h"
 #include "nanochat/common/files.h"
 #include "nanochat/gpt.h"
-#include "nanochat/scaling_fit.h"
+#include "nanochat/scaling.h"
 #include "test_util.h"
 
 using namespace nanochat;

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "nanochat/common/error.h"
-#include "nanochat/py_random.h"
+#include "nanochat/common/py_random.h"
 #include "test_util.h"
 
 using namespace nanochat;

@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nanochat/leaderboard.h"
+#include "nanochat/core_eval/leaderboard.h"
 #include "nanochat/report.h"
 #include "test_util.h"
 

@@ -291,7 +291,7 @@ TEST(Download, GoesThroughHttpProxyButNeverForLoopback) {
   remove_tree(dir);
 }
 
-// ---- a partial file and its validator, redirects to http, the size cap (issue 17 item 5) ----
+// ---- a partial file and its validator, redirects to http, the size cap ----------------------
 
 // the first call drops half-way (one attempt only), leaving .tmp and its validator; between
 // the calls the server's file changes (body and validator) or not

@@ -95,7 +95,7 @@ TEST(SftBatcher, ConversationLongerThanARowIsCroppedNotPaddedForever) {
   SftBatcher batcher(tok, data, 1, 11, 0, 1, 1);
   SftBatch b = batcher.next();
   EXPECT_EQ(row(b.targets, 0), std::vector<int64_t>(11, -1));
-  // the masked mean over no target is 0, not NaN (upstream issue #590)
+  // the masked mean over no target is 0, not NaN (upstream divided by zero there)
   EXPECT_EQ(sft_masked_mean(torch::ones({11}), b.targets).item<double>(), 0.0);
   torch::Tensor y = torch::tensor({{-1, 3, -1, 5}});
   EXPECT_DOUBLE_EQ(sft_masked_mean(torch::tensor({1.0, 2.0, 4.0, 8.0}), y).item<double>(), 5.0);

@@ -318,8 +318,8 @@ TEST(BaseTrain, TwoRanksMatchOneRankOnTheSameGlobalBatch) {
 // model runs 8 steps of `nanochat base-train` with its real schedules (lr warmup 5 steps,
 // then warmdown 0.65 to final_lr_frac 0.05 across 8 steps; the Muon momentum ramp; the
 // cosine Muon weight decay; the batch lr scale and the depth-scaled weight decay), and
-// tests/fixtures/train_loop_reference.py redoes those 8 steps in plain PyTorch from the
-// spec: gpt_reference.py's forward and bench/train_step/reference_step.py's MuonAdamW, from
+// tests/fixtures/train_loop_reference.py redoes those 8 steps in plain PyTorch: the project's
+// reference model (gpt_reference.py) and optimizer (optim_reference.py), from
 // upstream's seed-42 init, on the same batches. The batches come from a DataLoader built here
 // with the trainer's options (its batches do not depend on its threads). Checked:
 //   - each logged loss_raw (steps 1..7 see the optimizer's updates, and so its lrs,

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nanochat/common/py_random.h"
 #include "nanochat/engine.h"
-#include "nanochat/py_random.h"
 #include "nanochat/rl_math.h"
 #include "test_models.h"
 #include "test_util.h"

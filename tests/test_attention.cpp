@@ -1,0 +1,154 @@
+// Tests of the attention module: the window mask by hand, causal and sliding-window attention
+// against brute force in float64, the KV cache's prefill, chunk and decode steps against full
+// attention, a finite-difference gradient, and on a GPU the flash kernel against a masked softmax.
+// (The kernels module's own CPU attention kernel is tested against its reference in test_kernels.)
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "nanochat/attention.h"
+#include "nanochat/common/error.h"
+#include "nanochat/gpt.h"
+
+using namespace nanochat;
+using torch::Tensor;
+
+namespace {
+
+// brute-force attention in float64 with explicit loops: q (B,Tq,H,D) are the last Tq of
+// Tk positions, k/v (B,Tk,Hkv,D)
+Tensor naive_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
+  auto qd = q.to(torch::kFloat64), kd = k.to(torch::kFloat64), vd = v.to(torch::kFloat64);
+  const int64_t B = q.size(0), Tq = q.size(1), H = q.size(2), D = q.size(3), Tk = k.size(1);
+  const int64_t rep = H / k.size(2);
+  Tensor out = torch::zeros({B, Tq, H, D}, torch::kFloat64);
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t h = 0; h < H; h++)
+      for (int64_t r = 0; r < Tq; r++) {
+        const int64_t i = Tk - Tq + r;
+        std::vector<double> s;
+        std::vector<int64_t> js;
+        for (int64_t j = 0; j <= i; j++) {
+          if (window >= 0 && i - j > window) continue;
+          s.push_back((qd[b][r][h] * kd[b][j][h / rep]).sum().item<double>() / std::sqrt((double)D));
+          js.push_back(j);
+        }
+        double mx = *std::max_element(s.begin(), s.end()), z = 0;
+        for (double& x : s) z += (x = std::exp(x - mx));
+        for (size_t n = 0; n < s.size(); n++) out[b][r][h] += vd[b][js[n]][h / rep] * (s[n] / z);
+      }
+  return out;
+}
+
+}  // namespace
+
+TEST(Attention, WindowMaskByHand) {
+  // 3 queries = positions 2,3,4 of 5 keys, window 1: each sees itself and the key before
+  Tensor m = attention_window_mask(3, 5, 1);
+  std::vector<std::vector<int>> want = {{0, 1, 1, 0, 0}, {0, 0, 1, 1, 0}, {0, 0, 0, 1, 1}};
+  for (int r = 0; r < 3; r++)
+    for (int k = 0; k < 5; k++) EXPECT_EQ(m[r][k].item<bool>(), (bool)want[r][k]) << r << "," << k;
+  Tensor full = attention_window_mask(2, 2, -1);
+  EXPECT_TRUE(full[1][0].item<bool>());
+  EXPECT_FALSE(full[0][1].item<bool>());
+}
+
+TEST(Attention, CausalWindowsEqualBruteForce) {
+  auto gen = gpt_make_generator(torch::kCPU, 11);
+  const int64_t B = 2, T = 37, H = 4, Hkv = 2, D = 8;
+  Tensor q = at::randn({B, T, H, D}, gen), k = at::randn({B, T, Hkv, D}, gen), v = at::randn({B, T, Hkv, D}, gen);
+  for (int64_t w : {-1, 0, 1, 5, 7, 12, 35, 36, 100}) {
+    Tensor y = attention_causal(q, k, v, w);
+    Tensor ref = naive_attention(q, k, v, w);
+    EXPECT_LT((y.to(torch::kFloat64) - ref).abs().max().item<double>(), 1e-5) << "window " << w;
+  }
+}
+
+// a differentiable masked softmax attention (GQA by repeating k and v), for the GPU check
+static Tensor masked_attention(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
+  const int64_t T = q.size(1), rep = q.size(2) / k.size(2);
+  Tensor kk = k.repeat_interleave(rep, 2), vv = v.repeat_interleave(rep, 2);
+  Tensor s = torch::einsum("bihd,bjhd->bhij", {q, kk}) / std::sqrt((double)q.size(3));
+  s = s.masked_fill(attention_window_mask(T, T, window, q.device()).logical_not(), -INFINITY);
+  return torch::einsum("bhij,bjhd->bihd", {torch::softmax(s, -1), vv});
+}
+
+// on a GPU: sliding windows through the flash kernel with a real window (bf16) against a
+// masked softmax in fp64, forward and the gradients of q, k and v
+TEST(AttentionCuda, FlashWindowEqualsMaskedSoftmax) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(13);
+  const int64_t B = 2, T = 512, H = 4, Hkv = 2, D = 128;
+  auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  Tensor q = torch::randn({B, T, H, D}, opts).requires_grad_(true), k = torch::randn({B, T, Hkv, D}, opts).requires_grad_(true);
+  Tensor v = torch::randn({B, T, Hkv, D}, opts).requires_grad_(true);
+  for (int64_t w : {0, 7, 128, 300}) {
+    std::printf("window %lld: %s\n", (long long)w, attention_kernel_name(q, k, w).c_str());
+    Tensor y = attention_causal(q, k, v, w);
+    Tensor q64 = q.detach().to(torch::kFloat64).requires_grad_(true), k64 = k.detach().to(torch::kFloat64).requires_grad_(true);
+    Tensor v64 = v.detach().to(torch::kFloat64).requires_grad_(true);
+    Tensor ref = masked_attention(q64, k64, v64, w);
+    EXPECT_LT((y.to(torch::kFloat64) - ref).abs().max().item<double>(), 2e-2) << "window " << w;
+    Tensor g = torch::randn(y.sizes(), y.options());
+    auto ga = torch::autograd::grad({y}, {q, k, v}, {g});
+    auto gb = torch::autograd::grad({ref}, {q64, k64, v64}, {g.to(torch::kFloat64)});
+    for (int i = 0; i < 3; i++)
+      EXPECT_LT((ga[i].to(torch::kFloat64) - gb[i]).abs().max().item<double>(), 5e-2 * std::max(1.0, gb[i].abs().max().item<double>()))
+          << "window " << w << " gradient " << i;
+  }
+}
+
+TEST(Attention, KVCachePrefillAndDecodeEqualFullAttention) {
+  auto gen = gpt_make_generator(torch::kCPU, 12);
+  const int64_t T = 30, H = 2, Hkv = 1, D = 8;
+  Tensor q = at::randn({1, T, H, D}, gen), k = at::randn({1, T, Hkv, D}, gen), v = at::randn({1, T, Hkv, D}, gen);
+  for (int64_t w : {-1, 4, 9}) {
+    Tensor full = attention_causal(q, k, v, w);
+    KVCache cache(1, Hkv, 40, D, 1, torch::kCPU, torch::kFloat32);
+    auto [kc, vc] = cache.get_layer_cache(0);
+    std::vector<Tensor> parts;
+    // prefill 12, then a chunk of 6 at position 12, then single-token decodes
+    parts.push_back(attention_with_kvcache(q.narrow(1, 0, 12), kc, vc, k.narrow(1, 0, 12), v.narrow(1, 0, 12), 0, w));
+    cache.advance(12);
+    parts.push_back(attention_with_kvcache(q.narrow(1, 12, 6), kc, vc, k.narrow(1, 12, 6), v.narrow(1, 12, 6), 12, w));
+    cache.advance(6);
+    for (int64_t t = 18; t < T; t++) {
+      parts.push_back(attention_with_kvcache(q.narrow(1, t, 1), kc, vc, k.narrow(1, t, 1), v.narrow(1, t, 1), t, w));
+      cache.advance(1);
+    }
+    EXPECT_EQ(cache.get_pos(), T);
+    EXPECT_EQ(cache.cache_seqlens[0].item<int>(), T);
+    EXPECT_LT((torch::cat(parts, 1) - full).abs().max().item<double>(), 1e-5) << "window " << w;
+  }
+  KVCache small(1, Hkv, 4, D, 1, torch::kCPU, torch::kFloat32);
+  auto [kc, vc] = small.get_layer_cache(0);
+  EXPECT_THROW(attention_with_kvcache(q.narrow(1, 0, 5), kc, vc, k.narrow(1, 0, 5), v.narrow(1, 0, 5), 0, -1), Error);
+}
+
+TEST(Attention, GradientOfChunkedWindowByFiniteDifferences) {
+  auto gen = gpt_make_generator(torch::kCPU, 13);
+  auto opts = torch::TensorOptions().dtype(torch::kFloat64);
+  Tensor q = at::randn({1, 9, 2, 4}, gen, opts).requires_grad_(true);
+  Tensor k = at::randn({1, 9, 2, 4}, gen, opts).requires_grad_(true);
+  Tensor v = at::randn({1, 9, 2, 4}, gen, opts).requires_grad_(true);
+  Tensor wsum = at::randn({1, 9, 2, 4}, gen, opts);
+  auto f = [&]() { return (attention_causal(q, k, v, 3) * wsum).sum(); };
+  f().backward();
+  torch::NoGradGuard ng;
+  for (Tensor* t : {&q, &k, &v})
+    for (int64_t n : {0, 13, 40, 71}) {
+      double* p = t->data_ptr<double>() + n;
+      const double old = *p, eps = 1e-6;
+      *p = old + eps;
+      double up = f().item<double>();
+      *p = old - eps;
+      double down = f().item<double>();
+      *p = old;
+      EXPECT_NEAR(t->grad().view(-1)[n].item<double>(), (up - down) / (2 * eps), 1e-7);
+    }
+}
+
