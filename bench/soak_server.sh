@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Soak: a bounded mixed load against a local `nanochat chat-web` on the tiny test model (2 layers,
 # n_embd 128; written by bench_server --make-base-dir). 16 clients (--concurrency) send valid
-# streaming and non-streaming chats, the hostile requests of issue 17 and mid-reply disconnects
+# streaming and non-streaming chats, the hostile requests of test_server_hardening and mid-reply disconnects
 # for --seconds (default 600); bench/server/soak_driver.py prints requests served, the 5xx count
 # (must be 0), p50/p99 latency of the valid chats in the first and last minute, and the server's
 # RSS growth (must stay under 10%). Exit status 1 when a limit is broken. CPU heavy: a bench, not a test.

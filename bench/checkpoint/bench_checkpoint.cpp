@@ -11,8 +11,8 @@
 #include <unistd.h>
 #include <vector>
 
+#include "nanochat/checkpoint/safetensors.h"
 #include "nanochat/common/files.h"
-#include "nanochat/safetensors.h"
 
 using namespace nanochat;
 

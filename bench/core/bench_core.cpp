@@ -14,12 +14,12 @@
 #include <CLI/CLI.hpp>
 #include <torch/torch.h>
 
+#include "../bench_util.h"
 #include "nanochat/common/device.h"
 #include "nanochat/common/files.h"
+#include "nanochat/common/py_random.h"
 #include "nanochat/core_eval.h"
-#include "nanochat/py_random.h"
 #include "nanochat/tokenizer.h"
-#include "../bench_util.h"
 
 using namespace nanochat;
 

@@ -21,7 +21,7 @@
 #include <CLI/CLI.hpp>
 
 #include "http_raw_client.h"
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/engine.h"
 #include "nanochat/server.h"
 #include "server_fixture.h"

@@ -2,7 +2,7 @@
 """Soak load for a running `nanochat chat-web` (bench/soak_server.sh starts one).
 
 `--concurrency` client threads send back-to-back requests for `--seconds`, drawn at random:
-valid streaming and non-streaming chats (both endpoints), the hostile requests of issue 17
+valid streaming and non-streaming chats (both endpoints), the hostile requests of test_server_hardening
 (deep JSON, a long header line, many headers, an endless chunked body, a gzip bomb, a foreign
 Host and Origin, a client-sent REMOTE_ADDR, a request that trickles in past the deadline) and
 clients that disconnect mid-reply. Every answer is checked against the status its kind must

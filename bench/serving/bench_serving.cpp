@@ -28,7 +28,7 @@
 
 #include "http_raw_client.h"
 #include "nanochat/checkpoint.h"
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/engine.h"
 #include "nanochat/engine/scheduler.h"
 #include "nanochat/server.h"

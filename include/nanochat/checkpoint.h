@@ -24,7 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nanochat/safetensors.h"
+#include "nanochat/checkpoint/safetensors.h"
 
 namespace nanochat {
 

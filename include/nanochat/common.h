@@ -8,7 +8,6 @@
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
 #include "nanochat/common/log.h"
-#include "nanochat/common/peak_flops.h"
 #include "nanochat/common/progress.h"
 #include "nanochat/common/thread_pool.h"
 #include "nanochat/common/utf8.h"

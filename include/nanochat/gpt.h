@@ -3,7 +3,7 @@
 //          gpt_to, gpt_loss, gpt_set_fp8, gpt_fp8_eligible, GptFp8Off, gpt_named_parameters, gpt_load_named_tensors, gpt_generate,
 //          ScalingParams, gpt_num_scaling_params, gpt_num_matmul_params, gpt_estimate_flops,
 //          gpt_estimate_decode_flops, gpt_estimate_prefill_flops, gpt_kv_bytes_per_token,
-//          gpt_kv_read_bytes, gpt_estimate_train_memory_bytes, gpt_fit_device_batch_size,
+//          gpt_kv_read_bytes,
 //          gpt_make_generator, gpt_rms_norm, gpt_rotary_tables,
 //          gpt_softcap, gpt_smear
 // The gpt module: nanochat's GPT (upstream nanochat/gpt.py) in LibTorch. Parameter names are nanochat's
@@ -207,12 +207,6 @@ int64_t gpt_estimate_decode_flops(const GPTConfig& config, int64_t ctx);
 int64_t gpt_estimate_prefill_flops(const GPTConfig& config, int64_t n);
 int64_t gpt_kv_bytes_per_token(const GPTConfig& config, torch::ScalarType dtype);
 int64_t gpt_kv_read_bytes(const GPTConfig& config, int64_t ctx, torch::ScalarType dtype);
-// one rank's training memory at device_batch_size rows of sequence_len, and the largest power
-// of two <= max_batch whose estimate fits in budget_bytes (0 when not even 1 fits), for a
-// single rank: the totals of gpt/memory.h's gpt_train_memory and gpt_train_memory_fit
-int64_t gpt_estimate_train_memory_bytes(const GPTConfig& config, int64_t device_batch_size, torch::ScalarType dtype);
-int64_t gpt_fit_device_batch_size(const GPTConfig& config, torch::ScalarType dtype, int64_t budget_bytes,
-                                  int64_t max_batch = 64);
 // the same breakdown from a real model's tensors (numel sums); equals the arithmetic one
 ScalingParams gpt_count_params(const GPT& model);
 

@@ -1,4 +1,4 @@
-// defines: OptimKind, OptimGroup, NamedTensors, MuonAdamW, GradScaler,
+// defines: OptimKind, OptimGroup, MuonAdamW, GradScaler,
 //          optim_muon_step, optim_polar_express_coeffs, optim_param_groups_gpt
 // nanochat's optimizer (upstream nanochat/optim.py): AdamW for embeddings, lm_head and scalars, Muon (Polar
 // Express, MuonEq, Muon+, NorMuon, cautious weight decay) for the transformer matrices.
@@ -23,6 +23,8 @@
 #include <torch/types.h>
 #include <torch/ordered_dict.h>
 
+#include "nanochat/common/named_tensors.h"
+
 namespace nanochat {
 
 class Dist;
@@ -46,8 +48,6 @@ struct OptimGroup {
   int ns_steps = 5;     // Polar Express iterations, 1..5
   double beta2 = 0.9;   // NorMuon second moment
 };
-
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
 class MuonAdamW {
  public:

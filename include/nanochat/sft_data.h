@@ -70,7 +70,7 @@ nlohmann::json sft_batcher_state_to_json(const SftBatcherState& s);
 SftBatcherState sft_batcher_state_from_json(const nlohmann::json& j, int64_t dataset_size, const std::string& where);
 
 // the mean of per-token losses (B*T,) over the targets that are not -1; 0 rather than NaN
-// when every target of the batch is masked (upstream issue #590)
+// when every target of the batch is masked (where upstream divided by zero)
 torch::Tensor sft_masked_mean(const torch::Tensor& losses, const torch::Tensor& targets);
 
 // the train or val conversations of a mixture: "chat" is upstream's SmolTalk + MMLU + GSM8K

@@ -7,6 +7,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -155,7 +156,9 @@ std::string tok_eval_report(const std::vector<TokEvalText>& texts, const Tokeniz
                             const std::vector<std::pair<std::string, const Tokenizer*>>& others, bool color);
 
 // ---- tok-train (src/tokenizer/tok_train.cpp, upstream's scripts/tok_train.py) ---------------------------------
-class DocIterator;
+// the documents to train on, a batch at a time (tok-train reads the dataset's train split):
+// fills `docs` and returns true, or returns false at the end
+using DocBatchSource = std::function<bool(std::vector<std::string>& docs)>;
 struct TokTrainOptions {
   int64_t max_chars = 2000000000;  // stop after the document that crosses this many characters
   int64_t doc_cap = 10000;         // characters kept of each document
@@ -166,6 +169,6 @@ struct TokTrainStats {
   double count_seconds = 0, total_seconds = 0;
 };
 // trains nanochat's tokenizer (its pattern and special tokens) on the documents
-Tokenizer tok_train(DocIterator& docs, const TokTrainOptions& opts, ThreadPool& pool, TokTrainStats* stats = nullptr);
+Tokenizer tok_train(const DocBatchSource& next_docs, const TokTrainOptions& opts, ThreadPool& pool, TokTrainStats* stats = nullptr);
 
 }  // namespace nanochat

@@ -2,7 +2,7 @@
 //          checkpoint_load_into_gpt, checkpoint_read_gpt_config, checkpoint_load_gpt,
 //          checkpoint_gpt_tensors, checkpoint_resume_gpt
 // upstream checkpoint_manager.py's build_model: a checkpoint's tensors and meta into a GPT (API in checkpoint_gpt.h).
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 
 #include <map>
 

@@ -10,13 +10,13 @@
 #include <memory>
 #include <sstream>
 
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
+#include "nanochat/checkpoint/torch_pickle.h"
 #include "nanochat/common/atomic_file.h"
 #include "nanochat/common/base_dir.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
 #include "nanochat/tokenizer.h"
-#include "nanochat/torch_pickle.h"
 
 namespace nanochat {
 namespace {

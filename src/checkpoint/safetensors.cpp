@@ -1,9 +1,9 @@
-// safetensors reader and writer (format in include/nanochat/safetensors.h). The rules the
+// safetensors reader and writer (format in include/nanochat/checkpoint/safetensors.h). The rules the
 // reader enforces are those of the Rust reference (safetensors/src/tensor.rs): header of at
 // most 100 MB inside the file, a JSON object, known dtypes, shape x itemsize == byte span,
 // spans contiguous from 0 to the end of the file with no gap or overlap, no duplicate names.
 
-#include "nanochat/safetensors.h"
+#include "nanochat/checkpoint/safetensors.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -1,4 +1,4 @@
-// A restricted unpickler for torch.save's zip files (API in include/nanochat/torch_pickle.h).
+// A restricted unpickler for torch.save's zip files (API in include/nanochat/checkpoint/torch_pickle.h).
 //
 // Pickle is a stack machine: opcodes push values, build containers from what is above the
 // last MARK, and call "globals" (Python functions) with REDUCE. Arbitrary code can only run
@@ -12,7 +12,7 @@
 // lives in one arena (freed flat, no recursion, cycles included), the tree is walked at most
 // 64 deep, and the walk stops once it has produced more than a multiple of the pickle's size.
 
-#include "nanochat/torch_pickle.h"
+#include "nanochat/checkpoint/torch_pickle.h"
 
 #include <caffe2/serialize/inline_container.h>
 

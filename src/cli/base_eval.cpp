@@ -8,12 +8,12 @@
 #include <torch/torch.h>
 
 #include "cli/commands.h"
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common.h"
-#include "nanochat/compute.h"
 #include "nanochat/core_eval.h"
 #include "nanochat/dataloader.h"
 #include "nanochat/dataset.h"
+#include "nanochat/dist/compute.h"
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
 #include "nanochat/loss_eval.h"

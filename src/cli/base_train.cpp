@@ -17,21 +17,22 @@
 #include "cli/base_train.h"
 #include "cli/commands.h"
 #include "nanochat/checkpoint.h"
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common.h"
-#include "nanochat/common/deferred_readback.h"
-#include "nanochat/common/metrics_log.h"
 #include "nanochat/common/stop_signal.h"
-#include "nanochat/compute.h"
 #include "nanochat/core_eval.h"
+#include "nanochat/core_eval/leaderboard.h"
 #include "nanochat/dataloader.h"
 #include "nanochat/dataset.h"
+#include "nanochat/dist/compute.h"
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
-#include "nanochat/leaderboard.h"
 #include "nanochat/loss_eval.h"
 #include "nanochat/optim.h"
 #include "nanochat/report.h"
+#include "nanochat/telemetry/deferred_readback.h"
+#include "nanochat/telemetry/metrics_log.h"
+#include "nanochat/telemetry/peak_flops.h"
 #include "nanochat/tokenizer.h"
 #include "nanochat/train_schedule.h"
 
@@ -84,7 +85,7 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   opt("--warmup-steps", o.warmup_steps, "linear lr warmup steps")->check(CLI::NonNegativeNumber);
   opt("--warmdown-ratio", o.warmdown_ratio, "fraction of steps of the final linear lr decay")->check(CLI::Range(0.0, 1.0));
   opt("--final-lr-frac", o.final_lr_frac, "lr at the end as a fraction of the peak")->check(CLI::Range(0.0, 1.0));
-  cli_add_resume_flags(sub, o.save_every, o.resume_from_step, o.resume_latest);
+  cli_add_resume_flags(sub, o.save_every, o.resume_from_step, o.resume_latest, o.output);
   opt("--eval-every", o.eval_every, "val bpb every N steps (-1: off)");
   opt("--eval-tokens", o.eval_tokens, "val tokens per bpb evaluation")->check(CLI::PositiveNumber);
   opt("--core-metric-every", o.core_metric_every, "CORE metric every N steps (-1: off)");
@@ -142,8 +143,8 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   log_info("nanochat base-train: device %s (%s), compute dtype %s, %d rank(s), %d CPU threads",
            c.device.str().c_str(), c.device_type.c_str(), dtype_name(c.dtype).c_str(), world,
            c.cpu_threads);
-  double peak = compute_peak_flops(c);
-  const std::string mfu_label = compute_mfu_label(c);  // the dtype of that peak
+  double peak = peak_flops_of_run(c.device, c.dtype, c.cpu_threads);
+  const std::string mfu_label = mfu_label_for(c.device, c.dtype);  // the dtype of that peak
   if (o.fp8 && o.fp8_recipe != "tensorwise")
     fail("--fp8-recipe %s is not implemented (neither is it upstream): use --fp8-recipe tensorwise", o.fp8_recipe.c_str());
   if (o.fp8 && !c.device.is_cuda()) log_warn("--fp8 is for CUDA (as upstream): training in %s", dtype_name(c.dtype).c_str());
@@ -156,7 +157,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   const std::string tag = (o.model_tag.empty() ? strprintf("d%lld", (long long)o.depth) : o.model_tag) +
                           (preflight ? "-preflight" : "");
   const std::string ckpt_dir = checkpoint_dir("base", tag);
-  cli_open_checkpoint_dir(ckpt_dir, o.resume_latest || o.resume_from_step >= 0, dist);  // --force, stale files
+  cli_open_checkpoint_dir(ckpt_dir, o.resume_latest || o.resume_from_step >= 0, o.output, dist);  // --force, stale files
   const int64_t resume_step = o.resume_latest ? checkpoint_find_last_step(ckpt_dir) : o.resume_from_step;
 
   GPT model(config, c.device, c.dtype);
@@ -305,7 +306,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
     checkpoint_save_optim(ckpt_dir, step, rank, opt.state_tensors(), state);
     dist.barrier();
     if (c.master()) checkpoint_mark_complete(ckpt_dir, step, world);
-    if (c.master()) cli_prune_checkpoints(ckpt_dir, step);  // --keep-last
+    if (c.master()) cli_prune_checkpoints(ckpt_dir, step, o.output);  // --keep-last
     dist.barrier();
     log_info("saved checkpoint %s step %06lld (%.1fs)", ckpt_dir.c_str(), (long long)step, t.seconds());
   };
@@ -419,7 +420,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
     if ((last_step || eval_now || core_now || sample_due || save_now) && drain()) return stop_and_save();
 
     // the final checkpoint comes before the final evals: an eval that fails (out of
-    // memory, say) must not cost the run (upstream issue #446)
+    // memory, say) must not cost the run (upstream nanochat learned this from a lost run)
     if (last_step && !preflight) save(step);
     if (eval_now) {
       model->eval();

@@ -9,6 +9,7 @@
 
 #include <torch/types.h>
 
+#include "cli/commands.h"
 #include "nanochat/dataset.h"
 #include "nanochat/gpt.h"
 #include "nanochat/gpt/memory.h"
@@ -40,6 +41,7 @@ struct BaseTrainFlags {
   std::string model_tag;  // "" -> d<depth>
   // ours
   bool resume_latest = false;  // --resume latest: the last complete checkpoint of the tag
+  OutputFlags output;          // --force, --keep-last
   CorpusOptions data;
   int tokenizer_threads = 0;   // 0: all but one core of this rank
   int prefetch = 2;            // batches staged ahead by the loader

@@ -16,8 +16,8 @@
 
 #include "cli/base_train.h"
 #include "nanochat/common.h"
-#include "nanochat/common/peak_flops.h"
 #include "nanochat/dist.h"
+#include "nanochat/telemetry/peak_flops.h"
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {

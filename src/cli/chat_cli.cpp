@@ -9,7 +9,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common/base_dir.h"
 #include "nanochat/common/device.h"
 #include "nanochat/common/error.h"

@@ -8,9 +8,9 @@
 #include <sstream>
 
 #include "cli/commands.h"
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common.h"
-#include "nanochat/compute.h"
+#include "nanochat/dist/compute.h"
 #include "nanochat/report.h"
 #include "nanochat/task_eval.h"
 #include "nanochat/tokenizer.h"

@@ -14,15 +14,10 @@
 
 namespace nanochat {
 
-// --force and --keep-last: one subcommand runs per process, so they live here and not in
-// each training subcommand's options (which keeps those files to one line each)
-static bool g_force = false, g_can_resume = false;
-static int64_t g_keep_last = 0;
-
-void cli_add_output_flags(CLI::App* sub) {
-  sub->add_flag("--force", g_force,
+void cli_add_output_flags(CLI::App* sub, OutputFlags& out) {
+  sub->add_flag("--force", out.force,
                 "start fresh even though the checkpoint tag already has steps: deletes them first");
-  sub->add_option("--keep-last", g_keep_last, "after each save keep only the N newest complete checkpoints (0: all)")
+  sub->add_option("--keep-last", out.keep_last, "after each save keep only the N newest complete checkpoints (0: all)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 }
@@ -34,17 +29,17 @@ static std::string steps_text(const std::vector<int64_t>& steps) {
   return s;
 }
 
-void cli_open_checkpoint_dir(const std::string& dir, bool resuming, Dist& dist) {
+void cli_open_checkpoint_dir(const std::string& dir, bool resuming, const OutputFlags& out, Dist& dist) {
   // every rank checks, so every rank stops; then rank 0 alone repairs and deletes
   std::vector<int64_t> earlier = checkpoint_saved_steps(dir);
-  if (!resuming && !earlier.empty() && !g_force)
+  if (!resuming && !earlier.empty() && !out.force)
     fail("%s already has checkpoint step(s) %s from an earlier run: %sstart over with --force (deletes them), "
          "or pick another --model-tag",
-         dir.c_str(), steps_text(earlier).c_str(), g_can_resume ? "continue it with --resume latest, " : "");
+         dir.c_str(), steps_text(earlier).c_str(), out.can_resume ? "continue it with --resume latest, " : "");
   dist.barrier();  // every rank has looked before rank 0 changes anything
   if (dist.rank() == 0) {
     if (int n = checkpoint_recover_dir(dir)) log_info("%s: %d file(s) of interrupted saves cleaned up", dir.c_str(), n);
-    if (!resuming && g_force) {
+    if (!resuming && out.force) {
       std::vector<int64_t> removed = checkpoint_remove_steps(dir);
       if (!removed.empty())
         log_warn("--force: removed step(s) %s of an earlier run from %s", steps_text(removed).c_str(), dir.c_str());
@@ -53,12 +48,12 @@ void cli_open_checkpoint_dir(const std::string& dir, bool resuming, Dist& dist) 
   dist.barrier();
 }
 
-void cli_prune_checkpoints(const std::string& dir, int64_t saved_step) {
-  if (g_keep_last <= 0) return;
+void cli_prune_checkpoints(const std::string& dir, int64_t saved_step, const OutputFlags& out) {
+  if (out.keep_last <= 0) return;
   try {  // the save itself succeeded: a prune that fails is worth a warning, not the run
-    std::vector<int64_t> removed = checkpoint_prune(dir, saved_step, g_keep_last);
+    std::vector<int64_t> removed = checkpoint_prune(dir, saved_step, out.keep_last);
     if (!removed.empty())
-      log_info("--keep-last %lld: removed step(s) %s", (long long)g_keep_last, steps_text(removed).c_str());
+      log_info("--keep-last %lld: removed step(s) %s", (long long)out.keep_last, steps_text(removed).c_str());
   } catch (const Error& e) {
     log_warn("--keep-last: %s", e.what());
   }
@@ -73,7 +68,8 @@ CLI::Option* cli_add_checkpoint_flags(CLI::App* sub, std::string& source, std::s
   return from;
 }
 
-void cli_add_resume_flags(CLI::App* sub, int64_t& save_every, int64_t& resume_from_step, bool& resume_latest) {
+void cli_add_resume_flags(CLI::App* sub, int64_t& save_every, int64_t& resume_from_step, bool& resume_latest,
+                          OutputFlags& out) {
   sub->add_option("--save-every", save_every, "checkpoint every N steps (-1: only at the end)")->capture_default_str();
   CLI::Option* from = sub->add_option("--resume-from-step", resume_from_step,
                                       "resume from this checkpoint step of the tag (-1: start fresh)")
@@ -83,8 +79,8 @@ void cli_add_resume_flags(CLI::App* sub, int64_t& save_every, int64_t& resume_fr
                              "'latest': resume from the last complete checkpoint of the tag")
                              ->check(CLI::IsMember({"latest"}))
                              ->excludes(from);
-  cli_add_output_flags(sub);
-  g_can_resume = true;
+  cli_add_output_flags(sub, out);
+  out.can_resume = true;
   sub->get_option("--force")->excludes(from)->excludes(latest);
 }
 

@@ -1,4 +1,4 @@
-// defines: cli_register_*, cli_add_data_flags, cli_add_checkpoint_flags, cli_add_resume_flags,
+// defines: cli_register_*, OutputFlags, cli_add_data_flags, cli_add_checkpoint_flags, cli_add_resume_flags,
 //          cli_resume_command, cli_add_output_flags, cli_open_checkpoint_dir,
 //          cli_prune_checkpoints, cli_set_argv, cli_argv, cli_flags_json, cli_version_text
 // One register function per subcommand (one file each in src/cli/). Each adds its
@@ -45,19 +45,29 @@ void cli_register_infer_bench(CLI::App& app, int& exit_code);
 void cli_add_data_flags(CLI::App* sub, CorpusOptions& opts);
 // -i/--source, -g/--model-tag, -s/--step: which checkpoint to load; returns --source (checkpoint_flags.cpp)
 CLI::Option* cli_add_checkpoint_flags(CLI::App* sub, std::string& source, std::string& tag, int64_t& step);
-// --save-every, --resume-from-step, --resume latest of the training subcommands (checkpoint_flags.cpp)
-void cli_add_resume_flags(CLI::App* sub, int64_t& save_every, int64_t& resume_from_step, bool& resume_latest);
+// what happens to a training subcommand's output tag: its earlier steps (--force) and its older
+// checkpoints after each save (--keep-last); can_resume: the subcommand has --resume too. Each
+// training subcommand keeps its own in its flags and passes it to the three functions below.
+struct OutputFlags {
+  bool force = false;
+  int64_t keep_last = 0;
+  bool can_resume = false;
+};
+// --save-every, --resume-from-step, --resume latest of the training subcommands, and --force and
+// --keep-last (checkpoint_flags.cpp)
+void cli_add_resume_flags(CLI::App* sub, int64_t& save_every, int64_t& resume_from_step, bool& resume_latest,
+                          OutputFlags& out);
 // the command line `argv` with its --resume* flags replaced by --resume-from-step <step>:
 // what a stopped run prints so it can be resumed (checkpoint_flags.cpp)
 std::string cli_resume_command(const std::vector<std::string>& argv, int64_t step);
 // --force, --keep-last (cli_add_resume_flags adds them too; rl, which cannot resume, alone)
-void cli_add_output_flags(CLI::App* sub);
+void cli_add_output_flags(CLI::App* sub, OutputFlags& out);
 // a training run's start, on every rank: a fresh run (not `resuming`) into a tag that has
 // steps is an Error unless --force; then rank 0 repairs dir (checkpoint_recover_dir) and,
 // with --force, deletes its steps, between two barriers
-void cli_open_checkpoint_dir(const std::string& dir, bool resuming, Dist& dist);
+void cli_open_checkpoint_dir(const std::string& dir, bool resuming, const OutputFlags& out, Dist& dist);
 // rank 0 after step `saved_step` is marked complete: --keep-last's pruning (a failure warns)
-void cli_prune_checkpoints(const std::string& dir, int64_t saved_step);
+void cli_prune_checkpoints(const std::string& dir, int64_t saved_step, const OutputFlags& out);
 
 // the process's command line (set first thing in main)
 void cli_set_argv(int argc, char** argv);

@@ -7,7 +7,7 @@
 
 #include "cli/commands.h"
 #include "nanochat/common.h"
-#include "nanochat/compute.h"
+#include "nanochat/dist/compute.h"
 #include "nanochat/kernels.h"
 
 namespace nanochat {

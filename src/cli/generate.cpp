@@ -8,7 +8,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common/base_dir.h"
 #include "nanochat/common/device.h"
 #include "nanochat/common/error.h"

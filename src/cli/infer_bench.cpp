@@ -8,10 +8,11 @@
 #include <filesystem>
 
 #include "cli/commands.h"
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common/base_dir.h"
 #include "nanochat/common/device.h"
-#include "nanochat/infer_bench.h"
+#include "nanochat/engine/infer_bench.h"
+#include "nanochat/telemetry/peak_flops.h"
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {

@@ -3,7 +3,7 @@
 
 #include "cli/commands.h"
 #include "nanochat/common/error.h"
-#include "nanochat/launch.h"
+#include "nanochat/dist/launch.h"
 
 namespace nanochat {
 

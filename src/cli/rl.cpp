@@ -12,10 +12,9 @@
 
 #include "cli/commands.h"
 #include "nanochat/checkpoint.h"
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common.h"
-#include "nanochat/common/metrics_log.h"
-#include "nanochat/compute.h"
+#include "nanochat/dist/compute.h"
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
 #include "nanochat/optim.h"
@@ -23,6 +22,7 @@
 #include "nanochat/rl_math.h"
 #include "nanochat/task_eval.h"
 #include "nanochat/tasks.h"
+#include "nanochat/telemetry/metrics_log.h"
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {
@@ -41,6 +41,7 @@ struct RlFlags {
   double embedding_lr = 0.2, unembedding_lr = 0.004, matrix_lr = 0.02, weight_decay = 0.0;
   double init_lr_frac = 0.05;
   int64_t eval_every = 60, eval_examples = 400, save_every = 60;
+  OutputFlags output;  // --force, --keep-last
 };
 
 int rl(const RlFlags& o);
@@ -103,7 +104,7 @@ void cli_register_rl(CLI::App& app, int& exit_code) {
   opt("--eval-every", o.eval_every, "pass@k on GSM8K test every N steps (-1: off)");
   opt("--eval-examples", o.eval_examples, "test problems per evaluation")->check(CLI::PositiveNumber);
   opt("--save-every", o.save_every, "checkpoint every N steps (and at the end; -1: only at the end)");
-  cli_add_output_flags(sub);
+  cli_add_output_flags(sub, o.output);
   sub->callback([&exit_code] { exit_code = rl(o); });
 }
 
@@ -149,7 +150,7 @@ int rl(const RlFlags& o) {
 
   const std::string tag = o.model_tag.empty() ? sft.ref.dir.substr(sft.ref.dir.rfind('/') + 1) : o.model_tag;
   const std::string out_dir = checkpoint_dir("rl", tag);
-  cli_open_checkpoint_dir(out_dir, false, dist);  // RL starts fresh: --force, stale files
+  cli_open_checkpoint_dir(out_dir, false, o.output, dist);  // RL starts fresh: --force, stale files
   MetricsLog metrics;
   if (c.master()) metrics = MetricsLog(out_dir + "/metrics.jsonl", -1);
   auto save = [&](int64_t step) {
@@ -160,7 +161,7 @@ int rl(const RlFlags& o) {
       meta["user_config"] = {{"argv", cli_argv()}, {"source_checkpoint", sft.ref.dir}, {"source_step", sft.ref.step}};
       checkpoint_save_model(out_dir, step, checkpoint_gpt_tensors(model), meta);
       checkpoint_mark_complete(out_dir, step, 0);
-      cli_prune_checkpoints(out_dir, step);  // --keep-last
+      cli_prune_checkpoints(out_dir, step, o.output);  // --keep-last
       log_info("saved %s step %06lld", out_dir.c_str(), (long long)step);
     }
     dist.barrier();

@@ -12,7 +12,7 @@
 #include "nanochat/checkpoint.h"
 #include "nanochat/common.h"
 #include "nanochat/report.h"
-#include "nanochat/scaling_fit.h"
+#include "nanochat/scaling.h"
 
 namespace nanochat {
 

@@ -12,18 +12,19 @@
 
 #include "cli/commands.h"
 #include "nanochat/checkpoint.h"
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common.h"
 #include "nanochat/common/files.h"
-#include "nanochat/common/metrics_log.h"
 #include "nanochat/common/stop_signal.h"
-#include "nanochat/compute.h"
+#include "nanochat/dist/compute.h"
 #include "nanochat/gpt.h"
 #include "nanochat/loss_eval.h"
 #include "nanochat/optim.h"
 #include "nanochat/report.h"
 #include "nanochat/sft_data.h"
 #include "nanochat/task_eval.h"
+#include "nanochat/telemetry/metrics_log.h"
+#include "nanochat/telemetry/peak_flops.h"
 #include "nanochat/tokenizer.h"
 #include "nanochat/train_schedule.h"
 
@@ -51,6 +52,7 @@ struct SftFlags {
   // (-1: fresh) or from its last complete checkpoint
   int64_t save_every = -1, resume_from_step = -1;
   bool resume_latest = false;
+  OutputFlags output;  // --force, --keep-last
 };
 
 int sft(const SftFlags& o);
@@ -117,7 +119,7 @@ void cli_register_sft(CLI::App& app, int& exit_code) {
   opt("--mixture", o.mixture, "chat: SmolTalk + MMLU + GSM8K (needs `nanochat download tasks`); spelling: "
                               "SimpleSpelling + SpellingBee, offline (ChatCORE then off)")
       ->check(CLI::IsMember({"chat", "spelling"}));
-  cli_add_resume_flags(sub, o.save_every, o.resume_from_step, o.resume_latest);
+  cli_add_resume_flags(sub, o.save_every, o.resume_from_step, o.resume_latest, o.output);
   sub->preparse_callback([](size_t) { o.identity_path = default_identity_path(); });
   sub->callback([&exit_code] { exit_code = sft(o); });
 }
@@ -130,8 +132,8 @@ int sft(const SftFlags& o) {
   Compute c = compute_init(o.device_type);
   Dist& dist = *c.dist;
   const int world = c.env.world_size, rank = c.env.rank;
-  const double peak = compute_peak_flops(c);
-  const std::string mfu_label = compute_mfu_label(c);  // the dtype of that peak
+  const double peak = peak_flops_of_run(c.device, c.dtype, c.cpu_threads);
+  const std::string mfu_label = mfu_label_for(c.device, c.dtype);  // the dtype of that peak
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
   torch::Tensor token_bytes = bpb_token_bytes(tok, c.device);
 
@@ -157,7 +159,7 @@ int sft(const SftFlags& o) {
   // the output tag, and the checkpoint of this run to resume from, if any
   const std::string tag = o.model_tag.empty() ? base.ref.dir.substr(base.ref.dir.rfind('/') + 1) : o.model_tag;
   const std::string out_dir = checkpoint_dir("sft", tag);
-  cli_open_checkpoint_dir(out_dir, o.resume_latest || o.resume_from_step >= 0, dist);  // --force, stale files
+  cli_open_checkpoint_dir(out_dir, o.resume_latest || o.resume_from_step >= 0, o.output, dist);  // --force, stale files
   const int64_t resume_step = o.resume_latest ? checkpoint_find_last_step(out_dir) : o.resume_from_step;
   std::optional<ModelCheckpoint> resumed = checkpoint_resume_gpt(model, out_dir, resume_step, tok.vocab_size());
 
@@ -251,7 +253,7 @@ int sft(const SftFlags& o) {
     checkpoint_save_optim(out_dir, step, rank, opt.state_tensors(), state);
     dist.barrier();
     if (c.master()) checkpoint_mark_complete(out_dir, step, world);
-    if (c.master()) cli_prune_checkpoints(out_dir, step);  // --keep-last
+    if (c.master()) cli_prune_checkpoints(out_dir, step, o.output);  // --keep-last
     dist.barrier();
     log_info("saved %s step %06lld", out_dir.c_str(), (long long)step);
   };

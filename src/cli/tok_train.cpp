@@ -24,7 +24,13 @@ static int tok_train_run(const TokTrainOptions& opts, const CorpusOptions& data,
   log_info("training a %d-token tokenizer on up to %lld characters of %s (%d threads)", opts.vocab_size,
            (long long)opts.max_chars, corpus.dir.c_str(), pool.size());
   TokTrainStats stats;
-  Tokenizer tok = tok_train(docs, opts, pool, &stats);
+  DocBatch batch;
+  auto next_docs = [&](std::vector<std::string>& out) {
+    if (!docs.next(batch)) return false;
+    out = std::move(batch.docs);
+    return true;
+  };
+  Tokenizer tok = tok_train(next_docs, opts, pool, &stats);
   log_info("counted %lld characters in %lld documents (%lld unique pieces) in %.1fs: %.1f M chars/s",
            (long long)stats.chars, (long long)stats.docs, (long long)stats.unique_pieces, stats.count_seconds,
            stats.chars / 1e6 / std::max(1e-9, stats.count_seconds));

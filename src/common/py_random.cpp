@@ -1,6 +1,6 @@
-// defines: PyRandom (see include/nanochat/py_random.h): Modules/_randommodule.c and
+// defines: PyRandom (see include/nanochat/common/py_random.h): Modules/_randommodule.c and
 // Lib/random.py of CPython 3.10+, transcribed.
-#include "nanochat/py_random.h"
+#include "nanochat/common/py_random.h"
 
 #include <cmath>
 #include <unordered_set>

@@ -1,5 +1,5 @@
 // UTF-8 validation, and decoding with Python's errors="replace" semantics: each maximal
-// subpart of an ill-formed sequence (Unicode §3.9, "best practice" U+FFFD substitution)
+// subpart of an ill-formed sequence (the Unicode Standard's "best practice" U+FFFD substitution)
 // becomes one U+FFFD.
 #include "nanochat/common/utf8.h"
 

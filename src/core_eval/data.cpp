@@ -5,8 +5,8 @@
 
 #include "nanochat/common/error.h"
 #include "nanochat/common/jsonl.h"
+#include "nanochat/common/py_random.h"
 #include "nanochat/core_eval.h"
-#include "nanochat/py_random.h"
 
 namespace nanochat {
 

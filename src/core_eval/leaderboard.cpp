@@ -1,6 +1,6 @@
 // defines: leaderboard_time_to_gpt2, leaderboard_core_points, leaderboard_line,
 //          leaderboard_metrics_record
-#include "nanochat/leaderboard.h"
+#include "nanochat/core_eval/leaderboard.h"
 
 #include <algorithm>
 #include <map>

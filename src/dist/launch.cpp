@@ -9,7 +9,7 @@
 //   - everyone reaped: return the first failure's code (128 + signal for a signal).
 // Each rank is started with PR_SET_PDEATHSIG = SIGKILL, so that it dies with the launcher
 // whatever kills the launcher; a rank that cannot be started stops those already running.
-#include "nanochat/launch.h"
+#include "nanochat/dist/launch.h"
 
 #include <arpa/inet.h>
 #include <cerrno>

@@ -1,6 +1,6 @@
 // defines: infer_bench_percentile, infer_bench_step_stats, infer_bench_mbu_percent,
 //          infer_bench_weight_bytes, infer_bench_prompt, infer_bench_run
-#include "nanochat/infer_bench.h"
+#include "nanochat/engine/infer_bench.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,9 +15,9 @@
 
 #include "nanochat/common/device.h"
 #include "nanochat/common/error.h"
-#include "nanochat/common/peak_flops.h"
 #include "nanochat/common/progress.h"
 #include "nanochat/engine.h"
+#include "nanochat/telemetry/peak_flops.h"
 
 namespace nanochat {
 

@@ -7,8 +7,8 @@
 #include <algorithm>
 #include <optional>
 
-#include "nanochat/calculator.h"
 #include "nanochat/common/error.h"
+#include "nanochat/engine/calculator.h"
 
 namespace nanochat {
 

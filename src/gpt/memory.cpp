@@ -1,5 +1,4 @@
-// defines: gpt_train_memory, gpt_train_memory_fit, gpt_estimate_train_memory_bytes,
-//          gpt_fit_device_batch_size
+// defines: gpt_train_memory, gpt_train_memory_fit
 // One rank's training memory, counted from what the model and its fused kernels actually
 // keep (src/gpt/*.cpp, src/kernels/*.cpp, src/optim/muon_adamw.cpp), tensor by tensor, in
 // the dtypes they are stored in. C = n_embd, kv = n_kv_head * head_dim, H = n_head,
@@ -144,15 +143,6 @@ int64_t gpt_train_memory_fit(const GPTConfig& c, torch::ScalarType dtype, int wo
   int64_t b = 1;
   while (b * 2 <= max_batch && fits(b * 2)) b *= 2;
   return fits(b) ? b : 0;
-}
-
-// gpt.h's one-rank forms
-int64_t gpt_estimate_train_memory_bytes(const GPTConfig& c, int64_t device_batch_size, torch::ScalarType dtype) {
-  return gpt_train_memory(c, device_batch_size, dtype, 1).total;
-}
-
-int64_t gpt_fit_device_batch_size(const GPTConfig& c, torch::ScalarType dtype, int64_t budget_bytes, int64_t max_batch) {
-  return gpt_train_memory_fit(c, dtype, 1, budget_bytes, max_batch);
 }
 
 }  // namespace nanochat

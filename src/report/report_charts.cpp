@@ -12,7 +12,7 @@
 #include "nanochat/checkpoint.h"
 #include "nanochat/common.h"
 #include "nanochat/report.h"
-#include "nanochat/svg_chart.h"
+#include "nanochat/report/svg_chart.h"
 
 namespace nanochat {
 

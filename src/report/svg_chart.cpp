@@ -1,6 +1,6 @@
 // SVG line/scatter charts: the data's range -> axes with nice ticks -> pixels. Plain string
 // building; every number that reaches the SVG is finite (skipped points never do).
-#include "nanochat/svg_chart.h"
+#include "nanochat/report/svg_chart.h"
 
 #include <algorithm>
 #include <cmath>

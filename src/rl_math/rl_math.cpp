@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "nanochat/common/error.h"
-#include "nanochat/py_random.h"
+#include "nanochat/common/py_random.h"
 #include "nanochat/rl_math.h"
 
 namespace nanochat {

@@ -5,8 +5,8 @@
 #include <map>
 
 #include "nanochat/common.h"
-#include "nanochat/scaling_fit.h"
-#include "nanochat/svg_chart.h"
+#include "nanochat/report/svg_chart.h"
+#include "nanochat/scaling.h"
 
 namespace nanochat {
 

@@ -6,7 +6,7 @@
 #include <map>
 
 #include "nanochat/common.h"
-#include "nanochat/scaling_fit.h"
+#include "nanochat/scaling.h"
 
 namespace nanochat {
 

@@ -5,11 +5,11 @@
 #include <cmath>
 
 #include "nanochat/checkpoint.h"
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common.h"
 #include "nanochat/common/jsonl.h"
 #include "nanochat/gpt.h"
-#include "nanochat/scaling_fit.h"
+#include "nanochat/scaling.h"
 #include "nanochat/train_schedule.h"
 
 namespace nanochat {

@@ -314,7 +314,7 @@ class ConnectionStream final : public httplib::Stream {
 thread_local ConnectionStream* tl_stream = nullptr;
 
 // httplib cuts every response to the request's Range, error bodies included, and answers
-// many ranges of one file with that many copies (its issue 1766): a range is honoured for one
+// many ranges of one file with that many copies (a known httplib bug): a range is honoured for one
 // embedded UI file only, otherwise the whole response is sent (RFC 9110 lets a server ignore
 // Range)
 void keep_ranges_for_files(httplib::Request& req) {

@@ -13,7 +13,7 @@
 
 #include <torch/torch.h>
 
-#include "nanochat/checkpoint_gpt.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common/base_dir.h"
 #include "nanochat/common/device.h"
 #include "nanochat/common/error.h"

@@ -2,16 +2,16 @@
 // listing -> shards -> manifest.json last, under one lock; rows kept as compact JSON.
 #include <unistd.h>
 
-#include "nanochat/common/file_lock.h"
 #include "nanochat/common/atomic_file.h"
 #include "nanochat/common/base_dir.h"
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"
+#include "nanochat/common/file_lock.h"
 #include "nanochat/common/files.h"
 #include "nanochat/common/log.h"
-#include "nanochat/np_random.h"
 #include "nanochat/parquet.h"
 #include "nanochat/tasks.h"
+#include "nanochat/tasks/np_random.h"
 
 #include <fstream>
 #include <sstream>

@@ -8,8 +8,8 @@
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
 #include "nanochat/common/log.h"
+#include "nanochat/common/py_random.h"
 #include "nanochat/tasks.h"
-#include "nanochat/py_random.h"
 
 namespace nanochat {
 

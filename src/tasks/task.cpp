@@ -1,7 +1,7 @@
 // Task views, TaskMixture, TaskSequence and render_mc (upstream tasks/common.py).
 #include "nanochat/common/error.h"
+#include "nanochat/common/py_random.h"
 #include "nanochat/tasks.h"
-#include "nanochat/py_random.h"
 
 #include <algorithm>
 #include <numeric>

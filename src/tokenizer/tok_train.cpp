@@ -1,4 +1,4 @@
-// tok-train's driver (upstream's scripts/tok_train.py): documents from the train split, each cropped to doc_cap
+// tok-train's driver (upstream's scripts/tok_train.py): documents from a source (the train split), each cropped to doc_cap
 // characters, until just past max_chars characters; counted in buffers of 8192 documents
 // (memory holds one buffer plus the unique pieces), then merged.
 #include <algorithm>
@@ -6,7 +6,6 @@
 #include "nanochat/common/error.h"
 #include "nanochat/common/progress.h"
 #include "nanochat/common/thread_pool.h"
-#include "nanochat/dataset.h"
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {
@@ -22,7 +21,7 @@ static std::string_view crop_chars(std::string_view doc, int64_t cap, int64_t& c
   return doc;
 }
 
-Tokenizer tok_train(DocIterator& docs, const TokTrainOptions& opts, ThreadPool& pool, TokTrainStats* stats) {
+Tokenizer tok_train(const DocBatchSource& next_docs, const TokTrainOptions& opts, ThreadPool& pool, TokTrainStats* stats) {
   const int32_t n_special = (int32_t)kSpecialTokens.size();
   if (opts.vocab_size < 256 + n_special)
     fail("--vocab-size %d is below 256 byte tokens + %d special tokens", opts.vocab_size, n_special);
@@ -31,10 +30,10 @@ Tokenizer tok_train(DocIterator& docs, const TokTrainOptions& opts, ThreadPool& 
   Progress progress("counting", opts.max_chars, "chars");
   int64_t total_chars = 0, total_docs = 0;
   std::vector<std::string> buffer;
-  DocBatch batch;
+  std::vector<std::string> batch;
   bool done = false;
-  while (!done && docs.next(batch)) {
-    for (auto& doc : batch.docs) {
+  while (!done && next_docs(batch)) {
+    for (auto& doc : batch) {
       int64_t chars;
       buffer.emplace_back(crop_chars(doc, opts.doc_cap, chars));
       total_chars += chars;

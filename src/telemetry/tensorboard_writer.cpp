@@ -1,6 +1,6 @@
 // TensorBoard events by hand: a few protobuf fields (varints, fixed 64/32-bit, length-
 // delimited) and the TFRecord framing with CRC-32C.
-#include "nanochat/common/tensorboard_writer.h"
+#include "nanochat/telemetry/tensorboard_writer.h"
 
 #include <dirent.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-// defines: Compute, compute_init, compute_peak_flops, compute_mfu_label
+// defines: Compute, compute_init
 // upstream common.py's compute_init: ranks from the environment, CPU threads, device
 // (cuda:LOCAL_RANK or cpu), compute dtype, seed 42, TF32 on CUDA, and the process group.
 #pragma once
@@ -21,11 +21,5 @@ struct Compute {
 
 // device_type_flag: "" autodetects (cuda when a GPU is present)
 Compute compute_init(const std::string& device_type_flag);
-
-// the GPU's nominal BF16 FLOPS, or on the CPU its matmul rate measured now in c.dtype; logged (for MFU)
-double compute_peak_flops(const Compute& c);
-// the training log's name for MFU, by the dtype of that peak: "bf16_mfu" on a GPU (upstream's
-// label), on the CPU the run's dtype ("fp32_mfu", "bf16_mfu", "fp16_mfu")
-std::string compute_mfu_label(const Compute& c);
 
 }  // namespace nanochat

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nanochat/safetensors.h"
+#include "nanochat/checkpoint/safetensors.h"
 
 namespace nanochat {
 

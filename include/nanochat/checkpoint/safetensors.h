@@ -1,4 +1,4 @@
-// defines: NamedTensors, SafetensorsFile, safetensors_save, safetensors_check_savable, safetensors_load,
+// defines: SafetensorsFile, safetensors_save, safetensors_check_savable, safetensors_load,
 //          safetensors_dtype_name, safetensors_dtype_from_name
 // The safetensors format (huggingface/safetensors), read and written without Python:
 //   [8 bytes: N, little-endian u64][N bytes: JSON header, space-padded to a multiple of 8]
@@ -15,10 +15,9 @@
 
 #include <torch/torch.h>
 
-namespace nanochat {
+#include "nanochat/common/named_tensors.h"
 
-// ordered: files keep the order tensors were given in (nanochat's state-dict order)
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+namespace nanochat {
 
 struct SafetensorsFile {
   NamedTensors tensors;  // in data order; CPU, contiguous, owning their memory

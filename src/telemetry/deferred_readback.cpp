@@ -1,5 +1,5 @@
 // defines: DeferredReadback
-#include "nanochat/common/deferred_readback.h"
+#include "nanochat/telemetry/deferred_readback.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 

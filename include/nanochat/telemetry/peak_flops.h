@@ -1,4 +1,5 @@
-// defines: peak_flops, peak_bandwidth, peak_flops_measure_cpu, peak_bandwidth_measure_cpu
+// defines: peak_flops, peak_bandwidth, peak_flops_measure_cpu, peak_bandwidth_measure_cpu,
+//          peak_flops_of_run, mfu_label_for
 // Nominal dense BF16 FLOPS and memory bandwidth of an accelerator by its name (upstream's common.get_peak_flops table),
 // for MFU and the inference benchmark. The name is lower-cased; the first pattern whose
 // words all appear wins; an unknown device gives +inf (so MFU shows 0).
@@ -6,6 +7,7 @@
 #pragma once
 #include <string>
 
+#include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
 namespace nanochat {
@@ -20,5 +22,12 @@ double peak_flops_measure_cpu(c10::ScalarType dtype, double seconds = 0.3);
 // this CPU's memory bandwidth in bytes/s: STREAM's triad a = b + s*c on fp32 arrays far larger
 // than any cache (3 x 64 MiB, counted as 12 bytes an element), best of about `seconds`
 double peak_bandwidth_measure_cpu(double seconds = 0.2);
+
+// a training run's peak for MFU: a GPU's nominal BF16 FLOPS by its name, or on the CPU its
+// matmul rate measured now in `dtype` with `cpu_threads` threads (~0.3 s); logged
+double peak_flops_of_run(const c10::Device& device, c10::ScalarType dtype, int cpu_threads);
+// the training log's name for MFU, by the dtype of that peak: "bf16_mfu" on a GPU (upstream's
+// label), on the CPU the run's dtype ("fp32_mfu", "bf16_mfu", "fp16_mfu")
+std::string mfu_label_for(const c10::Device& device, c10::ScalarType dtype);
 
 }  // namespace nanochat

@@ -1,8 +1,9 @@
 // The tables of upstream's common.get_peak_flops, in upstream's order (order matters: "h100 nvl" before "h100"),
 // and the two probes that stand in for a table on a CPU.
-#include "nanochat/common/peak_flops.h"
+#include "nanochat/telemetry/peak_flops.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cctype>
 #include <limits>
 #include <sstream>
@@ -10,6 +11,9 @@
 
 #include <torch/torch.h>
 
+#include "nanochat/common/device.h"
+#include "nanochat/common/error.h"
+#include "nanochat/common/log.h"
 #include "nanochat/common/progress.h"
 
 namespace nanochat {
@@ -109,6 +113,32 @@ double peak_bandwidth_measure_cpu(double seconds) {
     best = std::max(best, 3.0 * (double)n * sizeof(float) / std::max(t.seconds(), 1e-9));  // read b, c; write a
   } while (phase.seconds() < seconds);
   return best;
+}
+
+double peak_flops_of_run(const c10::Device& device, c10::ScalarType dtype, int cpu_threads) {
+  if (!device.is_cuda()) {
+    // no table knows a CPU: measure its matmul rate in the run's dtype, once (~0.3 s)
+    const double measured = peak_flops_measure_cpu(dtype);
+    log_info("CPU: MFU vs measured CPU peak %.1f GFLOP/s (%s matmul, %d threads)", measured / 1e9,
+             dtype_name(dtype).c_str(), cpu_threads);
+    return measured > 0 ? measured : std::numeric_limits<double>::infinity();
+  }
+  std::vector<CudaDeviceInfo> gpus = cuda_device_infos(device.index(), /*with_memory=*/false);
+  const std::string name = gpus.empty() ? "" : gpus[0].name;
+  double peak = peak_flops(name, gpus.empty() ? 0 : gpus[0].multiprocessors);
+  log_info("GPU: %s, peak %s", name.c_str(),
+           std::isinf(peak) ? "FLOPS unknown (MFU shows 0)" : strprintf("%.1f TFLOPS (bf16)", peak / 1e12).c_str());
+  return peak;
+}
+
+std::string mfu_label_for(const c10::Device& device, c10::ScalarType dtype) {
+  if (device.is_cuda()) return "bf16_mfu";
+  switch (dtype) {
+    case torch::kBFloat16: return "bf16_mfu";
+    case torch::kFloat16: return "fp16_mfu";
+    case torch::kFloat32: return "fp32_mfu";
+    default: return dtype_name(dtype) + "_mfu";
+  }
 }
 
 }  // namespace nanochat

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "nanochat/common/tensorboard_writer.h"
+#include "nanochat/telemetry/tensorboard_writer.h"
 
 namespace nanochat {
 

@@ -1,6 +1,6 @@
 // metrics.jsonl: appended line by line; a resume first rewrites the file (atomically)
 // without the lines of the steps that are about to be trained again.
-#include "nanochat/common/metrics_log.h"
+#include "nanochat/telemetry/metrics_log.h"
 
 #include <cerrno>
 #include <cmath>
