@@ -211,7 +211,7 @@ ours "d${DB}_L" "$DB" L --device-batch-size "$DBS"
 upstream "$DB"
 ours "d${DB}_SSSL" "$DB" SSSL $DEFAULT_DBS
 
-echo "== CUDA tests: the fused kernels (Muon's too), FP8, the flash windows, the loader's staging"
+echo "== CUDA tests: the fused kernels (AdamW's and Muon's too), FP8, the flash windows, the loader's staging"
 tests_rc=0
 for t in "test_kernels *Cuda*" "test_attention AttentionCuda.*" "test_dataloader *Cuda*"; do
   read -r bin filter <<< "$t"

@@ -122,7 +122,8 @@ torch::Tensor kernels_fp8_mm(const torch::Tensor& a8, const torch::Tensor& b8, c
 // AdamW's update of one param in place (upstream's compiled adamw_step_fused): decoupled weight
 // decay, the moments' lerps, bias corrections, fp32 math whatever the dtype of p (bf16 for
 // wte). The fused op is one pass over the four tensors (contiguous, one dtype: fp32 or bf16)
-// with the same bits as the reference, upstream's eager composition; other tensors run that.
+// in the order of the reference, upstream's eager composition, whose bits it has but where
+// ATen's fp32 sqrt, which is not correctly rounded on the CPU, is a bit off; other tensors run that.
 void kernels_adamw_step(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
                         int64_t step, double lr, double beta1, double beta2, double eps, double weight_decay);
 void kernels_adamw_step_reference(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg,
