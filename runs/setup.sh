@@ -20,7 +20,7 @@ log() { echo "[setup] $*"; }
 # ---- 1. system packages -------------------------------------------------------------
 APT_PACKAGES=(cmake g++ ninja-build pkg-config git python3 python3-venv
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libssl-dev libgtest-dev
-  libpcre2-dev libzstd-dev libsnappy-dev zlib1g-dev libgloo-dev libzip-dev libyaml-cpp-dev
+  libpcre2-dev libzstd-dev libsnappy-dev zlib1g-dev libgloo-dev libzip-dev libyaml-cpp-dev libseccomp-dev
   chromium wamerican)  # chromium: browser tests; wamerican: SpellingBee's word list offline
 missing=()
 for p in "${APT_PACKAGES[@]}"; do

@@ -78,6 +78,7 @@ pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # built with Op
 # (pkg-config for libzip: Debian's CMake config insists on the zipcmp tools of another package)
 pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)
 find_package(yaml-cpp CONFIG REQUIRED)
+pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET libseccomp)  # the code sandbox's syscall filter
 
 # ProcessGroupGloo.hpp includes gloo headers, which the torch wheel does not ship; Debian's
 # libgloo-dev provides them (headers only: the Gloo code itself is inside libtorch_cpu).
@@ -89,7 +90,8 @@ endif()
 add_library(nanochat_deps INTERFACE)
 target_link_libraries(nanochat_deps INTERFACE ${TORCH_LIBRARIES} nlohmann_json::nlohmann_json
                       PkgConfig::ZSTD PkgConfig::PCRE2 ZLIB::ZLIB Snappy::snappy PkgConfig::HTTPLIB
-                      OpenSSL::SSL OpenSSL::Crypto PkgConfig::LIBZIP yaml-cpp Threads::Threads ${CMAKE_DL_LIBS})
+                      OpenSSL::SSL OpenSSL::Crypto PkgConfig::LIBZIP yaml-cpp PkgConfig::SECCOMP Threads::Threads
+                      ${CMAKE_DL_LIBS})
 target_include_directories(nanochat_deps SYSTEM INTERFACE ${GLOO_INCLUDE_DIR})
 
 # OpenMP: at::parallel_for is a header template whose `#pragma omp parallel` a file compiled

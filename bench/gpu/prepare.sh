@@ -32,10 +32,11 @@ for b in $BINARIES; do cp "build/$b" "$D/prebuilt/"; done
 # headers (httplib.h includes brotli's: Debian builds cpp-httplib with it)
 cp -r /usr/include/{gloo,CLI,nlohmann,gtest,gmock,openssl,yaml-cpp,brotli} "$D/include/"
 cp /usr/include/x86_64-linux-gnu/openssl/* "$D/include/openssl/"  # Debian keeps these per arch
-cp /usr/include/{zstd.h,zstd_errors.h,zdict.h,zlib.h,zconf.h,httplib.h,pcre2.h,zip.h,zipconf.h} /usr/include/snappy*.h "$D/include/"
+cp /usr/include/{zstd.h,zstd_errors.h,zdict.h,zlib.h,zconf.h,httplib.h,pcre2.h,zip.h,zipconf.h} /usr/include/snappy*.h \
+  /usr/include/seccomp*.h "$D/include/"
 # libraries (shared ones with their symlinks) and their CMake / pkg-config descriptions
 cp -P /usr/$ML/lib{gtest,gtest_main,gmock,gmock_main,snappy}.a "$D/$ML/"
-for lib in libzstd libsnappy libcpp-httplib libssl libcrypto libz libpcre2-8 libbrotlienc libbrotlidec libbrotlicommon libzip libyaml-cpp libpkgconf; do
+for lib in libzstd libsnappy libcpp-httplib libssl libcrypto libz libpcre2-8 libbrotlienc libbrotlidec libbrotlicommon libzip libyaml-cpp libpkgconf libseccomp; do
   cp -P /usr/$ML/$lib.so* "$D/$ML/" 2>/dev/null || cp -P /lib/x86_64-linux-gnu/$lib.so* "$D/$ML/"
 done
 # and any other library the binaries load from this system's lib folders (libbz2 for libzip)
@@ -48,13 +49,13 @@ sed -i 's|^set(_IMPORT_PREFIX "/usr")|get_filename_component(_IMPORT_PREFIX "${C
   "$D/$ML/cmake/Snappy/SnappyTargets.cmake"
 sed -i 's|"/usr/lib/x86_64-linux-gnu/|"${_IMPORT_PREFIX}/lib/x86_64-linux-gnu/|g' "$D/$ML/cmake/Snappy/"SnappyTargets-*.cmake
 cp -r /usr/share/cmake/{nlohmann_json,CLI11} "$D/share/cmake/"
-for pc in libzstd libpcre2-8 cpp-httplib openssl libssl libcrypto zlib libzip yaml-cpp libbrotlicommon libbrotlidec libbrotlienc; do
+for pc in libzstd libpcre2-8 cpp-httplib openssl libssl libcrypto zlib libzip yaml-cpp libbrotlicommon libbrotlidec libbrotlienc libseccomp; do
   sed "s|^prefix=.*|prefix=$PWD/$D|" "/usr/$ML/pkgconfig/$pc.pc" > "$D/$ML/pkgconfig/$pc.pc" 2>/dev/null ||
     sed "s|^prefix=.*|prefix=$PWD/$D|" "/usr/share/pkgconfig/$pc.pc" > "$D/$ML/pkgconfig/$pc.pc"
 done
 cp /usr/bin/pkgconf "$D/bin/"
 # checks: every package resolves from .deps alone, and no CMake file points outside it
-PKG_CONFIG_LIBDIR="$D/$ML/pkgconfig" pkgconf --exists --print-errors libzstd libpcre2-8 cpp-httplib openssl zlib libzip
+PKG_CONFIG_LIBDIR="$D/$ML/pkgconfig" pkgconf --exists --print-errors libzstd libpcre2-8 cpp-httplib openssl zlib libzip libseccomp
 if grep -rn '"/usr' "$D/$ML/cmake" |
    grep -vE ':[0-9]+: *#|_realOrig|set\(_IMPORT_PREFIX "/usr/lib/x86_64-linux-gnu/cmake/|set\(PACKAGE_PREFIX_DIR "/usr"\)'; then
   echo "error: a CMake file in .deps points at /usr" >&2

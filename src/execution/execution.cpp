@@ -188,6 +188,7 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
   plan.drop_uid = drop_uid;
   plan.landlock = landlock;
   plan.seccomp = opts.seccomp;
+  plan.seccomp_filter = opts.seccomp ? sandbox_seccomp_filter() : nullptr;  // here: libseccomp allocates
   plan.uid_map = uid_map.c_str();
   plan.gid_map = gid_map.c_str();
   plan.tmpfs_options = tmpfs_options.c_str();

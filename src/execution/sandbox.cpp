@@ -3,7 +3,6 @@
 
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/audit.h>
 #include <linux/capability.h>
 #include <linux/filter.h>
 #include <linux/landlock.h>
@@ -227,72 +226,6 @@ bool no_capabilities() {
   return (data[0].effective | data[0].permitted | data[1].effective | data[1].permitted) == 0;
 }
 
-// The syscall filter: what HumanEval never needs and an escape would (mounts, device nodes,
-// tracing, host names, anonymous memory files past RLIMIT_AS, namespaces, kernel modules,
-// keyrings, io_uring, clocks, ...) fails with EPERM; clone with a namespace flag too; clone3
-// says ENOSYS (glibc then uses clone, whose flags a filter can see); another ABI is killed.
-bool install_seccomp() {
-#if defined(__x86_64__)
-  const uint32_t arch = AUDIT_ARCH_X86_64;
-#elif defined(__aarch64__)
-  const uint32_t arch = AUDIT_ARCH_AARCH64;
-#else
-  return false;
-#endif
-  static const long denied[] = {
-#ifdef SYS_mknod
-      SYS_mknod,
-#endif
-#ifdef SYS_sysfs
-      SYS_sysfs,
-#endif
-#ifdef SYS_uselib
-      SYS_uselib,
-#endif
-#ifdef SYS_iopl
-      SYS_iopl, SYS_ioperm,
-#endif
-#ifdef SYS_memfd_secret
-      SYS_memfd_secret,
-#endif
-      SYS_mknodat, SYS_mount, SYS_umount2, SYS_pivot_root, SYS_chroot, SYS_ptrace, SYS_process_vm_readv,
-      SYS_process_vm_writev, SYS_sethostname, SYS_setdomainname, SYS_memfd_create, SYS_kexec_load, SYS_kexec_file_load,
-      SYS_init_module, SYS_finit_module, SYS_delete_module, SYS_reboot, SYS_swapon, SYS_swapoff, SYS_acct, SYS_bpf,
-      SYS_perf_event_open, SYS_userfaultfd, SYS_unshare, SYS_setns, SYS_keyctl, SYS_add_key, SYS_request_key,
-      SYS_open_by_handle_at, SYS_name_to_handle_at, SYS_fanotify_init, SYS_io_uring_setup, SYS_io_uring_enter,
-      SYS_io_uring_register, SYS_kcmp, SYS_pidfd_getfd, SYS_quotactl, SYS_settimeofday, SYS_clock_settime,
-      SYS_clock_adjtime, SYS_adjtimex, SYS_mount_setattr, SYS_move_mount, SYS_open_tree, SYS_fsopen, SYS_fsconfig,
-      SYS_fsmount, SYS_fspick, SYS_syslog, SYS_vhangup, SYS_lookup_dcookie, SYS_personality};
-  const int count = (int)(sizeof denied / sizeof denied[0]);
-  const uint32_t namespace_flags =
-      CLONE_NEWNS | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWCGROUP;
-  struct sock_filter f[128];
-  int n = 0;
-  f[n++] = BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch));
-  f[n++] = BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, arch, 1, 0);
-  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
-  f[n++] = BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr));
-#if defined(__x86_64__)
-  f[n++] = BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 0x40000000u, 0, 1);  // the x32 ABI's numbers
-  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_KILL_PROCESS);
-#endif
-  f[n++] = BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone3, 0, 1);
-  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | ENOSYS);
-  f[n++] = BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_clone, 0, 4);
-  f[n++] = BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[0]));  // flags, low half
-  f[n++] = BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, namespace_flags, 0, 1);
-  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM);
-  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-  const int deny_at = n + count + 1;  // after the list and the ALLOW that ends it
-  for (int i = 0; i < count; i++, n++) f[n] = BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)denied[i], (uint8_t)(deny_at - n - 1), 0);
-  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
-  f[n++] = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | EPERM);
-  struct sock_fprog prog {};
-  prog.len = (unsigned short)n;
-  prog.filter = f;
-  return prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &prog, 0, 0) == 0;
-}
-
 // the program: limits, isolation, exec. Reports its isolation bits, or why it failed.
 [[noreturn]] void run_program(const SandboxPlan& p, uint32_t bits, int32_t refused) {
   setpgid(0, 0);
@@ -338,8 +271,10 @@ bool install_seccomp() {
   if (p.landlock && restrict_writes_to(p.dir)) bits |= kExecLandlock;
   prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);  // no set-uid binary gets root back
   if (p.seccomp) {
-    if (install_seccomp()) bits |= kExecSeccomp;
-    else refused |= kRefusedSeccomp;
+    if (p.seccomp_filter && prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, p.seccomp_filter, 0, 0) == 0)
+      bits |= kExecSeccomp;
+    else
+      refused |= kRefusedSeccomp;
   }
   report(p.status_w, kReportRefused, refused);
   report(p.status_w, kReportIsolation, (int32_t)bits);

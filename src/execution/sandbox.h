@@ -1,4 +1,5 @@
-// defines: SandboxReport, SandboxPlan, sandbox_clone, sandbox_supervise, sandbox_landlock_abi
+// defines: SandboxReport, SandboxPlan, sandbox_clone, sandbox_supervise, sandbox_landlock_abi,
+//          sandbox_seccomp_filter
 // The child side of execute_code (internal to the execution module). The parent prepares a
 // SandboxPlan, then clones the supervisor, which forks the program. Both children may come
 // from a multi-threaded parent through a raw clone, so everything after the clone is
@@ -25,6 +26,8 @@
 #include <sys/types.h>
 
 #include <cstdint>
+
+struct sock_fprog;
 
 namespace nanochat {
 
@@ -56,6 +59,7 @@ struct SandboxPlan {
   bool drop_uid;
   bool landlock;
   bool seccomp;
+  const struct sock_fprog* seccomp_filter;  // sandbox_seccomp_filter(), from the parent; nullptr: none
   int64_t max_memory_bytes, max_file_bytes, max_processes, cpu_seconds;
 };
 
@@ -78,5 +82,9 @@ pid_t sandbox_clone(unsigned long ns_flags);
 
 // the landlock ABI version this kernel offers, or -errno
 int sandbox_landlock_abi();
+
+// The syscall filter, as BPF for prctl(PR_SET_SECCOMP): built once by libseccomp, which
+// allocates, so call it in the parent before the clone; nullptr when it cannot be built
+const struct sock_fprog* sandbox_seccomp_filter();
 
 }  // namespace nanochat

@@ -1,0 +1,78 @@
+// The sandbox's syscall filter, written with libseccomp and exported as BPF once, in the parent
+// (libseccomp allocates; the cloned program only hands the BPF to prctl). What HumanEval never
+// needs and an escape would (mounts, device nodes, tracing, host names, anonymous memory files
+// past RLIMIT_AS, namespaces, kernel modules, keyrings, io_uring, clocks, ...) fails with EPERM;
+// clone with a namespace flag too; clone3 says ENOSYS (glibc then uses clone, whose flags a filter
+// can see). Another architecture, and x86-64's x32 numbers, kill the process (libseccomp's
+// bad-arch action).
+#include <sched.h>
+#include <seccomp.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <linux/filter.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "sandbox.h"
+
+namespace nanochat {
+
+namespace {
+
+// by name: libseccomp knows each architecture's numbers, and skips a name this one lacks
+const char* const kDenied[] = {
+    "mknod", "mknodat", "mount", "umount2", "pivot_root", "chroot", "ptrace", "process_vm_readv",
+    "process_vm_writev", "sethostname", "setdomainname", "memfd_create", "memfd_secret", "kexec_load",
+    "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct",
+    "bpf", "perf_event_open", "userfaultfd", "unshare", "setns", "keyctl", "add_key", "request_key",
+    "open_by_handle_at", "name_to_handle_at", "fanotify_init", "io_uring_setup", "io_uring_enter",
+    "io_uring_register", "kcmp", "pidfd_getfd", "quotactl", "settimeofday", "clock_settime", "clock_adjtime",
+    "adjtimex", "mount_setattr", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
+    "syslog", "vhangup", "lookup_dcookie", "personality", "sysfs", "uselib", "iopl", "ioperm",
+};
+
+const uint64_t kNamespaceFlags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
+                                    CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
+
+bool add_rules(scmp_filter_ctx ctx) {
+  if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) != 0) return false;
+  for (const char* name : kDenied) {
+    const int nr = seccomp_syscall_resolve_name(name);
+    if (nr != __NR_SCMP_ERROR && seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), nr, 0) != 0) return false;
+  }
+  if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0) != 0) return false;
+  for (uint64_t flag : kNamespaceFlags)  // clone's first argument is its flags
+    if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag)) != 0)
+      return false;
+  return true;
+}
+
+// the filter's BPF instructions, through a memory file (libseccomp 2.5 exports to a descriptor)
+std::vector<sock_filter> build_filter() {
+  std::unique_ptr<void, decltype(&seccomp_release)> ctx(seccomp_init(SCMP_ACT_ALLOW), seccomp_release);
+  if (!ctx || !add_rules(ctx.get())) return {};
+  const int fd = memfd_create("nanochat-seccomp", MFD_CLOEXEC);
+  if (fd < 0) return {};
+  std::vector<sock_filter> program;
+  const off_t bytes = seccomp_export_bpf(ctx.get(), fd) == 0 ? lseek(fd, 0, SEEK_END) : -1;
+  if (bytes > 0 && bytes % (off_t)sizeof(sock_filter) == 0) {
+    program.resize((size_t)bytes / sizeof(sock_filter));
+    if (pread(fd, program.data(), (size_t)bytes, 0) != (ssize_t)bytes) program.clear();
+  }
+  close(fd);
+  return program;
+}
+
+}  // namespace
+
+const sock_fprog* sandbox_seccomp_filter() {
+  static const std::vector<sock_filter> program = build_filter();
+  static const sock_fprog filter{(unsigned short)program.size(), const_cast<sock_filter*>(program.data())};
+  return program.empty() ? nullptr : &filter;
+}
+
+}  // namespace nanochat
