@@ -8,82 +8,25 @@
 // usage: bench_server [--workers 2] [--requests 64] [--max-tokens 32] [--clients 1,8,32]
 //        bench_server --make-base-dir   (the tiny model for bench/soak_server.sh)
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
-#include "http_raw_client.h"
+#include "../bench_util.h"
+#include "../http_load.h"
 #include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/engine.h"
 #include "nanochat/server.h"
 #include "server_fixture.h"
 
 using namespace nanochat;
-using clk = std::chrono::steady_clock;
-
-static double ms_since(clk::time_point t) { return std::chrono::duration<double, std::milli>(clk::now() - t).count(); }
-
-static double percentile(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  if (v.empty()) return 0;
-  size_t i = (size_t)std::min<double>((double)v.size() - 1, std::ceil(p / 100.0 * (double)v.size()) - 1);
-  return v[i];
-}
-
-struct Run {
-  double seconds = 0;
-  std::vector<double> ttft_ms;
-  int failures = 0;
-};
-
-// one streaming request; returns its time to first token, or -1 on failure
-static double one_request(int port, const std::string& body) {
-  clk::time_point t0 = clk::now();
-  int fd = raw_connect(port);
-  if (fd < 0) return -1;
-  raw_send(fd, "POST /chat/completions HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
-                   std::to_string(body.size()) + "\r\n\r\n" + body);
-  std::string got;
-  char buf[8192];
-  double ttft = -1;
-  while (true) {
-    ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    got.append(buf, (size_t)n);
-    if (ttft < 0 && got.find("data: {\"token\":") != std::string::npos) ttft = ms_since(t0);
-  }
-  close(fd);
-  if (got.rfind("HTTP/1.1 200", 0) != 0 || got.find("{\"done\":true}") == std::string::npos) return -1;
-  return ttft < 0 ? ms_since(t0) : ttft;  // an empty reply: the whole request
-}
-
-static Run run_clients(int port, int clients, int requests, const std::string& body) {
-  Run run;
-  std::mutex mu;
-  std::atomic<int> next{0};
-  clk::time_point t0 = clk::now();
-  std::vector<std::thread> threads;
-  for (int c = 0; c < clients; c++)
-    threads.emplace_back([&] {
-      while (next.fetch_add(1) < requests) {
-        double t = one_request(port, body);
-        std::lock_guard<std::mutex> lock(mu);
-        if (t < 0) run.failures++;
-        else run.ttft_ms.push_back(t);
-      }
-    });
-  for (auto& t : threads) t.join();
-  run.seconds = ms_since(t0) / 1000.0;
-  return run;
-}
+constexpr double kNoLimit = 1e30;  // seconds: every level runs all its requests
 
 static int bench_main(int argc, char** argv, std::string& base) {
   CLI::App app{"bench_server: chat-web requests/s and time to first token"};
@@ -119,20 +62,20 @@ static int bench_main(int argc, char** argv, std::string& base) {
   std::vector<double> base_ttft;
   int64_t gen_tokens = 0;
   const int base_requests = 16;
-  clk::time_point b0 = clk::now();
+  const bench_clock::time_point b0 = bench_clock::now();
   for (int i = 0; i < base_requests; i++) {
     torch::NoGradGuard ng;
-    clk::time_point t0 = clk::now();
+    const bench_clock::time_point t0 = bench_clock::now();
     bool first = true;
     GenerateResult r = engine.generate(ids, o, [&](const TokenColumn&) {
-      if (first) base_ttft.push_back(ms_since(t0));
+      if (first) base_ttft.push_back(1000 * bench_seconds_since(t0));
       first = false;
       return true;
     });
     gen_tokens = r.steps;
   }
-  const double base_rps = base_requests / (ms_since(b0) / 1000.0);
-  const double base_p50 = percentile(base_ttft, 50);
+  const double base_rps = base_requests / bench_seconds_since(b0);
+  const double base_p50 = bench_percentile(base_ttft, 50);
 
   ServerProcess server(NANOCHAT_BIN, base, {"--workers", std::to_string(workers), "-q", "--max-queue", "256"});
   if (server.port() == 0) {
@@ -140,7 +83,7 @@ static int bench_main(int argc, char** argv, std::string& base) {
     return 1;
   }
   wait_until_healthy(server.port());
-  run_clients(server.port(), 2, 4, body);  // warm-up
+  bench_http_load(server.port(), 2, 4, kNoLimit, body);  // warm-up
 
   std::printf("bench_server: tiny GPT (2 layers, n_embd 128, vocab %d), %lld tokens/reply (greedy), chat-web --workers %d, %u hardware threads\n",
               tok.vocab_size(), (long long)gen_tokens, workers, std::thread::hardware_concurrency());
@@ -149,10 +92,10 @@ static int bench_main(int argc, char** argv, std::string& base) {
   std::stringstream ss(clients_list);
   for (std::string item; std::getline(ss, item, ',');) {
     int c = std::stoi(item);
-    Run r = run_clients(server.port(), c, std::max(requests, c), body);
-    double rps = (double)r.ttft_ms.size() / r.seconds;
-    std::printf("%8d %9zu %10.1f %12.2f %12.2f %14.2f %9d\n", c, r.ttft_ms.size(), rps, percentile(r.ttft_ms, 50),
-                percentile(r.ttft_ms, 99), rps / base_rps, r.failures);
+    const LoadLevel r = bench_http_load(server.port(), c, std::max(requests, c), kNoLimit, body);
+    const double rps = r.done / r.seconds;
+    std::printf("%8d %9d %10.1f %12.2f %12.2f %14.2f %9d\n", c, r.done, rps, 1000 * bench_percentile(r.ttft, 50),
+                1000 * bench_percentile(r.ttft, 99), rps / base_rps, r.failures);
     std::fflush(stdout);
   }
   return 0;  // `server` is killed here

@@ -13,20 +13,19 @@
 // usage: bench_serving [--requests 16] [--max-tokens 64] [--clients 1,4,16,64] [--seconds 60]
 //        [--depth 6] [--width 256] [--http-only|--engine-only]
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <sstream>
 #include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
-#include "http_raw_client.h"
+#include "../bench_util.h"
+#include "../http_load.h"
 #include "nanochat/checkpoint.h"
 #include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/engine.h"
@@ -36,15 +35,6 @@
 
 using namespace nanochat;
 using clk = std::chrono::steady_clock;
-
-static double secs_since(clk::time_point t) { return std::chrono::duration<double>(clk::now() - t).count(); }
-
-static double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t i = (size_t)std::min<double>((double)v.size() - 1, std::ceil(p / 100.0 * (double)v.size()) - 1);
-  return v[i];
-}
 
 static GPTConfig bench_config(int64_t vocab, int64_t depth, int64_t width) {
   GPTConfig c;
@@ -80,73 +70,6 @@ static std::string bench_base_dir(const Tokenizer& tok, const GPTConfig& c, GPT&
   checkpoint_save_model(dir, 0, gpt_named_parameters(m), meta);
   checkpoint_mark_complete(dir, 0, 0);
   return base;
-}
-
-struct Sample {
-  double ttft = 0;                 // seconds, request sent -> first token event
-  std::vector<double> gaps;        // seconds between token events
-  int64_t tokens = 0;              // token events
-};
-
-// one streaming request over a fresh connection; false on failure
-static bool one_request(int port, const std::string& body, Sample& s) {
-  clk::time_point t0 = clk::now();
-  int fd = raw_connect(port);
-  if (fd < 0) return false;
-  raw_send(fd, "POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
-               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
-  std::string got;
-  char buf[8192];
-  size_t scanned = 0;
-  clk::time_point last;
-  while (true) {
-    ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    got.append(buf, (size_t)n);
-    const clk::time_point now = clk::now();
-    for (size_t at; (at = got.find("data: {\"token\":", scanned)) != std::string::npos; scanned = at + 1) {
-      if (s.tokens == 0) s.ttft = std::chrono::duration<double>(now - t0).count();
-      else s.gaps.push_back(std::chrono::duration<double>(now - last).count());
-      last = now;
-      s.tokens++;
-    }
-  }
-  close(fd);
-  return got.rfind("HTTP/1.1 200", 0) == 0 && got.find("{\"done\":true}") != std::string::npos;
-}
-
-struct Level {
-  double seconds = 0;
-  int done = 0, failures = 0;
-  int64_t tokens = 0;
-  std::vector<double> ttft, gaps;
-};
-
-static Level run_level(int port, int clients, int requests, double max_seconds, const std::string& body) {
-  Level lv;
-  std::mutex mu;
-  std::atomic<int> next{0};
-  clk::time_point t0 = clk::now();
-  std::vector<std::thread> threads;
-  for (int c = 0; c < clients; c++)
-    threads.emplace_back([&] {
-      while (next.fetch_add(1) < requests && secs_since(t0) < max_seconds) {
-        Sample s;
-        bool ok = one_request(port, body, s);
-        std::lock_guard<std::mutex> lock(mu);
-        if (!ok) {
-          lv.failures++;
-          continue;
-        }
-        lv.done++;
-        lv.tokens += s.tokens;
-        lv.ttft.push_back(s.ttft);
-        lv.gaps.insert(lv.gaps.end(), s.gaps.begin(), s.gaps.end());
-      }
-    });
-  for (auto& t : threads) t.join();
-  lv.seconds = secs_since(t0);
-  return lv;
 }
 
 int main(int argc, char** argv) {
@@ -200,15 +123,15 @@ int main(int argc, char** argv) {
     for (int round = 0; round < 3; round++) {
       clk::time_point t0 = clk::now();
       for (int i = 0; i < requests; i++) engine->generate(prompt, o);
-      const double s1 = secs_since(t0);
+      const double s1 = bench_seconds_since(t0);
       t0 = clk::now();
       std::vector<std::thread> threads;
       for (int i = 0; i < requests; i++) threads.emplace_back([&] { sched.generate(prompt, o); });
       for (auto& t : threads) t.join();
-      const double s2 = secs_since(t0);
+      const double s2 = bench_seconds_since(t0);
       t0 = clk::now();
       engine->generate(prompt, rows);
-      const double s3 = secs_since(t0);
+      const double s3 = bench_seconds_since(t0);
       seq = std::min(seq, s1);
       batched = std::min(batched, s2);
       uniform = std::min(uniform, s3);
@@ -236,7 +159,7 @@ int main(int argc, char** argv) {
     const char* name;
     int max_batch;
   };
-  std::vector<Level> results[2];
+  std::vector<LoadLevel> results[2];
   const Config configs[2] = {{"one at a time", 1}, {"batched", std::max(top, 1)}};
   // both servers up at once, each level run on one then the other (the machine's load drifts)
   std::vector<std::unique_ptr<ServerProcess>> servers;
@@ -250,10 +173,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     wait_until_healthy(servers[k]->port());
-    run_level(servers[k]->port(), 2, 2, seconds, body);  // warm-up
+    bench_http_load(servers[k]->port(), 2, 2, seconds, body);  // warm-up
   }
   for (int c : levels)
-    for (int k = 0; k < 2; k++) results[k].push_back(run_level(servers[k]->port(), c, std::max(requests, c), seconds, body));
+    for (int k = 0; k < 2; k++) results[k].push_back(bench_http_load(servers[k]->port(), c, std::max(requests, c), seconds, body));
   servers.clear();
   std::printf("\nHTTP loopback, chat-web --workers 1 (replies of ~%lld tokens; a token event may carry more than one token "
               "when a character spans several):\n",
@@ -262,12 +185,12 @@ int main(int argc, char** argv) {
               "ttft p99 ms", "token p50 ms", "token p99 ms", "failures");
   for (size_t i = 0; i < levels.size(); i++) {
     for (int k = 0; k < 2; k++) {
-      const Level& lv = results[k][i];
+      const LoadLevel& lv = results[k][i];
       std::printf("%8d %-14s %6d %10.1f %11.1f %11.1f %12.2f %12.2f %9d\n", levels[i], configs[k].name, lv.done,
-                  (double)lv.tokens / lv.seconds, 1000 * percentile(lv.ttft, 50), 1000 * percentile(lv.ttft, 99),
-                  1000 * percentile(lv.gaps, 50), 1000 * percentile(lv.gaps, 99), lv.failures);
+                  (double)lv.tokens / lv.seconds, 1000 * bench_percentile(lv.ttft, 50), 1000 * bench_percentile(lv.ttft, 99),
+                  1000 * bench_percentile(lv.gaps, 50), 1000 * bench_percentile(lv.gaps, 99), lv.failures);
     }
-    const Level &a = results[0][i], &b = results[1][i];
+    const LoadLevel &a = results[0][i], &b = results[1][i];
     std::printf("%8s %-14s tokens/s ratio batched / one at a time: %.2fx\n", "", "",
                 ((double)b.tokens / b.seconds) / std::max(1e-9, (double)a.tokens / a.seconds));
   }
