@@ -23,6 +23,7 @@
 
 #include "http_raw_client.h"
 #include "nanochat/checkpoint/checkpoint_gpt.h"
+#include "nanochat/common/device.h"
 #include "nanochat/common/utf8.h"
 #include "nanochat/engine.h"
 #include "nanochat/server.h"
@@ -806,6 +807,21 @@ TEST(ServerLifecycle, BadCheckpointExitsWithOneLine) {
   std::string log = s.log();
   EXPECT_NE(log.find("error: chat-web:"), std::string::npos) << log;
   EXPECT_NE(log.find("d99"), std::string::npos) << log;
+}
+
+// The pool is allocated at start, zeroed: one that does not fit the machine is refused before
+// it is, not found out by the OOM killer once its rows fill up
+TEST(ServerLifecycle, AKVPoolBiggerThanTheMachineExitsWithOneLine) {
+  // the tiny model: 2 layers x 2 KV heads x head_dim 64 x fp32, K and V = 2 KiB per position;
+  // 1,280 positions (10 x sequence_len 128), 1,024 rows, 64 workers: 160 GiB
+  const int64_t need = 64LL * 1024 * 1280 * (2 * 2 * 2 * 64 * 4);
+  if (host_info().memory_available_bytes / 4 * 3 >= need) GTEST_SKIP() << "this machine could hold the 160 GiB pool";
+  ServerProcess s(NANOCHAT_BIN, world().base, {"--workers", "64", "--max-batch", "1024", "--kv-len", "1048576"});
+  EXPECT_EQ(s.wait_exit(60), 1) << s.log();
+  std::string log = s.log();
+  EXPECT_NE(log.find("error: chat-web: the KV pool needs 160.0 GiB (64 pools x 1024 rows x 1280 positions x 2.0 KiB each)"),
+            std::string::npos) << log;
+  EXPECT_NE(log.find("lower --max-batch (1024), --kv-len (1280) or --workers (64)"), std::string::npos) << log;
 }
 
 // ---- chat-cli -------------------------------------------------------------------------------------

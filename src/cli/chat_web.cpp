@@ -58,7 +58,8 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
   sub->add_option("--kv-len", o.kv_len,
                   "KV cache positions per row, prompt and reply together (default on the CPU: the model's limit of 10 x "
                   "its sequence length, less if the pool would pass 2 GiB, not below the sequence length; on CUDA: "
-                  "the sequence length); the pool holds max-batch such rows, allocated at start")
+                  "the sequence length); the pool holds max-batch such rows, allocated at start, and must fit in 3/4 of the "
+                  "device's free memory: defaults are cut to fit, flags that do not fit stop the server")
       ->check(CLI::Range(16, 1 << 20));
   static bool no_prefix_cache = false;
   sub->add_flag("--no-prefix-cache", no_prefix_cache,

@@ -50,4 +50,13 @@ int64_t device_peak_memory_bytes(torch::Device device) {
   return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
 }
 
+int64_t device_free_memory_bytes(torch::Device device) {
+  if (!device.is_cuda()) return host_info().memory_available_bytes;
+  c10::cuda::CUDAGuard guard(device.index());
+  c10::cuda::CUDACachingAllocator::emptyCache();  // blocks it keeps cached are free to us too
+  size_t free_b = 0, total_b = 0;
+  if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) return -1;
+  return (int64_t)free_b;
+}
+
 }  // namespace nanochat

@@ -9,5 +9,8 @@ std::string cuda_runtime_version() { return ""; }
 std::string nccl_version() { return ""; }
 void device_synchronize(torch::Device) {}
 int64_t device_peak_memory_bytes(torch::Device) { return -1; }
+int64_t device_free_memory_bytes(torch::Device device) {
+  return device.is_cuda() ? -1 : host_info().memory_available_bytes;
+}
 
 }  // namespace nanochat

@@ -6,7 +6,10 @@
 
 #include <algorithm>
 
+#include "nanochat/common/device.h"
 #include "nanochat/common/error.h"
+#include "nanochat/common/log.h"
+#include "server/kv_pool_size.h"
 #include "server/server_state.h"
 
 namespace nanochat {
@@ -81,21 +84,29 @@ int WorkerPool::idle_groups(int groups) const {
 void server_workers_setup(ServerState& st, const std::vector<std::shared_ptr<const Engine>>& engines) {
   const ServerOptions& o = st.opt;
   const bool cuda = o.device_type == "cuda";
-  SchedulerOptions so;
-  so.max_batch = o.max_batch > 0 ? o.max_batch : cuda ? 32 : 8;
+  const int n = cuda ? o.num_gpus : o.workers;
   const EngineModel& m = engines[0]->model();
-  so.row_len = o.kv_len > 0 ? o.kv_len : cuda ? m.sequence_len : 0;
-  if (o.kv_len == 0 && !cuda) {
-    // on the CPU the model's whole limit (10 x sequence_len) while the pool stays within
-    // 2 GiB, else less, down to sequence_len: the pool is allocated at start, all of it
-    const KVCache probe = m.make_cache(1, 1);
-    const int64_t per_position = 2 * probe.k_cache.numel() * (int64_t)probe.k_cache.element_size();
-    const int64_t fit = (int64_t(2) << 30) / (so.max_batch * per_position);
-    so.row_len = std::min(m.max_positions, std::max(std::min(m.sequence_len, m.max_positions), fit));
+  const KVCache probe = m.make_cache(1, 1);
+  const int64_t per_position = 2 * probe.k_cache.numel() * (int64_t)probe.k_cache.element_size();
+  // each GPU holds one pool, the CPU one per worker: size them by the device with the least free
+  int64_t free_bytes = -1;
+  std::string where = "this machine (MemAvailable)";
+  for (const auto& e : engines) {
+    const int64_t f = device_free_memory_bytes(e->model().device);
+    if (f < 0 || (free_bytes >= 0 && f >= free_bytes)) continue;
+    free_bytes = f;
+    if (cuda) where = e->model().device.str();
   }
+  const KVPoolSize kv = server_kv_pool_size(cuda, o.max_batch, o.kv_len, m.sequence_len, m.max_positions,
+                                            per_position, cuda ? 1 : n, free_bytes, where);
+  if (kv.shrunk)
+    log_info("chat-web: KV pool cut to %lld rows x %lld positions per worker to fit in 3/4 of the %.1f GiB free on %s",
+             (long long)kv.rows, (long long)kv.row_len, free_bytes / double(int64_t(1) << 30), where.c_str());
+  SchedulerOptions so;
+  so.max_batch = kv.rows;
+  so.row_len = kv.row_len;
   so.prefix_cache = o.prefix_cache;
   std::vector<ServerWorker> workers;
-  const int n = cuda ? o.num_gpus : o.workers;
   for (int i = 0; i < n; i++) {
     std::shared_ptr<const Engine> e = engines[cuda ? i : 0];
     workers.push_back({i, cuda ? strprintf("cuda:%d", i) : "cpu", e, std::make_shared<Scheduler>(e, so)});

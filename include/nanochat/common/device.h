@@ -1,6 +1,6 @@
 // defines: device_autodetect, device_from_name, compute_dtype_detect, dtype_name,
 //          seed_everything, cpu_threads_setup, cpu_malloc_setup, host_info, cuda_device_infos,
-//          device_synchronize, device_peak_memory_bytes
+//          device_synchronize, device_peak_memory_bytes, device_free_memory_bytes
 // The device and precision policy of upstream's common.py (compute_init, COMPUTE_DTYPE), in one place.
 #pragma once
 #include <cstdint>
@@ -61,5 +61,8 @@ std::string nccl_version();          // "2.28.9", or "" when not built with NCCL
 void device_synchronize(torch::Device device);
 // peak bytes allocated by the CUDA caching allocator on `device` (-1 on the CPU)
 int64_t device_peak_memory_bytes(torch::Device device);
+// what can still be allocated on `device`: on CUDA the free memory once the caching allocator
+// has released its cache, on the CPU /proc/meminfo's MemAvailable; -1 if unknown
+int64_t device_free_memory_bytes(torch::Device device);
 
 }  // namespace nanochat
