@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_util.h"
 #include "http_raw_client.h"
 
 namespace nanochat {
@@ -25,9 +26,10 @@ struct StreamSample {
 
 // one streaming request; false when it could not connect or the reply is no complete 200 stream
 inline bool bench_stream_chat(int port, const std::string& body, StreamSample& s) {
-  using clk = std::chrono::steady_clock;
-  auto seconds = [](clk::time_point a, clk::time_point b) { return std::chrono::duration<double>(b - a).count(); };
-  const clk::time_point t0 = clk::now();
+  auto seconds = [](bench_clock::time_point a, bench_clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  const bench_clock::time_point t0 = bench_clock::now();
   const int fd = raw_connect(port);
   if (fd < 0) return false;
   raw_send(fd, "POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
@@ -35,10 +37,10 @@ inline bool bench_stream_chat(int port, const std::string& body, StreamSample& s
   std::string got;
   char buf[8192];
   size_t scanned = 0;
-  clk::time_point last = t0;
+  bench_clock::time_point last = t0;
   for (ssize_t n; (n = recv(fd, buf, sizeof buf, 0)) > 0;) {
     got.append(buf, (size_t)n);
-    const clk::time_point now = clk::now();
+    const bench_clock::time_point now = bench_clock::now();
     for (size_t at; (at = got.find("data: {\"token\":", scanned)) != std::string::npos; scanned = at + 1) {
       if (s.tokens == 0) s.ttft = seconds(t0, now);
       else s.gaps.push_back(seconds(last, now));
@@ -47,7 +49,7 @@ inline bool bench_stream_chat(int port, const std::string& body, StreamSample& s
     }
   }
   close(fd);
-  if (s.tokens == 0) s.ttft = seconds(t0, clk::now());
+  if (s.tokens == 0) s.ttft = bench_seconds_since(t0);
   return got.rfind("HTTP/1.1 200", 0) == 0 && got.find("{\"done\":true}") != std::string::npos;
 }
 
@@ -60,16 +62,14 @@ struct LoadLevel {
 
 // `requests` requests from `clients` threads, none started after `max_seconds`
 inline LoadLevel bench_http_load(int port, int clients, int requests, double max_seconds, const std::string& body) {
-  using clk = std::chrono::steady_clock;
   LoadLevel lv;
   std::mutex mu;
   std::atomic<int> next{0};
-  const clk::time_point t0 = clk::now();
-  auto elapsed = [&] { return std::chrono::duration<double>(clk::now() - t0).count(); };
+  const bench_clock::time_point t0 = bench_clock::now();
   std::vector<std::thread> threads;
   for (int c = 0; c < clients; c++)
     threads.emplace_back([&] {
-      while (next.fetch_add(1) < requests && elapsed() < max_seconds) {
+      while (next.fetch_add(1) < requests && bench_seconds_since(t0) < max_seconds) {
         StreamSample s;
         const bool ok = bench_stream_chat(port, body, s);
         std::lock_guard<std::mutex> lock(mu);
@@ -84,7 +84,7 @@ inline LoadLevel bench_http_load(int port, int clients, int requests, double max
       }
     });
   for (auto& t : threads) t.join();
-  lv.seconds = elapsed();
+  lv.seconds = bench_seconds_since(t0);
   return lv;
 }
 

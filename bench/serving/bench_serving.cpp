@@ -34,7 +34,6 @@
 #include "server_fixture.h"
 
 using namespace nanochat;
-using clk = std::chrono::steady_clock;
 
 static GPTConfig bench_config(int64_t vocab, int64_t depth, int64_t width) {
   GPTConfig c;
@@ -121,15 +120,15 @@ int main(int argc, char** argv) {
     double seq = 1e30, batched = 1e30, uniform = 1e30;
     std::vector<double> ratios;
     for (int round = 0; round < 3; round++) {
-      clk::time_point t0 = clk::now();
+      bench_clock::time_point t0 = bench_clock::now();
       for (int i = 0; i < requests; i++) engine->generate(prompt, o);
       const double s1 = bench_seconds_since(t0);
-      t0 = clk::now();
+      t0 = bench_clock::now();
       std::vector<std::thread> threads;
       for (int i = 0; i < requests; i++) threads.emplace_back([&] { sched.generate(prompt, o); });
       for (auto& t : threads) t.join();
       const double s2 = bench_seconds_since(t0);
-      t0 = clk::now();
+      t0 = bench_clock::now();
       engine->generate(prompt, rows);
       const double s3 = bench_seconds_since(t0);
       seq = std::min(seq, s1);

@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/capability.h>
-#include <linux/filter.h>
 #include <linux/landlock.h>
 #include <linux/seccomp.h>
 #include <sched.h>
