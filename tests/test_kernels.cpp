@@ -2,7 +2,10 @@
 // the CPU kernels' threads and bf16 conversion, and the MKL GEMMs they share. Each op's own tests
 // (against its plain-ATen reference, finite differences in fp64, and on CUDA where a GPU is
 // present) are in test_kernels_<op>.cpp.
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <set>
 #include <string>
@@ -12,15 +15,39 @@
 
 #include "nanochat/kernels.h"
 #include "test_kernels.h"
+#include "test_util.h"
 #include "../src/kernels/cpu_gemm.h"          // MKL's fp32-output GEMMs
 #include "../src/kernels/kernels_internal.h"  // kernels_cpu_supported, cast_float_bfloat16_cpu
 
 using namespace nanochat;
 using namespace kernels_test;
 
+// NANOCHAT_KERNELS is read once per process, so each setting gets a process of its own: this
+// binary again, running only KernelsSwitchProbe.Report, which prints what the switch decided
+// (kernels_enabled, and whether adamw on an fp32 CPU tensor takes the fused path)
+TEST(KernelsSwitchProbe, Report) {
+  if (!std::getenv("NANOCHAT_TEST_SWITCH_PROBE")) GTEST_SKIP() << "run by Kernels.SwitchFollowsTheEnvironment";
+  std::printf("enabled=%d fused=%d\n", (int)kernels_enabled(), (int)kernels_use_fused("adamw", torch::zeros({8})));
+}
+
 TEST(Kernels, SwitchFollowsTheEnvironment) {
-  const char* v = std::getenv("NANOCHAT_KERNELS");
-  EXPECT_EQ(kernels_enabled(), !(v && std::string(v) == "0"));
+  char self[4096];
+  const ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(len, 0);
+  self[len] = '\0';
+  auto probe = [&](const std::string& setting) {
+    const std::string env = setting == "unset" ? "env -u NANOCHAT_KERNELS" : "env NANOCHAT_KERNELS=" + setting;
+    CommandResult r = run_shell(env + " NANOCHAT_TEST_SWITCH_PROBE=1 '" + std::string(self) +
+                                "' --gtest_filter=KernelsSwitchProbe.Report");
+    EXPECT_EQ(r.rc, 0) << setting << ": " << r.err;
+    const size_t at = r.out.find("enabled=");
+    return at == std::string::npos ? std::string("no report: ") + r.out : r.out.substr(at, r.out.find('\n', at) - at);
+  };
+  const std::string fused_on_cpu = kernels_cpu_supported() ? "1" : "0";  // the references where the CPU lacks AVX2
+  EXPECT_EQ(probe("0"), "enabled=0 fused=0");
+  EXPECT_EQ(probe("1"), "enabled=1 fused=" + fused_on_cpu);
+  EXPECT_EQ(probe("unset"), "enabled=1 fused=" + fused_on_cpu);
+  EXPECT_EQ(probe("strict"), "enabled=1 fused=" + fused_on_cpu);
 }
 
 // the self-check that picks each op's path: every op of the module is registered, and on this CPU
