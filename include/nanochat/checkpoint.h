@@ -28,6 +28,8 @@
 
 namespace nanochat {
 
+class Dist;
+
 // ---- where ------------------------------------------------------------------------------
 std::string checkpoint_source_subdir(const std::string& source);  // "base" -> "base_checkpoints"; sft, rl
 std::string checkpoint_root(const std::string& source);           // $BASE/<subdir>
@@ -65,6 +67,12 @@ void checkpoint_save_optim(const std::string& dir, int64_t step, int rank, const
 // then writes done_<step> (a re-save: the swap described above); Error naming the first
 // missing file
 void checkpoint_mark_complete(const std::string& dir, int64_t step, int optim_ranks);
+// a training stage's checkpoint, called by every rank: rank 0 saves the model and its meta, each rank
+// its optimizer shard and state, and once all have written (a barrier) rank 0 marks the step
+// complete; returns after a second barrier, when the step is complete for everyone
+void checkpoint_save_training(const std::string& dir, int64_t step, const NamedTensors& model,
+                              const nlohmann::ordered_json& meta, const NamedTensors& optim,
+                              const nlohmann::ordered_json& optim_state, Dist& dist);
 
 // ---- a training run's output directory ------------------------------------------------------
 // steps that have a done marker or a re-save past its commit point: a previous run's steps

@@ -1,8 +1,9 @@
-// defines: nothing; one include for a training run's telemetry: the metrics log (JSONL),
-// TensorBoard event files, loss readbacks that do not stall the device, and the peak FLOPS
-// and bandwidth that MFU and the inference benchmark divide by
+// defines: nothing; one include for a training run's telemetry: the per-step progress line, the
+// metrics log (JSONL), TensorBoard event files, loss readbacks that do not stall the device, and
+// the peak FLOPS and bandwidth that MFU and the inference benchmark divide by
 #pragma once
 #include "nanochat/telemetry/deferred_readback.h"
 #include "nanochat/telemetry/metrics_log.h"
 #include "nanochat/telemetry/peak_flops.h"
 #include "nanochat/telemetry/tensorboard_writer.h"
+#include "nanochat/telemetry/train_progress.h"

@@ -18,6 +18,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
 #include "nanochat/common/log.h"
+#include "nanochat/dist.h"
 
 namespace nanochat {
 
@@ -287,6 +288,16 @@ void checkpoint_mark_complete(const std::string& dir, int64_t step, int optim_ra
   if (!resave) return atomic_write_file(checkpoint_done_path(dir, step), marker.dump(2));
   atomic_write_file(pending_marker_path(dir, step), marker.dump(2));  // the commit point
   finish_resave(dir, step);
+}
+
+void checkpoint_save_training(const std::string& dir, int64_t step, const NamedTensors& model,
+                              const nlohmann::ordered_json& meta, const NamedTensors& optim,
+                              const nlohmann::ordered_json& optim_state, Dist& dist) {
+  if (dist.rank() == 0) checkpoint_save_model(dir, step, model, meta);
+  checkpoint_save_optim(dir, step, dist.rank(), optim, optim_state);
+  dist.barrier();
+  if (dist.rank() == 0) checkpoint_mark_complete(dir, step, dist.world_size());
+  dist.barrier();
 }
 
 std::vector<int64_t> checkpoint_saved_steps(const std::string& dir) {

@@ -33,6 +33,7 @@
 #include "nanochat/telemetry/deferred_readback.h"
 #include "nanochat/telemetry/metrics_log.h"
 #include "nanochat/telemetry/peak_flops.h"
+#include "nanochat/telemetry/train_progress.h"
 #include "nanochat/tokenizer.h"
 #include "nanochat/train_schedule.h"
 
@@ -165,21 +166,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   std::optional<ModelCheckpoint> resumed = checkpoint_resume_gpt(model, ckpt_dir, resume_step, tok.vocab_size());
   if (o.fp8 && c.device.is_cuda()) gpt_set_fp8(model, true);  // Error below compute capability 8.9
 
-  // rows per micro-step: the flag, or on a GPU the largest power of two up to upstream's 32
-  // whose estimate fits in 90% of what the device can give (or of --gpu-memory)
-  int64_t device_batch_size = o.device_batch_size;
-  if (c.device.is_cuda() && !o.device_batch_size_given) {
-    const int64_t budget = o.gpu_memory.empty() ? gpt_device_memory_budget(c.device)
-                                                : base_train_parse_memory_size(o.gpu_memory, "--gpu-memory");
-    const bool fp8 = o.fp8 && c.device.is_cuda();
-    const int64_t fit = gpt_train_memory_fit(config, c.dtype, world, budget / 10 * 9, 32, fp8);
-    device_batch_size = std::max<int64_t>(1, fit);
-    log_info("device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% of "
-             "the %.1f GiB %s (--device-batch-size overrides)%s", (long long)device_batch_size,
-             (double)gpt_train_memory(config, device_batch_size, c.dtype, world, fp8).total / (1 << 30),
-             (double)budget / (1 << 30), o.gpu_memory.empty() ? "the device can give" : "of --gpu-memory",
-             fit == 0 ? "; not even 1 row fits: expect an out-of-memory error" : "");
-  }
+  const int64_t device_batch_size = base_train_device_batch_size(o, config, c.device, c.dtype, world);
   if (o.fp8 && c.device.is_cuda() && device_batch_size * config.sequence_len % 16 != 0)
     fail("--fp8: a micro-batch's %lld x %lld tokens must be a multiple of 16 (the inner dimension of the weight "
          "gradient's FP8 matmul): change --device-batch-size or --max-seq-len",
@@ -298,16 +285,13 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
   };
   auto save = [&](int64_t step) {
     Timer t;
-    if (c.master()) checkpoint_save_model(ckpt_dir, step, checkpoint_gpt_tensors(model), make_meta(step));
     nlohmann::ordered_json state;
     state["optimizer"] = opt.state_json();
     if (scaler) state["grad_scaler"] = scaler->state_json();
     state["dataloader_state"] = state_before_batch ? loader_state_to_json(*state_before_batch) : nlohmann::json();
-    checkpoint_save_optim(ckpt_dir, step, rank, opt.state_tensors(), state);
-    dist.barrier();
-    if (c.master()) checkpoint_mark_complete(ckpt_dir, step, world);
+    checkpoint_save_training(ckpt_dir, step, c.master() ? checkpoint_gpt_tensors(model) : NamedTensors{},
+                             make_meta(step), opt.state_tensors(), state, dist);
     if (c.master()) cli_prune_checkpoints(ckpt_dir, step, o.output);  // --keep-last
-    dist.barrier();
     log_info("saved checkpoint %s step %06lld (%.1fs)", ckpt_dir.c_str(), (long long)step, t.seconds());
   };
 
@@ -331,11 +315,9 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
 
   // ---- the loop ----------------------------------------------------------------
   const int64_t start_step = loop.step;
-  double smooth = loop.smooth_train_loss;
-  double last_core = NAN, last_mfu = 0;  // for the report
-  double timed_steps_seconds = 0;  // for the ETA: steps > 10 of this process
-  int64_t timed_steps = 0;
-  std::vector<double> step_seconds;  // every logged step's dt (the preflight's steady rate)
+  TrainProgress progress(num_iterations, total_batch, flops_per_token, peak * world, mfu_label,
+                         loop.smooth_train_loss, loop.total_training_time);
+  double last_core = NAN;  // for the report
   // the step that ends this process's loop: the plan's last, or the preflight's
   const int64_t end_step = preflight ? std::min(num_iterations, start_step + o.preflight_steps) : num_iterations;
 
@@ -358,36 +340,15 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
     in_flight.pop_front();
     const double dt = since_last_log.seconds();
     since_last_log.reset();
-    const double loss = v[0] / world;  // the mean over ranks
-    smooth = 0.9 * smooth + 0.1 * loss;
-    const double debiased = smooth / (1.0 - std::pow(0.9, (double)(r.step + 1)));
-    loop.smooth_train_loss = smooth;
-    const double tok_per_sec = (double)total_batch / dt;
-    const double mfu = 100.0 * (double)flops_per_token * tok_per_sec / (peak * world);
-    last_mfu = mfu;
-    step_seconds.push_back(dt);
+    progress.record({r.step, v[0] / world, dt, r.lrm, r.data_wait, r.pos.epoch, r.pos.file, r.pos.row_group}, metrics);
+    loop.smooth_train_loss = progress.smooth_loss();
+    loop.total_training_time = progress.total_training_time();
     if (r.step == start_step + 1) {  // the estimate beside the allocator's peak, once the state exists
       const int64_t peak_now = device_peak_memory_bytes(c.device);
       if (peak_now >= 0)
         log_info("memory after step %lld: peak %.2f GiB allocated (CUDA caching allocator), estimate %.2f GiB",
                  (long long)r.step, (double)peak_now / (1 << 30), (double)plan.memory.total / (1 << 30));
     }
-    if (r.step > 10) {
-      loop.total_training_time += dt;
-      timed_steps_seconds += dt;
-      timed_steps++;
-    }
-    const double eta = timed_steps ? timed_steps_seconds / timed_steps * (double)(num_iterations - r.step - 1) : NAN;
-    log_info("step %05lld/%05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | "
-             "%s: %.2f | epoch: %d pq: %d rg: %d | data-wait: %.1f%% | total time: %.2fm%s",
-             (long long)r.step, (long long)num_iterations, 100.0 * (double)r.step / (double)num_iterations,
-             debiased, r.lrm, dt * 1000, format_thousands((int64_t)tok_per_sec).c_str(), mfu_label.c_str(), mfu, r.pos.epoch,
-             r.pos.file, r.pos.row_group, 100.0 * r.data_wait / dt, loop.total_training_time / 60,
-             std::isnan(eta) ? "" : strprintf(" | eta: %.1fm", eta / 60).c_str());
-    metrics.log({{"step", r.step}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", r.lrm}, {"dt", dt},
-                 {"tok_per_sec", tok_per_sec}, {"mfu", mfu}, {"data_wait", r.data_wait / dt},
-                 {"epoch", r.pos.epoch}, {"total_training_time", loop.total_training_time},
-                 {"total_training_flops", (double)flops_per_token * (double)total_batch * (double)(r.step + 1)}});
     return v[1] > 0;
   };
   // every step in flight logged (before evals and saves, which want the loop state whole)
@@ -496,37 +457,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
 
   int64_t peak_mem = device_peak_memory_bytes(c.device);
   if (peak_mem >= 0) log_info("peak memory: %.2f MiB", (double)peak_mem / (1024.0 * 1024.0));
-  if (preflight) {
-    // the steady rate: the mean step time over the later half of the steps (the first warm up)
-    double sum = 0;
-    size_t k = 0;
-    for (size_t i = step_seconds.size() / 2; i < step_seconds.size(); i++, k++) sum += step_seconds[i];
-    const double dt = k ? sum / (double)k : NAN;
-    const double tok_per_sec = (double)total_batch / dt;
-    const double mfu = 100.0 * (double)flops_per_token * tok_per_sec / (peak * world);
-    const double projected = dt * (double)num_iterations;
-    const double loss = smooth / (1.0 - std::pow(0.9, (double)end_step));
-    log_info("preflight: %lld steps | %s tok/sec | bf16_mfu %.2f | peak memory %s vs estimate %.2f GiB | "
-             "projected pretraining time %.1fm (%lld iterations) | loss %.4f",
-             (long long)(end_step - start_step), format_thousands((int64_t)tok_per_sec).c_str(), mfu,
-             peak_mem >= 0 ? strprintf("%.2f GiB", (double)peak_mem / (1 << 30)).c_str() : "n/a (CPU)",
-             (double)plan.memory.total / (1 << 30), projected / 60, (long long)num_iterations, loss);
-    if (!std::isfinite(loss)) fail("preflight: the training loss is not finite (%f) after %lld steps", loss, (long long)end_step);
-    if (c.master()) {
-      nlohmann::ordered_json j;
-      j["preflight_steps"] = end_step - start_step;
-      j["tok_per_sec"] = std::isfinite(tok_per_sec) ? nlohmann::json(tok_per_sec) : nlohmann::json();
-      j["mfu"] = std::isfinite(mfu) ? nlohmann::json(mfu) : nlohmann::json();
-      j["peak_memory_bytes"] = peak_mem >= 0 ? nlohmann::json(peak_mem) : nlohmann::json();
-      j["estimated_peak_memory_bytes"] = plan.memory.total;
-      j["num_iterations"] = num_iterations;
-      j["projected_seconds"] = std::isfinite(projected) ? nlohmann::json(projected) : nlohmann::json();
-      j["loss"] = loss;
-      std::printf("%s\n", j.dump().c_str());
-      std::fflush(stdout);
-    }
-    return 0;
-  }
+  if (preflight) return base_train_preflight_report(plan, progress, end_step - start_step, peak_mem, c.master());
   log_info("total training time: %.2fm", loop.total_training_time / 60);
   log_info("minimum validation bpb: %.6f", loop.min_val_bpb);
   if (c.master()) {
@@ -543,7 +474,7 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
     ReportItem results = {{"Minimum validation bpb", loop.min_val_bpb},
                           {"Final validation bpb", loop.val_bpb},
                           {"CORE metric estimate", last_core},
-                          {"MFU %", strprintf("%.2f%%", last_mfu)},
+                          {"MFU %", strprintf("%.2f%%", progress.last_mfu())},
                           {"Total training flops", strprintf("%e", (double)flops_per_token * (double)tokens)},
                           {"Total training time", strprintf("%.2fm", loop.total_training_time / 60)},
                           {"Peak memory usage", peak_mem >= 0 ? strprintf("%.2fMiB", (double)peak_mem / 1048576.0)

@@ -1,5 +1,6 @@
 // defines: BaseTrainFlags, BaseTrainPlan, base_train_plan, base_train_dry_run,
-//          base_train_parse_memory_size, kDefaultPlanGpu
+//          base_train_parse_memory_size, base_train_device_batch_size, base_train_preflight_report,
+//          kDefaultPlanGpu
 // base-train's flags and its plan: everything the run derives from its flags before it
 // touches a device or data (the model's shape and counts, the scaling rules, the horizon,
 // the batch split, the memory estimate). The run and `base-train --dry-run` share it.
@@ -80,6 +81,19 @@ BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int w
 
 // `base-train --dry-run`: the plan on stdout, its last line one JSON object; no device, no data
 int base_train_dry_run(const BaseTrainFlags& o);
+
+// rows per micro-step: --device-batch-size, or on a GPU (when the flag is not given) the largest
+// power of two up to upstream's 32 whose memory estimate fits in 90% of what the device can give
+// (or of --gpu-memory); logs the choice
+int64_t base_train_device_batch_size(const BaseTrainFlags& o, const GPTConfig& config, torch::Device device,
+                                     torch::ScalarType dtype, int world);
+
+class TrainProgress;
+// --preflight-steps' last word: the steady rate of the steps run, MFU, peak memory against the
+// estimate and the projected time of the whole plan, logged and (rank 0) printed as one JSON line;
+// Error when the loss is not finite. Returns the exit code.
+int base_train_preflight_report(const BaseTrainPlan& plan, const TrainProgress& progress, int64_t steps,
+                                int64_t peak_memory_bytes, bool master);
 
 // "80GB", "80 GiB", "81559MiB", "1.5TB" -> bytes (k/M/G/T: powers of 1000; Ki/Mi/Gi/Ti: of
 // 1024); Error naming `flag` otherwise

@@ -1,4 +1,5 @@
-// defines: base_train_plan, base_train_dry_run, base_train_parse_memory_size
+// defines: base_train_plan, base_train_dry_run, base_train_parse_memory_size, base_train_device_batch_size,
+//          base_train_preflight_report
 // base-train's plan (upstream base_train.py's set-up arithmetic: parameter counts, FLOPs per
 // token, the d12-referenced batch, lr and weight decay scaling, the horizon, gradient
 // accumulation) plus one rank's memory estimate, and `base-train --dry-run`, which prints it
@@ -18,6 +19,7 @@
 #include "nanochat/common.h"
 #include "nanochat/dist.h"
 #include "nanochat/telemetry/peak_flops.h"
+#include "nanochat/telemetry/train_progress.h"
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {
@@ -43,6 +45,51 @@ BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int w
   p.grad_accum = train_grad_accum(p.scaling.total_batch_size, device_batch_size, o.max_seq_len, world);
   p.memory = gpt_train_memory(p.config, device_batch_size, dtype, world, fp8);
   return p;
+}
+
+int64_t base_train_device_batch_size(const BaseTrainFlags& o, const GPTConfig& config, torch::Device device,
+                                     torch::ScalarType dtype, int world) {
+  if (!device.is_cuda() || o.device_batch_size_given) return o.device_batch_size;
+  const int64_t budget = o.gpu_memory.empty() ? gpt_device_memory_budget(device)
+                                              : base_train_parse_memory_size(o.gpu_memory, "--gpu-memory");
+  const int64_t fit = gpt_train_memory_fit(config, dtype, world, budget / 10 * 9, 32, o.fp8);
+  const int64_t rows = std::max<int64_t>(1, fit);
+  log_info("device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% of "
+           "the %.1f GiB %s (--device-batch-size overrides)%s", (long long)rows,
+           (double)gpt_train_memory(config, rows, dtype, world, o.fp8).total / (1 << 30), (double)budget / (1 << 30),
+           o.gpu_memory.empty() ? "the device can give" : "of --gpu-memory",
+           fit == 0 ? "; not even 1 row fits: expect an out-of-memory error" : "");
+  return rows;
+}
+
+int base_train_preflight_report(const BaseTrainPlan& plan, const TrainProgress& progress, int64_t steps,
+                                int64_t peak_memory_bytes, bool master) {
+  const double dt = progress.steady_step_seconds();
+  const double tok_per_sec = (double)plan.scaling.total_batch_size / dt;
+  const double mfu = progress.mfu_at(dt);
+  const double projected = dt * (double)plan.num_iterations;
+  const double loss = progress.debiased_loss(steps);
+  log_info("preflight: %lld steps | %s tok/sec | bf16_mfu %.2f | peak memory %s vs estimate %.2f GiB | "
+           "projected pretraining time %.1fm (%lld iterations) | loss %.4f",
+           (long long)steps, format_thousands((int64_t)tok_per_sec).c_str(), mfu,
+           peak_memory_bytes >= 0 ? strprintf("%.2f GiB", (double)peak_memory_bytes / (1 << 30)).c_str() : "n/a (CPU)",
+           (double)plan.memory.total / (1 << 30), projected / 60, (long long)plan.num_iterations, loss);
+  if (!std::isfinite(loss)) fail("preflight: the training loss is not finite (%f) after %lld steps", loss, (long long)steps);
+  if (master) {
+    auto number_or_null = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(); };
+    nlohmann::ordered_json j;
+    j["preflight_steps"] = steps;
+    j["tok_per_sec"] = number_or_null(tok_per_sec);
+    j["mfu"] = number_or_null(mfu);
+    j["peak_memory_bytes"] = peak_memory_bytes >= 0 ? nlohmann::json(peak_memory_bytes) : nlohmann::json();
+    j["estimated_peak_memory_bytes"] = plan.memory.total;
+    j["num_iterations"] = plan.num_iterations;
+    j["projected_seconds"] = number_or_null(projected);
+    j["loss"] = loss;
+    std::printf("%s\n", j.dump().c_str());
+    std::fflush(stdout);
+  }
+  return 0;
 }
 
 int64_t base_train_parse_memory_size(const std::string& text, const char* flag) {

@@ -246,15 +246,12 @@ int sft(const SftFlags& o) {
     return out_meta;
   };
   auto save = [&](int64_t step) {
-    if (c.master()) checkpoint_save_model(out_dir, step, checkpoint_gpt_tensors(model), make_meta(step));
-    nlohmann::json state = {{"optimizer", opt.state_json()},
-                            {"sft_batcher_state", sft_batcher_state_to_json(state_before_batch)}};
+    nlohmann::ordered_json state = {{"optimizer", opt.state_json()},
+                                    {"sft_batcher_state", sft_batcher_state_to_json(state_before_batch)}};
     if (scaler) state["grad_scaler"] = scaler->state_json();
-    checkpoint_save_optim(out_dir, step, rank, opt.state_tensors(), state);
-    dist.barrier();
-    if (c.master()) checkpoint_mark_complete(out_dir, step, world);
+    checkpoint_save_training(out_dir, step, c.master() ? checkpoint_gpt_tensors(model) : NamedTensors{},
+                             make_meta(step), opt.state_tensors(), state, dist);
     if (c.master()) cli_prune_checkpoints(out_dir, step, o.output);  // --keep-last
-    dist.barrier();
     log_info("saved %s step %06lld", out_dir.c_str(), (long long)step);
   };
 
