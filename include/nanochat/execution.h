@@ -62,6 +62,9 @@ enum ExecutionIsolation : uint32_t {
   kExecFreshProc = 1u << 9,      // /proc shows the PID namespace only
   kExecCapsDropped = 1u << 10,   // no capabilities, none regained through exec
   kExecSeccomp = 1u << 11,       // the syscall filter (mount, mknod, ptrace, memfd_create, ...)
+  kExecOwnSession = 1u << 12,    // setsid: no controlling terminal, no job control over the caller's
+  kExecPrivateDev = 1u << 13,    // /dev holds null, zero, full, random, urandom only (no tty, no pts)
+  kExecHostDirsHidden = 1u << 14,  // empty tmpfs over the host's /tmp, /var/tmp, /run (named sockets)
 };
 
 struct ExecutionResult {

@@ -135,6 +135,22 @@ void interpreter_exposures(const std::string& python, std::vector<std::string>& 
   }
 }
 
+// the host directories covered by an empty tmpfs in the jail (where named sockets live: a
+// database's, X11's, D-Bus's, an agent's), but not one the interpreter lives below
+std::vector<std::string> hidden_dirs(const std::string& python) {
+  char real[PATH_MAX];
+  const std::string interpreter = realpath(python.c_str(), real) ? real : python;
+  std::vector<std::string> hide;
+  for (const char* dir : {"/tmp", "/var/tmp", "/run", "/var/run"}) {
+    struct stat st{};
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) continue;  // /var/run is mostly a link to /run
+    const std::string below = std::string(dir) + "/";
+    if (interpreter.rfind(below, 0) == 0 || python.rfind(below, 0) == 0) continue;
+    hide.push_back(dir);
+  }
+  return hide;
+}
+
 bool errno_means_missing_interpreter(int e) {
   return e == ENOENT || e == EACCES || e == ENOEXEC || e == ENOTDIR || e == ELOOP || e == EISDIR || e == EPERM;
 }
@@ -179,6 +195,10 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
   for (size_t i = 0; i < expose.size(); i++) expose_c.push_back(expose[i].c_str()), cover_c.push_back(cover[i].c_str());
   expose_c.push_back(nullptr);
   cover_c.push_back(nullptr);
+  const std::vector<std::string> hide = hidden_dirs(python);
+  std::vector<const char*> hide_c;
+  for (const std::string& h : hide) hide_c.push_back(h.c_str());
+  hide_c.push_back(nullptr);
 
   SandboxPlan plan{};
   plan.dir = dir.c_str();
@@ -194,25 +214,29 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
   plan.tmpfs_options = tmpfs_options.c_str();
   plan.expose = expose_c.data();
   plan.expose_cover = cover_c.data();
+  plan.hide = hide_c.data();
   plan.max_memory_bytes = opts.max_memory_bytes;
   plan.max_file_bytes = opts.max_file_bytes;
   plan.max_processes = opts.max_processes;
   plan.cpu_seconds = (int64_t)std::ceil(opts.timeout_seconds) + 1;
   pid_t pid = -1;
+  auto clone_supervisor = [&](unsigned long flags) {
+    const pid_t child = sandbox_clone(flags);
+    if (child == 0) sandbox_supervise(plan);
+    return child;
+  };
   if (want) {
     plan.namespaces = (want & CLONE_NEWPID ? kExecPidNamespace : kExecSubreaper) |
                       (want & CLONE_NEWNET ? kExecNetworkNamespace : 0u);
     plan.mount_namespace = want & CLONE_NEWNS;
     plan.user_namespace = want & CLONE_NEWUSER;
-    pid = sandbox_clone(want);
-    if (pid == 0) sandbox_supervise(plan);
+    pid = clone_supervisor(want);
     if (pid < 0) run.ns_refused = strprintf("clone(CLONE_NEW*): %s", strerror(errno));
   }
   if (pid < 0) {  // no namespaces: a subreaper holds the tree
     plan.namespaces = kExecSubreaper;
     plan.mount_namespace = plan.user_namespace = false;
-    pid = sandbox_clone(0);
-    if (pid == 0) sandbox_supervise(plan);
+    pid = clone_supervisor(0);
   }
   const int clone_errno = errno;
   close(out[1]), close(err[1]), close(status[1]);
@@ -360,7 +384,9 @@ void log_isolation_once(const Run& run, const ExecutionOptions& opts, bool root,
       {kRefusedExpose, "re-exposing the interpreter's directories"},
       {kRefusedReadOnly, "read-only mounts"},
       {kRefusedSeccomp, "seccomp filter"},
-      {kRefusedCaps, "dropping capabilities"}};
+      {kRefusedCaps, "dropping capabilities"},
+      {kRefusedDev, "a /dev of its own (the host's, with its terminals, is visible)"},
+      {kRefusedHide, "hiding the host's /tmp, /var/tmp and /run"}};
   for (auto& [bit, name] : refusals)
     if (run.refused & bit) missing.push_back(std::string(name) + " (refused by the kernel)");
   if (!(bits & kExecCapsDropped)) missing.push_back("no capabilities (the program runs with root's)");
@@ -384,7 +410,9 @@ std::string execution_isolation_describe(uint32_t isolation) {
       {kExecProcessLimit, "RLIMIT_NPROC"},        {kExecLandlock, "landlock (writes only in the temp dir)"},
       {kExecReadOnlyMounts, "read-only mounts but the temp dir"}, {kExecUserNamespace, "user namespace"},
       {kExecTmpfs, "size-capped tmpfs as the temp dir"},         {kExecFreshProc, "own /proc"},
-      {kExecCapsDropped, "no capabilities"},                     {kExecSeccomp, "seccomp filter"}};
+      {kExecCapsDropped, "no capabilities"},                     {kExecSeccomp, "seccomp filter"},
+      {kExecOwnSession, "own session (no controlling terminal)"}, {kExecPrivateDev, "own /dev (no terminals)"},
+      {kExecHostDirsHidden, "host's /tmp and /run hidden"}};
   std::string s;
   for (auto& [bit, name] : names)
     if (isolation & bit) s += (s.empty() ? "" : ", ") + std::string(name);
