@@ -26,6 +26,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
 #include "nanochat/common/log.h"
+#include "run_budget.h"
 #include "sandbox.h"
 
 namespace nanochat {
@@ -102,6 +103,7 @@ struct Run {
   std::string failure;    // the program could not be started (set-up, fork, exec)
   std::string ns_refused;  // why the namespaces were not granted ("" when they were)
   int32_t refused = 0;     // SandboxRefused: the jail's layers the kernel would not give
+  std::string budget_refused;  // why there is no per-run cgroup ("" when there is)
 };
 
 // The directories the interpreter needs (its prefix, and a venv's own) that uid 65534 cannot
@@ -219,9 +221,21 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
   plan.max_file_bytes = opts.max_file_bytes;
   plan.max_processes = opts.max_processes;
   plan.cpu_seconds = (int64_t)std::ceil(opts.timeout_seconds) + 1;
+  // one budget for the whole tree: the supervisor starts inside the run's cgroup
+  RunBudget budget;
+  if (opts.max_run_memory_bytes > 0)
+    run_budget_open(budget, opts.max_run_memory_bytes, opts.max_processes + 1, run.budget_refused);
   pid_t pid = -1;
   auto clone_supervisor = [&](unsigned long flags) {
-    const pid_t child = sandbox_clone(flags);
+    pid_t child = sandbox_clone(flags, budget.fd);
+    if (child < 0 && budget.fd >= 0) {  // clone3 or CLONE_INTO_CGROUP refused (before Linux 5.7)?
+      const int cgroup_errno = errno;
+      child = sandbox_clone(flags, -1);
+      if (child > 0) {  // it was the cgroup
+        run.budget_refused = strprintf("clone3(CLONE_INTO_CGROUP): %s", strerror(cgroup_errno));
+        run_budget_close(budget);
+      }
+    }
     if (child == 0) sandbox_supervise(plan);
     return child;
   };
@@ -242,6 +256,7 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
   close(out[1]), close(err[1]), close(status[1]);
   if (pid < 0) {
     close(out[0]), close(err[0]), close(status[0]);
+    run_budget_close(budget);
     remove_tree(dir);
     run.failure = strprintf("execute_code: cannot fork: %s", strerror(clone_errno));
     return run;
@@ -316,7 +331,10 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
     close(s.fd);
   }
   take_reports();
+  const bool budget_held = !budget.dir.empty();
+  const bool out_of_memory = run_budget_close(budget);
   remove_tree(dir);
+  if (budget_held) res.isolation |= kExecRunBudget;
 
   res.network_isolated = res.isolation & kExecNetworkNamespace;
   if (res.timeout) {
@@ -336,7 +354,7 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
   res.exit_code = WIFEXITED(wait_status)   ? WEXITSTATUS(wait_status)
                   : WIFSIGNALED(wait_status) ? -WTERMSIG(wait_status)
                                              : -1;
-  res.memory_exceeded = res.stderr_text.find("MemoryError") != std::string::npos;
+  res.memory_exceeded = out_of_memory || res.stderr_text.find("MemoryError") != std::string::npos;
   res.success = res.exit_code == 0;
   if (!res.success) {
     // the last non-empty line of stderr, as upstream reports the exception
@@ -344,6 +362,8 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r' || s.back() == '\t')) s.pop_back();
     size_t nl = s.rfind('\n');
     res.error = s.empty() ? "Execution failed" : s.substr(nl == std::string::npos ? 0 : nl + 1);
+    if (out_of_memory && res.error.find("MemoryError") == std::string::npos)
+      res.error = "MemoryError: the run went past its memory budget (a process was killed)";
   }
   return run;
 }
@@ -377,6 +397,11 @@ void log_isolation_once(const Run& run, const ExecutionOptions& opts, bool root,
   if (root && !(bits & kExecUidDropped))
     missing.push_back(uid_refused ? "uid drop (uid 65534 cannot run the interpreter)" : "uid drop (turned off)");
   if (!(bits & kExecProcessLimit)) missing.push_back("RLIMIT_NPROC (root ignores it)");
+  if (!(bits & kExecRunBudget))
+    missing.push_back(opts.max_run_memory_bytes > 0
+                          ? "one memory budget for the run (" + run.budget_refused +
+                                "), so the memory and process limits are per process"
+                          : std::string("one memory budget for the run (turned off)"));
   const std::pair<int32_t, const char*> refusals[] = {
       {kRefusedTmpfs, "tmpfs as the temp dir"},
       {kRefusedProc, "own /proc (an empty one hides the host's)"},
@@ -412,12 +437,14 @@ std::string execution_isolation_describe(uint32_t isolation) {
       {kExecTmpfs, "size-capped tmpfs as the temp dir"},         {kExecFreshProc, "own /proc"},
       {kExecCapsDropped, "no capabilities"},                     {kExecSeccomp, "seccomp filter"},
       {kExecOwnSession, "own session (no controlling terminal)"}, {kExecPrivateDev, "own /dev (no terminals)"},
-      {kExecHostDirsHidden, "host's /tmp and /run hidden"}};
+      {kExecHostDirsHidden, "host's /tmp and /run hidden"},       {kExecRunBudget, "one memory budget for the run (cgroup v2)"}};
   std::string s;
   for (auto& [bit, name] : names)
     if (isolation & bit) s += (s.empty() ? "" : ", ") + std::string(name);
   return s.empty() ? "none" : s;
 }
+
+std::string execution_run_budget_refused() { return run_budget_refused(); }
 
 ExecutionResult execute_code(const std::string& code, const ExecutionOptions& opts) {
   const std::string python = find_python(opts);

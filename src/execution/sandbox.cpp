@@ -33,6 +33,9 @@
 #ifndef LANDLOCK_ACCESS_FS_IOCTL_DEV
 #define LANDLOCK_ACCESS_FS_IOCTL_DEV (1ULL << 15)
 #endif
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
 #ifndef MOUNT_ATTR_RDONLY
 #define MOUNT_ATTR_RDONLY 0x00000001
 #endif
@@ -420,7 +423,17 @@ void kill_descendants_as_subreaper(pid_t program) {
 
 }  // namespace
 
-pid_t sandbox_clone(unsigned long ns_flags) {
+pid_t sandbox_clone(unsigned long ns_flags, int cgroup_fd) {
+  if (cgroup_fd >= 0) {
+    struct {  // clone_args, as of Linux 5.7
+      uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+    } args{};
+    args.flags = ns_flags | CLONE_INTO_CGROUP;
+    args.exit_signal = SIGCHLD;
+    args.cgroup = (uint64_t)cgroup_fd;
+    // no stack: the child continues on a copy of this one, like fork()
+    return (pid_t)syscall(SYS_clone3, &args, sizeof args);
+  }
   // newsp 0: the child continues on a copy of this stack, like fork()
   return (pid_t)syscall(SYS_clone, ns_flags | SIGCHLD, 0, nullptr, nullptr, 0);
 }

@@ -84,8 +84,10 @@ enum SandboxRefused : int32_t {
   kRefusedHide = 1 << 8,       // the host's /tmp, /var/tmp or /run is visible
 };
 
-// fork(2) semantics through the raw syscall, with extra CLONE_NEW* flags; -1 and errno on failure
-pid_t sandbox_clone(unsigned long ns_flags);
+// fork(2) semantics through the raw syscall, with extra CLONE_NEW* flags; -1 and errno on failure.
+// cgroup_fd >= 0: the child starts in that cgroup v2 directory (clone3's CLONE_INTO_CGROUP), so
+// nothing it forks escapes the group's budget
+pid_t sandbox_clone(unsigned long ns_flags, int cgroup_fd = -1);
 
 // the supervisor's body, run in the cloned child; never returns
 [[noreturn]] void sandbox_supervise(const SandboxPlan& plan);
