@@ -16,8 +16,15 @@
 //   - every mount read-only; the working directory a size-capped tmpfs (max_disk_bytes) that
 //     vanishes with the namespace, however deep its tree; /proc shows only the sandbox's own
 //     processes (not the server's environment or command line);
+//   - a session of its own (setsid): no controlling terminal; stdin /dev/null, stdout/stderr
+//     pipes; a /dev holding only null, zero, full, random, urandom (no tty, no pts); empty
+//     /tmp, /var/tmp, /run over the host's (where its named sockets live);
 //   - every capability dropped for good, no_new_privs, a seccomp filter (mount, mknod, ptrace,
-//     sethostname, memfd_create, namespaces, io_uring, kernel modules, clocks, ... fail);
+//     sethostname, memfd_create, namespaces, io_uring, kernel modules, clocks, ... fail; every
+//     terminal ioctl but the read-only ones, TIOCSTI included; socket() of any family but
+//     IPv4/IPv6, so no AF_UNIX connect to a host socket, no netlink, vsock or packet);
+//   - where this process's cgroup can make one, a cgroup v2 leaf per run: one memory and
+//     process budget for the whole tree (else the rlimits are per process);
 //   - no descriptor of the parent's but stdout/stderr pipes (close_range); RLIMIT_NPROC binds
 //     (a non-root uid, or a user namespace's own count);
 //   - landlock on top where the kernel has it (writes only beneath the temp dir);
