@@ -67,8 +67,8 @@ const std::initializer_list<const char*> kAttempts = {
 struct HostSockets {
   std::string dir;
   int stream = -1, dgram = -1;
-  explicit HostSockets(const std::string& parent) {
-    dir = parent + "/nanochat_host_sockets_" + std::to_string(getpid());
+  HostSockets(const std::string& parent, const char* tag) {
+    dir = parent + "/nanochat_host_sockets_" + tag + "_" + std::to_string(getpid());
     mkdir(dir.c_str(), 0777);
     chmod(dir.c_str(), 0777);
     stream = bind_at("s", SOCK_STREAM);
@@ -121,11 +121,11 @@ std::string host_sockets_reached(const std::string& python, HostSockets& tmp, Ho
 
 TEST(ExecutionJail, HostUnixSocketsAreUnreachable) {
   if (geteuid() != 0) {
-    HostSockets tmp("/tmp"), run(access("/run", W_OK) == 0 ? "/run" : "/tmp");
+    HostSockets tmp("/tmp", "tmp"), run(access("/run", W_OK) == 0 ? "/run" : "/tmp", "run");
     EXPECT_EQ(host_sockets_reached(system_python(), tmp, run), "");
     return;
   }
-  HostSockets tmp("/tmp"), run("/run");
+  HostSockets tmp("/tmp", "tmp"), run("/run", "run");
   ASSERT_GE(tmp.stream, 0);
   ASSERT_GE(run.stream, 0);
   {
