@@ -120,8 +120,8 @@ bool restrict_writes_to(const char* dir) {
   return ok;
 }
 
-// path with its last component cut at `end` made on the fresh tmpfs it lies on (mkdir -p of
-// path[0, end)); EEXIST is fine
+// mkdir -p of path[0, end), its components from offset `from` on (those below a fresh tmpfs);
+// EEXIST is fine
 void make_parents(const char* path, size_t from, size_t end) {
   char buf[4096];
   if (end >= sizeof buf) return;
@@ -216,7 +216,10 @@ bool hide_dirs(const SandboxPlan& p) {
       make_parents(p.dir, hl + 1, std::strlen(p.dir));
       const bool moved = syscall(SYS_move_mount, wd, "", AT_FDCWD, p.dir, MOVE_MOUNT_F_EMPTY_PATH) == 0;
       close(wd);
-      if (!moved) return false;
+      if (!moved) {
+        umount2(h, MNT_DETACH);  // the working directory back in sight
+        return false;
+      }
     }
   }
   return true;
@@ -230,7 +233,8 @@ bool private_dev() {
   constexpr int n = sizeof kNodes / sizeof kNodes[0];
   int fds[n];  // a node the host lacks is left out; /dev/null is not optional
   for (int i = 0; i < n; i++) fds[i] = (int)syscall(SYS_open_tree, AT_FDCWD, kNodes[i], OPEN_TREE_CLONE | O_CLOEXEC);
-  bool ok = fds[0] >= 0 && mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=65536") == 0;
+  const bool mounted = fds[0] >= 0 && mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=65536") == 0;
+  bool ok = mounted;
   for (int i = 0; i < n; i++) {
     if (fds[i] < 0) continue;
     if (ok) {
@@ -239,6 +243,7 @@ bool private_dev() {
     }
     close(fds[i]);
   }
+  if (mounted && !ok) umount2("/dev", MNT_DETACH);  // half a /dev would leave no /dev/null
   if (ok) {
     (void)!symlink("/proc/self/fd", "/dev/fd");
     (void)!symlink("/proc/self/fd/0", "/dev/stdin");
