@@ -1,12 +1,17 @@
 // execution, the syscall filter alone: loaded in a forked child, with no other layer of the jail,
 // it refuses what it lists with the errno it says (a root without it would get another answer or
-// succeed), lets the rest through, and kills a syscall of x86-64's x32 ABI.
+// succeed), lets the rest through, and kills a syscall of x86-64's x32 ABI; the terminal-control
+// ioctls and every socket family but IPv4/IPv6 are refused the same way.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include <linux/seccomp.h>
@@ -49,6 +54,47 @@ int listed_calls_refused() {
   return 0;
 }
 
+// the terminal ioctls, on /dev/null (where the kernel itself says ENOTTY, so EPERM is the
+// filter's), by name and with the request's upper half set (the kernel ignores it); TCGETS
+// still gets the kernel's answer
+int terminal_ioctls_refused() {
+  const int fd = open("/dev/null", O_RDWR);
+  if (fd < 0) return 20;
+  char c = 'x';
+  const unsigned long refused[] = {TIOCSTI, TIOCLINUX, TIOCSCTTY, TIOCSPGRP, TIOCCONS, TIOCSETD, TCSETS, TIOCNOTTY,
+                                   0x100000000UL | TIOCSTI};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    errno = 0;
+    if (syscall(SYS_ioctl, fd, refused[i], &c) != -1 || errno != EPERM) return 21 + (int)i;
+  }
+  struct termios t;
+  errno = 0;
+  if (ioctl(fd, TCGETS, &t) != -1 || errno != ENOTTY) return 40;
+  int bytes = 0;
+  if (ioctl(fd, FIONREAD, &bytes) == -1 && errno == EPERM) return 41;
+  close(fd);
+  return 0;
+}
+
+// socket(): IPv4 and IPv6 only (the kernel would give the others); socketpair(): AF_UNIX
+// stream or seqpacket only
+int socket_families_refused() {
+  const long refused[] = {AF_UNIX, AF_NETLINK, AF_PACKET, 40 /* AF_VSOCK */, 38 /* AF_ALG */, 0x100000000L | AF_UNIX};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    errno = 0;
+    if (syscall(SYS_socket, refused[i], SOCK_DGRAM, 0) != -1 || errno != EAFNOSUPPORT) return 50 + (int)i;
+  }
+  const int inet = socket(AF_INET, SOCK_STREAM, 0), inet6 = socket(AF_INET6, SOCK_DGRAM, 0);
+  if (inet < 0 || (inet6 < 0 && errno != EAFNOSUPPORT)) return 60;
+  int pair[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, pair) != 0) return 61;
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, pair) != 0) return 62;
+  errno = 0;
+  if (socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, pair) != -1 || errno != EPERM) return 63;
+  if (socketpair(AF_UNIX, SOCK_RAW, 0, pair) != -1 || errno != EPERM) return 64;  // the kernel makes it DGRAM
+  return 0;
+}
+
 int x32_getpid() { return (int)syscall(0x40000000 | SYS_getpid) == 0 ? 0 : 9; }
 
 }  // namespace
@@ -57,6 +103,18 @@ TEST(ExecutionSeccomp, RefusesWhatItListsAndLetsTheRestThrough) {
   const int status = status_under_filter(listed_calls_refused);
   ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the first check that failed (100: the filter did not load)";
+}
+
+TEST(ExecutionSeccomp, RefusesTerminalControl) {
+  const int status = status_under_filter(terminal_ioctls_refused);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the first check that failed (21-29: a request in order, 40-41: a kept one)";
+}
+
+TEST(ExecutionSeccomp, RefusesSocketFamiliesButIp) {
+  const int status = status_under_filter(socket_families_refused);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the first check that failed (50-55: a family in order, 60-64: socketpair)";
 }
 
 #if defined(__x86_64__)

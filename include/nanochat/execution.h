@@ -16,8 +16,15 @@
 //   - every mount read-only; the working directory a size-capped tmpfs (max_disk_bytes) that
 //     vanishes with the namespace, however deep its tree; /proc shows only the sandbox's own
 //     processes (not the server's environment or command line);
+//   - a session of its own (setsid): no controlling terminal; stdin /dev/null, stdout/stderr
+//     pipes; a /dev holding only null, zero, full, random, urandom (no tty, no pts); empty
+//     /tmp, /var/tmp, /run over the host's (where its named sockets live);
 //   - every capability dropped for good, no_new_privs, a seccomp filter (mount, mknod, ptrace,
-//     sethostname, memfd_create, namespaces, io_uring, kernel modules, clocks, ... fail);
+//     sethostname, memfd_create, namespaces, io_uring, kernel modules, clocks, ... fail; every
+//     terminal ioctl but the read-only ones, TIOCSTI included; socket() of any family but
+//     IPv4/IPv6, so no AF_UNIX connect to a host socket, no netlink, vsock or packet);
+//   - where this process's cgroup can make one, a cgroup v2 leaf per run: one memory and
+//     process budget for the whole tree (else the rlimits are per process);
 //   - no descriptor of the parent's but stdout/stderr pipes (close_range); RLIMIT_NPROC binds
 //     (a non-root uid, or a user namespace's own count);
 //   - landlock on top where the kernel has it (writes only beneath the temp dir);
@@ -37,6 +44,10 @@ struct ExecutionOptions {
   int64_t max_file_bytes = 16LL * 1024 * 1024;     // RLIMIT_FSIZE: no file may grow past this
   int64_t max_processes = 32;                      // RLIMIT_NPROC of the program's uid
   int64_t max_disk_bytes = 64LL * 1024 * 1024;     // the working directory's tmpfs (all files together)
+  // the whole run's memory (every process, the tmpfs's pages included; no swap) and, with
+  // max_processes + 1 for the supervisor, its processes: a cgroup v2 leaf, where this process's
+  // cgroup may make one (else the limits above are per process, and the first run says so)
+  int64_t max_run_memory_bytes = 512LL * 1024 * 1024;
   size_t max_output_bytes = 1 << 20;               // stdout and stderr each keep at most this
   // the interpreter: $NANOCHAT_EXEC_PYTHON, else python3 from PATH
   std::string python;
@@ -62,6 +73,10 @@ enum ExecutionIsolation : uint32_t {
   kExecFreshProc = 1u << 9,      // /proc shows the PID namespace only
   kExecCapsDropped = 1u << 10,   // no capabilities, none regained through exec
   kExecSeccomp = 1u << 11,       // the syscall filter (mount, mknod, ptrace, memfd_create, ...)
+  kExecOwnSession = 1u << 12,    // setsid: no controlling terminal, no job control over the caller's
+  kExecPrivateDev = 1u << 13,    // /dev holds null, zero, full, random, urandom only (no tty, no pts)
+  kExecHostDirsHidden = 1u << 14,  // empty tmpfs over the host's /tmp, /var/tmp, /run (named sockets)
+  kExecRunBudget = 1u << 15,     // one cgroup v2 memory + process budget for the whole run
 };
 
 struct ExecutionResult {
@@ -84,6 +99,9 @@ const std::string& execution_guard_prelude();
 
 // "pid namespace, network namespace, ..." for the bits set in `isolation`
 std::string execution_isolation_describe(uint32_t isolation);
+
+// "" when each run gets one memory and process budget here (a cgroup v2 leaf), else why not
+std::string execution_run_budget_refused();
 
 // never throws for anything the code does, nor for a failure of one run (fork, exec's E2BIG):
 // those come back as an unsuccessful result with `error` set. Error only when the

@@ -26,6 +26,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
 #include "nanochat/common/log.h"
+#include "run_budget.h"
 #include "sandbox.h"
 
 namespace nanochat {
@@ -102,6 +103,7 @@ struct Run {
   std::string failure;    // the program could not be started (set-up, fork, exec)
   std::string ns_refused;  // why the namespaces were not granted ("" when they were)
   int32_t refused = 0;     // SandboxRefused: the jail's layers the kernel would not give
+  std::string budget_refused;  // why there is no per-run cgroup ("" when there is)
 };
 
 // The directories the interpreter needs (its prefix, and a venv's own) that uid 65534 cannot
@@ -133,6 +135,22 @@ void interpreter_exposures(const std::string& python, std::vector<std::string>& 
       if (at == std::string::npos) break;
     }
   }
+}
+
+// the host directories covered by an empty tmpfs in the jail (where named sockets live: a
+// database's, X11's, D-Bus's, an agent's), but not one the interpreter lives below
+std::vector<std::string> hidden_dirs(const std::string& python) {
+  char real[PATH_MAX];
+  const std::string interpreter = realpath(python.c_str(), real) ? real : python;
+  std::vector<std::string> hide;
+  for (const char* dir : {"/tmp", "/var/tmp", "/run", "/var/run"}) {
+    struct stat st{};
+    if (lstat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) continue;  // /var/run is mostly a link to /run
+    const std::string below = std::string(dir) + "/";
+    if (interpreter.rfind(below, 0) == 0 || python.rfind(below, 0) == 0) continue;
+    hide.push_back(dir);
+  }
+  return hide;
 }
 
 bool errno_means_missing_interpreter(int e) {
@@ -179,6 +197,10 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
   for (size_t i = 0; i < expose.size(); i++) expose_c.push_back(expose[i].c_str()), cover_c.push_back(cover[i].c_str());
   expose_c.push_back(nullptr);
   cover_c.push_back(nullptr);
+  const std::vector<std::string> hide = hidden_dirs(python);
+  std::vector<const char*> hide_c;
+  for (const std::string& h : hide) hide_c.push_back(h.c_str());
+  hide_c.push_back(nullptr);
 
   SandboxPlan plan{};
   plan.dir = dir.c_str();
@@ -194,30 +216,47 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
   plan.tmpfs_options = tmpfs_options.c_str();
   plan.expose = expose_c.data();
   plan.expose_cover = cover_c.data();
+  plan.hide = hide_c.data();
   plan.max_memory_bytes = opts.max_memory_bytes;
   plan.max_file_bytes = opts.max_file_bytes;
   plan.max_processes = opts.max_processes;
   plan.cpu_seconds = (int64_t)std::ceil(opts.timeout_seconds) + 1;
+  // one budget for the whole tree: the supervisor starts inside the run's cgroup
+  RunBudget budget;
+  if (opts.max_run_memory_bytes > 0)
+    run_budget_open(budget, opts.max_run_memory_bytes, opts.max_processes + 1, run.budget_refused);
   pid_t pid = -1;
+  auto clone_supervisor = [&](unsigned long flags) {
+    pid_t child = sandbox_clone(flags, budget.fd);
+    if (child < 0 && budget.fd >= 0) {  // clone3 or CLONE_INTO_CGROUP refused (before Linux 5.7)?
+      const int cgroup_errno = errno;
+      child = sandbox_clone(flags, -1);
+      if (child > 0) {  // it was the cgroup
+        run.budget_refused = strprintf("clone3(CLONE_INTO_CGROUP): %s", strerror(cgroup_errno));
+        run_budget_close(budget);
+      }
+    }
+    if (child == 0) sandbox_supervise(plan);
+    return child;
+  };
   if (want) {
     plan.namespaces = (want & CLONE_NEWPID ? kExecPidNamespace : kExecSubreaper) |
                       (want & CLONE_NEWNET ? kExecNetworkNamespace : 0u);
     plan.mount_namespace = want & CLONE_NEWNS;
     plan.user_namespace = want & CLONE_NEWUSER;
-    pid = sandbox_clone(want);
-    if (pid == 0) sandbox_supervise(plan);
+    pid = clone_supervisor(want);
     if (pid < 0) run.ns_refused = strprintf("clone(CLONE_NEW*): %s", strerror(errno));
   }
   if (pid < 0) {  // no namespaces: a subreaper holds the tree
     plan.namespaces = kExecSubreaper;
     plan.mount_namespace = plan.user_namespace = false;
-    pid = sandbox_clone(0);
-    if (pid == 0) sandbox_supervise(plan);
+    pid = clone_supervisor(0);
   }
   const int clone_errno = errno;
   close(out[1]), close(err[1]), close(status[1]);
   if (pid < 0) {
     close(out[0]), close(err[0]), close(status[0]);
+    run_budget_close(budget);
     remove_tree(dir);
     run.failure = strprintf("execute_code: cannot fork: %s", strerror(clone_errno));
     return run;
@@ -292,7 +331,10 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
     close(s.fd);
   }
   take_reports();
+  const bool budget_held = !budget.dir.empty();
+  const bool out_of_memory = run_budget_close(budget);
   remove_tree(dir);
+  if (budget_held) res.isolation |= kExecRunBudget;
 
   res.network_isolated = res.isolation & kExecNetworkNamespace;
   if (res.timeout) {
@@ -312,7 +354,7 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
   res.exit_code = WIFEXITED(wait_status)   ? WEXITSTATUS(wait_status)
                   : WIFSIGNALED(wait_status) ? -WTERMSIG(wait_status)
                                              : -1;
-  res.memory_exceeded = res.stderr_text.find("MemoryError") != std::string::npos;
+  res.memory_exceeded = out_of_memory || res.stderr_text.find("MemoryError") != std::string::npos;
   res.success = res.exit_code == 0;
   if (!res.success) {
     // the last non-empty line of stderr, as upstream reports the exception
@@ -320,6 +362,8 @@ Run run_sandboxed(const std::string& code, const ExecutionOptions& opts, const s
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r' || s.back() == '\t')) s.pop_back();
     size_t nl = s.rfind('\n');
     res.error = s.empty() ? "Execution failed" : s.substr(nl == std::string::npos ? 0 : nl + 1);
+    if (out_of_memory && res.error.find("MemoryError") == std::string::npos)
+      res.error = "MemoryError: the run went past its memory budget (a process was killed)";
   }
   return run;
 }
@@ -353,6 +397,11 @@ void log_isolation_once(const Run& run, const ExecutionOptions& opts, bool root,
   if (root && !(bits & kExecUidDropped))
     missing.push_back(uid_refused ? "uid drop (uid 65534 cannot run the interpreter)" : "uid drop (turned off)");
   if (!(bits & kExecProcessLimit)) missing.push_back("RLIMIT_NPROC (root ignores it)");
+  if (!(bits & kExecRunBudget))
+    missing.push_back(opts.max_run_memory_bytes > 0
+                          ? "one memory budget for the run (" + run.budget_refused +
+                                "), so the memory and process limits are per process"
+                          : std::string("one memory budget for the run (turned off)"));
   const std::pair<int32_t, const char*> refusals[] = {
       {kRefusedTmpfs, "tmpfs as the temp dir"},
       {kRefusedProc, "own /proc (an empty one hides the host's)"},
@@ -360,7 +409,9 @@ void log_isolation_once(const Run& run, const ExecutionOptions& opts, bool root,
       {kRefusedExpose, "re-exposing the interpreter's directories"},
       {kRefusedReadOnly, "read-only mounts"},
       {kRefusedSeccomp, "seccomp filter"},
-      {kRefusedCaps, "dropping capabilities"}};
+      {kRefusedCaps, "dropping capabilities"},
+      {kRefusedDev, "a /dev of its own (the host's, with its terminals, is visible)"},
+      {kRefusedHide, "hiding the host's /tmp, /var/tmp and /run"}};
   for (auto& [bit, name] : refusals)
     if (run.refused & bit) missing.push_back(std::string(name) + " (refused by the kernel)");
   if (!(bits & kExecCapsDropped)) missing.push_back("no capabilities (the program runs with root's)");
@@ -384,12 +435,16 @@ std::string execution_isolation_describe(uint32_t isolation) {
       {kExecProcessLimit, "RLIMIT_NPROC"},        {kExecLandlock, "landlock (writes only in the temp dir)"},
       {kExecReadOnlyMounts, "read-only mounts but the temp dir"}, {kExecUserNamespace, "user namespace"},
       {kExecTmpfs, "size-capped tmpfs as the temp dir"},         {kExecFreshProc, "own /proc"},
-      {kExecCapsDropped, "no capabilities"},                     {kExecSeccomp, "seccomp filter"}};
+      {kExecCapsDropped, "no capabilities"},                     {kExecSeccomp, "seccomp filter"},
+      {kExecOwnSession, "own session (no controlling terminal)"}, {kExecPrivateDev, "own /dev (no terminals)"},
+      {kExecHostDirsHidden, "host's /tmp and /run hidden"},       {kExecRunBudget, "one memory budget for the run (cgroup v2)"}};
   std::string s;
   for (auto& [bit, name] : names)
     if (isolation & bit) s += (s.empty() ? "" : ", ") + std::string(name);
   return s.empty() ? "none" : s;
 }
+
+std::string execution_run_budget_refused() { return run_budget_refused(); }
 
 ExecutionResult execute_code(const std::string& code, const ExecutionOptions& opts) {
   const std::string python = find_python(opts);

@@ -30,6 +30,12 @@
 #ifndef LANDLOCK_ACCESS_FS_TRUNCATE
 #define LANDLOCK_ACCESS_FS_TRUNCATE (1ULL << 14)
 #endif
+#ifndef LANDLOCK_ACCESS_FS_IOCTL_DEV
+#define LANDLOCK_ACCESS_FS_IOCTL_DEV (1ULL << 15)
+#endif
+#ifndef CLONE_INTO_CGROUP
+#define CLONE_INTO_CGROUP 0x200000000ULL
+#endif
 #ifndef MOUNT_ATTR_RDONLY
 #define MOUNT_ATTR_RDONLY 0x00000001
 #endif
@@ -68,7 +74,11 @@ void set_limit(int resource, int64_t value) {
 
 // Landlock: every right that changes the file system (write, truncate, create, delete,
 // rename, link) is handled, and granted beneath `dir` only (plus writing to /dev/null).
-// Reading and executing stay unrestricted. Needs no privilege, only no_new_privs.
+// Reading and executing stay unrestricted. Needs no privilege, only no_new_privs. Where the
+// kernel has them, also: no ioctl on a device opened from now on (ABI 5: a terminal reached
+// some other way still takes no TIOCSTI), no TCP bind or connect (ABI 4: for when the network
+// namespace was refused), no abstract UNIX socket or signal outside the program's own tree
+// (ABI 6).
 bool restrict_writes_to(const char* dir) {
   const int abi = sandbox_landlock_abi();
   if (abi < 1) return false;
@@ -78,9 +88,15 @@ bool restrict_writes_to(const char* dir) {
                     LANDLOCK_ACCESS_FS_MAKE_SYM;
   if (abi >= 2) rights |= LANDLOCK_ACCESS_FS_REFER;
   if (abi >= 3) rights |= LANDLOCK_ACCESS_FS_TRUNCATE;
-  struct landlock_ruleset_attr attr {};
+  if (abi >= 5) rights |= LANDLOCK_ACCESS_FS_IOCTL_DEV;
+  struct {  // landlock_ruleset_attr as of ABI 6 (Debian 12's header stops at ABI 3)
+    uint64_t handled_access_fs, handled_access_net, scoped;
+  } attr{};
   attr.handled_access_fs = rights;
-  const int ruleset = (int)syscall(SYS_landlock_create_ruleset, &attr, sizeof attr, 0);
+  attr.handled_access_net = abi >= 4 ? (1ULL << 0) | (1ULL << 1) : 0;  // BIND_TCP | CONNECT_TCP, no port granted
+  attr.scoped = abi >= 6 ? (1ULL << 0) | (1ULL << 1) : 0;             // ABSTRACT_UNIX_SOCKET | SIGNAL
+  const size_t attr_size = abi >= 6 ? 24 : abi >= 4 ? 16 : 8;           // the kernel rejects fields it lacks
+  const int ruleset = (int)syscall(SYS_landlock_create_ruleset, &attr, attr_size, 0);
   if (ruleset < 0) return false;
   bool ok = false;
   const int dir_fd = open(dir, O_PATH | O_CLOEXEC);
@@ -102,6 +118,22 @@ bool restrict_writes_to(const char* dir) {
   ok = ok && prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0 && syscall(SYS_landlock_restrict_self, ruleset, 0) == 0;
   close(ruleset);
   return ok;
+}
+
+// mkdir -p of path[0, end), its components from offset `from` on (those below a fresh tmpfs);
+// EEXIST is fine
+void make_parents(const char* path, size_t from, size_t end) {
+  char buf[4096];
+  if (end >= sizeof buf) return;
+  std::memcpy(buf, path, end);
+  buf[end] = 0;
+  for (size_t c = from; c <= end; c++) {
+    if (buf[c] != '/' && buf[c] != 0) continue;
+    const char keep = buf[c];
+    buf[c] = 0;
+    mkdir(buf, 0755);
+    buf[c] = keep;
+  }
 }
 
 bool write_file(const char* path, const char* text) {
@@ -170,6 +202,57 @@ bool expose_dirs(const SandboxPlan& p) {
   return true;
 }
 
+// an empty tmpfs over each of p.hide; the working directory, when below one, cloned first and
+// moved back onto the same path
+bool hide_dirs(const SandboxPlan& p) {
+  for (int i = 0; p.hide[i]; i++) {
+    const char* h = p.hide[i];
+    const size_t hl = std::strlen(h);
+    const bool holds_dir = std::strncmp(p.dir, h, hl) == 0 && p.dir[hl] == '/';
+    const int wd = holds_dir ? (int)syscall(SYS_open_tree, AT_FDCWD, p.dir, OPEN_TREE_CLONE | O_CLOEXEC | AT_RECURSIVE) : -1;
+    if (holds_dir && wd < 0) return false;
+    if (mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=65536") != 0) return false;
+    if (holds_dir) {
+      make_parents(p.dir, hl + 1, std::strlen(p.dir));
+      const bool moved = syscall(SYS_move_mount, wd, "", AT_FDCWD, p.dir, MOVE_MOUNT_F_EMPTY_PATH) == 0;
+      close(wd);
+      if (!moved) {
+        umount2(h, MNT_DETACH);  // the working directory back in sight
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// a /dev of the jail's own: a tmpfs holding the host's null, zero, full, random and urandom
+// (bound in one by one: no mknod needed, and a user namespace may do it) and the /proc/self/fd
+// links. No tty, no pts, no console, no shm: the caller's terminal is not there to open.
+bool private_dev() {
+  static const char* const kNodes[] = {"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"};
+  constexpr int n = sizeof kNodes / sizeof kNodes[0];
+  int fds[n];  // a node the host lacks is left out; /dev/null is not optional
+  for (int i = 0; i < n; i++) fds[i] = (int)syscall(SYS_open_tree, AT_FDCWD, kNodes[i], OPEN_TREE_CLONE | O_CLOEXEC);
+  const bool mounted = fds[0] >= 0 && mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=65536") == 0;
+  bool ok = mounted;
+  for (int i = 0; i < n; i++) {
+    if (fds[i] < 0) continue;
+    if (ok) {
+      const int f = open(kNodes[i], O_CREAT | O_WRONLY | O_CLOEXEC, 0666);
+      ok = f >= 0 && close(f) == 0 && syscall(SYS_move_mount, fds[i], "", AT_FDCWD, kNodes[i], MOVE_MOUNT_F_EMPTY_PATH) == 0;
+    }
+    close(fds[i]);
+  }
+  if (mounted && !ok) umount2("/dev", MNT_DETACH);  // half a /dev would leave no /dev/null
+  if (ok) {
+    (void)!symlink("/proc/self/fd", "/dev/fd");
+    (void)!symlink("/proc/self/fd/0", "/dev/stdin");
+    (void)!symlink("/proc/self/fd/1", "/dev/stdout");
+    (void)!symlink("/proc/self/fd/2", "/dev/stderr");
+  }
+  return ok;
+}
+
 // The supervisor's mounts, in its new mount namespace (see sandbox.h); nothing propagates
 // back to the host. Returns the isolation bits had; `refused` gets the layers that were not.
 uint32_t jail_mounts(const SandboxPlan& p, int32_t& refused) {
@@ -185,6 +268,12 @@ uint32_t jail_mounts(const SandboxPlan& p, int32_t& refused) {
     refused |= kRefusedTmpfs;
     mount(p.dir, p.dir, nullptr, MS_BIND, nullptr);  // a mount of its own, to stay writable below
   }
+  if (p.hide && p.hide[0]) {
+    if (hide_dirs(p)) bits |= kExecHostDirsHidden;
+    else refused |= kRefusedHide;
+  }
+  if (private_dev()) bits |= kExecPrivateDev;
+  else refused |= kRefusedDev;
   if ((p.namespaces & kExecPidNamespace) && mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, nullptr) == 0) {
     bits |= kExecFreshProc;
   } else {
@@ -227,7 +316,10 @@ bool no_capabilities() {
 
 // the program: limits, isolation, exec. Reports its isolation bits, or why it failed.
 [[noreturn]] void run_program(const SandboxPlan& p, uint32_t bits, int32_t refused) {
-  setpgid(0, 0);
+  // a session of its own: no controlling terminal, so no /dev/tty, no job control over the
+  // caller's terminal; its process group (the same number) is what the kill takes down
+  if (setsid() == getpid()) bits |= kExecOwnSession;
+  else setpgid(0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // the supervisor gone: so is the program
   // handlers die with exec, but an ignored signal stays ignored: every one back to default
   struct sigaction dfl {};
@@ -336,7 +428,17 @@ void kill_descendants_as_subreaper(pid_t program) {
 
 }  // namespace
 
-pid_t sandbox_clone(unsigned long ns_flags) {
+pid_t sandbox_clone(unsigned long ns_flags, int cgroup_fd) {
+  if (cgroup_fd >= 0) {
+    struct {  // clone_args, as of Linux 5.7
+      uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls, set_tid, set_tid_size, cgroup;
+    } args{};
+    args.flags = ns_flags | CLONE_INTO_CGROUP;
+    args.exit_signal = SIGCHLD;
+    args.cgroup = (uint64_t)cgroup_fd;
+    // no stack: the child continues on a copy of this one, like fork()
+    return (pid_t)syscall(SYS_clone3, &args, sizeof args);
+  }
   // newsp 0: the child continues on a copy of this stack, like fork()
   return (pid_t)syscall(SYS_clone, ns_flags | SIGCHLD, 0, nullptr, nullptr, 0);
 }
@@ -350,6 +452,13 @@ void sandbox_supervise(const SandboxPlan& p) {
   const bool pid_namespace = p.namespaces & kExecPidNamespace;
   if (!pid_namespace) prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // the parent gone: no supervisor left behind
+  // the caller's terminal (its stdin, out and err, its controlling terminal) is left behind:
+  // a session of its own, and /dev/null in their place
+  setsid();
+  const int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+  for (int fd = 0; fd < 3 && devnull >= 0; fd++)
+    if (fd != devnull && fd != p.out_w && fd != p.err_w && fd != p.status_w) dup3(devnull, fd, 0);
+  if (devnull > 2) close(devnull);
   const int keep[3] = {p.out_w, p.err_w, p.status_w};
   close_all_but(keep, 3);  // the server's sockets, files and model shards
   // the server's handlers came along with the clone: every signal back to its default; as a

@@ -19,7 +19,12 @@
 //     private; the interpreter's directories re-exposed where a 0700 home hides them from
 //     uid 65534 (a small tmpfs over the home, the directories bound back in); a size-capped
 //     tmpfs as the working directory (gone with the namespace, whatever is in it); a fresh
-//     /proc of its PID namespace (else an empty one); every mount read-only but the tmpfs;
+//     /proc of its PID namespace (else an empty one); empty tmpfs over the host's /tmp,
+//     /var/tmp and /run (where named sockets live; the working directory bound back in); a
+//     /dev of its own holding only null, zero, full, random and urandom (no tty, no pts);
+//     every mount read-only but the working directory;
+//   both: a session of their own (setsid), so no controlling terminal; stdin, out and err
+//     never the caller's terminal;
 //   program: rlimits, root's uid 65534 (or, in a user namespace, every capability dropped
 //     and no way back through exec), landlock, no_new_privs, a seccomp filter, exec.
 #pragma once
@@ -56,6 +61,9 @@ struct SandboxPlan {
   // cannot search); nullptr-terminated
   const char* const* expose;
   const char* const* expose_cover;
+  // directories covered by an empty tmpfs (the host's named sockets live there); the working
+  // directory, when below one, is bound back in; nullptr-terminated
+  const char* const* hide;
   bool drop_uid;
   bool landlock;
   bool seccomp;
@@ -72,10 +80,14 @@ enum SandboxRefused : int32_t {
   kRefusedSeccomp = 1 << 4,
   kRefusedCaps = 1 << 5,
   kRefusedEmptyProc = 1 << 6,  // not even that: the host's /proc is visible
+  kRefusedDev = 1 << 7,        // the host's /dev is visible
+  kRefusedHide = 1 << 8,       // the host's /tmp, /var/tmp or /run is visible
 };
 
-// fork(2) semantics through the raw syscall, with extra CLONE_NEW* flags; -1 and errno on failure
-pid_t sandbox_clone(unsigned long ns_flags);
+// fork(2) semantics through the raw syscall, with extra CLONE_NEW* flags; -1 and errno on failure.
+// cgroup_fd >= 0: the child starts in that cgroup v2 directory (clone3's CLONE_INTO_CGROUP), so
+// nothing it forks escapes the group's budget
+pid_t sandbox_clone(unsigned long ns_flags, int cgroup_fd = -1);
 
 // the supervisor's body, run in the cloned child; never returns
 [[noreturn]] void sandbox_supervise(const SandboxPlan& plan);

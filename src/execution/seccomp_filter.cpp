@@ -5,9 +5,15 @@
 // clone with a namespace flag too; clone3 says ENOSYS (glibc then uses clone, whose flags a filter
 // can see). Another architecture, and x86-64's x32 numbers, kill the process (libseccomp's
 // bad-arch action).
+// Two more doors out are shut by argument: the terminal (every 'T' ioctl but a few that only
+// read, so no TIOCSTI typing into the caller's shell, no TIOCSPGRP taking its foreground, no
+// TIOCSCTTY, TIOCLINUX, TIOCCONS, ...) and sockets of any family but IPv4/IPv6 (no AF_UNIX
+// connect to a host socket, no netlink, vsock, packet, ...; a connected AF_UNIX stream or
+// seqpacket pair from socketpair stays, which cannot reach any other socket).
 #include <sched.h>
 #include <seccomp.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <linux/filter.h>
@@ -35,8 +41,51 @@ const char* const kDenied[] = {
     "syslog", "vhangup", "lookup_dcookie", "personality", "sysfs", "uselib", "iopl", "ioperm",
 };
 
+// the terminal ioctls ('T', 0x54xx) that stay: they read, or change only the caller's own
+// descriptor (python's isatty is TCGETS; shutil.get_terminal_size TIOCGWINSZ)
+const uint32_t kTerminalIoctlsKept[] = {0x5401 /* TCGETS */,  0x5413 /* TIOCGWINSZ */, 0x541B /* FIONREAD */,
+                                        0x5421 /* FIONBIO */, 0x5450 /* FIONCLEX */,   0x5451 /* FIOCLEX */,
+                                        0x5452 /* FIOASYNC */, 0x5460 /* FIOQSIZE */};
+
 const uint64_t kNamespaceFlags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
                                     CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
+
+// ioctl's request is an unsigned int: the kernel drops the upper half of the register, so the
+// comparison must too (a request of 0x1'00005412 is TIOCSTI). The mask 0xffff also ignores the
+// direction and size bits, so every 'T' request is caught whatever its encoding.
+bool add_terminal_rules(scmp_filter_ctx ctx) {
+  for (uint32_t nr = 0; nr < 256; nr++) {
+    const uint32_t request = 0x5400 | nr;
+    bool kept = false;
+    for (uint32_t k : kTerminalIoctlsKept) kept = kept || k == request;
+    if (!kept && seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
+                                  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffff, request)) != 0)
+      return false;
+  }
+  return true;
+}
+
+// socket(): IPv4 and IPv6 only (the empty network namespace answers them). Each other family
+// below 64 is refused by value, and anything above 63 (which covers a family with garbage in
+// the register's upper half) as a whole. socketpair(): AF_UNIX stream or seqpacket only; a
+// datagram pair could sendto() a host's named socket.
+bool add_socket_rules(scmp_filter_ctx ctx) {
+  const int refused = EAFNOSUPPORT;
+  for (uint64_t family = 0; family < 64; family++) {
+    if (family == AF_INET || family == AF_INET6) continue;
+    if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(refused), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_EQ, family)) != 0)
+      return false;
+  }
+  if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(refused), SCMP_SYS(socket), 1, SCMP_A0(SCMP_CMP_GT, 63)) != 0) return false;
+  if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(refused), SCMP_SYS(socketpair), 1, SCMP_A0(SCMP_CMP_NE, AF_UNIX)) != 0)
+    return false;
+  for (uint64_t type = 0; type < 16; type++) {  // SOCK_TYPE_MASK; the flags above it may vary
+    if (type == SOCK_STREAM || type == SOCK_SEQPACKET) continue;
+    if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, type)) != 0)
+      return false;
+  }
+  return true;
+}
 
 bool add_rules(scmp_filter_ctx ctx) {
   if (seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS) != 0) return false;
@@ -48,7 +97,7 @@ bool add_rules(scmp_filter_ctx ctx) {
   for (uint64_t flag : kNamespaceFlags)  // clone's first argument is its flags
     if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag)) != 0)
       return false;
-  return true;
+  return add_terminal_rules(ctx) && add_socket_rules(ctx);
 }
 
 // the filter's BPF instructions, through a memory file (libseccomp 2.5 exports to a descriptor)

@@ -1,0 +1,58 @@
+// Helpers shared by the execution tests' parts
+#pragma once
+#include <grp.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <functional>
+#include <string>
+
+namespace execution_test {
+
+inline std::string replace_all(std::string s, const std::string& from, const std::string& to) {
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  return s;
+}
+
+// the system's interpreter, which uid 65534 can run (the venv's may live under /root)
+inline std::string system_python() { return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : NANOCHAT_PYTHON; }
+
+// `body` in a forked child turned into uid/gid 65534 (as root), its answer through a pipe;
+// "cannot become uid 65534" or "the child died" when it could not answer
+inline std::string as_nobody(const std::function<std::string()>& body) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  const pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    std::string answer = "cannot become uid 65534";
+    if (setgroups(0, nullptr) == 0 && setresgid(65534, 65534, 65534) == 0 && setresuid(65534, 65534, 65534) == 0)
+      answer = body();
+    (void)!write(fds[1], answer.data(), answer.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string answer;
+  char buf[4096];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) answer.append(buf, (size_t)n);
+  close(fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) answer += " (the child died)";
+  return answer;
+}
+
+// "" when every "<name>: " line of a program's report says "refused", else the lines that did not
+inline std::string not_refused(const std::string& report, const std::initializer_list<const char*>& names) {
+  std::string failed;
+  for (const char* name : names) {
+    const std::string head = std::string(name) + ": ";
+    const size_t at = report.find(head);
+    if (at == std::string::npos) failed += std::string(name) + ": no answer; ";
+    else if (report.compare(at + head.size(), 7, "refused") != 0)
+      failed += report.substr(at, report.find('\n', at) - at) + "; ";
+  }
+  return failed;
+}
+
+}  // namespace execution_test
