@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by runs/setup.sh and runs/test.sh: apt_install WHO REQUIRED PACKAGE...
 # Installs those of PACKAGEs not installed yet (Debian 12 / Ubuntu 22.04 / 24.04). A package the
 # distribution does not have (Ubuntu's chromium is a snap, not an apt package) stops the script
