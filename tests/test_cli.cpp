@@ -139,8 +139,10 @@ TEST(Cli, DoctorKernelsChecksEveryOpAndEndsWithJson) {
     EXPECT_TRUE(k["ok"].get<bool>()) << k.dump();
     EXPECT_EQ(k["device"], "cpu");
   }
-  // the nine fused ops, and the attention module's real window where LibTorch has CUDA
-  EXPECT_EQ(ops.size() - ops.count("flash_window"), 9u) << json.dump();
+  // the nine fused ops and FP8's quantisation (a CUDA kernel: no kernel here), and the attention
+  // module's real window where LibTorch has CUDA
+  EXPECT_EQ(ops.size() - ops.count("flash_window"), 10u) << json.dump();
+  EXPECT_EQ(ops.count("fp8_quantize"), 1u) << json.dump();
 }
 
 // NANOCHAT_KERNELS_FAULT perturbs one op's kernel: doctor --kernels names that op alone, exit 1;

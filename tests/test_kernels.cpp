@@ -30,7 +30,7 @@ TEST(Kernels, SwitchFollowsTheEnvironment) {
 TEST(KernelsSelfCheck, EveryOpAgreesWithItsReferenceOnTheCpu) {
   if (!kernels_cpu_supported()) GTEST_SKIP() << "this CPU runs the ATen references";
   std::set<std::string> ops = {"linear_softcap_ce", "mlp_relu_square", "rotary_norm", "residual_norm", "attention",
-                               "polar_express",     "adamw",           "muon",        "fp8_linear"};
+                               "polar_express",     "adamw",           "muon",        "fp8_linear", "fp8_quantize"};
   if (cuda_built()) ops.insert("flash_window");  // the attention module's real window: CUDA only
   for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
     std::set<std::string> seen, applied;
@@ -43,6 +43,7 @@ TEST(KernelsSelfCheck, EveryOpAgreesWithItsReferenceOnTheCpu) {
     }
     EXPECT_EQ(seen, ops);
     EXPECT_EQ(applied.count("flash_window"), 0u);
+    EXPECT_EQ(applied.count("fp8_quantize"), 0u);  // a CUDA kernel only
     // Polar Express has a CPU kernel in fp32 only; the others in both (attention where MKL is)
     EXPECT_EQ(applied.count("polar_express"), dtype == torch::kFloat ? 1u : 0u);
     EXPECT_EQ(applied.count("attention"), cpu_gemm_f32_available(dtype) ? 1u : 0u);

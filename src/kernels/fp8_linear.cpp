@@ -29,6 +29,10 @@ Tensor column_major(const Tensor& t) { return t.t().contiguous().t(); }
 
 }  // namespace
 
+#ifdef NANOCHAT_CUDA_KERNELS
+std::pair<Tensor, Tensor> fp8_quantize_cuda(const Tensor& x, at::ScalarType fp8);  // fp8_linear.cu
+#endif
+
 // LibTorch's CPU _scaled_mm is a plain reference loop (~20 MFLOP/s here): on the CPU the fp8
 // operands are widened to fp32, where every e4m3 and e5m2 value is exact, and multiplied by
 // the fast fp32 GEMM -- the same products and fp32 sums, only summed in another order
@@ -65,12 +69,30 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
 
 }  // namespace
 
-std::pair<Tensor, Tensor> kernels_fp8_quantize(const Tensor& x, at::ScalarType fp8) {
+namespace {
+
+// the reference of the quantisation (upstream's _to_fp8): six passes of ATen ops
+std::pair<Tensor, Tensor> fp8_quantize_reference(const Tensor& x, at::ScalarType fp8) {
   const double fp8_max = fp8 == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
   Tensor amax = x.abs().max().to(at::kDouble);
   Tensor scale = (fp8_max / at::clamp_min(amax, 1e-12)).to(at::kFloat);
   Tensor q = at::clamp(x.to(at::kFloat) * scale, -fp8_max, fp8_max).to(fp8);
   return {q, scale.reciprocal()};
+}
+
+}  // namespace
+
+std::pair<Tensor, Tensor> kernels_fp8_quantize(const Tensor& x, at::ScalarType fp8) {
+#ifdef NANOCHAT_CUDA_KERNELS
+  // two passes (fp8_linear.cu) where the kernel passed its check on this GPU in x's dtype
+  const auto t = x.scalar_type();
+  if (x.is_cuda() && x.is_contiguous() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) &&
+      kernels_use_fused("fp8_quantize", x)) {
+    auto [q, inv] = fp8_quantize_cuda(x, fp8);
+    return {q, kernels_fault("fp8_quantize", inv)};
+  }
+#endif
+  return fp8_quantize_reference(x, fp8);
 }
 
 namespace {
@@ -158,6 +180,23 @@ double fp8_linear_tolerance(at::Device device, at::ScalarType dtype) {
 }
 const bool registered =
     kernels_register_check({"fp8_linear", fp8_linear_check, fp8_linear_tolerance, /*cuda_without_nvcc=*/true});
+
+// the quantisation kernel (CUDA only): e4m3 and e5m2 of a ragged (37, 29) tensor and of d24's
+// activations (2048, 1536), bits and 1/scale against the reference's (the same roundings: exact)
+std::vector<Tensor> fp8_quantize_check(at::Device device, at::ScalarType dtype, bool fused) {
+  if (!device.is_cuda() || dtype == at::kDouble) return {};
+  std::vector<Tensor> out;
+  for (auto shape : {std::vector<int64_t>{37, 29}, std::vector<int64_t>{d24::seq_len, d24::n_embd}}) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(31);
+    const Tensor x = (at::randn(shape, gen) * 3).to(device, dtype);
+    for (at::ScalarType fp8 : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
+      auto [q, inv] = fused ? kernels_fp8_quantize(x, fp8) : fp8_quantize_reference(x, fp8);
+      out.insert(out.end(), {q.to(at::kFloat), inv});
+    }
+  }
+  return out;
+}
+const bool registered_quantize = kernels_register_check({"fp8_quantize", fp8_quantize_check});
 
 }  // namespace
 
