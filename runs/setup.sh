@@ -1,66 +1,106 @@
 #!/usr/bin/env bash
 # Installs everything nanochat needs and builds it into build/. Safe to run again: each
 # step is skipped when its result is already there.
-#   1. system packages (Debian 12 / Ubuntu) with apt
-#   2. .venv with the pinned torch wheel (its LibTorch is what we link) and test references
+#   1. system packages (Debian 12 / Ubuntu 22.04, 24.04) with apt: what building and running need
+#      (runs/test.sh installs what only the tests need)
+#   2. .venv with the pinned torch wheel built for a CUDA this machine's driver runs (its LibTorch
+#      is what we link)
 #   3. cmake configure + build (Release, Ninja, LibTorch found via torch.utils.cmake_prefix_path)
+# `bash runs/setup.sh --dry-run` (or NANOCHAT_SETUP_DRY_RUN=1) prints what it would install and
+# stops before the build.
 # Environment knobs:
 #   NANOCHAT_CMAKE_ARGS   extra cmake arguments (e.g. -DNANOCHAT_SANITIZE=ON)
 #   NANOCHAT_BUILD_DIR    build directory (default build)
 #   NANOCHAT_BUILD_TARGETS  the targets to build, space-separated (default: all; runcpu.sh,
 #                         speedrun.sh and miniseries.sh pass nanochat, test.sh all)
-#   NANOCHAT_TORCH_INDEX  a pip index for torch (e.g. https://download.pytorch.org/whl/cpu)
+#   NANOCHAT_TORCH_INDEX  the pip index torch comes from (e.g. https://download.pytorch.org/whl/cpu),
+#                         in place of the one picked for the driver
 #   LIBTORCH_DIR          use an unpacked LibTorch zip instead of the wheel's LibTorch
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR="${NANOCHAT_BUILD_DIR:-build}"
+DRY_RUN="${NANOCHAT_SETUP_DRY_RUN:-0}"
+[ "${1:-}" = --dry-run ] && DRY_RUN=1
 
 log() { echo "[setup] $*"; }
 
-# ---- 1. system packages -------------------------------------------------------------
-APT_PACKAGES=(cmake g++ ninja-build pkg-config git python3 python3-venv
-  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libssl-dev libgtest-dev
-  libpcre2-dev libzstd-dev libsnappy-dev zlib1g-dev libgloo-dev libzip-dev libyaml-cpp-dev libseccomp-dev
-  chromium wamerican)  # chromium: browser tests; wamerican: SpellingBee's word list offline
-missing=()
-for p in "${APT_PACKAGES[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  if ! command -v apt-get >/dev/null; then
-    echo "[setup] error: missing packages ${missing[*]} and no apt-get; install them by hand" >&2
+# ---- 1. system packages ---------------------------------------------------------------
+# what building and running need; what only the tests need runs/test.sh installs
+BUILD_PACKAGES=(cmake g++ ninja-build pkg-config git python3 python3-venv
+  nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libssl-dev
+  libpcre2-dev libzstd-dev libsnappy-dev zlib1g-dev libgloo-dev libzip-dev libyaml-cpp-dev libseccomp-dev)
+# shellcheck source=runs/apt_packages.sh
+source runs/apt_packages.sh
+apt_install setup 1 "${BUILD_PACKAGES[@]}"
+
+# ---- 2. python venv with the torch wheel for this machine's driver ----------------------
+# The torch version is requirements.txt's; its CUDA flavour is the newest the NVIDIA driver
+# runs (PyTorch's indexes: cu130 from driver 580, cu128 from 570, cu126 from 525). PyPI's own
+# wheel is CUDA 13.0, which a driver before 580 cannot run: LibTorch would then see no GPU.
+# No driver (a CPU machine, a laptop): PyPI's wheel. NANOCHAT_TORCH_INDEX overrides the choice.
+TORCH_VERSION="$(sed -n 's/^torch==\([^ #]*\).*/\1/p' runs/requirements.txt)"
+driver_version() {  # as nanochat's own check (src/common/device_driver.cpp)
+  local f="${NANOCHAT_NVIDIA_DRIVER_FILE:-/proc/driver/nvidia/version}" v=""
+  [ -r "$f" ] && v="$(head -n 1 "$f" | grep -oE '[[:space:]][0-9]{3,}\.[0-9]+(\.[0-9]+)?[[:space:]]' | head -n 1 | tr -d '[:space:]')"
+  if [ -z "$v" ] && command -v nvidia-smi >/dev/null; then
+    v="$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '[:space:]')"
+    [[ "$v" =~ ^[0-9]{3,}\.[0-9]+ ]] || v=""
+  fi
+  echo "$v"
+}
+DRIVER="$(driver_version)"
+TORCH_INDEX="" TORCH_FLAVOUR=""
+if [ -n "${NANOCHAT_TORCH_INDEX:-}" ]; then
+  TORCH_INDEX="$NANOCHAT_TORCH_INDEX"
+  TORCH_FLAVOUR="$(basename "$TORCH_INDEX")"
+  [[ "$TORCH_FLAVOUR" =~ ^(cpu|cu[0-9]+)$ ]] || TORCH_FLAVOUR=""
+  log "torch $TORCH_VERSION from $TORCH_INDEX (NANOCHAT_TORCH_INDEX)"
+elif [ -z "$DRIVER" ]; then
+  log "torch $TORCH_VERSION from PyPI (no NVIDIA driver here)"
+else
+  major="${DRIVER%%.*}"
+  if [ "$major" -ge 580 ]; then TORCH_FLAVOUR=cu130
+  elif [ "$major" -ge 570 ]; then TORCH_FLAVOUR=cu128
+  elif [ "$major" -ge 525 ]; then TORCH_FLAVOUR=cu126
+  else
+    echo "[setup] error: NVIDIA driver $DRIVER is older than 525, the oldest a CUDA build of torch $TORCH_VERSION runs on: upgrade it (or NANOCHAT_TORCH_INDEX=https://download.pytorch.org/whl/cpu for a CPU build)" >&2
     exit 1
   fi
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  log "installing ${missing[*]}"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-else
-  log "system packages present"
+  TORCH_INDEX="https://download.pytorch.org/whl/$TORCH_FLAVOUR"
+  cuda="${TORCH_FLAVOUR#cu}"
+  log "torch $TORCH_VERSION for CUDA ${cuda%?}.${cuda: -1} ($TORCH_FLAVOUR, NVIDIA driver $DRIVER) from $TORCH_INDEX"
 fi
-
-# ---- 2. python venv with the torch wheel ----------------------------------------------
 PYTHON="${PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
-  log "creating .venv"
-  "$PYTHON" -m venv .venv
+  if [ "$DRY_RUN" = 1 ]; then log "would run: $PYTHON -m venv .venv"; else log "creating .venv"; "$PYTHON" -m venv .venv; fi
 fi
-if ! .venv/bin/python - <<'PY' 2>/dev/null
-import sys, importlib.metadata as md
-for line in open("runs/requirements.txt"):
-    line = line.split("#")[0].strip()
-    if not line: continue
-    name, want = line.split("==")
-    if md.version(name).split("+")[0] != want: sys.exit(1)
+# torch_present: the pinned version, of the flavour wanted (its torch/version.py's cuda, read
+# without importing torch)
+torch_present() {
+  [ -x .venv/bin/python ] || return 1
+  .venv/bin/python - "$TORCH_VERSION" "$TORCH_FLAVOUR" <<'PY' 2>/dev/null
+import importlib.metadata as md, importlib.util, os, re, sys
+want, flavour = sys.argv[1], sys.argv[2]
+if md.version("torch").split("+")[0] != want: sys.exit(1)
+if flavour:
+    src = open(os.path.join(importlib.util.find_spec("torch").submodule_search_locations[0], "version.py")).read()
+    cuda = re.search(r"^cuda\b.*?=\s*'?([0-9.]+|None)", src, re.M).group(1)
+    have = "cpu" if cuda == "None" else "cu" + cuda.replace(".", "")
+    if have != flavour: sys.exit(1)
 PY
-then
-  log "installing python packages (runs/requirements.txt)"
-  INDEX_ARGS=()
-  [ -n "${NANOCHAT_TORCH_INDEX:-}" ] && INDEX_ARGS=(--extra-index-url "$NANOCHAT_TORCH_INDEX")
-  .venv/bin/pip install -q --disable-pip-version-check "${INDEX_ARGS[@]}" -r runs/requirements.txt
+}
+if torch_present; then
+  log "torch present"
 else
-  log "python packages present"
+  TORCH_ARGS=(--disable-pip-version-check "torch==$TORCH_VERSION")
+  # another flavour of the same version counts as installed for pip: replace it
+  [ -n "$TORCH_INDEX" ] && TORCH_ARGS+=(--index-url "$TORCH_INDEX" --force-reinstall)
+  if [ "$DRY_RUN" = 1 ]; then log "would run: .venv/bin/pip install ${TORCH_ARGS[*]}"
+  else log "installing torch (a few GB)"; .venv/bin/pip install -q "${TORCH_ARGS[@]}"; fi
+fi
+if [ "$DRY_RUN" = 1 ]; then
+  log "dry run: stopping before the build"
+  exit 0
 fi
 
 # ---- 3. configure and build ------------------------------------------------------------
@@ -69,13 +109,18 @@ if [ -n "${LIBTORCH_DIR:-}" ]; then
 else
   PREFIX="$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 fi
-# the CUDA toolkit (for the CUDA/NCCL code paths) where it is usually installed
-for d in /usr/local/cuda/bin /usr/local/cuda-*/bin; do
-  if [ -x "$d/nvcc" ]; then export PATH="$PATH:$d"; break; fi
-done
+# the CUDA toolkit for the .cu files: one of the torch wheel's CUDA major (one CUDA runtime in
+# the process); CMake leaves out a toolkit of another major with one line (dependencies.cmake)
+WHEEL_CUDA="$(.venv/bin/python -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null || true)"
+if [ -n "$WHEEL_CUDA" ] && [ -z "${CUDACXX:-}" ]; then
+  for d in /usr/local/cuda/bin "/usr/local/cuda-${WHEEL_CUDA%%.*}".*/bin; do
+    if [ -x "$d/nvcc" ] && "$d/nvcc" --version | grep -q "release ${WHEEL_CUDA%%.*}\."; then export CUDACXX="$d/nvcc"; break; fi
+  done
+fi
 # without nvcc the build still works with the CUDA wheel: the fused ops' CUDA kernels are left
 # out (third_party/dependencies.cmake says so) and on a GPU the ops run their ATen references
-command -v nvcc >/dev/null || log "no nvcc (CUDA toolkit): building without the CUDA kernels of the fused ops"
+[ -n "${CUDACXX:-}" ] || command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ] ||
+  log "no nvcc (CUDA toolkit): building without the CUDA kernels of the fused ops"
 log "configuring $BUILD_DIR (LibTorch from $PREFIX)"
 # shellcheck disable=SC2086
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX" ${NANOCHAT_CMAKE_ARGS:-} \

@@ -1,8 +1,29 @@
 #!/usr/bin/env bash
-# All tests: set up (installs what is missing), build everything (the binary, every test and
-# bench) with warnings as errors, run ctest.
+# All tests: what only the tests need (system packages, then the Python references of
+# requirements-test.txt), set up (runs/setup.sh: what building and running need), build
+# everything (the binary, every test and bench) with warnings as errors, run ctest.
+# A package the distribution lacks (Ubuntu's chromium is a snap) is skipped with one line, and
+# the tests that need it skip, naming it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=runs/apt_packages.sh
+source runs/apt_packages.sh
+apt_install test 1 libgtest-dev                 # the test binaries
+apt_install test 0 chromium wamerican           # the browser tests; SpellingBee's word list offline
 NANOCHAT_CMAKE_ARGS="-DNANOCHAT_WERROR=ON ${NANOCHAT_CMAKE_ARGS:-}" NANOCHAT_BUILD_TARGETS=all bash runs/setup.sh
+if .venv/bin/python - <<'PY' 2>/dev/null
+import sys, importlib.metadata as md
+for line in open("runs/requirements-test.txt"):
+    line = line.split("#")[0].strip()
+    if not line: continue
+    name, want = line.split("==")
+    if md.version(name).split("+")[0] != want: sys.exit(1)
+PY
+then
+  echo "[test] python test references present"
+else
+  echo "[test] installing python test references (runs/requirements-test.txt)"
+  .venv/bin/pip install -q --disable-pip-version-check -r runs/requirements-test.txt
+fi
 BUILD_DIR="${NANOCHAT_BUILD_DIR:-build}"
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" --timeout 600

@@ -9,6 +9,7 @@
 
 #include "nanochat/common/error.h"
 #include "nanochat/dist/compute.h"
+#include "nanochat/kernels.h"
 
 using namespace nanochat;
 
@@ -55,7 +56,33 @@ static void expect_refused(const char* what, const std::function<void()>& call, 
 // the owner of row i when n rows are sharded in chunks of ceil(n / W)
 static int owner(int64_t i, int64_t n, int W) { return (int)(i / ((n + W - 1) / W)); }
 
-int main() {
+// `dist_worker kernels`, run with NANOCHAT_KERNELS_FAULT=mlp_relu_square on rank 1 alone: the
+// self-check's verdicts are agreed across the ranks, so both run the op's reference (its bits)
+// and both report it failed; every other op passes on both
+static int kernels_agreement_main() {
+  Compute c = compute_init("cpu");
+  const int r = c.dist->rank();
+  torch::manual_seed(5);
+  torch::Tensor x = torch::randn({4, 16}), w_fc = torch::randn({64, 16}) * 0.25, w_proj = torch::randn({16, 64}) * 0.1;
+  g_checks++;
+  if (!torch::equal(kernels_mlp_relu_square(x, w_fc, w_proj), kernels_mlp_relu_square_reference(x, w_fc, w_proj))) {
+    std::fprintf(stderr, "FAIL rank %d: mlp_relu_square ran its kernel, not its reference\n", r);
+    g_failures++;
+  }
+  for (const kernels_check_result& k : kernels_self_check(torch::kCPU, torch::kFloat)) {
+    g_checks++;
+    const bool want_ok = k.op != std::string("mlp_relu_square");
+    if (k.ok != want_ok) {
+      std::fprintf(stderr, "FAIL rank %d: %s ok=%d, want %d\n", r, k.op.c_str(), (int)k.ok, (int)want_ok);
+      g_failures++;
+    }
+  }
+  std::printf("rank %d of %d: %d checks, %d failures\n", r, c.dist->world_size(), g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "kernels") return kernels_agreement_main();
   Compute c = compute_init("cpu");
   Dist& d = *c.dist;
   const int W = d.world_size(), r = d.rank();

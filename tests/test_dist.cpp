@@ -1,11 +1,13 @@
-// dist: environment parsing, and every collective with 1, 2 and 3 real Gloo processes (values,
-// and the clear refusal of a tensor on the wrong device type or of a dtype Gloo cannot take)
+// dist: environment parsing, every collective with 1, 2 and 3 real Gloo processes (values, and
+// the clear refusal of a tensor on the wrong device type or of a dtype Gloo cannot take), and the
+// kernels' self-check verdicts agreed across 2 ranks
 #include <gtest/gtest.h>
 #include <spawn.h>
 
 #include "nanochat/common/error.h"
 #include "nanochat/dist.h"
 #include "test_util.h"
+#include "../src/kernels/kernels_internal.h"  // kernels_cpu_supported
 
 extern char** environ;
 using namespace nanochat;
@@ -106,11 +108,17 @@ TEST(DistShard, CeilChunksCoverEveryRowOnce) {
 }
 
 // starts `world` dist_worker processes with torchrun's variables and returns their exit codes
-static std::vector<int> run_workers(int world, int port) {
+static std::vector<int> run_workers(int world, int port, const std::vector<std::string>& extra_env = {},
+                                    const char* mode = nullptr) {
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; rank++) {
     std::vector<std::string> env_strings;
-    for (char** e = environ; *e; e++) env_strings.push_back(*e);
+    for (char** e = environ; *e; e++) {
+      bool overridden = false;  // by extra_env: getenv would find the inherited one first
+      for (const std::string& x : extra_env)
+        overridden |= std::string(*e).rfind(x.substr(0, x.find('=') + 1), 0) == 0;
+      if (!overridden) env_strings.push_back(*e);
+    }
     if (world > 1) {
       env_strings.push_back("RANK=" + std::to_string(rank));
       env_strings.push_back("WORLD_SIZE=" + std::to_string(world));
@@ -120,10 +128,11 @@ static std::vector<int> run_workers(int world, int port) {
       env_strings.push_back("MASTER_PORT=" + std::to_string(port));
       env_strings.push_back("NANOCHAT_DIST_TIMEOUT=60");
     }
+    env_strings.insert(env_strings.end(), extra_env.begin(), extra_env.end());
     std::vector<char*> envp;
     for (auto& s : env_strings) envp.push_back(s.data());
     envp.push_back(nullptr);
-    char* argv[] = {const_cast<char*>(NANOCHAT_DIST_WORKER), nullptr};
+    char* argv[] = {const_cast<char*>(NANOCHAT_DIST_WORKER), const_cast<char*>(mode), nullptr};
     pid_t pid;
     EXPECT_EQ(posix_spawn(&pid, NANOCHAT_DIST_WORKER, nullptr, nullptr, argv, envp.data()), 0);
     pids.push_back(pid);
@@ -148,3 +157,15 @@ TEST_P(Collectives, MatchHandComputedValues) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Worlds, Collectives, ::testing::Values(1, 2, 3));
+
+// a kernel that fails its self-check on rank 1 alone: the ranks agree (MIN of the verdicts), and
+// both run the op's reference (dist_worker kernels checks each rank's path and verdicts)
+TEST(KernelVerdicts, AFaultOnOneRankMakesEveryRankFallBack) {
+  if (!kernels_cpu_supported()) GTEST_SKIP() << "this CPU runs the ATen references";
+  ScopedEnv env;
+  const int port = 20000 + (getpid() * 7 + 977) % 20000;
+  std::vector<int> codes = run_workers(
+      2, port, {"NANOCHAT_KERNELS_FAULT=mlp_relu_square", "NANOCHAT_KERNELS_FAULT_RANK=1", "NANOCHAT_KERNELS=1"},
+      "kernels");
+  for (int rank = 0; rank < 2; rank++) EXPECT_EQ(codes[rank], 0) << "rank " << rank;
+}

@@ -10,9 +10,11 @@
 #include <set>
 #include <string>
 
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "nanochat/common/device.h"  // cuda_built
 #include "nanochat/kernels.h"
 #include "test_kernels.h"
 #include "test_util.h"
@@ -54,17 +56,21 @@ TEST(Kernels, SwitchFollowsTheEnvironment) {
 // each one's kernel agrees with its reference in fp32 and bf16 (where it has a kernel)
 TEST(KernelsSelfCheck, EveryOpAgreesWithItsReferenceOnTheCpu) {
   if (!kernels_cpu_supported()) GTEST_SKIP() << "this CPU runs the ATen references";
-  const std::set<std::string> ops = {"linear_softcap_ce", "mlp_relu_square", "rotary_norm", "residual_norm", "attention",
-                                     "polar_express",     "adamw",           "muon",        "fp8_linear"};
+  std::set<std::string> ops = {"linear_softcap_ce", "mlp_relu_square", "rotary_norm", "residual_norm", "attention",
+                               "polar_express",     "adamw",           "muon",        "fp8_linear", "fp8_quantize"};
+  if (cuda_built()) ops.insert("flash_window");  // the attention module's real window: CUDA only
   for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
     std::set<std::string> seen, applied;
     for (const kernels_check_result& r : kernels_self_check(torch::kCPU, dtype)) {
+      if (r.op == std::string("precision_probe")) continue;  // registered by the test below
       seen.insert(r.op);
       if (r.applies) applied.insert(r.op);
       EXPECT_TRUE(r.ok) << r.op << " in " << r.dtype << ": max error " << r.max_error << " " << r.detail;
       EXPECT_EQ(r.device, "cpu");
     }
     EXPECT_EQ(seen, ops);
+    EXPECT_EQ(applied.count("flash_window"), 0u);
+    EXPECT_EQ(applied.count("fp8_quantize"), 0u);  // a CUDA kernel only
     // Polar Express has a CPU kernel in fp32 only; the others in both (attention where MKL is)
     EXPECT_EQ(applied.count("polar_express"), dtype == torch::kFloat ? 1u : 0u);
     EXPECT_EQ(applied.count("attention"), cpu_gemm_f32_available(dtype) ? 1u : 0u);
@@ -93,6 +99,29 @@ TEST(KernelsSelfCheck, APerturbedKernelFailsItsCheckAndTheOpRunsItsReference) {
       EXPECT_TRUE(r.ok) << r.op;
     }
   }
+}
+
+// the checks run their fp32 matmuls at "highest" (training sets "high", TF32 on CUDA, ~1e-3 off,
+// past the fp32 tolerance) and give the caller's setting back: a probe registered as one more
+// op sees the precision inside
+static at::Float32MatmulPrecision precision_seen_by_probe = at::Float32MatmulPrecision::MEDIUM;
+static std::vector<Tensor> precision_probe(at::Device, at::ScalarType, bool) {
+  precision_seen_by_probe = at::globalContext().float32MatmulPrecision();
+  return {};  // no kernel: the probe has no row of its own to pass
+}
+
+TEST(KernelsSelfCheck, RunsAtHighestFp32MatmulPrecisionAndRestoresTheCallers) {
+  kernels_register_check({"precision_probe", precision_probe});
+  at::globalContext().setFloat32MatmulPrecision("high");
+  kernels_self_check(torch::kCPU, torch::kFloat);
+  EXPECT_EQ(precision_seen_by_probe, at::Float32MatmulPrecision::HIGHEST);
+  EXPECT_EQ(at::globalContext().float32MatmulPrecision(), at::Float32MatmulPrecision::HIGH);
+  at::globalContext().setFloat32MatmulPrecision("medium");
+  precision_seen_by_probe = at::Float32MatmulPrecision::HIGH;
+  kernels_self_check(torch::kCPU, torch::kBFloat16);
+  EXPECT_EQ(precision_seen_by_probe, at::Float32MatmulPrecision::HIGHEST);
+  EXPECT_EQ(at::globalContext().float32MatmulPrecision(), at::Float32MatmulPrecision::MEDIUM);
+  at::globalContext().setFloat32MatmulPrecision("highest");
 }
 
 // at::parallel_for is a header template: in a file built without -fopenmp its pragma is

@@ -46,6 +46,40 @@ foreach(candidate "${CMAKE_CUDA_COMPILER}" "$ENV{CUDACXX}" nvcc)
     endif()
   endif()
 endforeach()
+# The toolkit must be of LibTorch's CUDA major: our kernels link the CUDA runtime LibTorch loads,
+# and a toolkit of another major would bring a second one (or kernels its runtime cannot load).
+# Another major is not used, with one line: the fused ops then run their ATen references.
+# LibTorch's CUDA: the wheel's torch/version.py (cuda = '13.0'), a zip's build-version (+cu130).
+set(NANOCHAT_TORCH_CUDA "")
+foreach(prefix ${CMAKE_PREFIX_PATH})
+  if(NOT NANOCHAT_TORCH_CUDA AND EXISTS "${prefix}/../../version.py")
+    file(STRINGS "${prefix}/../../version.py" _line REGEX "^cuda")
+    if(_line MATCHES "'([0-9]+\\.[0-9]+)'")
+      set(NANOCHAT_TORCH_CUDA "${CMAKE_MATCH_1}")
+    endif()
+  elseif(NOT NANOCHAT_TORCH_CUDA AND EXISTS "${prefix}/build-version")
+    file(READ "${prefix}/build-version" _line)
+    if(_line MATCHES "\\+cu([0-9]+)([0-9])")
+      set(NANOCHAT_TORCH_CUDA "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+    endif()
+  endif()
+endforeach()
+if(NANOCHAT_NVCC AND NANOCHAT_TORCH_CUDA)
+  execute_process(COMMAND "${NANOCHAT_NVCC}" --version OUTPUT_VARIABLE _nvcc_out ERROR_QUIET)
+  string(REGEX MATCH "release ([0-9]+)\\.([0-9]+)" _nvcc_release "${_nvcc_out}")
+  set(_nvcc_major "${CMAKE_MATCH_1}")
+  set(_nvcc_version "${CMAKE_MATCH_1}.${CMAKE_MATCH_2}")
+  string(REGEX MATCH "^[0-9]+" _torch_major "${NANOCHAT_TORCH_CUDA}")
+  if(_nvcc_release AND NOT _nvcc_major STREQUAL _torch_major)
+    message(STATUS "nanochat: ${NANOCHAT_NVCC} is CUDA ${_nvcc_version}, LibTorch's is CUDA ${NANOCHAT_TORCH_CUDA}: "
+                   "not used, the CUDA kernels of the fused ops are left out (install a CUDA ${_torch_major} "
+                   "toolkit, or point CUDACXX at one)")
+    set(NANOCHAT_NVCC "")
+    set(_nvcc_said_why ON)
+    unset(CMAKE_CUDA_COMPILER)
+    unset(CMAKE_CUDA_COMPILER CACHE)
+  endif()
+endif()
 if(NOT NANOCHAT_NVCC)
   foreach(prefix ${CMAKE_PREFIX_PATH})  # the wheel's torch/share/cmake: nvidia/ is beside torch/
     file(GLOB _wheel_cudart "${prefix}/../../../nvidia/cu[0-9]*/lib/libcudart.so.*")
@@ -125,8 +159,10 @@ if(TARGET torch_cuda OR TORCH_CUDA_LIBRARIES)
     set(NANOCHAT_CUDA_KERNELS ON)  # the fused ops' CUDA kernels (src/kernels/*.cu)
   else()
     set(_cuda_runtime torch::cudart)
-    message(STATUS "nanochat: no nvcc found: the CUDA kernels of the fused ops are left out (on a GPU the ops "
-                   "run their ATen references); install the CUDA toolkit for them")
+    if(NOT _nvcc_said_why)
+      message(STATUS "nanochat: no nvcc found: the CUDA kernels of the fused ops are left out (on a GPU the ops "
+                     "run their ATen references); install the CUDA toolkit for them")
+    endif()
   endif()
   # nccl.h: the one shipped with the wheel (nvidia-nccl) matches the NCCL torch loads
   find_path(NCCL_INCLUDE_DIR nccl.h

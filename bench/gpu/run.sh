@@ -15,18 +15,20 @@
 # Performance first, then the CUDA tests: GPU and SDPA backends; per-op forward+backward times
 # of the fused ops against their references (bench_kernels); base-train tok/s, MFU and memory
 # at d20 then d12, most wanted first: window pattern L at upstream's device batch 16 with 8
-# micro-steps of accumulation (total batch 262144), our default SSSL, SSSL in FP8; with
-# UPSTREAM=<a Python nanochat checkout>, that checkout's model + optimizer under torch.compile
-# at the very same cadence (16 x 2048 tokens, 8 micro-steps, then its optimizer) on the same
-# real text (tokens of the corpus our base-train reads, by our tokenizer), window pattern L
-# (FA3 cannot be downloaded there), and our L run's ratio against it; then the CUDA tests of the
-# fused kernels, FP8, the flash windows and the data loader's staging.
+# micro-steps of accumulation (total batch 262144), then SSSL at the same batch, then SSSL in
+# FP8; with UPSTREAM=<a Python nanochat checkout>, right after each of our d20 runs (not last,
+# where a cold torch.compile may run out of the deadline), that checkout's model + optimizer
+# under torch.compile at the very same cadence (16 x 2048 tokens, 8 micro-steps, then its
+# optimizer), pattern and real text (tokens of the corpus our base-train reads, by our
+# tokenizer; its SSSL windows without FA3, which cannot be downloaded there, run as masked
+# SDPA), and our ratios against it, speed and memory; then the CUDA tests of the fused kernels,
+# FP8, the flash windows and the data loader's staging.
 #
-# No checkpoint is written in a timed run: base-train runs with far more iterations than
-# timed and is killed (SIGKILL: no save) once its last timed step is logged. tok/s is over
-# the steps after the first WARM (tokens / time); memory is the most used on the GPU during the
-# run (nvidia-smi, sampled: context, allocator cache and all), as the allocator's peak line
-# comes only at a run's end.
+# No checkpoint is written in a timed run: base-train runs STEPS steps of a long plan with
+# --preflight-steps (no evals, nothing saved; killed only past its time). tok/s is over the
+# steps after the first WARM (tokens / time); memory is the allocator's peak that its last line
+# reports (max_memory_allocated, the figure upstream_step.py reports for upstream), and the most
+# used on the GPU during the run (nvidia-smi, sampled: context, allocator cache and all).
 #
 # Budget: 6 minutes in all, builds included. Every stage gets min(its cap, what is left before
 # the deadline, less the time kept for the tests) and is skipped, saying so, when too little is
@@ -165,17 +167,16 @@ ours() {
   : > "$LOG/train_$name.log"  # there before the polling below reads it
   LD_LIBRARY_PATH="$OUR_LD" "$BIN/nanochat" base-train --device-type "$DEV" --data "$WORK/corpus" --depth "$depth" \
     --window-pattern "$pattern" --max-seq-len "$SEQ" --total-batch-size "$TOTAL_BATCH" --num-iterations 100000 \
-    --eval-every -1 --sample-every -1 --core-metric-every -1 --model-tag "gpu_$name" $TRAIN_FLAGS "$@" \
-    > "$LOG/train_$name.log" 2>&1 &
+    --eval-every -1 --sample-every -1 --core-metric-every -1 --model-tag "gpu_$name" --preflight-steps "$STEPS" \
+    $TRAIN_FLAGS "$@" > "$LOG/train_$name.log" 2>&1 &
   pid=$!
   gpu_mem_watch "$pid" "$LOG/train_$name.gpu_mem" &
   start=$(date +%s)
-  while kill -0 "$pid" 2> /dev/null; do
-    n=$(grep -c 'tok/sec: ' "$LOG/train_$name.log")
-    [ "$n" -ge "$STEPS" ] && { echo "timed" > "$LOG/train_$name.rc"; break; }
+  while kill -0 "$pid" 2> /dev/null; do  # --preflight-steps: it ends by itself after STEPS steps
     [ $(( $(date +%s) - start )) -ge "$b" ] && { echo "124" > "$LOG/train_$name.rc"; break; }
     sleep 0.2
   done
+  grep -q '^{"preflight_steps"' "$LOG/train_$name.log" && [ ! -s "$LOG/train_$name.rc" ] && echo "timed" > "$LOG/train_$name.rc"
   kill -KILL "$pid" 2> /dev/null
   wait "$pid" 2> /dev/null
   local rc=$?
@@ -186,29 +187,34 @@ ours() {
   grep 'attention, window' "$LOG/train_$name.log" | sed -E 's/^.*(attention, window)/  \1/'
   [ "$(cat "$LOG/train_$name.rc")" = timed ] || tail -5 "$LOG/train_$name.log"
 }
-# UPSTREAM's model + optimizer, window pattern L, at our L runs' batch, accumulation and text
+# UPSTREAM's model + optimizer at our L runs' batch, accumulation and text, window pattern L or
+# SSSL (without FA3 its SSSL windows run as SDPA with a mask: what a node without FA3 runs)
 upstream() {
-  local depth=$1 b
+  local depth=$1 pattern=$2 b
   [ -n "${UPSTREAM:-}" ] || return 0
+  echo "upstream_d${depth}_$pattern" >> "$LOG/upstream_runs"
   b=$(budget 120 "$KEEP_FOR_TESTS")
-  [ "$b" -lt 40 ] && { echo "upstream d$depth: skipped, out of time"; return; }
+  [ "$b" -lt 40 ] && { echo "upstream d$depth $pattern: skipped, out of time"; return; }
   local tokens=()
   [ -s "$WORK/tokens.json" ] && tokens=(--tokens "$WORK/tokens.json")
   limit "$b" $PY bench/gpu/upstream_step.py "$UPSTREAM" --device "$DEV" --depth "$depth" --batch "$DBS" --seq-len "$SEQ" \
-    --grad-accum "$ACCUM" "${tokens[@]}" --steps $((STEPS - WARM)) --warmup "$WARM" $UP_FLAGS \
-    > "$LOG/upstream_d$depth.json" 2> "$LOG/upstream_d$depth.log"
+    --grad-accum "$ACCUM" "${tokens[@]}" --steps $((STEPS - WARM)) --warmup "$WARM" --window-pattern "$pattern" $UP_FLAGS \
+    > "$LOG/upstream_d${depth}_$pattern.json" 2> "$LOG/upstream_d${depth}_$pattern.log"
   local rc=$?
-  if [ "$rc" = 0 ]; then echo "upstream d$depth ($UPSTREAM): $(tail -1 "$LOG/upstream_d$depth.json")"
-  else echo "upstream d$depth: exit $rc$([ "$rc" = 124 ] && echo ' (out of its time)'); $(grep . "$LOG/upstream_d$depth.log" | tail -1)"; fi
+  if [ "$rc" = 0 ]; then echo "upstream d$depth $pattern ($UPSTREAM): $(tail -1 "$LOG/upstream_d${depth}_$pattern.json")"
+  else echo "upstream d$depth $pattern: exit $rc$([ "$rc" = 124 ] && echo ' (out of its time)'); $(grep . "$LOG/upstream_d${depth}_$pattern.log" | tail -1)"; fi
 }
 # most wanted first: what is left out when time runs short says so
 read -r DA DB <<< "$DEPTHS"
+# upstream right after ours at the same pattern (not last, where a cold torch.compile may run out
+# of the deadline), both patterns at the same device batch
 ours "d${DA}_L" "$DA" L --device-batch-size "$DBS"
-ours "d${DA}_SSSL" "$DA" SSSL $DEFAULT_DBS
+upstream "$DA" L
+ours "d${DA}_SSSL" "$DA" SSSL --device-batch-size "$DBS"
+upstream "$DA" SSSL
 [ -z "${DRY_RUN:-}" ] && ours "d${DA}_SSSL_fp8" "$DA" SSSL --fp8  # FP8 takes CUDA
-upstream "$DA"
 ours "d${DB}_L" "$DB" L --device-batch-size "$DBS"
-upstream "$DB"
+upstream "$DB" L
 ours "d${DB}_SSSL" "$DB" SSSL $DEFAULT_DBS
 
 echo "== CUDA tests: the fused kernels (AdamW's and Muon's too), FP8, the flash windows, the loader's staging"
@@ -257,19 +263,26 @@ for name in read("runs").split():
     tps = len(timed) / sum(1 / s[1] for s in timed) if timed and all(s[1] for s in timed) else None
     accum = re.search(r"total batch (\d+) tokens .*?grad accumulation (\d+)", text)
     mem = read(f"train_{name}.gpu_mem").strip()
+    pre = [json.loads(l) for l in text.splitlines() if l.startswith("{\"preflight_steps\"")]
+    peak = pre[-1].get("peak_memory_bytes") if pre else None
     # outcome: timed, skipped, 124 (out of its time before its last step) or a failed run's exit code
     r[name] = {"outcome": rc or "skipped", "timed_steps": len(timed), "tok_per_sec": round(tps) if tps else None,
                "bf16_mfu": round(tps * timed[0][2] / timed[0][1], 2) if tps else None,
                "grad_accum": int(accum[2]) if accum else None,
                "device_batch_size": int(accum[1]) // int(accum[2]) // seq_len if accum else None,
                "gpu_mem_used_mib": int(mem) if mem else None,
+               # the allocator's peak (max_memory_allocated), as upstream's figure
+               "peak_mem_mb": round(peak / 2**20) if peak else None,
                "attention": re.findall(r"attention, window (\d+): (.*)", text)}
-for d in os.environ["DEPTHS"].split():
-    try: up = json.loads(read(f"upstream_d{d}.json").strip().splitlines()[-1])
+for run in read("upstream_runs").split():  # upstream_d20_L ...
+    try: up = json.loads(read(f"{run}.json").strip().splitlines()[-1])
     except (IndexError, ValueError): continue
-    r[f"upstream_d{d}"] = up
-    ours = r.get(f"d{d}_L", {}).get("tok_per_sec")
-    if ours and up.get("tok_per_sec"): r[f"d{d}_L_over_upstream"] = round(ours / up["tok_per_sec"], 3)
+    r[run] = up
+    mine = r.get(run[len("upstream_"):], {})
+    if mine.get("tok_per_sec") and up.get("tok_per_sec"):
+        r[f"{run[len('upstream_'):]}_over_upstream"] = round(mine["tok_per_sec"] / up["tok_per_sec"], 3)
+    if mine.get("peak_mem_mb") and up.get("peak_mem_mb"):
+        r[f"{run[len('upstream_'):]}_memory_over_upstream"] = round(mine["peak_mem_mb"] / up["peak_mem_mb"], 3)
 lines = [l for l in read("bench_kernels.txt").splitlines() if l.strip()]
 try: last = json.loads(lines[-1])  # a bench that ends with its own JSON line
 except (IndexError, ValueError): last = None
@@ -284,11 +297,13 @@ rows = [("binaries", r["binaries"]),
 for name in read("runs").split():
     x = r[name]
     rows.append((name, f"{x['outcome']}: {x['tok_per_sec']} tok/s, MFU {x['bf16_mfu']}, {x['timed_steps']} steps timed, "
-                       f"accum {x['grad_accum']}, GPU memory {x['gpu_mem_used_mib']} MiB"))
-for d in os.environ["DEPTHS"].split():
-    if f"upstream_d{d}" in r:
-        rows.append((f"upstream d{d}", f"{round(r[f'upstream_d{d}']['tok_per_sec'])} tok/s; ours L / upstream "
-                                       f"{r.get(f'd{d}_L_over_upstream', '?')}"))
+                       f"accum {x['grad_accum']}, peak allocated {x['peak_mem_mb']} MiB, GPU memory {x['gpu_mem_used_mib']} MiB"))
+for run in read("upstream_runs").split():
+    if run in r:
+        mine = run[len("upstream_"):]
+        rows.append((run, f"{round(r[run]['tok_per_sec'])} tok/s, peak allocated {r[run].get('peak_mem_mb')} MiB; "
+                          f"ours / upstream: speed {r.get(f'{mine}_over_upstream', '?')}, "
+                          f"memory {r.get(f'{mine}_memory_over_upstream', '?')}"))
 rows.append(("seconds", r["seconds"]))
 for key, value in rows:
     print(f"{key:<28} {value}")

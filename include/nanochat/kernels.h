@@ -1,4 +1,4 @@
-// defines: kernels_enabled, kernels_check_result, kernels_self_check, kernels_linear_softcap_ce, kernels_linear_softcap_ce_mean, kernels_mlp_relu_square,
+// defines: kernels_enabled, kernels_check_result, kernels_self_check, kernels_set_agreement, kernels_linear_softcap_ce, kernels_linear_softcap_ce_mean, kernels_mlp_relu_square,
 //          kernels_rotary_norm, kernels_linear_softcap_ce_reference, kernels_linear_softcap_ce_mean_reference,
 //          kernels_mlp_relu_square_reference, kernels_rotary_norm_reference,
 //          kernels_residual_norm, kernels_residual_norm_reference,
@@ -17,6 +17,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,7 +39,15 @@ struct kernels_check_result {
   double fused_ms, reference_ms;
   std::string detail;  // why, when the kernel threw
 };
-std::vector<kernels_check_result> kernels_self_check(at::Device device, at::ScalarType dtype);
+// announce: log each op's name before its check runs (doctor --kernels). The checks run with fp32
+// matmuls at "highest" and leave the caller's setting as it was.
+std::vector<kernels_check_result> kernels_self_check(at::Device device, at::ScalarType dtype, bool announce = false);
+
+// Under more than one rank (compute_init sets it; empty clears it): called with each op's ok flag
+// (1/0) after every self-check, in the registry's order, it replaces them with their MIN across the
+// ranks, so that every rank runs the same path. A collective: every rank's checks run at the same
+// point of the program (the first fused op of a device and dtype, or doctor --kernels).
+void kernels_set_agreement(std::function<void(std::vector<int64_t>&)> all_reduce_min);
 
 // Per-token losses of cross_entropy(softcap * tanh((x @ weight^T)[:, :vocab] / softcap), targets)
 // with targets -1 ignored (loss 0): x (N, C) in the compute dtype, weight (Vp >= vocab, C) the

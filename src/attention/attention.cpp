@@ -106,7 +106,8 @@ Tensor attention_causal_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, 
                                    (long long)q.size(1), (long long)k.size(1));
   const int64_t T = q.size(1);
   const bool full = window < 0 || window >= T - 1;
-  if (!full && attention_flash_window_supported(q, k)) return attention_flash_window(q, k, v, window);
+  if (!full && attention_flash_window_supported(q, k) && attention_flash_window_checked(q))
+    return attention_flash_window(q, k, v, window);
   Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);
   Tensor y = full ? sdpa(qt, kt, vt, std::nullopt, true) : chunked_window(qt, kt, vt, window);
   return y.transpose(1, 2);
@@ -124,7 +125,8 @@ std::string attention_kernel_name(const Tensor& q, const Tensor& k, int64_t wind
                                          : "nanochat CPU attention, window of " + std::to_string(window);
   Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2);
   if (window < 0 || window >= T - 1) return sdpa_name(qt, kt, std::nullopt, true) + ", causal";
-  if (attention_flash_window_supported(q, k)) return "flash with a real window of " + std::to_string(window);
+  if (attention_flash_window_supported(q, k) && attention_flash_window_checked(q))
+    return "flash with a real window of " + std::to_string(window);
   const int64_t blk = std::max<int64_t>(window, 1);
   Tensor qb = qt.narrow(2, 0, std::min(blk, T)), kb = kt.narrow(2, 0, std::min(2 * blk, T));
   Tensor mask = at::ones({1, 1, qb.size(2), kb.size(2)}, q.options().dtype(torch::kBool));

@@ -1,4 +1,4 @@
-// defines: attention_flash_window_supported, attention_flash_window
+// defines: attention_flash_window_supported, attention_flash_window, attention_flash_window_checked
 // Causal sliding-window attention through LibTorch's own FlashAttention-2 kernel, with a
 // real window: at::_flash_attention_forward/_backward take window_size_left/right, which
 // at::scaled_dot_product_attention does not expose. The kernel skips the key blocks outside
@@ -20,5 +20,9 @@ bool attention_flash_window_supported(const torch::Tensor& q, const torch::Tenso
 // 1/sqrt(D). Returns (B,T,H,D); differentiable in q, k and v.
 torch::Tensor attention_flash_window(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      int64_t window);
+
+// whether the real window passed the kernels' self-check on q's device in q's dtype (running the
+// check the first time; true with NANOCHAT_KERNELS=0, which turns off only nanochat's kernels)
+bool attention_flash_window_checked(const torch::Tensor& q);
 
 }  // namespace nanochat

@@ -1,4 +1,4 @@
-// defines: attention_flash_window_supported, attention_flash_window
+// defines: attention_flash_window_supported, attention_flash_window, attention_flash_window_checked
 // CUDA-only (compiled when the LibTorch found has CUDA). The sliding window of flash_window.h
 // as an autograd function over ATen's FlashAttention-2 entry points, called the way
 // PyTorch's own SDPA flash path calls them but with a window:
@@ -23,7 +23,9 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
+#include "../kernels/kernels_internal.h"  // the self-check's registry and verdicts
 #include "nanochat/common/error.h"
+#include "nanochat/kernels.h"
 
 namespace nanochat {
 namespace {
@@ -78,6 +80,39 @@ bool attention_flash_window_supported(const Tensor& q, const Tensor& k) {
   if (p->major < 8) return false;
   if (D > 192 && p->major == 8 && p->minor > 0) return false;  // sm86/sm89: backward needs sm80/sm90 smem
   return true;
+}
+
+namespace {
+
+// the kernels' self-check of the real window (kernels_check.cpp runs it with the fused ops, the
+// first time a GPU meets a dtype, and in doctor --kernels): against the kernels module's
+// attention reference (the (B, H, T, T) scores masked), forward and backward, at a small shape
+// (40 queries on 4 heads of 16, 2 kv heads, window 9) and at d24's (2048 queries on 12 heads of
+// 128, the short window of 512). The model then uses the real window only where it passed.
+std::vector<Tensor> flash_window_check(at::Device device, at::ScalarType dtype, bool fused) {
+  struct Shape { int64_t T, H, Hkv, D, window; };
+  std::vector<Shape> shapes = {{40, 4, 2, 16, 9}, {2048, 12, 12, 128, 512}};
+  std::vector<Tensor> out;
+  for (const Shape& s : shapes) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(29);
+    Tensor q = at::randn({1, s.T, s.H, s.D}, gen).to(device, dtype).requires_grad_();
+    Tensor k = at::randn({1, s.T, s.Hkv, s.D}, gen).to(device, dtype).requires_grad_();
+    Tensor v = at::randn({1, s.T, s.Hkv, s.D}, gen).to(device, dtype).requires_grad_();
+    if (!attention_flash_window_supported(q, k)) return {};
+    Tensor dout = at::randn({1, s.T, s.H, s.D}, gen).to(device, dtype);
+    Tensor o = fused ? attention_flash_window(q, k, v, s.window) : kernels_attention_reference(q, k, v, s.window);
+    auto grads = torch::autograd::grad({o}, {q, k, v}, {dout});
+    out.insert(out.end(), {o, grads[0], grads[1], grads[2]});
+  }
+  return out;
+}
+const bool registered = kernels_register_check({"flash_window", flash_window_check});
+
+}  // namespace
+
+bool attention_flash_window_checked(const Tensor& q) {
+  // NANOCHAT_KERNELS=0 turns our kernels off, not LibTorch's flash kernel
+  return !kernels_enabled() || kernels_check_passed("flash_window", q.device(), q.scalar_type());
 }
 
 Tensor attention_flash_window(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {

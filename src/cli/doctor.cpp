@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "nanochat/common.h"
+#include "nanochat/common/device_driver.h"
 #include "nanochat/dist/compute.h"
 #include "nanochat/kernels.h"
 
@@ -22,7 +23,7 @@ static std::vector<kernels_check_result> doctor_kernel_table(const Compute& c) {
   std::vector<kernels_check_result> rows;
   for (torch::ScalarType dtype : {c.dtype, torch::kFloat32}) {
     if (!rows.empty() && dtype == c.dtype) break;  // the compute dtype is fp32: checked once
-    auto r = kernels_self_check(c.device, dtype);
+    auto r = kernels_self_check(c.device, dtype, /*announce=*/true);  // a kernel that kills the process is named
     rows.insert(rows.end(), r.begin(), r.end());
   }
   log_info("kernel self-check on %s (each op forward and backward, kernel against its ATen reference):",
@@ -61,13 +62,10 @@ static nlohmann::json kernels_json(const std::vector<kernels_check_result>& rows
 // doctor --kernels: the table, every rank's verdict, the JSON line last; the exit code
 static int doctor_kernels(const Compute& c) {
   auto rows = doctor_kernel_table(c);
+  // every rank checked its own device and the verdicts are agreed (compute_init): an op that
+  // failed on any rank is failed in every rank's rows
   int failed = 0;
   for (const kernels_check_result& r : rows) failed += r.ok ? 0 : 1;
-  if (c.env.world_size > 1) {  // every rank checked its own GPU: the verdict is all of theirs
-    auto total = torch::tensor({(int64_t)failed}, torch::kLong).to(c.dist->device());
-    c.dist->all_reduce(total, ReduceOp::SUM);
-    failed = (int)total.item<int64_t>();
-  }
   if (failed > 0)
     log_error("kernel self-check: %d op(s) disagree with their references (see the table%s)", failed,
               c.env.world_size > 1 ? "s of every rank" : "");
@@ -106,10 +104,21 @@ static void doctor_collectives(Compute& c, double mb) {
   log_info("collective self-test: all %zu collectives passed on all %d ranks", results.size(), c.env.world_size);
 }
 
-static int doctor_run(const std::string& device_flag, double mb, bool check_kernels) {
+static int doctor_run(std::string device_flag, double mb, bool check_kernels) {
+  // doctor is what to run when the GPU is not used: it says why and goes on on the CPU, where
+  // training, eval and serving stop with the same line
+  const std::string unusable = device_flag.empty() ? gpu_unusable_reason() : "";
+  if (!unusable.empty()) device_flag = "cpu";
   Compute c = compute_init(device_flag);
   std::istringstream version(cli_version_text());
   for (std::string line; std::getline(version, line);) log_info("%s", line.c_str());
+  // the driver next to the CUDA the wheel needs: the first thing to compare when the GPU is idle
+  std::string driver = nvidia_driver_version(), wheel = libtorch_cuda_version();
+  if (driver.empty()) driver = "none";
+  else if (const int runs = cuda_major_for_driver(driver)) driver += strprintf(" (runs CUDA %d.x at most)", runs);
+  else driver += " (too old for any CUDA build of torch)";
+  log_info("NVIDIA driver: %s; LibTorch's CUDA: %s", driver.c_str(), wheel.empty() ? "none (a CPU build)" : wheel.c_str());
+  if (!unusable.empty()) log_warn("the GPU is not used: %s", unusable.c_str());
   HostInfo host = host_info();
   log_info("CPU: %s, %d hardware threads, %d used by this rank", host.cpu_model.c_str(),
            host.hardware_threads, c.cpu_threads);

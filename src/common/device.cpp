@@ -11,6 +11,7 @@
 #include <malloc.h>
 #endif
 
+#include "nanochat/common/device_driver.h"
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"
 
@@ -18,12 +19,20 @@ namespace nanochat {
 
 std::string device_autodetect(const std::string& requested) {
   bool have_cuda = torch::cuda::is_available();
-  if (requested.empty()) return have_cuda ? "cuda" : "cpu";
+  if (requested.empty()) {
+    if (have_cuda) return "cuda";
+    const std::string why = gpu_unusable_reason();
+    if (!why.empty()) fail("%s", why.c_str());
+    return "cpu";
+  }
   if (requested == "cpu") return "cpu";
   if (requested == "cuda") {
-    if (!have_cuda)
+    if (!have_cuda) {
+      const std::string why = gpu_unusable_reason();
+      if (!why.empty()) fail("--device-type=cuda: %s", why.c_str());
       fail("--device-type=cuda but no CUDA GPU is visible%s; use --device-type=cpu",
            cuda_built() ? "" : " (this build has no CUDA)");
+    }
     return "cuda";
   }
   fail("--device-type='%s' is not one of cuda, cpu", requested.c_str());

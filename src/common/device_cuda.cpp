@@ -1,8 +1,10 @@
 // CUDA-only: compiled when the LibTorch found has CUDA (see CMakeLists.txt).
 // Works on machines without a GPU too: every query first asks for the device count.
 #include "nanochat/common/device.h"
+#include "nanochat/common/device_driver.h"
 
 #include <ATen/cuda/CUDAContext.h>
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <cuda_runtime_api.h>
@@ -36,6 +38,16 @@ std::vector<CudaDeviceInfo> cuda_device_infos(int only, bool with_memory) {
 std::string cuda_runtime_version() {
   int v = CUDART_VERSION;  // the toolkit this binary was compiled against
   return strprintf("%d.%d", v / 1000, (v % 1000) / 10);
+}
+
+std::string libtorch_cuda_version() {
+  // the runtime LibTorch's CUDA library links (the wheel's), which needs no driver to answer
+  try {
+    const long v = at::detail::getCUDAHooks().versionCUDART();
+    return strprintf("%ld.%ld", v / 1000, (v % 1000) / 10);
+  } catch (const std::exception&) {
+    return "";
+  }
 }
 
 std::string nccl_version() { return c10d::getNcclVersion(); }

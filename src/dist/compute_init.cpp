@@ -3,10 +3,12 @@
 #include <cstdlib>
 
 #include <ATen/Context.h>
+#include <torch/torch.h>
 
 #include "nanochat/common/device.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
+#include "nanochat/kernels.h"
 
 namespace nanochat {
 
@@ -27,6 +29,21 @@ Compute compute_init(const std::string& device_type_flag) {
   seed_everything(42);  // identical init on every rank: nanochat has no DDP broadcast
   if (c.device_type == "cuda") at::globalContext().setFloat32MatmulPrecision("high");  // TF32
   c.dist = std::make_unique<Dist>(c.env, c.device);
+  if (c.env.world_size > 1) {
+    // every rank runs the same path of each fused op: it runs its kernel only where the kernel
+    // passed its self-check on every rank (a rank alone on its reference would still train, but
+    // slower and with other roundings than the rest)
+    Dist* dist = c.dist.get();
+    // (the MIN of the ok flags, as the MAX of the failed ones: Dist reduces by SUM, AVG and MAX);
+    // ~Dist clears it
+    kernels_set_agreement([dist](std::vector<int64_t>& ok) {
+      torch::Tensor failed = 1 - torch::tensor(ok, torch::kLong);
+      failed = failed.to(dist->device());
+      dist->all_reduce(failed, ReduceOp::MAX);
+      failed = failed.cpu();
+      for (size_t i = 0; i < ok.size(); i++) ok[i] = 1 - failed[(int64_t)i].item<int64_t>();
+    });
+  }
   return c;
 }
 

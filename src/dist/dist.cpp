@@ -9,6 +9,7 @@
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
+#include "nanochat/kernels.h"
 
 namespace nanochat {
 
@@ -82,7 +83,10 @@ Dist::Dist(const DistEnv& env, const torch::Device& device) : env_(env), device_
   log_debug("process group %s up: rank %d of %d", backend_name().c_str(), env.rank, env.world_size);
 }
 
-Dist::~Dist() = default;
+// the kernels' self-check verdicts (compute_init) are no longer agreed through this group
+Dist::~Dist() {
+  if (env_.world_size > 1) kernels_set_agreement(nullptr);
+}
 
 std::string Dist::backend_name() const { return backend_ ? backend_->getBackendName() : "none"; }
 

@@ -73,18 +73,25 @@ void adamw_step_fused(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor
   kernels_fault_("adamw", p);
 }
 
-// the self-check: three steps on a (37, 29) param (ragged against any vector width)
+// the self-check: three steps on a (37, 29) param (ragged against any vector width); on a GPU
+// also on d24's embedding, (32768, 1536)
 std::vector<torch::Tensor> adamw_check(at::Device device, at::ScalarType dtype, bool fused) {
   if (dtype != at::kFloat && dtype != at::kBFloat16) return {};
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
-  auto rand = [&](double scale) { return (at::randn({37, 29}, gen) * scale).to(device, dtype); };
-  torch::Tensor p = rand(1.0), m = at::zeros_like(p), v = at::zeros_like(p);
-  for (int64_t step = 1; step <= 3; step++) {
-    const torch::Tensor g = rand(0.1);
-    if (fused) adamw_step_fused(p, g, m, v, step, 0.02, 0.8, 0.95, 1e-10, 0.1);
-    else kernels_adamw_step_reference(p, g, m, v, step, 0.02, 0.8, 0.95, 1e-10, 0.1);
+  std::vector<std::vector<int64_t>> shapes = {{37, 29}};
+  if (kernels_check_real_shapes(device)) shapes.push_back({d24::vocab, d24::n_embd});
+  std::vector<torch::Tensor> out;
+  for (const std::vector<int64_t>& shape : shapes) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
+    auto rand = [&](double scale) { return (at::randn(shape, gen) * scale).to(device, dtype); };
+    torch::Tensor p = rand(1.0), m = at::zeros_like(p), v = at::zeros_like(p);
+    for (int64_t step = 1; step <= 3; step++) {
+      const torch::Tensor g = rand(0.1);
+      if (fused) adamw_step_fused(p, g, m, v, step, 0.02, 0.8, 0.95, 1e-10, 0.1);
+      else kernels_adamw_step_reference(p, g, m, v, step, 0.02, 0.8, 0.95, 1e-10, 0.1);
+    }
+    out.insert(out.end(), {p, m, v});
   }
-  return {p, m, v};
+  return out;
 }
 const bool registered = kernels_register_check({"adamw", adamw_check});
 

@@ -45,14 +45,30 @@ bool kernels_enabled() { return kernels_mode() != "0"; }
 bool kernels_strict() { return kernels_mode() == "strict"; }
 
 bool kernels_use_fused(const char* op, const torch::Tensor& x) {
-  return device_has_kernels(x) && kernels_check_passed(op, x.device(), x.scalar_type());
+  return kernels_use_fused(op, x, x.scalar_type());
+}
+
+bool kernels_use_fused_aten_on_cuda(const char* op, const torch::Tensor& x) {
+  const auto t = x.scalar_type();
+  if (x.is_cuda() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf))
+    return kernels_check_passed(op, x.device(), t);
+  return kernels_use_fused(op, x);
+}
+
+bool kernels_use_fused(const char* op, const torch::Tensor& x, at::ScalarType checked_dtype) {
+  return device_has_kernels(x) && kernels_check_passed(op, x.device(), checked_dtype);
 }
 
 namespace {
 
+// NANOCHAT_KERNELS_FAULT_RANK=<r> puts the fault on that rank alone (RANK; 0 in one process)
 bool fault_in(const char* op) {
   static const std::string faulty = env_get("NANOCHAT_KERNELS_FAULT").value_or("");
-  return !faulty.empty() && faulty == op;
+  static const bool this_rank = [] {
+    const auto only = env_get("NANOCHAT_KERNELS_FAULT_RANK");
+    return !only || *only == env_get("RANK").value_or("0");
+  }();
+  return this_rank && !faulty.empty() && faulty == op;
 }
 
 // half the tensor's largest magnitude plus a half: past every tolerance of the self-check

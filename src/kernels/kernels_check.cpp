@@ -5,13 +5,19 @@
 // as one error line and runs its reference for the rest of the process (NANOCHAT_KERNELS=strict:
 // the run stops instead). A GPU whose kernels miscompute then costs speed, not a training run.
 // The inputs come from a private generator: the run's own random stream is left as it was.
+// The checks run with fp32 matmuls at full precision ("highest", not the TF32 that training sets
+// on CUDA): an fp32 reference in TF32 is ~1e-3 off, ten times the fp32 tolerance, and would fail
+// correct kernels. The caller's setting is restored after. Under more than one rank the verdicts
+// are agreed (kernels_set_agreement): an op runs its kernel on every rank or on none.
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
 
 #include <ATen/ATen.h>
+#include <ATen/Context.h>
 #include <c10/core/InferenceMode.h>
 #include <torch/types.h>
 
@@ -47,17 +53,6 @@ double max_error(const std::vector<torch::Tensor>& fused, const std::vector<torc
   return worst;
 }
 
-// bf16 keeps 8 bits of mantissa (one rounding is 0.4%), fp16 11; the kernels round where the
-// eager ops round, except that they keep fp32 in between, so a few roundings apart at most
-double tolerance(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kDouble: return 1e-9;
-    case at::kFloat: return 1e-4;
-    case at::kHalf: return 1e-2;
-    default: return 5e-2;  // bfloat16
-  }
-}
-
 // runs `run` and waits for the device, in milliseconds
 template <typename F>
 double timed_ms(at::Device device, F&& run) {
@@ -68,9 +63,13 @@ double timed_ms(at::Device device, F&& run) {
 }
 
 kernels_check_result check_one(const kernels_check_entry& e, at::Device device, at::ScalarType dtype) {
-  kernels_check_result r{e.op, device.str(), dtype_name(dtype), true, false, 0, tolerance(dtype), 0, 0, ""};
-  // no kernels to check: a CPU without AVX2+FMA+F16C, a build without the CUDA kernels
-  if ((device.is_cpu() && !kernels_cpu_supported()) || (device.is_cuda() && !kernels_cuda_built())) return r;
+  kernels_check_result r{e.op, device.str(), dtype_name(dtype), true, false, 0,
+                         e.tolerance ? e.tolerance(device, dtype) : kernels_check_tolerance(dtype), 0, 0, ""};
+  // no kernels to check: a CPU without AVX2+FMA+F16C, a build without the CUDA kernels (but for
+  // an op whose CUDA path is ATen alone)
+  if ((device.is_cpu() && !kernels_cpu_supported()) ||
+      (device.is_cuda() && !kernels_cuda_built() && !e.cuda_without_nvcc))
+    return r;
   std::vector<torch::Tensor> fused, ref;
   try {
     r.reference_ms = timed_ms(device, [&] { ref = e.run(device, dtype, false); });
@@ -90,28 +89,75 @@ kernels_check_result check_one(const kernels_check_entry& e, at::Device device, 
   return r;
 }
 
+// fp32 matmuls at "highest" for the guard's life, the caller's precision restored after
+class Fp32MatmulHighest {
+ public:
+  Fp32MatmulHighest() : saved_(at::globalContext().float32MatmulPrecision()) {
+    at::globalContext().setFloat32MatmulPrecision("highest");
+  }
+  ~Fp32MatmulHighest() { at::globalContext().setFloat32MatmulPrecision(name(saved_)); }
+  Fp32MatmulHighest(const Fp32MatmulHighest&) = delete;
+  Fp32MatmulHighest& operator=(const Fp32MatmulHighest&) = delete;
+
+ private:
+  static const char* name(at::Float32MatmulPrecision p) {
+    switch (p) {
+      case at::Float32MatmulPrecision::HIGH: return "high";
+      case at::Float32MatmulPrecision::MEDIUM: return "medium";
+      default: return "highest";
+    }
+  }
+  at::Float32MatmulPrecision saved_;
+};
+
 std::mutex check_mutex;
+std::function<void(std::vector<int64_t>&)> agreement;  // MIN of the ok flags across ranks, or empty
 std::map<std::string, bool> verdicts;  // "op|device|dtype" -> passed
 std::map<std::string, bool> checked;   // "device|dtype" -> every op checked there
 thread_local bool in_check = false;    // the checks' own calls of the ops run their kernels
 
 std::string key(const std::string& a, const std::string& b) { return a + "|" + b; }
 
-// runs every op's check on device in dtype and records the verdicts; check_mutex held
-std::vector<kernels_check_result> run_checks(at::Device device, at::ScalarType dtype) {
-  // small tensors built and differentiated here, whatever the caller's modes
-  c10::InferenceMode not_inference(false);
-  torch::AutoGradMode grad_on(true);
-  in_check = true;
+const char* const kOtherRank = "failed on another rank";
+
+// runs every op's check on device in dtype and records the verdicts (agreed across ranks when
+// there is more than one); check_mutex held. announce: one line naming each op before it runs,
+// so that a kernel that kills the process (a CUDA context lost) is named in the log.
+std::vector<kernels_check_result> run_checks(at::Device device, at::ScalarType dtype, bool announce) {
   std::vector<kernels_check_result> results;
-  for (const kernels_check_entry& e : registry()) results.push_back(check_one(e, device, dtype));
-  in_check = false;
+  {
+    // small tensors built and differentiated here, whatever the caller's modes
+    c10::InferenceMode not_inference(false);
+    torch::AutoGradMode grad_on(true);
+    Fp32MatmulHighest full_precision;
+    in_check = true;
+    for (const kernels_check_entry& e : registry()) {
+      if (announce)
+        log_info("kernel self-check: %s on %s in %s...", e.op, device.str().c_str(), dtype_name(dtype).c_str());
+      results.push_back(check_one(e, device, dtype));  // catches what the op throws
+    }
+    in_check = false;
+  }
+  if (agreement) {  // every rank runs the same path: an op passes only where it passed on all ranks
+    std::vector<int64_t> ok;
+    for (const kernels_check_result& r : results) ok.push_back(r.ok ? 1 : 0);
+    agreement(ok);
+    for (size_t i = 0; i < results.size(); i++)
+      if (results[i].ok && ok.at(i) == 0) {
+        results[i].ok = false;
+        results[i].detail = kOtherRank;
+      }
+  }
   for (const kernels_check_result& r : results) {
     verdicts[key(r.op, key(r.device, r.dtype))] = r.ok;
     if (r.ok) continue;
-    const std::string what = strprintf("kernel self-check: %s on %s in %s disagrees with its ATen reference (max error %.3g, "
-                                       "tolerance %.3g)%s%s", r.op.c_str(), r.device.c_str(), r.dtype.c_str(),
-                                       r.max_error, r.tolerance, r.detail.empty() ? "" : ": ", r.detail.c_str());
+    const std::string what =
+        r.detail == kOtherRank
+            ? strprintf("kernel self-check: %s in %s passed on %s but %s", r.op.c_str(), r.dtype.c_str(), r.device.c_str(),
+                        kOtherRank)
+            : strprintf("kernel self-check: %s on %s in %s disagrees with its ATen reference (max error %.3g, "
+                        "tolerance %.3g)%s%s", r.op.c_str(), r.device.c_str(), r.dtype.c_str(), r.max_error,
+                        r.tolerance, r.detail.empty() ? "" : ": ", r.detail.c_str());
     if (kernels_strict()) fail("%s (NANOCHAT_KERNELS=strict)", what.c_str());
     log_error("%s; it runs its reference for the rest of this run", what.c_str());
   }
@@ -120,6 +166,17 @@ std::vector<kernels_check_result> run_checks(at::Device device, at::ScalarType d
 }
 
 }  // namespace
+
+// bf16 keeps 8 bits of mantissa (one rounding is 0.4%), fp16 11; the kernels round where the
+// eager ops round, except that they keep fp32 in between, so a few roundings apart at most
+double kernels_check_tolerance(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kDouble: return 1e-9;
+    case at::kFloat: return 1e-4;
+    case at::kHalf: return 1e-2;
+    default: return 5e-2;  // bfloat16
+  }
+}
 
 bool kernels_register_check(kernels_check_entry entry) {
   registry().push_back(entry);
@@ -131,14 +188,19 @@ bool kernels_check_passed(const char* op, at::Device device, at::ScalarType dtyp
   if (!kernels_enabled()) return false;
   std::lock_guard<std::mutex> lock(check_mutex);
   const std::string where = key(device.str(), dtype_name(dtype));
-  if (!checked.count(where)) run_checks(device, dtype);
+  if (!checked.count(where)) run_checks(device, dtype, false);
   auto it = verdicts.find(key(op, where));
   return it == verdicts.end() || it->second;
 }
 
-std::vector<kernels_check_result> kernels_self_check(at::Device device, at::ScalarType dtype) {
+std::vector<kernels_check_result> kernels_self_check(at::Device device, at::ScalarType dtype, bool announce) {
   std::lock_guard<std::mutex> lock(check_mutex);
-  return run_checks(device, dtype);
+  return run_checks(device, dtype, announce);
+}
+
+void kernels_set_agreement(std::function<void(std::vector<int64_t>&)> all_reduce_min) {
+  std::lock_guard<std::mutex> lock(check_mutex);
+  agreement = std::move(all_reduce_min);
 }
 
 }  // namespace nanochat

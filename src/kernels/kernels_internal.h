@@ -1,7 +1,7 @@
 // defines: kernels_use_fused, kernels_fault, kernels_check_entry, kernels_register_check,
 //          kernels_check_passed, kernels_strict,
 //          kernels_cpu_supported, kernels_cuda_built, kernels_addmm_acc, cast_float_bfloat16_cpu,
-//          cpu_kernel_threads
+//          cpu_kernel_threads, d24, kernels_check_real_shapes
 // What the ops of the kernels module share: the one rule that picks an op's fused kernel or
 // its reference, the fault switch for drills, the self-check's registry, and a few helpers.
 //
@@ -23,9 +23,16 @@ namespace nanochat {
 // dtype. The first call for a (device, dtype) runs the self-check of every op (kernels_check.cpp).
 // Otherwise the op runs its own `_reference`, which is also what the check compares against.
 bool kernels_use_fused(const char* op, const torch::Tensor& x);
+// the same, with the verdict of the dtype the op computes in where that is not x's (Muon: fp32
+// params and gradients, its X and Polar Express in bf16)
+bool kernels_use_fused(const char* op, const torch::Tensor& x, at::ScalarType checked_dtype);
+// the same for an op whose CUDA path is ATen alone (kernels_check_entry::cuda_without_nvcc): on a
+// GPU it needs no CUDA kernels in the build
+bool kernels_use_fused_aten_on_cuda(const char* op, const torch::Tensor& x);
 
 // NANOCHAT_KERNELS_FAULT=<op> (drills and tests, never by default): the op's fused output comes
-// back perturbed, far past any tolerance, so that the self-check has something to catch.
+// back perturbed, far past any tolerance, so that the self-check has something to catch;
+// NANOCHAT_KERNELS_FAULT_RANK=<r> too: on that rank alone.
 torch::Tensor kernels_fault(const char* op, const torch::Tensor& out);
 // the same for the ops that update tensors in place (AdamW, Muon): t is perturbed in place
 void kernels_fault_(const char* op, torch::Tensor& t);
@@ -37,14 +44,31 @@ void kernels_fault_(const char* op, torch::Tensor& t);
 struct kernels_check_entry {
   const char* op;
   std::vector<torch::Tensor> (*run)(at::Device device, at::ScalarType dtype, bool fused);
+  // the op's own tolerance where the dtype's does not hold (null: the dtype's; kernels_check.cpp)
+  double (*tolerance)(at::Device device, at::ScalarType dtype) = nullptr;
+  // the op's CUDA path is ATen alone (fp8_linear's _scaled_mm): it runs, and is checked, in a
+  // build without the CUDA kernels too
+  bool cuda_without_nvcc = false;
 };
 bool kernels_register_check(kernels_check_entry entry);
+// the tolerance of the self-check in a dtype (docs/kernels.md says why each holds)
+double kernels_check_tolerance(at::ScalarType dtype);
 // whether `op` runs its kernel on device in dtype: kernels on and its self-check passed there,
 // running every op's check on the first call for that (device, dtype); true for an op without a
 // check there, and inside a check (which compares the kernels even under NANOCHAT_KERNELS=0)
 bool kernels_check_passed(const char* op, at::Device device, at::ScalarType dtype);
 // NANOCHAT_KERNELS=strict: a failed self-check stops the run instead of falling back
 bool kernels_strict();
+
+// The self-check's second shape of each op is one of the d24 speedrun's, so that the check
+// reaches the paths of the real widths (the CUDA kernels' multi-warp reductions and tiles, a
+// vocab of 32768): on a GPU, where it costs milliseconds; the CPU, whose kernels have no such
+// paths and which runs the check in every test process, keeps the small shapes (but for the
+// vocab of 32768, on 4 rows).
+namespace d24 {
+constexpr int64_t n_embd = 1536, n_head = 12, head_dim = 128, mlp_hidden = 4 * n_embd, vocab = 32768, seq_len = 2048;
+}
+inline bool kernels_check_real_shapes(at::Device device) { return device.is_cuda(); }
 
 // the CPU kernels are compiled for AVX2+FMA+F16C: true when this CPU has them
 bool kernels_cpu_supported();

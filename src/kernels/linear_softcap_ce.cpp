@@ -9,6 +9,8 @@
 // turns them into d loss / d logits in place; the mean (training) does that in its forward.
 #include "nanochat/kernels.h"
 
+#include <array>
+#include <cmath>
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -213,21 +215,31 @@ Tensor kernels_linear_softcap_ce_mean(const Tensor& x, const Tensor& weight, con
 namespace {
 
 // the self-check: 48 rows of width 32 against a padded vocab of 80 (72 counted), chunks of 16
-// rows, two targets ignored; the per-token losses and the mean, with their gradients
+// rows, two targets ignored; then d24's vocab of 32768 (the CUDA kernel's multi-warp rows), on
+// 1024 rows of width 1536 on a GPU and 4 rows of width 32 on the CPU; the per-token losses and
+// the mean, with their gradients
 std::vector<Tensor> linear_softcap_ce_check(at::Device device, at::ScalarType dtype, bool fused) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
-  Tensor x = at::randn({48, 32}, gen).to(device, dtype).requires_grad_();
-  Tensor w = (at::randn({80, 32}, gen) * 0.5).to(device, at::kFloat).requires_grad_();
-  Tensor targets = at::randint(0, 72, {48}, gen).index_fill_(0, at::tensor({5, 30}, at::kLong), -1).to(device);
-  Tensor dloss = at::rand({48}, gen).to(device);
+  struct Shape { int64_t rows, width, padded_vocab, vocab, chunk; };
+  std::vector<Shape> shapes = {{48, 32, 80, 72, 16}};
+  if (kernels_check_real_shapes(device)) shapes.push_back({1024, d24::n_embd, d24::vocab, d24::vocab, 512});
+  else shapes.push_back({4, 32, d24::vocab, d24::vocab, 2});
   std::vector<Tensor> out;
-  for (bool mean : {false, true}) {
-    Tensor loss = mean ? (fused ? kernels_linear_softcap_ce_mean(x, w, targets, 72, 15.0, 16)
-                                : kernels_linear_softcap_ce_mean_reference(x, w, targets, 72, 15.0))
-                       : (fused ? kernels_linear_softcap_ce(x, w, targets, 72, 15.0, 16)
-                                : kernels_linear_softcap_ce_reference(x, w, targets, 72, 15.0));
-    auto grads = torch::autograd::grad({loss}, {x, w}, {mean ? at::ones_like(loss) : dloss.to(loss.scalar_type())});
-    out.insert(out.end(), {loss, grads[0], grads[1]});
+  for (const Shape& s : shapes) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
+    Tensor x = at::randn({s.rows, s.width}, gen).to(device, dtype).requires_grad_();
+    Tensor w = (at::randn({s.padded_vocab, s.width}, gen) * (0.5 * std::sqrt(32.0 / (double)s.width)))
+                   .to(device, at::kFloat).requires_grad_();
+    Tensor targets = at::randint(0, s.vocab, {s.rows}, gen).index_fill_(0, at::tensor(std::vector<int64_t>{1, s.rows - 2}), -1)
+                         .to(device);
+    Tensor dloss = at::rand({s.rows}, gen).to(device);
+    for (bool mean : {false, true}) {
+      Tensor loss = mean ? (fused ? kernels_linear_softcap_ce_mean(x, w, targets, s.vocab, 15.0, s.chunk)
+                                  : kernels_linear_softcap_ce_mean_reference(x, w, targets, s.vocab, 15.0))
+                         : (fused ? kernels_linear_softcap_ce(x, w, targets, s.vocab, 15.0, s.chunk)
+                                  : kernels_linear_softcap_ce_reference(x, w, targets, s.vocab, 15.0));
+      auto grads = torch::autograd::grad({loss}, {x, w}, {mean ? at::ones_like(loss) : dloss.to(loss.scalar_type())});
+      out.insert(out.end(), {loss, grads[0], grads[1]});
+    }
   }
   return out;
 }

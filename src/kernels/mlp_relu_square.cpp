@@ -4,6 +4,8 @@
 // and h, and recomputes relu(h)^2 in backward (one cheap pass) for w_proj's gradient.
 #include "nanochat/kernels.h"
 
+#include <array>
+#include <cmath>
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -79,15 +81,22 @@ Tensor kernels_mlp_relu_square(const Tensor& x, const Tensor& w_fc, const Tensor
 
 namespace {
 
-// the self-check: (2, 5, 16) through a 64-wide hidden layer, with the three gradients
+// the self-check: (2, 5, 16) through a 64-wide hidden layer, with the three gradients; on a GPU
+// also one d24 sequence, (1, 2048, 1536) through 6144
 std::vector<Tensor> mlp_relu_square_check(at::Device device, at::ScalarType dtype, bool fused) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
-  Tensor x = at::randn({2, 5, 16}, gen).to(device, dtype).requires_grad_();
-  Tensor w_fc = (at::randn({64, 16}, gen) * 0.25).to(device, dtype).requires_grad_();
-  Tensor w_proj = (at::randn({16, 64}, gen) * 0.125).to(device, dtype).requires_grad_();
-  Tensor y = fused ? kernels_mlp_relu_square(x, w_fc, w_proj) : kernels_mlp_relu_square_reference(x, w_fc, w_proj);
-  auto grads = torch::autograd::grad({y}, {x, w_fc, w_proj}, {at::randn(y.sizes(), gen).to(device, dtype)});
-  return {y, grads[0], grads[1], grads[2]};
+  std::vector<std::array<int64_t, 4>> shapes = {{2, 5, 16, 64}};  // B, T, C, hidden
+  if (kernels_check_real_shapes(device)) shapes.push_back({1, d24::seq_len, d24::n_embd, d24::mlp_hidden});
+  std::vector<Tensor> out;
+  for (auto [B, T, C, H] : shapes) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
+    Tensor x = at::randn({B, T, C}, gen).to(device, dtype).requires_grad_();
+    Tensor w_fc = (at::randn({H, C}, gen) / std::sqrt((double)C)).to(device, dtype).requires_grad_();
+    Tensor w_proj = (at::randn({C, H}, gen) / std::sqrt((double)H)).to(device, dtype).requires_grad_();
+    Tensor y = fused ? kernels_mlp_relu_square(x, w_fc, w_proj) : kernels_mlp_relu_square_reference(x, w_fc, w_proj);
+    auto grads = torch::autograd::grad({y}, {x, w_fc, w_proj}, {at::randn(y.sizes(), gen).to(device, dtype)});
+    out.insert(out.end(), {y, grads[0], grads[1], grads[2]});
+  }
+  return out;
 }
 const bool registered = kernels_register_check({"mlp_relu_square", mlp_relu_square_check});
 

@@ -56,7 +56,8 @@ Tensor fro_norm(const Tensor& t) {
 // whether the fused passes take these: params (and grads, buffers) fp32 -- or fp64 on the
 // CPU, with an fp64 X -- contiguous and on one device; X fp32 or bf16
 bool muon_fusable(const std::vector<Tensor>& mats, const Tensor& state, at::ScalarType x_dtype) {
-  if (mats.empty() || !kernels_use_fused("muon", mats[0])) return false;
+  // the verdict of X's dtype: the check in that dtype is the one that ran these passes with it
+  if (mats.empty() || !kernels_use_fused("muon", mats[0], x_dtype)) return false;
   const Tensor& m0 = mats[0];
   const auto t = m0.scalar_type();
   const bool dtypes_ok = (t == at::kFloat && (x_dtype == at::kFloat || x_dtype == at::kBFloat16)) ||
@@ -198,13 +199,17 @@ void kernels_muon_finish(const Tensor& X, std::vector<Tensor>& params, Tensor& s
 namespace {
 
 // the self-check: one step of two wide (24, 40) and of two tall (40, 24) matrices, fp32 params
-// (fp64 for fp64) with X in the checked dtype, as the optimizer runs it
+// (fp64 for fp64) with X in the checked dtype, as the optimizer runs it; on a GPU also d24's
+// MLP matrices, (1536, 6144) and (6144, 1536)
 std::vector<Tensor> muon_check(at::Device device, at::ScalarType dtype, bool fused) {
   if (dtype == at::kHalf || (dtype == at::kDouble && !device.is_cpu())) return {};
   const at::ScalarType pdt = dtype == at::kDouble ? at::kDouble : at::kFloat;
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  std::vector<std::pair<int64_t, int64_t>> shapes = {{24, 40}, {40, 24}};
+  if (kernels_check_real_shapes(device))
+    shapes.insert(shapes.end(), {{d24::n_embd, d24::mlp_hidden}, {d24::mlp_hidden, d24::n_embd}});
   std::vector<Tensor> out;
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{24, 40}, {40, 24}}) {
+  for (auto [rows, cols] : shapes) {
     auto rand = [&](std::vector<int64_t> shape) { return at::randn(shape, gen).to(device, pdt); };
     std::vector<Tensor> grads = {rand({rows, cols}), rand({rows, cols})}, params = {rand({rows, cols}), rand({rows, cols})};
     Tensor momentum = rand({2, rows, cols}) * 0.1, second = rand(rows >= cols ? std::vector<int64_t>{2, rows, 1}

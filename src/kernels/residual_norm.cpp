@@ -107,24 +107,29 @@ std::pair<Tensor, Tensor> kernels_residual_norm(const Tensor& x, const Tensor& y
 
 namespace {
 
-// the self-check: (3, 7, 24) rows, with the lambdas (fp32 parameters, as the model's) and without
+// the self-check: (3, 7, 24) rows, with the lambdas (fp32 parameters, as the model's) and without;
+// on a GPU also one d24 sequence, (1, 2048, 1536)
 std::vector<Tensor> residual_norm_check(at::Device device, at::ScalarType dtype, bool fused) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(13);
+  std::vector<std::vector<int64_t>> shapes = {{3, 7, 24}};
+  if (kernels_check_real_shapes(device)) shapes.push_back({1, d24::seq_len, d24::n_embd});
   const auto acc = dtype == at::kDouble ? at::kDouble : at::kFloat;
-  Tensor x = at::randn({3, 7, 24}, gen).to(device, dtype).requires_grad_();
-  Tensor y = at::randn({3, 7, 24}, gen).to(device, dtype).requires_grad_();
-  Tensor a = (at::rand({}, gen) + 0.5).to(device, acc).requires_grad_();
-  Tensor b = (at::rand({}, gen) * 0.5).to(device, acc).requires_grad_();
-  Tensor dh = at::randn({3, 7, 24}, gen).to(device, dtype), dn = at::randn({3, 7, 24}, gen).to(device, dtype);
   std::vector<Tensor> out;
-  for (bool lambdas : {true, false}) {
-    const Tensor la = lambdas ? a : Tensor(), lb = lambdas ? b : Tensor();
-    auto [h, n] = fused ? kernels_residual_norm(x, y, la, lb) : kernels_residual_norm_reference(x, y, la, lb);
-    std::vector<Tensor> inputs = {x, y};
-    if (lambdas) inputs.insert(inputs.end(), {a, b});
-    auto grads = torch::autograd::grad({h, n}, inputs, {dh, dn});
-    out.insert(out.end(), {h, n});
-    out.insert(out.end(), grads.begin(), grads.end());
+  for (const std::vector<int64_t>& shape : shapes) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(13);
+    Tensor x = at::randn(shape, gen).to(device, dtype).requires_grad_();
+    Tensor y = at::randn(shape, gen).to(device, dtype).requires_grad_();
+    Tensor a = (at::rand({}, gen) + 0.5).to(device, acc).requires_grad_();
+    Tensor b = (at::rand({}, gen) * 0.5).to(device, acc).requires_grad_();
+    Tensor dh = at::randn(shape, gen).to(device, dtype), dn = at::randn(shape, gen).to(device, dtype);
+    for (bool lambdas : {true, false}) {
+      const Tensor la = lambdas ? a : Tensor(), lb = lambdas ? b : Tensor();
+      auto [h, n] = fused ? kernels_residual_norm(x, y, la, lb) : kernels_residual_norm_reference(x, y, la, lb);
+      std::vector<Tensor> inputs = {x, y};
+      if (lambdas) inputs.insert(inputs.end(), {a, b});
+      auto grads = torch::autograd::grad({h, n}, inputs, {dh, dn});
+      out.insert(out.end(), {h, n});
+      out.insert(out.end(), grads.begin(), grads.end());
+    }
   }
   return out;
 }

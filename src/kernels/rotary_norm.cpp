@@ -7,6 +7,8 @@
 
 #include <cfloat>
 
+#include <array>
+#include <cmath>
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -102,15 +104,23 @@ Tensor kernels_rotary_norm(const Tensor& x, const Tensor& cos, const Tensor& sin
 
 namespace {
 
-// the self-check: (2, 6, 3, 16) at positions 0..5 (the model's cos/sin of base 10000), scale 1.2
+// the self-check: (2, 6, 3, 16) at positions 0..5 (the model's cos/sin of base 10000), scale 1.2;
+// on a GPU also one d24 sequence, (1, 2048, 12, 128)
 std::vector<Tensor> rotary_norm_check(at::Device device, at::ScalarType dtype, bool fused) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
-  Tensor x = at::randn({2, 6, 3, 16}, gen).to(device, dtype).requires_grad_();
-  Tensor freqs = at::outer(at::arange(6, at::kDouble), at::pow(10000.0, -at::arange(0, 16, 2, at::kDouble) / 16.0));
-  Tensor cos = freqs.cos().view({1, 6, 1, 8}).to(device, dtype), sin = freqs.sin().view({1, 6, 1, 8}).to(device, dtype);
-  Tensor y = fused ? kernels_rotary_norm(x, cos, sin, 1.2) : kernels_rotary_norm_reference(x, cos, sin, 1.2);
-  auto grads = torch::autograd::grad({y}, {x}, {at::randn(y.sizes(), gen).to(device, dtype)});
-  return {y, grads[0]};
+  std::vector<std::array<int64_t, 4>> shapes = {{2, 6, 3, 16}};  // B, T, H, D
+  if (kernels_check_real_shapes(device)) shapes.push_back({1, d24::seq_len, d24::n_head, d24::head_dim});
+  std::vector<Tensor> out;
+  for (auto [B, T, H, D] : shapes) {
+    auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
+    Tensor x = at::randn({B, T, H, D}, gen).to(device, dtype).requires_grad_();
+    Tensor freqs = at::outer(at::arange(T, at::kDouble), at::pow(10000.0, -at::arange(0, D, 2, at::kDouble) / (double)D));
+    Tensor cos = freqs.cos().view({1, T, 1, D / 2}).to(device, dtype);
+    Tensor sin = freqs.sin().view({1, T, 1, D / 2}).to(device, dtype);
+    Tensor y = fused ? kernels_rotary_norm(x, cos, sin, 1.2) : kernels_rotary_norm_reference(x, cos, sin, 1.2);
+    auto grads = torch::autograd::grad({y}, {x}, {at::randn(y.sizes(), gen).to(device, dtype)});
+    out.insert(out.end(), {y, grads[0]});
+  }
+  return out;
 }
 const bool registered = kernels_register_check({"rotary_norm", rotary_norm_check});
 
