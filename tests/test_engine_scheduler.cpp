@@ -1,6 +1,5 @@
-// Tests for continuous batching (engine/scheduler.h) and the attention it rests on:
-//  - rows at different positions through the masked decode equal each row attended alone
-//    through the uniform KV-cache path (a second implementation), windows included;
+// Tests for continuous batching (engine/scheduler.h; the per-row attention it rests on is
+// tested in test_attention.cpp):
 //  - greedy requests through the scheduler, alone or many at once with chunked prefill, give
 //    the tokens of Engine::generate (whose own tests check it against the naive loop);
 //  - a seeded request draws the same tokens alone, among others, and as Engine::generate;
@@ -18,7 +17,6 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "nanochat/attention.h"
 #include "nanochat/common/error.h"
 #include "nanochat/engine.h"
 #include "nanochat/engine/scheduler.h"
@@ -69,28 +67,6 @@ std::vector<GenerateResult> run_together(Scheduler& s, const std::vector<std::ve
 }
 
 }  // namespace
-
-TEST(Attention, RowsAtTheirOwnPositionsEqualEachRowAlone) {
-  torch::manual_seed(0);
-  const int64_t B = 4, H = 4, Hkv = 2, D = 16, L = 40;
-  const std::vector<int64_t> pos = {0, 7, 23, 31};
-  for (int64_t window : {-1, 5}) {
-    for (int64_t T : {1, 3}) {
-      torch::Tensor kc = torch::randn({B, L, Hkv, D}), vc = torch::randn({B, L, Hkv, D});
-      torch::Tensor q = torch::randn({B, T, H, D}), k = torch::randn({B, T, Hkv, D}), v = torch::randn({B, T, Hkv, D});
-      torch::Tensor kc2 = kc.clone(), vc2 = vc.clone();
-      torch::Tensor y = attention_with_kvcache_rows(q, kc, vc, k, v, pos, window);
-      for (int64_t b = 0; b < B; b++) {
-        torch::Tensor kb = kc2.narrow(0, b, 1), vb = vc2.narrow(0, b, 1);
-        torch::Tensor want = attention_with_kvcache(q.narrow(0, b, 1), kb, vb, k.narrow(0, b, 1), v.narrow(0, b, 1),
-                                                    pos[b], window);
-        EXPECT_TRUE(torch::allclose(y.narrow(0, b, 1), want, 1e-5, 1e-5)) << "row " << b << " window " << window << " T " << T;
-      }
-      EXPECT_TRUE(torch::equal(kc, kc2)) << "each row's keys land at its own positions";
-      EXPECT_TRUE(torch::equal(vc, vc2));
-    }
-  }
-}
 
 TEST(Scheduler, GreedyAloneOrBatchedEqualsEngine) {
   auto engine = tiny_engine();

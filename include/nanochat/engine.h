@@ -122,8 +122,6 @@ class Engine {
  private:
   EngineModel model_;
   Tokenizer tokenizer_;
-  // special ids, -1 where the tokenizer lacks them
-  int32_t bos_, assistant_end_, python_start_, python_end_, output_start_, output_end_;
 };
 
 // the 7 prompts a base model is sampled on, during base-train and by base-eval (upstream's)

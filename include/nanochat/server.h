@@ -12,8 +12,8 @@
 // batch (engine/scheduler.h); its tokens come back to the connection's thread. A client that
 // goes away cancels it. Hostile clients are bounded before httplib buffers anything (connection.cpp): header
 // lines and count, a deadline for the head and body, body bytes whatever the encoding, a
-// connection cap with /health still answered beyond it; guards.cpp holds the Host, Origin
-// and API-key checks.
+// connection cap with /health still answered beyond it; routes.cpp's guard holds the Host,
+// Origin and API-key checks (their pieces in guards.cpp).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
@@ -124,7 +124,6 @@ class WorkerPool {
   void release(int worker);
   void shutdown();  // wakes every waiter with -1; later acquires fail at once
   int size() const { return (int)busy_.size(); }
-  int available() const;
   int queued() const;
   // groups of workers (worker i in group i % groups) with none of theirs busy
   int idle_groups(int groups) const;
@@ -181,7 +180,8 @@ struct ServerOptions {
 // be bound or a model fails to load.
 int server_run(const ServerOptions& options);
 
-// the files of web/ embedded at build time (src/server/web_assets.cpp is generated)
+// the files of web/ embedded at build time (web_assets.cpp, generated into the build directory
+// by web/embed_web.cmake)
 struct WebAsset {
   const char* path;  // "/ui.html", "/ui.js", ...
   const unsigned char* data;

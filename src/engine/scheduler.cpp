@@ -188,7 +188,15 @@ struct Scheduler::Impl {
   }
 
   // ---- the request's side of the queue (under mu) ---------------------------------------------
-  void finish(Request& r, std::unique_lock<std::mutex>&) {
+  // The one way a request ends: rows still running finish as `cancelled`, slots it still
+  // holds go back to the pool (their KV not kept), `error` (the decode thread failed) is what
+  // its caller gets, and the caller wakes. Taking it off its queue is the caller's part.
+  void end_request(Request& r, const std::string& error = "") {
+    for (RowState& row : r.rows)
+      if (row.finish == FinishReason::none) row.finish = FinishReason::cancelled;
+    for (int64_t& s : r.slot)
+      if (s >= 0) release_slot(s, {}), s = -1;
+    r.error = error;
     r.finished = true;
     r.cv.notify_all();
   }
@@ -248,18 +256,13 @@ struct Scheduler::Impl {
     for (int64_t b = 0; b < live; b++) by_req[slots[b].req].push_back(b);
     for (auto& [r, bs] : by_req) {
       std::sort(bs.begin(), bs.end(), [&](int64_t x, int64_t y) { return slots[x].row < slots[y].row; });
-      const int64_t n = (int64_t)r->rows.size();
-      TokenColumn col;
-      col.step = r->steps;
-      col.tokens.assign(n, -1);
-      col.masks.assign(n, 0);
-      col.finished.assign(n, FinishReason::none);
       if (r->cancel) {
         for (int64_t b : bs) r->rows[slots[b].row].finish = FinishReason::cancelled;
         continue;
       }
       torch::Tensor lg;
-      std::vector<int64_t> drawn(bs.size());
+      std::vector<int64_t> drawn(bs.size()), which(bs.size()), took;
+      for (size_t i = 0; i < bs.size(); i++) which[i] = slots[bs[i]].row;
       if (r->opt.temperature == 0.0 && !r->opt.logprobs) {  // greedy: one argmax over every live row, shared
         if (!argmax.defined()) argmax = at::argmax(logits, -1).cpu().contiguous();
         for (size_t i = 0; i < bs.size(); i++) drawn[i] = argmax.data_ptr<int64_t>()[bs[i]];
@@ -268,26 +271,8 @@ struct Scheduler::Impl {
         torch::Tensor sampled = engine_sample_next(lg, r->rng, r->opt.temperature, r->opt.top_k, r->opt.top_p).view({-1}).cpu();
         for (size_t i = 0; i < bs.size(); i++) drawn[i] = sampled.data_ptr<int64_t>()[i];
       }
-      std::vector<int64_t> took(bs.size());
-      for (size_t i = 0; i < bs.size(); i++) {
-        const int64_t row = slots[bs[i]].row;
-        auto [tok, m] = engine_row_step(r->rows[row], (int32_t)drawn[i], engine->tokenizer(),
-                                        r->opt.use_calculator ? &tools : nullptr);
-        feed[bs[i]] = took[i] = tok;
-        col.tokens[row] = tok;
-        col.masks[row] = m;
-        col.finished[row] = r->rows[row].finish;
-      }
-      if (r->opt.logprobs) {
-        torch::Tensor lp = at::log_softmax(lg, -1).gather(1, ids(took, (int64_t)took.size())).view({-1});
-        lp = lp.to(torch::kFloat32).cpu().contiguous();
-        col.logprobs.assign(n, 0.0f);
-        for (size_t i = 0; i < bs.size(); i++) {
-          const int64_t row = slots[bs[i]].row;
-          col.logprobs[row] = lp.data_ptr<float>()[i];
-          if (r->rows[row].finish != FinishReason::stop) r->rows[row].logprobs.push_back(col.logprobs[row]);
-        }
-      }
+      TokenColumn col = engine_column_step(r->rows, which, drawn.data(), lg, r->steps, r->opt, engine->tokenizer(), tools, took);
+      for (size_t i = 0; i < bs.size(); i++) feed[bs[i]] = took[i];
       r->steps++;
       st.tokens += (int64_t)bs.size();
       std::lock_guard<std::mutex> lock(mu);
@@ -307,11 +292,11 @@ struct Scheduler::Impl {
     }
     feed.resize(live);
     logits = torch::Tensor();
-    std::unique_lock<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(mu);
     for (auto it = decoding.begin(); it != decoding.end();) {
       Request& r = **it;
       if (std::all_of(r.slot.begin(), r.slot.end(), [](int64_t s) { return s < 0; })) {
-        finish(r, lock);
+        end_request(r);
         it = decoding.erase(it);
       } else {
         ++it;
@@ -338,32 +323,32 @@ struct Scheduler::Impl {
 
   // requests cancelled before they joined the batch leave here (their rows never decoded)
   void drop_cancelled_waiting() {
-    std::unique_lock<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(mu);
     for (auto* q : {&incoming, &prefilling})
       for (auto it = q->begin(); it != q->end();) {
-        Request& r = **it;
-        if (!r.cancel) {
+        if (!(*it)->cancel) {
           ++it;
           continue;
         }
-        for (int64_t& s : r.slot)
-          if (s >= 0) release_slot(s, {}), s = -1;
-        for (RowState& row : r.rows)
-          if (row.finish == FinishReason::none) row.finish = FinishReason::cancelled;
-        finish(r, lock);
+        end_request(**it);
         it = q->erase(it);
       }
   }
 
-  // the decode thread failed: every request gets the error, the pool starts over empty
-  void fail_all(const std::string& what) {
-    std::unique_lock<std::mutex> lock(mu);
-    for (auto* q : {&incoming, &prefilling})
-      for (auto& r : *q) r->error = what, finish(*r, lock);
-    for (auto& r : decoding) r->error = what, finish(*r, lock);
+  // every request still here ends (shutdown; or with `error` when the decode thread failed)
+  void end_all(const std::string& error) {
+    for (auto& r : incoming) end_request(*r, error);
+    for (auto& r : prefilling) end_request(*r, error);
+    for (auto& r : decoding) end_request(*r, error);
     incoming.clear();
     prefilling.clear();
     decoding.clear();
+  }
+
+  // the decode thread failed: every request gets the error, the pool starts over empty
+  void fail_all(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    end_all(what);
     for (Slot& s : slots) s = Slot();
     live = 0;
     feed.clear();
@@ -382,8 +367,7 @@ struct Scheduler::Impl {
           std::shared_ptr<Request> r = incoming.front();
           incoming.pop_front();
           if (r->cancel) {
-            for (RowState& row : r->rows) row.finish = FinishReason::cancelled;
-            finish(*r, lock);
+            end_request(*r);
             continue;
           }
           admit(r);
@@ -411,21 +395,8 @@ struct Scheduler::Impl {
       }
     }
     // shutting down: everything still here ends as cancelled
-    std::unique_lock<std::mutex> lock(mu);
-    for (auto* q : {&incoming, &prefilling})
-      for (auto& r : *q) {
-        for (RowState& row : r->rows)
-          if (row.finish == FinishReason::none) row.finish = FinishReason::cancelled;
-        finish(*r, lock);
-      }
-    for (auto& r : decoding) {
-      for (RowState& row : r->rows)
-        if (row.finish == FinishReason::none) row.finish = FinishReason::cancelled;
-      finish(*r, lock);
-    }
-    incoming.clear();
-    prefilling.clear();
-    decoding.clear();
+    std::lock_guard<std::mutex> lock(mu);
+    end_all("");
   }
 };
 

@@ -59,13 +59,6 @@ void WorkerPool::shutdown() {
   cv_.notify_all();
 }
 
-int WorkerPool::available() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  int n = 0;
-  for (bool b : busy_) n += !b;
-  return n;
-}
-
 int WorkerPool::queued() const {
   std::lock_guard<std::mutex> lock(mu_);
   return (int)tickets_.size();
