@@ -217,3 +217,58 @@ TEST(Scheduler, PrefixReuseGivesTheSameTokensAndEvictsLeastRecentlyUsed) {
   EXPECT_EQ(settled(with).rows_cached, 2);
   EXPECT_EQ(settled(without).rows_cached, 0);
 }
+
+// The prefix cache as a cross-user oracle: Alice sends a secret; Bob, in another scope, probes
+// 8 candidates. His cached_tokens must be what they are with no Alice at all (his own probes
+// share a prefix with each other, never with her); within one scope the right candidate would
+// stand out (all its prompt but the last token reused, a wrong one only the common part), and
+// Alice's next turn still reuses her whole first turn.
+TEST(Scheduler, PrefixCacheKeepsScopesApart) {
+  auto engine = tiny_engine();
+  SchedulerOptions so;
+  so.max_batch = 4;
+  so.prefill_chunk = 64;
+  GenerateOptions o = greedy(4);
+  o.default_stops = false;
+  auto in_scope = [&](const char* scope) {
+    GenerateOptions x = o;
+    x.cache_scope = scope;
+    return x;
+  };
+  const std::vector<int32_t> sentence = prompt_of(3, 12);  // "my banking password is"
+  auto candidate = [&](int i) {                            // ... and candidate i (0: the secret)
+    std::vector<int32_t> p = sentence;
+    for (int32_t t : prompt_of(10 + i, 4)) p.push_back(t);
+    return p;
+  };
+  auto probes = [&](Scheduler& s, const char* scope) {
+    std::vector<int64_t> cached;
+    for (int i : {3, 0, 5, 1, 7, 2, 6, 4}) {
+      int64_t c = -1;
+      s.generate(candidate(i), in_scope(scope), nullptr, nullptr, &c);
+      cached.push_back(c);
+    }
+    return cached;
+  };
+  const std::vector<int64_t> want = {0, 12, 12, 12, 12, 12, 12, 12};  // by hand: the sentence after the first
+  Scheduler alone(engine, so);
+  EXPECT_EQ(probes(alone, "bob"), want);
+  Scheduler shared(engine, so);
+  int64_t cached = -1;
+  GenerateResult secret = shared.generate(candidate(0), in_scope("alice"), nullptr, nullptr, &cached);
+  EXPECT_EQ(cached, 0);
+  EXPECT_EQ(probes(shared, "bob"), want) << "another scope learned something from Alice's request";
+  // Alice's next turn: her prompt and reply (but the last, never fed) come from the cache
+  std::vector<int32_t> turn2 = secret.tokens[0];
+  for (int32_t t : prompt_of(20, 5)) turn2.push_back(t);
+  GenerateResult r2 = shared.generate(turn2, in_scope("alice"), nullptr, nullptr, &cached);
+  EXPECT_EQ(cached, 16 + 4 - 1);
+  EXPECT_EQ(r2.tokens, alone.generate(turn2, in_scope("alice")).tokens);
+  // in Alice's own scope the probe would tell: the secret reuses 15 of its 16 tokens, a wrong guess 12
+  for (int guess : {0, 1}) {
+    Scheduler same(engine, so);
+    same.generate(candidate(0), in_scope("alice"));
+    same.generate(candidate(guess), in_scope("alice"), nullptr, nullptr, &cached);
+    EXPECT_EQ(cached, guess == 0 ? 15 : 12) << "guess " << guess;
+  }
+}

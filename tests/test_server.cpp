@@ -698,6 +698,16 @@ TEST(ServerApi, OpenAiPythonClient) {
   CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR + "/tests/fixtures/openai_client.py http://127.0.0.1:" +
                               std::to_string(port()));
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
+  // every chat request of one browser carries its one random salt (16 bytes in hex), kept across
+  // a reload; another browser has its own
+  const json& salts = j["cache_salts"];
+  ASSERT_GE(salts["requests"].size(), 3u) << salts.dump();
+  const std::string salt = salts["requests"][0].get<std::string>();
+  EXPECT_EQ(salt.size(), 32u) << salt;
+  EXPECT_EQ(salt.find_first_not_of("0123456789abcdef"), std::string::npos) << salt;
+  for (const json& s : salts["requests"]) EXPECT_EQ(s, salt);
+  EXPECT_EQ(salts["after_reload"], salt);
+  EXPECT_TRUE(salts["other_browser"].is_string() && salts["other_browser"] != salt) << salts.dump();
   json j = parse_json(r.out);
   EXPECT_EQ(j["models"], json::array({"d2"}));
   EXPECT_EQ(j["plain"], ref.text);

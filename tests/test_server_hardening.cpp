@@ -16,6 +16,7 @@
 //  - engine errors without internals, tiny sampling values, the Bearer scheme in any case, the
 //    key from a file or the environment, half-closed clients served and closed ones cancelled.
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -625,6 +626,7 @@ TEST(Hardening, TinySamplingValuesAre400OrGreedyNeverABacktrace) {
 TEST(Hardening, ApiKeyFromFileOrEnvironmentAndAnyCaseScheme) {
   const std::string file = base_dir() + "/api_key";
   std::ofstream(file) << "k3y-from-file\n";
+  ASSERT_EQ(chmod(file.c_str(), 0600), 0);
   {
     Server s({"-q", "--api-key-file", file});
     expect_json_error(request(s.port(), get("/v1/models")), 401, "API key", "no key");
@@ -651,6 +653,96 @@ TEST(Hardening, ApiKeyFromFileOrEnvironmentAndAnyCaseScheme) {
     EXPECT_NE(p.wait_exit(10), 0) << p.log();
     EXPECT_NE(p.log().find("api-key"), std::string::npos) << p.log();
     EXPECT_EQ(p.log().find("terminate called"), std::string::npos) << p.log();
+  }
+}
+
+// ---- the prefix cache between users ------------------------------------------------------------
+
+// The oracle of a shared prefix cache: Alice says her password; a prober sends the same sentence
+// with 8 candidates and reads usage.prompt_tokens_details.cached_tokens (each probe with its own
+// salt, so the probes share nothing among themselves). Under another API key, and under
+// Alice's key with another cache_salt, every candidate gets 0; in Alice's own scope the right
+// one would reuse all its prompt but the last token, and her next turn still reuses her first.
+TEST(Hardening, PrefixCacheIsNoOracleAcrossKeysOrSalts) {
+  const std::string file = base_dir() + "/api_keys";
+  std::ofstream(file) << "key-alice\nkey-bob\n";
+  ASSERT_EQ(chmod(file.c_str(), 0600), 0);
+  Server s({"--workers", "1", "--max-batch", "16", "--api-key-file", file});
+  auto ask = [&](const std::string& key, const std::string& salt, const json& messages) {
+    json req = {{"messages", messages}, {"temperature", 0}, {"max_tokens", 2}};
+    if (!salt.empty()) req["cache_salt"] = salt;
+    RawResponse r = request(s.port(), post("/v1/chat/completions", req.dump(), "Authorization: Bearer " + key + "\r\n"));
+    EXPECT_EQ(r.status, 200) << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    return j.is_discarded() ? json::object() : j;
+  };
+  auto cached = [](const json& j) { return j.value("/usage/prompt_tokens_details/cached_tokens"_json_pointer, int64_t(-1)); };
+  auto says = [](const std::string& pw) {
+    return json::array({{{"role", "user"}, {"content", "my banking password is " + pw}}});
+  };
+  const std::vector<std::string> guesses = {"aaaaaaa", "zdrtqmm", "qwertyu", "zdrtqmn", "hunter2", "letmein", "zdrtqma", "passwrd"};
+  struct Case {
+    const char* what;
+    std::string alice_salt, prober_key;
+  };
+  for (const Case& c : {Case{"another key", "", "key-bob"}, Case{"another salt", "salt-of-alice", "key-alice"}}) {
+    const std::string secret = c.alice_salt.empty() ? "zdrtqmm" : "zdrtqmn";
+    const json first = ask("key-alice", c.alice_salt, says(secret));
+    EXPECT_EQ(cached(first), 0) << c.what;
+    for (size_t i = 0; i < guesses.size(); i++)
+      EXPECT_EQ(cached(ask(c.prober_key, "probe-" + std::to_string(i), says(guesses[i]))), 0) << c.what << ": " << guesses[i];
+    // Alice's own scope: the secret again (all but the last prompt token), then her next turn
+    const json again = ask("key-alice", c.alice_salt, says(secret));
+    EXPECT_EQ(cached(again), again["usage"]["prompt_tokens"].get<int64_t>() - 1) << c.what;
+    json turn2 = says(secret);
+    const std::string reply = first["choices"][0]["message"]["content"];
+    turn2.push_back({{"role", "assistant"}, {"content", reply.empty() ? std::string("ok") : reply}});
+    turn2.push_back({{"role", "user"}, {"content", "thanks"}});
+    EXPECT_GE(cached(ask("key-alice", c.alice_salt, turn2)), first["usage"]["prompt_tokens"].get<int64_t>()) << c.what;
+  }
+  // neither /stats nor the log shows a key
+  RawResponse st = request(s.port(), get("/stats", "Authorization: Bearer key-bob\r\n"));
+  EXPECT_EQ(st.status, 200);
+  for (const std::string& text : {st.body, s.proc.log()})
+    for (const char* key : {"key-alice", "key-bob"}) EXPECT_EQ(text.find(key), std::string::npos) << key;
+}
+
+// the key's configuration: several keys in a file, one per line, each its own; what opens the
+// door refuses to start with one line (an empty key, an empty file, a file others may read)
+TEST(Hardening, ApiKeyFileHoldsSeveralKeysAndRefusesWhatOpensTheDoor) {
+  const std::string file = base_dir() + "/keys_two";
+  std::ofstream(file) << "k-one\r\n\nk-two\n";
+  ASSERT_EQ(chmod(file.c_str(), 0600), 0);
+  {
+    Server s({"-q", "--api-key-file", file});
+    for (const char* key : {"k-one", "k-two"})
+      EXPECT_EQ(request(s.port(), get("/v1/models", std::string("Authorization: Bearer ") + key + "\r\n")).status, 200) << key;
+    expect_json_error(request(s.port(), get("/v1/models", "Authorization: Bearer k-three\r\n")), 401, "API key", "other key");
+  }
+  const std::string empty = base_dir() + "/keys_empty", open_file = base_dir() + "/keys_open", repeated = base_dir() + "/keys_rep";
+  std::ofstream(empty) << "\n\n";
+  std::ofstream(open_file) << "k-one\n";
+  std::ofstream(repeated) << "k-one\nk-one\n";
+  ASSERT_EQ(chmod(empty.c_str(), 0600) | chmod(repeated.c_str(), 0600) | chmod(open_file.c_str(), 0640), 0);
+  struct Refusal {
+    std::vector<std::string> args;
+    const char* env;  // NANOCHAT_API_KEY, or null
+    std::string says;
+  };
+  for (const Refusal& r : {Refusal{{"--api-key", ""}, nullptr, "error: --api-key: the API key is empty"},
+                           Refusal{{}, "", "error: NANOCHAT_API_KEY: the API key is empty"},
+                           Refusal{{"--api-key-file", empty}, nullptr, "holds no key"},
+                           Refusal{{"--api-key-file", repeated}, nullptr, "line 2: the same key as an earlier line"},
+                           Refusal{{"--api-key-file", open_file}, nullptr, "mode 0640 lets other users read or write"}}) {
+    if (r.env) setenv("NANOCHAT_API_KEY", r.env, 1);
+    ServerProcess p(NANOCHAT_BIN, base_dir(), r.args);
+    unsetenv("NANOCHAT_API_KEY");
+    EXPECT_EQ(p.port(), 0) << r.says;
+    EXPECT_NE(p.wait_exit(10), 0) << p.log();
+    const std::string log = p.log();
+    EXPECT_NE(log.find(r.says), std::string::npos) << log;
+    EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << "one line: " << log;
+    EXPECT_EQ(log.find("k-one"), std::string::npos) << "the key is in the log: " << log;
   }
 }
 

@@ -1,5 +1,6 @@
 // defines: kServerLimits, ServerLimits, ServerError, ChatRequest, server_parse_chat_request,
-//          server_prompt_tokens, StopMatcher, WorkerPool, WorkerLease, ServerOptions,
+//          server_prompt_tokens, server_api_keys_resolve, server_bearer_key, server_cache_scope,
+//          StopMatcher, WorkerPool, WorkerLease, ServerOptions,
 //          server_run, WebAsset, server_web_asset, server_web_assets
 // The server module (upstream's scripts/chat_web.py): `nanochat chat-web`. One HTTP server (cpp-httplib) with
 //   GET  /                      the chat UI (web/, embedded into the binary at build time)
@@ -63,6 +64,7 @@ struct ChatRequest {
   bool seed_given = false;
   uint64_t seed = 0;
   std::vector<std::string> stop;   // stop strings (OpenAI); the text stops before them
+  std::string cache_salt;          // vLLM's field: the prefix cache is shared only with requests of the same salt
   bool stream = false;             // OpenAI only; /chat/completions always streams
   bool include_usage = false;      // stream_options.include_usage
 };
@@ -72,7 +74,7 @@ struct ChatDefaults {
   int64_t max_tokens = 512;
 };
 // Parses and checks a request body. openai=false: upstream's /chat/completions (messages,
-// temperature, top_k, max_tokens; roles user/assistant only). openai=true: also model,
+// temperature, top_k, max_tokens, cache_salt; roles user/assistant only). openai=true: also model,
 // top_p, n, stop, seed, stream, stream_options, max_completion_tokens, a leading system
 // message, and content as a list of text parts. Throws ServerError(400) with the reason.
 ChatRequest server_parse_chat_request(const std::string& body, bool openai, const ChatDefaults& defaults,
@@ -89,6 +91,18 @@ bool server_bind_is_loopback(const std::string& bind_host);
 // a request path or method for a log line: control bytes, DEL and backslash as \xNN
 std::string server_log_escape(const std::string& s);
 // Authorization: the Bearer scheme in any case (RFC 9110), one or more spaces, then the key,
+// which of `keys` the Authorization header carries (every key compared, each in constant
+// time), or -1
+int server_bearer_key(const std::string& authorization, const std::vector<std::string>& keys);
+// The API keys: `flag` (--api-key's value, null when not given), else the lines of `file`
+// (--api-key-file; one key per line, blank lines skipped), else NANOCHAT_API_KEY; none of them:
+// no key. Errors (one line, never the key): a key that is empty (what --api-key "$KEY" gives
+// with KEY unset), a file readable or writable by other users (mode & 077), without keys, or
+// repeating one; a key with a space or control character.
+std::vector<std::string> server_api_keys_resolve(const std::string* flag, const std::string& file);
+// Whose KV a request may reuse (the scheduler's prefix cache): the API key it came with (its
+// index; -1 without keys) and its cache_salt. Requests of different scopes share nothing.
+std::string server_cache_scope(int key_index, const std::string& cache_salt);
 // compared in constant time
 bool server_bearer_ok(const std::string& authorization, const std::string& key);
 // the message a client gets for an unexpected exception: generic (LibTorch's errors carry
@@ -169,7 +183,8 @@ struct ServerOptions {
   ServerLimits limits;
   bool quiet = false;      // no per-request log lines
   std::string cors_origin; // the one Origin allowed to read replies cross-origin (none by default)
-  std::string api_key;     // when set: Authorization: Bearer <key> on every API route but /health
+  std::vector<std::string> api_keys;  // when set: Authorization: Bearer <one of them> on every API route but
+                                     // /health; each key is its own prefix-cache scope
   int max_connections = 256;    // beyond: 503, except GET /health
   double request_deadline = 10; // seconds for a request's head and body to arrive (408 after)
 };

@@ -52,6 +52,7 @@ struct Slot {
   std::vector<int32_t> tokens;   // a free slot: the tokens of those positions (prefix cache)
   uint64_t used = 0;             // when it was last freed or hit (LRU)
 };
+  std::string scope;             // ... and the cache scope of the request that left them
 
 int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   int64_t n = 0, m = (int64_t)std::min(a.size(), b.size());
@@ -153,7 +154,7 @@ struct Scheduler::Impl {
     int64_t hit = -1, reuse = 0;
     if (opt.prefix_cache) {
       for (int64_t s = live; s < (int64_t)slots.size(); s++) {
-        if (slots[s].req || slots[s].tokens.empty()) continue;
+        if (slots[s].req || slots[s].tokens.empty() || slots[s].scope != r->opt.cache_scope) continue;
         int64_t k = std::min(common_prefix(slots[s].tokens, r->prompt), T - 1);  // the last prompt token gives logits
         if (k < slots[s].pos && !model.embed) k = 0;  // a partial reuse needs the smear's input recomputed
         if (k > reuse) hit = s, reuse = k;
@@ -197,8 +198,10 @@ struct Scheduler::Impl {
     for (int64_t& s : r.slot)
       if (s >= 0) release_slot(s, {}), s = -1;
     r.error = error;
+  // and the scope they may be reused in
     r.finished = true;
     r.cv.notify_all();
+    sl.scope = sl.req ? sl.req->opt.cache_scope : std::string();
   }
 
   // ---- one step ---------------------------------------------------------------------------

@@ -11,7 +11,7 @@
 namespace nanochat {
 
 GenerationOutcome server_generate(Scheduler& scheduler, const ChatRequest& req, const std::vector<int32_t>& prompt,
-                                  const TextSink& sink, const std::function<bool()>& cancelled) {
+                                  const std::string& scope, const TextSink& sink, const std::function<bool()>& cancelled) {
   torch::NoGradGuard no_grad;  // thread-local: each connection thread sets its own
   const Tokenizer& tok = scheduler.engine().tokenizer();
   const int64_t n = req.n;
@@ -21,6 +21,7 @@ GenerationOutcome server_generate(Scheduler& scheduler, const ChatRequest& req, 
   o.temperature = req.temperature;
   o.top_k = req.top_k;
   o.top_p = req.top_p;
+  o.cache_scope = scope;
   o.seed = req.seed_given ? req.seed : (uint64_t)std::random_device{}() % 2147483648ull;  // upstream: randint(0, 2**31-1)
 
   GenerationOutcome out;

@@ -31,7 +31,8 @@ using TextSink = std::function<bool(int row, const std::string& text)>;
 
 // runs in the worker's shared decode batch; max_tokens is cut to the positions a KV row has
 // left after the prompt (finish "length"); `cancelled` is polled every step (server shutdown)
+// `scope`: whose prefix cache it may reuse (server_cache_scope)
 GenerationOutcome server_generate(Scheduler& scheduler, const ChatRequest& req, const std::vector<int32_t>& prompt,
-                                  const TextSink& sink, const std::function<bool()>& cancelled);
+                                  const std::string& scope, const TextSink& sink, const std::function<bool()>& cancelled);
 
 }  // namespace nanochat

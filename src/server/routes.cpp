@@ -61,11 +61,13 @@ struct Lease {
 struct Prepared {
   ChatRequest req;
   std::vector<int32_t> prompt;
+  std::string scope;  // whose prefix cache it may reuse (its API key and cache_salt)
   std::shared_ptr<Lease> lease;
 };
-Prepared prepare(ServerState& st, const std::string& body, bool openai) {
+Prepared prepare(ServerState& st, const std::string& body, bool openai, int key_index) {
   Prepared p;
   p.req = server_parse_chat_request(body, openai, st.opt.defaults, st.opt.limits);
+  p.scope = server_cache_scope(key_index, p.req.cache_salt);
   if (st.stop_level > 0) throw ServerError(503, "the server is shutting down");
   if (!st.ready) throw ServerError(503, "the model is still loading; retry when GET /health answers 200");
   const Scheduler& sched = *st.workers[0].scheduler;
@@ -102,15 +104,15 @@ void stream_headers(httplib::Response& res) {
 }
 
 // ---- POST /chat/completions: upstream's stream ---------------------------------------------
-void handle_upstream(ServerState& st, const std::string& body, httplib::Response& res) {
-  auto p = std::make_shared<Prepared>(prepare(st, body, false));
+void handle_upstream(ServerState& st, const std::string& body, int key_index, httplib::Response& res) {
+  auto p = std::make_shared<Prepared>(prepare(st, body, false, key_index));
   stream_headers(res);
   res.set_chunked_content_provider("text/event-stream", [&st, p](size_t, httplib::DataSink& sink) {
     const ServerWorker& w = p->lease->worker();
     auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
     try {
       GenerationOutcome g = server_generate(
-          *w.scheduler, p->req, p->prompt,
+          *w.scheduler, p->req, p->prompt, p->scope,
           [&](int, const std::string& text) { return write(sse({{"token", text}, {"gpu", w.gpu_id}})); },
           cancelled_fn(st));
       account(st, g);
@@ -140,13 +142,13 @@ json usage_json(const GenerationOutcome& g) {
           {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
 }
 
-void handle_openai(ServerState& st, const std::string& body, httplib::Response& res) {
-  auto p = std::make_shared<Prepared>(prepare(st, body, true));
+void handle_openai(ServerState& st, const std::string& body, int key_index, httplib::Response& res) {
+  auto p = std::make_shared<Prepared>(prepare(st, body, true, key_index));
   const std::string id = completion_id();
   const int64_t created = (int64_t)std::time(nullptr);
   if (!p->req.stream) {
     const ServerWorker& w = p->lease->worker();
-    GenerationOutcome g = server_generate(*w.scheduler, p->req, p->prompt, [](int, const std::string&) { return true; },
+    GenerationOutcome g = server_generate(*w.scheduler, p->req, p->prompt, p->scope, [](int, const std::string&) { return true; },
                                           cancelled_fn(st));
     p->lease.reset();
     account(st, g);
@@ -180,7 +182,7 @@ void handle_openai(ServerState& st, const std::string& body, httplib::Response& 
     if (ok) {
       try {
         GenerationOutcome g = server_generate(
-            *w.scheduler, p->req, p->prompt,
+            *w.scheduler, p->req, p->prompt, p->scope,
             [&](int row, const std::string& text) { return chunk(delta(row, {{"content", text}}, nullptr)); },
             cancelled_fn(st));
         account(st, g);
@@ -343,8 +345,8 @@ httplib::Server::HandlerResponse guard(const ServerState& st, const httplib::Req
     res.set_header("Retry-After", "1");
     return refuse(503, strprintf("too many connections (the limit is %d); retry later", st.opt.max_connections));
   }
-  if (!st.opt.api_key.empty() && req.method != "OPTIONS" && is_api_path(req.path) &&
-      !server_bearer_ok(req.get_header_value("Authorization"), st.opt.api_key)) {
+  if (!st.opt.api_keys.empty() && req.method != "OPTIONS" && is_api_path(req.path) &&
+      server_bearer_key(req.get_header_value("Authorization"), st.opt.api_keys) < 0) {
     res.set_header("WWW-Authenticate", "Bearer");
     return refuse(401, "missing or wrong API key (send Authorization: Bearer <key>)");
   }
@@ -411,7 +413,9 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
     return httplib::Server::HandlerWithContentReader(
         [&st, fn](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
           try {
-            fn(st, read_body(st, req, res, reader), res);
+            // the key the guard let in (-1 without keys): the request's prefix-cache scope
+            const int key = st.opt.api_keys.empty() ? -1 : server_bearer_key(req.get_header_value("Authorization"), st.opt.api_keys);
+            fn(st, read_body(st, req, res, reader), key, res);
           } catch (const ServerError& e) {
             send_error(res, e.status, e.what());
           } catch (const std::exception& e) {

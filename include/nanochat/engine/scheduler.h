@@ -14,8 +14,10 @@
 //    only, so a seeded request gives the same tokens whatever else runs (up to the float
 //    rounding of a batched matmul); rows keep their own stop tokens, budget, calculator state.
 //  - Prefix reuse: a free row keeps the tokens its KV holds (a finished request's prompt and
-//    reply). A new request whose prompt begins with them takes that row and prefills only the
-//    rest. Free rows are handed out empty ones first, then least recently used.
+//    reply) and the request's cache_scope. A new request of the same scope whose prompt begins
+//    with them takes that row and prefills only the rest; other scopes never see it (neither
+//    in cached_tokens nor in time). Free rows are handed out empty ones first, then least
+//    recently used.
 // Callbacks run on the caller's thread (a slow client holds up only its own request); the
 // decode thread queues token columns for it. A callback returning false, or `cancelled`
 // returning true, cancels the request at the next step boundary.
