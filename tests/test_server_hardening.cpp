@@ -125,6 +125,49 @@ const std::string kHello = R"({"messages":[{"role":"user","content":"hello"}],"m
 
 // ---- units -------------------------------------------------------------------------------------
 
+// RFC 9112's chunked grammar, whole and one byte at a time
+TEST(HardeningUnits, ChunkLinesByTheGrammar) {
+  auto scan = [](const std::string& body, bool bytewise) {
+    ChunkScan c;
+    bool ok = true;
+    if (bytewise)
+      for (size_t i = 0; i < body.size() && ok; i++) ok = server_chunk_scan(c, body.data() + i, 1);
+    else
+      ok = server_chunk_scan(c, body.data(), body.size());
+    if (!ok) EXPECT_EQ(c.status, 400);
+    return !ok ? std::string("refused") : c.state == ChunkScan::State::done ? std::string("done") : std::string("open");
+  };
+  const std::string data74(0x4a, 'x');
+  struct Case {
+    std::string body, want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"4a\r\n" + data74 + "\r\n0\r\n\r\n", "done"},
+           {"4A\r\n" + data74 + "\r\n0000\r\n\r\n", "done"},                    // upper case, leading zeros
+           {"4a;a=b;c=\"d e\"\r\n" + data74 + "\r\n0\r\n\r\n", "done"},          // extensions
+           {"4a \t;a\r\n" + data74 + "\r\n0;z\r\n\r\n", "done"},                  // BWS before ";"
+           {"0\r\nX-Check: 1\r\nX-Other:\t2\r\n\r\n", "done"},                   // a trailer section
+           {"4a\r\n" + data74 + "\r\n", "open"},
+           {"0\r\nX-Check: 1\r\n", "open"},
+           {"0x4a\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
+           {"+4a\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
+           {" 4a\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
+           {"4azz\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
+           {"4a zz\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
+           {"-2\r\n", "refused"},
+           {"\r\n", "refused"},                                                 // no digits
+           {"4a\n" + data74 + "\r\n0\r\n\r\n", "refused"},                         // bare LF
+           {"4a\rX" + data74, "refused"},                                        // bare CR
+           {"4a\r\n" + data74 + "X\r\n0\r\n\r\n", "refused"},                       // data longer than its size
+           {"4a\r\n" + data74 + "\r\n0\r\nX-Check: 1\n\r\n", "refused"},           // trailer line in a bare LF
+           {"4a\r\n" + data74 + "\r\n0\r\nX-Check: \x01\r\n\r\n", "refused"},     // control byte in a trailer
+           {"1000000000000000\r\n", "refused"},                                 // 16 hex digits
+       }) {
+    EXPECT_EQ(scan(c.body, false), c.want) << server_log_escape(c.body.substr(0, 40));
+    EXPECT_EQ(scan(c.body, true), c.want) << "byte by byte: " << server_log_escape(c.body.substr(0, 40));
+  }
+}
+
 TEST(HardeningUnits, JsonDepthScan) {
   EXPECT_EQ(server_json_depth("{}", 64), 1);
   EXPECT_EQ(server_json_depth(R"({"a":[1,{"b":[]}]})", 64), 4);
@@ -475,6 +518,28 @@ TEST(Hardening, ApiKeyOnEveryApiRouteButHealth) {
     expect_json_error(request(port, post(path, kHello)), 401, "API key", path);
     EXPECT_EQ(request(port, post(path, kHello, "Authorization: Bearer s3cret\r\n")).status, 200) << path;
   }
+  // Expect: 100-continue: without the key the refusal comes at once (no 100 inviting the
+  // body); with it, 100 Continue, then the body, then the answer
+  for (const bool with_key : {false, true}) {
+    const int fd = raw_connect(port);
+    ASSERT_GE(fd, 0);
+    std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                       "Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: " +
+                       std::to_string(kHello.size()) + "\r\n";
+    if (with_key) head += "Authorization: Bearer s3cret\r\n";
+    raw_send(fd, head + "\r\n");
+    std::string first = raw_read_response(fd, 3000);  // what comes before any body byte is sent
+    if (with_key) {
+      EXPECT_EQ(first.rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << first;
+      raw_send(fd, kHello);
+      const std::string rest = raw_read_all(fd, 10000);
+      EXPECT_EQ(status_of(rest), 200) << rest.substr(0, 200);
+    } else {
+      EXPECT_EQ(first.find("100 Continue"), std::string::npos) << first;
+      expect_json_error(parse_response(first), 401, "API key", "Expect without the key");
+    }
+    close(fd);
+  }
 }
 
 // ---- slow clients ------------------------------------------------------------------------------
@@ -550,6 +615,13 @@ Exchange pipelined(int port, const std::string& first) {
 }
 
 std::string chunked(const std::string& body) { return strprintf("%zx\r\n", body.size()) + body + "\r\n0\r\n\r\n"; }
+std::string size_hex(const std::string& body) { return strprintf("%zx", body.size()); }
+// a chat request whose one chunk of kHello comes after `size_line`
+std::string chunked_with_size_line(const std::string& size_line) {
+  return "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n" + size_line + kHello + "\r\n0\r\n\r\n";
+}
+
 
 }  // namespace
 
@@ -579,6 +651,12 @@ TEST(Hardening, FramingThatCouldSmuggleIsRefusedAndCloses) {
       {"two Host headers", "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n\r\n", 400},
       {"no Host", "GET /health HTTP/1.1\r\n\r\n", 400},
       {"a malformed request line", "GET /health HTTP/1.1 x\r\nHost: 127.0.0.1\r\n\r\n", 400},
+      // chunk-size lines that httplib's strtoul would read as the length
+      {"chunk size 0x..", chunked_with_size_line("0x" + size_hex(kHello) + "\r\n"), 400},
+      {"chunk size +..", chunked_with_size_line("+" + size_hex(kHello) + "\r\n"), 400},
+      {"chunk size after a space", chunked_with_size_line(" " + size_hex(kHello) + "\r\n"), 400},
+      {"chunk size with junk after it", chunked_with_size_line(size_hex(kHello) + "zz\r\n"), 400},
+      {"chunk size line ending in a bare LF", chunked_with_size_line(size_hex(kHello) + "\n"), 400},
   };
   for (const Case& c : cases) {
     const Exchange x = pipelined(port, c.bytes);
@@ -589,6 +667,7 @@ TEST(Hardening, FramingThatCouldSmuggleIsRefusedAndCloses) {
   }
   // the controls: well-framed requests keep the connection and the pipelined one is served
   for (const std::string& good : {head + len + "\r\n" + kHello, head + "Transfer-Encoding: chunked\r\n\r\n" + chunked(kHello),
+                                  chunked_with_size_line(size_hex(kHello) + " ;name=\"v\"\r\n"),  // an extension
                                   std::string("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n")}) {
     const Exchange x = pipelined(port, good);
     EXPECT_EQ(x.responses(), 2) << server_log_escape(x.raw.substr(0, 300));
@@ -653,6 +732,29 @@ TEST(Hardening, ApiKeyFromFileOrEnvironmentAndAnyCaseScheme) {
     EXPECT_NE(p.wait_exit(10), 0) << p.log();
     EXPECT_NE(p.log().find("api-key"), std::string::npos) << p.log();
     EXPECT_EQ(p.log().find("terminate called"), std::string::npos) << p.log();
+  }
+}
+
+// An HTTP/1.0 client knows no chunked encoding: its stream comes close-delimited
+TEST(Hardening, Http10StreamIsCloseDelimited) {
+  const std::string body = R"({"messages":[{"role":"user","content":"hello"}],"max_tokens":4,"temperature":0,"stream":true})";
+  for (const char* path : {"/chat/completions", "/v1/chat/completions"}) {
+    for (const char* connection : {"", "Connection: Keep-Alive\r\n"}) {
+      const int fd = raw_connect(shared().port());
+      ASSERT_GE(fd, 0);
+      raw_send(fd, std::string("POST ") + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n" + connection +
+                       "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+      const std::string raw = raw_read_all(fd, 10000);  // ends when the server closes
+      close(fd);
+      RawResponse r = parse_response(raw);
+      EXPECT_EQ(r.status, 200) << path << raw.substr(0, 300);
+      EXPECT_EQ(r.headers.count("transfer-encoding"), 0u) << path << connection;
+      EXPECT_EQ(r.headers.count("content-length"), 0u) << path << connection;
+      EXPECT_EQ(r.headers["connection"], "close") << path << connection;
+      std::vector<std::string> events = sse_parse_strict(r.body);
+      ASSERT_FALSE(events.empty()) << path << r.body;
+      EXPECT_TRUE(events.back() == "{\"done\":true}" || events.back() == "[DONE]") << path << events.back();
+    }
   }
 }
 

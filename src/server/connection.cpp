@@ -9,9 +9,10 @@
 //     (header line, header count) the moment a limit is crossed, nothing buffered beyond it;
 //   - gives the head and body of each request one deadline (408);
 //   - caps the body's bytes on the wire (413) whatever its framing;
-//   - judges the head's framing as RFC 9112 asks (framing.cpp: 400/411/501), so that no proxy
-//     in front of us reads a different request boundary than we do, and ends a body with
-//     neither Content-Length nor chunked where its head ends;
+//   - judges the head's framing as RFC 9112 asks (framing.cpp: 400/411/501), and a chunked
+//     body's chunk lines (400), so that no proxy in front of us reads a different request
+//     boundary than we do, and ends a body with neither Content-Length nor chunked where its
+//     head ends;
 // and answers those refusals itself (one JSON line, Connection: close), then drains what the
 // client is still sending for a moment before closing, so the client reads the answer instead
 // of a reset. Beyond the connection cap a connection gets one request and a short deadline,
@@ -94,6 +95,7 @@ class ConnectionStream final : public httplib::Stream {
     lines_ = 0;
     body_bytes_ = 0;
     head_ = HeadCheck{};
+    chunks_ = ChunkScan{};
     line_.clear();
     wrote_ = probed_ = false;
     const int deadline_ms = overflow_ ? std::min(limits_.deadline_ms, 2000) : limits_.deadline_ms;
@@ -152,6 +154,10 @@ class ConnectionStream final : public httplib::Stream {
       body_bytes_ += n;
       if (body_bytes_ > limits_.max_raw_body) {
         refuse(413, strprintf("request body too large (more than %zu bytes on the wire)", limits_.max_raw_body));
+        return -1;
+      }
+      if (head_.chunked && !server_chunk_scan(chunks_, buf_ + off_, n)) {
+        refuse(chunks_.status, chunks_.message);
         return -1;
       }
     }
@@ -303,6 +309,7 @@ class ConnectionStream final : public httplib::Stream {
   size_t line_len_ = 0, lines_ = 0, body_bytes_ = 0;
   char last_ = 0;
   HeadCheck head_;
+  ChunkScan chunks_;  // a chunked body's framing, judged as httplib reads it
   std::string line_;  // the head's line being read (at most max_line bytes)
   bool wrote_ = false, probed_ = false;  // this response: bytes written, FIN probe sent
   Clock::time_point deadline_;

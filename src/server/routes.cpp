@@ -98,16 +98,27 @@ void account(ServerState& st, const GenerationOutcome& g) {
 
 std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
-void stream_headers(httplib::Response& res) {
+void close_after(const httplib::Request& req, httplib::Response& res);
+
+// an SSE stream: chunked for HTTP/1.1; an HTTP/1.0 client knows no chunks, so its stream is
+// delimited by the connection's close (RFC 9112 6.3)
+void stream_response(const httplib::Request& req, httplib::Response& res,
+                     std::function<bool(size_t, httplib::DataSink&)> provider) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // proxies: do not buffer the stream
+  if (req.version == "HTTP/1.0") {
+    close_after(req, res);
+    res.set_content_provider("text/event-stream", std::move(provider));
+  } else {
+    res.set_chunked_content_provider("text/event-stream", std::move(provider));
+  }
 }
 
 // ---- POST /chat/completions: upstream's stream ---------------------------------------------
-void handle_upstream(ServerState& st, const std::string& body, int key_index, httplib::Response& res) {
+void handle_upstream(ServerState& st, const httplib::Request& req, const std::string& body, int key_index,
+                     httplib::Response& res) {
   auto p = std::make_shared<Prepared>(prepare(st, body, false, key_index));
-  stream_headers(res);
-  res.set_chunked_content_provider("text/event-stream", [&st, p](size_t, httplib::DataSink& sink) {
+  stream_response(req, res, [&st, p](size_t, httplib::DataSink& sink) {
     const ServerWorker& w = p->lease->worker();
     auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
     try {
@@ -142,7 +153,8 @@ json usage_json(const GenerationOutcome& g) {
           {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
 }
 
-void handle_openai(ServerState& st, const std::string& body, int key_index, httplib::Response& res) {
+void handle_openai(ServerState& st, const httplib::Request& req, const std::string& body, int key_index,
+                   httplib::Response& res) {
   auto p = std::make_shared<Prepared>(prepare(st, body, true, key_index));
   const std::string id = completion_id();
   const int64_t created = (int64_t)std::time(nullptr);
@@ -164,8 +176,7 @@ void handle_openai(ServerState& st, const std::string& body, int key_index, http
     res.set_content(dump(body), "application/json");
     return;
   }
-  stream_headers(res);
-  res.set_chunked_content_provider("text/event-stream", [&st, p, id, created](size_t, httplib::DataSink& sink) {
+  stream_response(req, res, [&st, p, id, created](size_t, httplib::DataSink& sink) {
     const ServerWorker& w = p->lease->worker();
     auto chunk = [&](json choices, const json& usage = nullptr) {
       json j = {{"id", id},           {"object", "chat.completion.chunk"}, {"created", created},
@@ -415,7 +426,7 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
           try {
             // the key the guard let in (-1 without keys): the request's prefix-cache scope
             const int key = st.opt.api_keys.empty() ? -1 : server_bearer_key(req.get_header_value("Authorization"), st.opt.api_keys);
-            fn(st, read_body(st, req, res, reader), key, res);
+            fn(st, req, read_body(st, req, res, reader), key, res);
           } catch (const ServerError& e) {
             send_error(res, e.status, e.what());
           } catch (const std::exception& e) {
@@ -475,6 +486,11 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
     send_error(res, 500, "internal error");
   });
   svr.set_pre_routing_handler([&st](const httplib::Request& req, httplib::Response& res) { return guard(st, req, res); });
+  // Expect: 100-continue is answered after the guard (key, Host, Origin, size) passed: a
+  // refused client gets the refusal, not an invitation to send its body
+  svr.set_expect_100_continue_handler([&st](const httplib::Request& req, httplib::Response& res) {
+    return guard(st, req, res) == httplib::Server::HandlerResponse::Handled ? res.status : 100;
+  });
   svr.set_post_routing_handler([&st](const httplib::Request& req, httplib::Response& res) { add_cors_headers(st, req, res); });
   // the path is percent-decoded by httplib: CR, LF and ESC from it are escaped, so a request
   // cannot forge log lines or drive the terminal
