@@ -617,7 +617,10 @@ TEST(ServerLifecycle, HealthAnswersWhenEverythingIsBusy) {
                      std::to_string(body.size()) + "\r\n\r\n" + body);
     held.push_back(fd);
   }
-  for (int i = 0; i < 2; i++) held.push_back(raw_connect(s.port()));  // idle: the cap of 4 is reached
+  for (int i = 0; i < 2; i++) {  // two more in the middle of their heads: the cap of 4 is reached, none idle
+    held.push_back(raw_connect(s.port()));
+    raw_send(held.back(), "GET /health HTTP/1.1\r\n");
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const auto start = std::chrono::steady_clock::now();
   RawResponse h = raw_http(s.port(), "GET", "/health");

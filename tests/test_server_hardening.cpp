@@ -15,7 +15,9 @@
 //    rule over a raw socket with a request pipelined behind the bad one that must go unanswered;
 //  - engine errors without internals, tiny sampling values, the Bearer scheme in any case, the
 //    key from a file or the environment, half-closed clients served and closed ones cancelled.
+#include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -579,6 +581,55 @@ TEST(Hardening, SlowlorisDoesNotStarveHealthAndMeetsTheDeadline) {
   EXPECT_EQ(raw_http(port, "GET", "/health").status, 200);
 }
 
+// Silent connections wait in the server's epoll set, not in threads: with 5,000 of them open,
+// GET /health on a fresh connection answers within 200 ms and a chat request completes; beyond
+// the cap (256) the oldest silent ones were closed, the rest go at the first-byte deadline
+// (3 s), and the server's memory stays bounded.
+TEST(Hardening, ThousandsOfIdleSocketsDoNotStarveTheServer) {
+  constexpr int kIdle = 5000;
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
+  const rlim_t want = kIdle + 1024;  // this process and the server it starts (which inherits it)
+  if (before.rlim_max != RLIM_INFINITY && before.rlim_max < want)
+    GTEST_SKIP() << "the hard limit on open files is " << before.rlim_max << ", below " << want;
+  rlimit raised = before;
+  raised.rlim_cur = std::max<rlim_t>(before.rlim_cur, want);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &raised), 0);
+  {
+    Server s({"-q", "--workers", "1"});
+    const int64_t rss_before = rss_kb(s.proc.pid());
+    std::vector<int> idle;
+    for (int i = 0; i < kIdle; i++) {
+      const int fd = raw_connect(s.port());
+      ASSERT_GE(fd, 0) << "connection " << i;
+      idle.push_back(fd);
+    }
+    for (int i = 0; i < 3; i++) {
+      const auto start = std::chrono::steady_clock::now();
+      RawResponse h = request(s.port(), get("/health"));
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_EQ(h.status, 200) << h.body;
+      EXPECT_LT(secs, 0.2) << "/health took " << secs << " s with " << kIdle << " idle sockets (try " << i << ")";
+    }
+    RawResponse chat = request(s.port(), post("/v1/chat/completions", kHello));
+    EXPECT_EQ(chat.status, 200) << chat.body;
+    // the server closed the oldest beyond its cap: those read the end at once
+    int still_open = 0;
+    for (int fd : idle) {
+      pollfd p{fd, POLLIN, 0};
+      still_open += poll(&p, 1, 0) == 0;
+    }
+    EXPECT_LE(still_open, 256) << "more silent connections open than the cap";
+    EXPECT_LT(rss_kb(s.proc.pid()) - rss_before, 64 * 1024) << "RSS grew by more than 64 MiB";
+    // the newest, silent since, is closed at the first-byte deadline
+    pollfd p{idle.back(), POLLIN, 0};
+    EXPECT_EQ(poll(&p, 1, 6000), 1) << "the silent connection was not closed within 6 s";
+    for (int fd : idle) close(fd);
+    EXPECT_EQ(request(s.port(), get("/health")).status, 200);
+  }
+  setrlimit(RLIMIT_NOFILE, &before);
+}
+
 // ---- HTTP/1.1 framing (RFC 9112) over raw sockets ---------------------------------------------
 
 namespace {
@@ -621,7 +672,6 @@ std::string chunked_with_size_line(const std::string& size_line) {
   return "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
          "Transfer-Encoding: chunked\r\n\r\n" + size_line + kHello + "\r\n0\r\n\r\n";
 }
-
 
 }  // namespace
 

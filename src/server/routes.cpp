@@ -410,10 +410,6 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
   svr.limits.max_raw_body = 2 * (size_t)o.limits.max_body_bytes + (64 << 10);  // chunk framing's room
   svr.limits.deadline_ms = (int)(o.request_deadline * 1000);
   svr.limits.max_connections = o.max_connections;
-  // a thread per connection up to the cap, and a few for connections beyond it (they get
-  // one request, 2 s to send it, and only /health)
-  const size_t threads = (size_t)o.max_connections + 16;
-  svr.new_task_queue = [threads] { return new ConnectionQueue(threads); };
   svr.set_payload_max_length((size_t)o.limits.max_body_bytes);
   svr.set_read_timeout(30);
   svr.set_write_timeout(30);
