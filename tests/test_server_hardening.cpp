@@ -136,7 +136,9 @@ TEST(HardeningUnits, ChunkLinesByTheGrammar) {
       for (size_t i = 0; i < body.size() && ok; i++) ok = server_chunk_scan(c, body.data() + i, 1);
     else
       ok = server_chunk_scan(c, body.data(), body.size());
-    if (!ok) EXPECT_EQ(c.status, 400);
+    if (!ok) {
+      EXPECT_EQ(c.status, 400);
+    }
     return !ok ? std::string("refused") : c.state == ChunkScan::State::done ? std::string("done") : std::string("open");
   };
   const std::string data74(0x4a, 'x');
