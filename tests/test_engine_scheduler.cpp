@@ -5,7 +5,8 @@
 //  - a seeded request draws the same tokens alone, among others, and as Engine::generate;
 //  - the calculator, per-row stops and budgets on a scripted model equal Engine::generate's;
 //  - prefix reuse: the same tokens with and without it, cached_tokens counted by hand, LRU eviction;
-//  - cancellation frees the rows; too many samples is an error.
+//  - cancellation frees the rows; too many samples is an error;
+//  - one bounded queue, first come first served; close_queue refuses those still waiting.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -271,4 +272,43 @@ TEST(Scheduler, PrefixCacheKeepsScopesApart) {
     same.generate(candidate(guess), in_scope("alice"), nullptr, nullptr, &cached);
     EXPECT_EQ(cached, guess == 0 ? 15 : 12) << "guess " << guess;
   }
+}
+
+// One queue, first come first served and bounded: with its one row taken, two requests wait
+// and a third is refused at once; the first waiting gets the row first; close_queue refuses
+// the one still waiting (and every later one) while the admitted one runs to its end.
+TEST(Scheduler, OneBoundedQueueFirstComeFirstServed) {
+  auto engine = tiny_engine();
+  SchedulerOptions so;
+  so.max_batch = 1;
+  so.max_queue = 2;
+  Scheduler s(engine, so);
+  auto holder = s.submit(prompt_of(1, 6), greedy(300));  // long enough to hold the row while the others queue
+  ASSERT_TRUE(s.wait_admitted(*holder));
+  auto first = s.submit(prompt_of(2, 6), greedy(4));
+  auto second = s.submit(prompt_of(3, 6), greedy(4));
+  EXPECT_EQ(s.stats().waiting, 2);
+  EXPECT_EQ(s.load(), 3);  // one row held, two asked for
+  try {
+    s.submit(prompt_of(4, 6), greedy(4));
+    ADD_FAILURE() << "a third waiting request was queued";
+  } catch (const SchedulerRefused& e) {
+    EXPECT_FALSE(e.closed);
+    EXPECT_NE(std::string(e.what()).find("--max-queue"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s.run(*holder).tokens, engine->generate(prompt_of(1, 6), greedy(300)).tokens);
+  ASSERT_TRUE(s.wait_admitted(*first));  // the row went to the first in line
+  s.close_queue();
+  EXPECT_THROW(s.wait_admitted(*second), SchedulerRefused);
+  EXPECT_THROW(s.submit(prompt_of(5, 6), greedy(4)), SchedulerRefused);
+  EXPECT_EQ(s.run(*first).tokens, engine->generate(prompt_of(2, 6), greedy(4)).tokens);
+  EXPECT_EQ(settled(s).waiting, 0);
+  // a ticket dropped while it waits cancels its request
+  Scheduler t(engine, so);
+  auto busy = t.submit(prompt_of(1, 6), greedy(300));
+  ASSERT_TRUE(t.wait_admitted(*busy));
+  t.submit(prompt_of(2, 6), greedy(4)).reset();
+  t.run(*busy);
+  EXPECT_EQ(settled(t).waiting, 0);
+  EXPECT_EQ(t.load(), 0);
 }

@@ -26,6 +26,7 @@
 #include "nanochat/common/utf8.h"
 #include "nanochat/engine.h"
 #include "nanochat/server.h"
+#include "server/stop_matcher.h"
 #include "server_fixture.h"
 #include "test_util.h"
 
@@ -121,40 +122,6 @@ int64_t stats_field(const char* name) { return parse_json(raw_http(port(), "GET"
 }  // namespace
 
 // ---- in-process units ---------------------------------------------------------------------------
-
-TEST(ServerUnits, WorkerPoolServesFirstComeFirstServed) {
-  WorkerPool pool(1, 8);
-  int first = pool.acquire();
-  ASSERT_EQ(first, 0);
-  std::vector<int> order;
-  std::mutex mu;
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 5; i++) {
-    threads.emplace_back([&, i] {
-      int w = pool.acquire();
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        order.push_back(i);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      pool.release(w);
-    });
-    while (pool.queued() != i + 1) std::this_thread::yield();  // queued in index order
-  }
-  pool.release(first);
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
-
-  WorkerPool small(1, 1);
-  int held = small.acquire();
-  std::thread waiter([&] { EXPECT_EQ(small.acquire(), -1); });  // woken by shutdown
-  while (small.queued() != 1) std::this_thread::yield();
-  EXPECT_EQ(small.acquire(), -1);  // the queue is full
-  small.shutdown();
-  waiter.join();
-  small.release(held);
-  EXPECT_EQ(small.acquire(), -1);
-}
 
 TEST(ServerUnits, StopMatcherHoldsBackPartialStops) {
   StopMatcher m({"END", "xy"});
@@ -701,16 +668,6 @@ TEST(ServerApi, OpenAiPythonClient) {
   CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR + "/tests/fixtures/openai_client.py http://127.0.0.1:" +
                               std::to_string(port()));
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
-  // every chat request of one browser carries its one random salt (16 bytes in hex), kept across
-  // a reload; another browser has its own
-  const json& salts = j["cache_salts"];
-  ASSERT_GE(salts["requests"].size(), 3u) << salts.dump();
-  const std::string salt = salts["requests"][0].get<std::string>();
-  EXPECT_EQ(salt.size(), 32u) << salt;
-  EXPECT_EQ(salt.find_first_not_of("0123456789abcdef"), std::string::npos) << salt;
-  for (const json& s : salts["requests"]) EXPECT_EQ(s, salt);
-  EXPECT_EQ(salts["after_reload"], salt);
-  EXPECT_TRUE(salts["other_browser"].is_string() && salts["other_browser"] != salt) << salts.dump();
   json j = parse_json(r.out);
   EXPECT_EQ(j["models"], json::array({"d2"}));
   EXPECT_EQ(j["plain"], ref.text);
@@ -741,6 +698,16 @@ TEST(ServerApi, BrowserDrivesTheUi) {
   // on a 390-px phone screen the header is one line (ui_test.py measures it and shoots it)
   EXPECT_EQ(j["header_390"]["lines"], 1) << j["header_390"].dump();
   EXPECT_EQ(j["phone_screenshot_width"], 390);
+  // every chat request of one browser carries its one random salt (16 bytes in hex), kept across
+  // a reload; another browser has its own
+  const json& salts = j["cache_salts"];
+  ASSERT_GE(salts["requests"].size(), 3u) << salts.dump();
+  const std::string salt = salts["requests"][0].get<std::string>();
+  EXPECT_EQ(salt.size(), 32u) << salt;
+  EXPECT_EQ(salt.find_first_not_of("0123456789abcdef"), std::string::npos) << salt;
+  for (const json& s : salts["requests"]) EXPECT_EQ(s, salt);
+  EXPECT_EQ(salts["after_reload"], salt);
+  EXPECT_TRUE(salts["other_browser"].is_string() && salts["other_browser"] != salt) << salts.dump();
 }
 
 // ---- lifecycle ------------------------------------------------------------------------------------

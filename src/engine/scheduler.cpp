@@ -39,6 +39,8 @@ struct Request {
   int64_t steps = 0;
   // shared with the caller, under Impl::mu
   std::deque<TokenColumn> out;
+  bool admitted = false;  // holds its rows (or needs none)
+  bool refused = false;   // left the queue by close_queue
   bool finished = false;
   std::string error;
   std::atomic<bool> cancel{false};
@@ -50,9 +52,9 @@ struct Slot {
   int64_t row = -1;
   int64_t pos = 0;               // positions whose KV the slot holds
   std::vector<int32_t> tokens;   // a free slot: the tokens of those positions (prefix cache)
+  std::string scope;             // ... and the cache scope of the request that left them
   uint64_t used = 0;             // when it was last freed or hit (LRU)
 };
-  std::string scope;             // ... and the cache scope of the request that left them
 
 int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   int64_t n = 0, m = (int64_t)std::min(a.size(), b.size());
@@ -81,6 +83,7 @@ struct Scheduler::Impl {
   std::deque<std::shared_ptr<Request>> prefilling;   // rows held, prompt going in
   std::vector<std::shared_ptr<Request>> decoding;    // rows in the batch
   bool stop = false;
+  bool closed = false;  // close_queue: no more requests
   std::thread thread;
 
   // stats (written by the decode thread under mu)
@@ -175,11 +178,30 @@ struct Scheduler::Impl {
     r->prefilled = r->cached = reuse;
     st.prompt_tokens += T;
     st.cached_tokens += reuse;
+    r->admitted = true;
+    r->cv.notify_all();
+  }
+
+  // rows held or asked for by the requests here (under mu): how loaded the scheduler is
+  int64_t load() const {
+    int64_t n = 0;
+    for (auto* q : {&incoming, &prefilling})
+      for (auto& r : *q) n += (int64_t)r->rows.size();
+    for (auto& r : decoding) n += (int64_t)r->rows.size();
+    return n;
+  }
+
+  void count_waiting() {
+    st.waiting = (int64_t)incoming.size();
+    st.rows_waiting = 0;
+    for (auto& r : incoming) st.rows_waiting += (int64_t)r->rows.size();
   }
 
   // the slot's positions go back to the pool; with the prefix cache it remembers their tokens
+  // and the scope they may be reused in
   void release_slot(int64_t s, const std::vector<int32_t>& tokens) {
     Slot& sl = slots[s];
+    sl.scope = sl.req ? sl.req->opt.cache_scope : std::string();
     sl.req = nullptr;
     sl.row = -1;
     sl.used = ++tick;
@@ -198,10 +220,8 @@ struct Scheduler::Impl {
     for (int64_t& s : r.slot)
       if (s >= 0) release_slot(s, {}), s = -1;
     r.error = error;
-  // and the scope they may be reused in
     r.finished = true;
     r.cv.notify_all();
-    sl.scope = sl.req ? sl.req->opt.cache_scope : std::string();
   }
 
   // ---- one step ---------------------------------------------------------------------------
@@ -390,7 +410,7 @@ struct Scheduler::Impl {
       }
       std::lock_guard<std::mutex> lock(mu);
       st.running = (int64_t)(prefilling.size() + decoding.size());
-      st.waiting = (int64_t)incoming.size();
+      count_waiting();
       st.rows_busy = st.rows_cached = 0;
       for (const Slot& s : slots) {
         st.rows_busy += s.req != nullptr;
@@ -434,9 +454,32 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
-GenerateResult Scheduler::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
-                                   const TokenCallback& on_column, const std::function<bool()>& cancelled,
-                                   int64_t* cached_tokens) {
+// a request from its queue to its end; a ticket dropped before the end cancels it
+class Scheduler::Ticket {
+ public:
+  Ticket(Scheduler::Impl* im, std::shared_ptr<Request> r) : im_(im), r_(std::move(r)) {}
+  ~Ticket() {
+    {
+      std::lock_guard<std::mutex> lock(im_->mu);
+      if (r_->finished) return;
+      r_->cancel = true;
+    }
+    im_->work.notify_all();
+  }
+  Ticket(const Ticket&) = delete;
+  Ticket& operator=(const Ticket&) = delete;
+
+ private:
+  friend class Scheduler;
+  Scheduler::Impl* im_;
+  std::shared_ptr<Request> r_;
+};
+
+namespace {
+const char* const kClosed = "generate: the scheduler takes no more requests (shutting down)";
+}
+
+std::shared_ptr<Scheduler::Ticket> Scheduler::submit(const std::vector<int32_t>& prompt, const GenerateOptions& options) {
   Impl& im = *impl_;
   auto r = std::make_shared<Request>();
   int64_t longest = 0;
@@ -444,46 +487,112 @@ GenerateResult Scheduler::generate(const std::vector<int32_t>& prompt, const Gen
   if ((int64_t)r->rows.size() > im.opt.max_batch)
     fail("generate: %zu samples exceed the %lld rows decoded together (--max-batch)", r->rows.size(),
          (long long)im.opt.max_batch);
-  if (cached_tokens) *cached_tokens = 0;
-  if (longest == 0) return engine_rows_result(r->rows, (int64_t)prompt.size(), 0);
   r->prompt = prompt;
   r->opt = options;
+  if (longest == 0) {  // no row decodes: done at once
+    r->admitted = r->finished = true;
+    return std::make_shared<Ticket>(&im, r);
+  }
   r->rng = gpt_make_generator(im.model.device, options.seed);
-  std::unique_lock<std::mutex> lock(im.mu);
-  if (im.stop) fail("generate: the scheduler is shut down");
-  im.incoming.push_back(r);
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    if (im.stop || im.closed) throw SchedulerRefused(true, kClosed);
+    if ((int64_t)im.incoming.size() >= im.opt.max_queue)
+      throw SchedulerRefused(false, strprintf("generate: %lld requests already wait for rows (--max-queue)",
+                                              (long long)im.incoming.size()));
+    im.incoming.push_back(r);
+    im.count_waiting();
+  }
   im.work.notify_all();
+  return std::make_shared<Ticket>(&im, r);
+}
+
+bool Scheduler::wait_admitted(Ticket& ticket, const std::function<bool()>& cancelled) {
+  Impl& im = *impl_;
+  Request& r = *ticket.r_;
+  std::unique_lock<std::mutex> lock(im.mu);
+  while (!r.admitted) {
+    if (r.finished) {
+      if (!r.error.empty()) fail("generate: %s", r.error.c_str());
+      if (r.refused) throw SchedulerRefused(true, kClosed);
+      return false;
+    }
+    if (!r.cancel && cancelled) {
+      lock.unlock();
+      const bool stop_it = cancelled();
+      lock.lock();
+      if (stop_it) {
+        r.cancel = true;
+        im.work.notify_all();
+      }
+    }
+    r.cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return r.admitted || r.finished; });
+  }
+  return true;
+}
+
+void Scheduler::close_queue() {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lock(im.mu);
+  im.closed = true;
+  for (auto& r : im.incoming) {
+    r->refused = true;
+    im.end_request(*r);
+  }
+  im.incoming.clear();
+  im.count_waiting();
+}
+
+int64_t Scheduler::load() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->load();
+}
+
+GenerateResult Scheduler::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                                   const TokenCallback& on_column, const std::function<bool()>& cancelled,
+                                   int64_t* cached_tokens) {
+  std::shared_ptr<Ticket> ticket = submit(prompt, options);
+  return run(*ticket, on_column, cancelled, cached_tokens);
+}
+
+GenerateResult Scheduler::run(Ticket& ticket, const TokenCallback& on_column, const std::function<bool()>& cancelled,
+                              int64_t* cached_tokens) {
+  Impl& im = *impl_;
+  Request& r = *ticket.r_;
+  if (cached_tokens) *cached_tokens = 0;
+  std::unique_lock<std::mutex> lock(im.mu);
   bool listening = true;  // the callback has not asked to stop
   while (true) {
-    while (!r->out.empty()) {
-      TokenColumn col = std::move(r->out.front());
-      r->out.pop_front();
+    while (!r.out.empty()) {
+      TokenColumn col = std::move(r.out.front());
+      r.out.pop_front();
       if (!listening || !on_column) continue;
       lock.unlock();
       const bool more = on_column(col);
       lock.lock();
       if (!more) {
         listening = false;
-        r->cancel = true;
+        r.cancel = true;
         im.work.notify_all();
       }
     }
-    if (r->finished) break;
-    if (!r->cancel && cancelled) {
+    if (r.finished) break;
+    if (!r.cancel && cancelled) {
       lock.unlock();
       const bool stop_it = cancelled();
       lock.lock();
       if (stop_it) {
-        r->cancel = true;
+        r.cancel = true;
         im.work.notify_all();
       }
     }
-    r->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return r->finished || !r->out.empty(); });
+    r.cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return r.finished || !r.out.empty(); });
   }
   lock.unlock();
-  if (!r->error.empty()) fail("generate: %s", r->error.c_str());
-  if (cached_tokens) *cached_tokens = r->cached;
-  return engine_rows_result(r->rows, (int64_t)prompt.size(), r->steps);
+  if (!r.error.empty()) fail("generate: %s", r.error.c_str());
+  if (r.refused) throw SchedulerRefused(true, kClosed);
+  if (cached_tokens) *cached_tokens = r.cached;
+  return engine_rows_result(r.rows, (int64_t)r.prompt.size(), r.steps);
 }
 
 }  // namespace nanochat

@@ -1,11 +1,12 @@
-// defines: server_host_is_loopback_name, server_bind_is_loopback, server_log_escape,
+// defines: server_guard, server_host_is_loopback_name, server_bind_is_loopback, server_log_escape,
 //          server_bearer_ok, server_bearer_key, server_api_keys_resolve, server_cache_scope,
 //          server_internal_error
-// Small checks the routes' pre-routing guard uses (routes.cpp), the API keys and the
-// prefix-cache scope they give. A server bound to loopback is
-// reachable from every web page the user opens: a page on evil.example can resolve its own
-// name to 127.0.0.1 (DNS rebinding) and then talk to us "same-origin", so only loopback names
-// are accepted in Host there.
+// The security policy every request meets before routing (server_guard: reserved headers,
+// Host, Origin, the connection cap, the API key, bodies where none belong) and its pieces:
+// the API keys and the prefix-cache scope they give. A server bound to loopback is reachable
+// from every web page the user opens: a page on evil.example can resolve its own name to
+// 127.0.0.1 (DNS rebinding) and then talk to us "same-origin", so only loopback names are
+// accepted in Host there.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +18,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
 #include "nanochat/server.h"
+#include "server/server_state.h"
 
 namespace nanochat {
 
@@ -34,6 +36,15 @@ bool is_port_suffix(const std::string& s) {
   for (size_t i = 1; i < s.size(); i++)
     if (!std::isdigit((unsigned char)s[i])) return false;
   return true;
+}
+
+// the methods httplib 0.11.4 reads a body for
+bool may_have_body(const httplib::Request& req) {
+  return req.method == "POST" || req.method == "PUT" || req.method == "PATCH" || req.method == "DELETE" || req.method == "PRI";
+}
+
+bool is_api_path(const std::string& path) {
+  return path == "/chat/completions" || path == "/stats" || path.rfind("/v1/", 0) == 0;
 }
 
 }  // namespace
@@ -152,6 +163,56 @@ std::vector<std::string> server_api_keys_resolve(const std::string* flag, const 
 std::string server_cache_scope(int key_index, const std::string& cache_salt) {
   // the key's index never holds a newline: "k<index>\n" and any salt split one way only
   return strprintf("k%d\n", key_index) + cache_salt;
+}
+
+// Every request before routing and before its body is read; a refusal is Handled.
+httplib::Server::HandlerResponse server_guard(const ServerState& st, const httplib::Request& req, httplib::Response& res) {
+  using HR = httplib::Server::HandlerResponse;
+  auto refuse = [&](int status, const std::string& message) {
+    if (may_have_body(req)) server_close_after(req, res);  // its body stays unread
+    server_send_error(res, status, message);
+    return HR::Handled;
+  };
+  // httplib 0.11.4 adds REMOTE_ADDR/REMOTE_PORT/LOCAL_ADDR/LOCAL_PORT as request headers after
+  // the client's own: a client-sent one would shadow them (CVE-2025-66570)
+  for (const char* name : {"REMOTE_ADDR", "REMOTE_PORT", "LOCAL_ADDR", "LOCAL_PORT"})
+    if (req.get_header_value_count(name) != 1) return refuse(400, std::string("reserved header ") + name + " in the request");
+  const std::string host = req.get_header_value("Host");
+  if (server_bind_is_loopback(st.opt.host) && !server_host_is_loopback_name(host))
+    return refuse(403, "Host '" + host + "' is not a loopback name (localhost, 127.0.0.1, [::1]); this server is bound to " +
+                           st.opt.host);
+  // a page on another origin: refused unless it is the --cors-origin (a browser sends Origin
+  // on every cross-origin request, "simple" text/plain POSTs included)
+  if (req.has_header("Origin")) {
+    const std::string origin = req.get_header_value("Origin");
+    const bool same = lower(origin) == "http://" + lower(host) || lower(origin) == "https://" + lower(host);
+    if (!same && (st.opt.cors_origin.empty() || origin != st.opt.cors_origin))
+      return refuse(403, "cross-origin request from '" + origin + "' refused (allow one origin with --cors-origin)");
+  }
+  if (server_connection_overflow() && !((req.method == "GET" || req.method == "HEAD") && req.path == "/health")) {
+    res.set_header("Retry-After", "1");
+    return refuse(503, strprintf("too many connections (the limit is %d); retry later", st.opt.max_connections));
+  }
+  if (!st.opt.api_keys.empty() && req.method != "OPTIONS" && is_api_path(req.path) &&
+      server_bearer_key(req.get_header_value("Authorization"), st.opt.api_keys) < 0) {
+    res.set_header("WWW-Authenticate", "Bearer");
+    return refuse(401, "missing or wrong API key (send Authorization: Bearer <key>)");
+  }
+  // a body only for the chat routes' bounded reader: anywhere else httplib would read it whole
+  // (and inflate a compressed one without a cap, CVE-2026-22776)
+  const bool chat = req.method == "POST" && (req.path == "/chat/completions" || req.path == "/v1/chat/completions");
+  const std::string encoding = lower(req.get_header_value("Content-Encoding"));
+  if (!chat && !encoding.empty() && encoding != "identity") return refuse(415, "a compressed body is only accepted by the chat routes");
+  if (req.method == "PRI") return refuse(405, "method PRI is not allowed");
+  if (req.has_header("Content-Length")) {
+    const std::string v = req.get_header_value("Content-Length");
+    if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
+      return refuse(400, "bad Content-Length");
+    if (std::stoull(v) > (uint64_t)st.opt.limits.max_body_bytes)  // refused unread
+      return refuse(413, strprintf("request body too large (%s bytes; the limit is %lld)", v.c_str(),
+                                   (long long)st.opt.limits.max_body_bytes));
+  }
+  return HR::Unhandled;
 }
 
 std::string server_internal_error(const char* where, const std::exception& e) {

@@ -1,6 +1,7 @@
 // defines: ServerWorker, ServerState, ConnectionLimits, ConnectionQueue, HttpServer,
 //          server_connection_gone, server_connection_overflow, server_connection_close_after,
-//          server_connection_refused, server_error_json, server_workers_setup, server_routes_install
+//          server_connection_refused, server_error_json, server_send_error, server_close_after,
+//          server_guard, server_workers_setup, server_routes_install
 // What the chat-web server's routes (routes.cpp), its connections (connection.cpp) and its
 // lifecycle (http_server.cpp) share: the workers, the request counters and the stop level.
 // Internal to the server module.
@@ -39,10 +40,9 @@ struct ServerState {
   ServerOptions opt;
   std::atomic<bool> ready{false};
   std::atomic<int> stop_level{0};  // 0 serving, 1 draining, 2 cancelling in-flight streams
-  std::atomic<int> in_flight{0};   // requests holding a worker
+  std::atomic<int> in_flight{0};   // requests admitted and not yet answered
   std::atomic<int64_t> served{0}, tokens_out{0};
   std::vector<ServerWorker> workers;  // written once by the loader before `ready`
-  std::unique_ptr<WorkerPool> pool;   // rows: workers x max_batch, pool index i on worker i % workers
   std::string model_id;
   int64_t created = (int64_t)std::time(nullptr);
   std::string load_error;
@@ -142,9 +142,17 @@ int server_connection_refused();      // status the connection answered itself (
 
 // the one-line JSON error every refusal carries: {"error":{message,type,code},"detail":message}
 std::string server_error_json(int status, const std::string& message);
+// that error as the response
+void server_send_error(httplib::Response& res, int status, const std::string& message);
+// the connection closes once this response is out (its body is left unread); said in the
+// response too (httplib adds the header itself when the request asked for the close)
+void server_close_after(const httplib::Request& req, httplib::Response& res);
 
-// the workers (one per GPU, or --workers on the CPU), each a scheduler of max_batch rows
-// over its engine, and the FIFO pool of their rows (worker_pool.cpp)
+// Every request before routing and before its body is read (guards.cpp); a refusal is Handled
+httplib::Server::HandlerResponse server_guard(const ServerState& st, const httplib::Request& req, httplib::Response& res);
+
+// the workers (one per GPU, or --workers on the CPU), each a scheduler of max_batch rows over
+// its engine with its own queue (workers.cpp)
 void server_workers_setup(ServerState& st, const std::vector<std::shared_ptr<const Engine>>& engines);
 
 // the server's threads, limits, headers, and every route with its error handling (routes.cpp)
