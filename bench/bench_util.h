@@ -1,4 +1,4 @@
-// defines: bench_seconds_since, bench_matmul_roof, bench_parse_list, bench_percentile
+// defines: bench_seconds_since, bench_matmul_roof, bench_parse_list
 // What several benches share: a wall clock and the CPU's fp32 matmul FLOP/s measured in the
 // same run (the roof that model throughput is reported against).
 #pragma once
@@ -40,14 +40,6 @@ inline std::vector<int64_t> bench_parse_list(const std::string& s) {
   std::string item;
   while (std::getline(ss, item, ',')) out.push_back(std::stoll(item));
   return out;
-}
-
-// the p-th percentile (nearest rank) of v; 0 for none
-inline double bench_percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = (size_t)std::min<double>((double)v.size() - 1, std::ceil(p / 100.0 * (double)v.size()) - 1);
-  return v[i];
 }
 
 }  // namespace nanochat

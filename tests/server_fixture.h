@@ -1,5 +1,5 @@
 // defines: tiny_chat_tokenizer, tiny_chat_config, tiny_chat_model, tiny_chat_base_dir,
-//          ServerProcess
+//          tiny_chat_prompt_by_hand, GreedyReference, tiny_chat_greedy_reference, ServerProcess
 // A chat model small enough for tests and the server bench: a BPE tokenizer trained here on
 // a few sentences (nanochat's 9 special tokens after 300 ranks) and a random 2-layer GPT
 // (n_embd 128, head_dim 64), saved as an SFT checkpoint in a temp NANOCHAT_BASE_DIR; plus
@@ -85,6 +85,43 @@ inline std::string tiny_chat_base_dir() {
   checkpoint_save_model(dir, 0, gpt_named_parameters(m), meta);
   checkpoint_mark_complete(dir, 0, 0);
   return base;
+}
+
+// upstream's render_for_completion by hand: <|bos|> (<|user_start|> u <|user_end|>
+// <|assistant_start|> a <|assistant_end|>)* ... <|assistant_start|>
+inline std::vector<int64_t> tiny_chat_prompt_by_hand(const nanochat::Tokenizer& tok, const std::vector<std::string>& turns) {
+  std::vector<int64_t> ids = {tok.special_id("<|bos|>")};
+  for (size_t i = 0; i < turns.size(); i++) {
+    bool user = i % 2 == 0;
+    ids.push_back(tok.special_id(user ? "<|user_start|>" : "<|assistant_start|>"));
+    for (int32_t t : tok.encode(turns[i])) ids.push_back(t);
+    ids.push_back(tok.special_id(user ? "<|user_end|>" : "<|assistant_end|>"));
+  }
+  ids.push_back(tok.special_id("<|assistant_start|>"));
+  return ids;
+}
+
+struct GreedyReference {
+  std::string text;
+  int64_t tokens;                // generated, the stop token included
+  bool stopped;                  // hit <|assistant_end|>/<|bos|> within the budget
+  std::vector<int64_t> kept;     // the generated ids before the stop token
+};
+// greedy with the naive loop (GPT.generate, no KV cache), cut at the first stop token
+inline GreedyReference tiny_chat_greedy_reference(nanochat::GPT& model, const nanochat::Tokenizer& tok,
+                                                  const std::vector<int64_t>& prompt, int64_t max_tokens) {
+  std::vector<int64_t> gen = nanochat::gpt_generate(model, prompt, max_tokens, 0.0);
+  GreedyReference r{"", 0, false, {}};
+  for (int64_t t : gen) {
+    if (t == tok.special_id("<|assistant_end|>") || t == tok.special_id("<|bos|>")) {
+      r.stopped = true;
+      break;
+    }
+    r.kept.push_back(t);
+  }
+  r.tokens = (int64_t)r.kept.size() + r.stopped;
+  r.text = tok.decode(std::vector<int32_t>(r.kept.begin(), r.kept.end()));
+  return r;
 }
 
 // `nanochat chat-web --port 0 ...` as a child; its stdout/stderr go to files in `base`;

@@ -1,6 +1,7 @@
 // Tests of the attention module: the window mask by hand, causal and sliding-window attention
 // against brute force in float64, the KV cache's prefill, chunk and decode steps against full
-// attention, a finite-difference gradient, and on a GPU the flash kernel against a masked softmax.
+// attention, a batch of rows each at its own position against each row alone, a
+// finite-difference gradient, and on a GPU the flash kernel against a masked softmax.
 // (The kernels module's own CPU attention kernel is tested against its reference in test_kernels.)
 #include <algorithm>
 #include <cmath>
@@ -127,6 +128,29 @@ TEST(Attention, KVCachePrefillAndDecodeEqualFullAttention) {
   KVCache small(1, Hkv, 4, D, 1, torch::kCPU, torch::kFloat32);
   auto [kc, vc] = small.get_layer_cache(0);
   EXPECT_THROW(attention_with_kvcache(q.narrow(1, 0, 5), kc, vc, k.narrow(1, 0, 5), v.narrow(1, 0, 5), 0, -1), Error);
+}
+
+// the scheduler's decode: each row of the batch at its own position, as if it ran alone
+TEST(Attention, RowsAtTheirOwnPositionsEqualEachRowAlone) {
+  torch::manual_seed(0);
+  const int64_t B = 4, H = 4, Hkv = 2, D = 16, L = 40;
+  const std::vector<int64_t> pos = {0, 7, 23, 31};
+  for (int64_t window : {-1, 5}) {
+    for (int64_t T : {1, 3}) {
+      torch::Tensor kc = torch::randn({B, L, Hkv, D}), vc = torch::randn({B, L, Hkv, D});
+      torch::Tensor q = torch::randn({B, T, H, D}), k = torch::randn({B, T, Hkv, D}), v = torch::randn({B, T, Hkv, D});
+      torch::Tensor kc2 = kc.clone(), vc2 = vc.clone();
+      torch::Tensor y = attention_with_kvcache_rows(q, kc, vc, k, v, pos, window);
+      for (int64_t b = 0; b < B; b++) {
+        torch::Tensor kb = kc2.narrow(0, b, 1), vb = vc2.narrow(0, b, 1);
+        torch::Tensor want = attention_with_kvcache(q.narrow(0, b, 1), kb, vb, k.narrow(0, b, 1), v.narrow(0, b, 1),
+                                                    pos[b], window);
+        EXPECT_TRUE(torch::allclose(y.narrow(0, b, 1), want, 1e-5, 1e-5)) << "row " << b << " window " << window << " T " << T;
+      }
+      EXPECT_TRUE(torch::equal(kc, kc2)) << "each row's keys land at its own positions";
+      EXPECT_TRUE(torch::equal(vc, vc2));
+    }
+  }
 }
 
 TEST(Attention, GradientOfChunkedWindowByFiniteDifferences) {

@@ -1,12 +1,12 @@
-// Tests for continuous batching (engine/scheduler.h) and the attention it rests on:
-//  - rows at different positions through the masked decode equal each row attended alone
-//    through the uniform KV-cache path (a second implementation), windows included;
+// Tests for continuous batching (engine/scheduler.h; the per-row attention it rests on is
+// tested in test_attention.cpp):
 //  - greedy requests through the scheduler, alone or many at once with chunked prefill, give
 //    the tokens of Engine::generate (whose own tests check it against the naive loop);
 //  - a seeded request draws the same tokens alone, among others, and as Engine::generate;
 //  - the calculator, per-row stops and budgets on a scripted model equal Engine::generate's;
 //  - prefix reuse: the same tokens with and without it, cached_tokens counted by hand, LRU eviction;
-//  - cancellation frees the rows; too many samples is an error.
+//  - cancellation frees the rows; too many samples is an error;
+//  - one bounded queue, first come first served; close_queue refuses those still waiting.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -18,7 +18,6 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "nanochat/attention.h"
 #include "nanochat/common/error.h"
 #include "nanochat/engine.h"
 #include "nanochat/engine/scheduler.h"
@@ -69,28 +68,6 @@ std::vector<GenerateResult> run_together(Scheduler& s, const std::vector<std::ve
 }
 
 }  // namespace
-
-TEST(Attention, RowsAtTheirOwnPositionsEqualEachRowAlone) {
-  torch::manual_seed(0);
-  const int64_t B = 4, H = 4, Hkv = 2, D = 16, L = 40;
-  const std::vector<int64_t> pos = {0, 7, 23, 31};
-  for (int64_t window : {-1, 5}) {
-    for (int64_t T : {1, 3}) {
-      torch::Tensor kc = torch::randn({B, L, Hkv, D}), vc = torch::randn({B, L, Hkv, D});
-      torch::Tensor q = torch::randn({B, T, H, D}), k = torch::randn({B, T, Hkv, D}), v = torch::randn({B, T, Hkv, D});
-      torch::Tensor kc2 = kc.clone(), vc2 = vc.clone();
-      torch::Tensor y = attention_with_kvcache_rows(q, kc, vc, k, v, pos, window);
-      for (int64_t b = 0; b < B; b++) {
-        torch::Tensor kb = kc2.narrow(0, b, 1), vb = vc2.narrow(0, b, 1);
-        torch::Tensor want = attention_with_kvcache(q.narrow(0, b, 1), kb, vb, k.narrow(0, b, 1), v.narrow(0, b, 1),
-                                                    pos[b], window);
-        EXPECT_TRUE(torch::allclose(y.narrow(0, b, 1), want, 1e-5, 1e-5)) << "row " << b << " window " << window << " T " << T;
-      }
-      EXPECT_TRUE(torch::equal(kc, kc2)) << "each row's keys land at its own positions";
-      EXPECT_TRUE(torch::equal(vc, vc2));
-    }
-  }
-}
 
 TEST(Scheduler, GreedyAloneOrBatchedEqualsEngine) {
   auto engine = tiny_engine();
@@ -240,4 +217,98 @@ TEST(Scheduler, PrefixReuseGivesTheSameTokensAndEvictsLeastRecentlyUsed) {
   EXPECT_EQ(cached, 0) << "A was evicted";
   EXPECT_EQ(settled(with).rows_cached, 2);
   EXPECT_EQ(settled(without).rows_cached, 0);
+}
+
+// The prefix cache as a cross-user oracle: Alice sends a secret; Bob, in another scope, probes
+// 8 candidates. His cached_tokens must be what they are with no Alice at all (his own probes
+// share a prefix with each other, never with her); within one scope the right candidate would
+// stand out (all its prompt but the last token reused, a wrong one only the common part), and
+// Alice's next turn still reuses her whole first turn.
+TEST(Scheduler, PrefixCacheKeepsScopesApart) {
+  auto engine = tiny_engine();
+  SchedulerOptions so;
+  so.max_batch = 4;
+  so.prefill_chunk = 64;
+  GenerateOptions o = greedy(4);
+  o.default_stops = false;
+  auto in_scope = [&](const char* scope) {
+    GenerateOptions x = o;
+    x.cache_scope = scope;
+    return x;
+  };
+  const std::vector<int32_t> sentence = prompt_of(3, 12);  // "my banking password is"
+  auto candidate = [&](int i) {                            // ... and candidate i (0: the secret)
+    std::vector<int32_t> p = sentence;
+    for (int32_t t : prompt_of(10 + i, 4)) p.push_back(t);
+    return p;
+  };
+  auto probes = [&](Scheduler& s, const char* scope) {
+    std::vector<int64_t> cached;
+    for (int i : {3, 0, 5, 1, 7, 2, 6, 4}) {
+      int64_t c = -1;
+      s.generate(candidate(i), in_scope(scope), nullptr, nullptr, &c);
+      cached.push_back(c);
+    }
+    return cached;
+  };
+  const std::vector<int64_t> want = {0, 12, 12, 12, 12, 12, 12, 12};  // by hand: the sentence after the first
+  Scheduler alone(engine, so);
+  EXPECT_EQ(probes(alone, "bob"), want);
+  Scheduler shared(engine, so);
+  int64_t cached = -1;
+  GenerateResult secret = shared.generate(candidate(0), in_scope("alice"), nullptr, nullptr, &cached);
+  EXPECT_EQ(cached, 0);
+  EXPECT_EQ(probes(shared, "bob"), want) << "another scope learned something from Alice's request";
+  // Alice's next turn: her prompt and reply (but the last, never fed) come from the cache
+  std::vector<int32_t> turn2 = secret.tokens[0];
+  for (int32_t t : prompt_of(20, 5)) turn2.push_back(t);
+  GenerateResult r2 = shared.generate(turn2, in_scope("alice"), nullptr, nullptr, &cached);
+  EXPECT_EQ(cached, 16 + 4 - 1);
+  EXPECT_EQ(r2.tokens, alone.generate(turn2, in_scope("alice")).tokens);
+  // in Alice's own scope the probe would tell: the secret reuses 15 of its 16 tokens, a wrong guess 12
+  for (int guess : {0, 1}) {
+    Scheduler same(engine, so);
+    same.generate(candidate(0), in_scope("alice"));
+    same.generate(candidate(guess), in_scope("alice"), nullptr, nullptr, &cached);
+    EXPECT_EQ(cached, guess == 0 ? 15 : 12) << "guess " << guess;
+  }
+}
+
+// One queue, first come first served and bounded: with its one row taken, two requests wait
+// and a third is refused at once; the first waiting gets the row first; close_queue refuses
+// the one still waiting (and every later one) while the admitted one runs to its end.
+TEST(Scheduler, OneBoundedQueueFirstComeFirstServed) {
+  auto engine = tiny_engine();
+  SchedulerOptions so;
+  so.max_batch = 1;
+  so.max_queue = 2;
+  Scheduler s(engine, so);
+  auto holder = s.submit(prompt_of(1, 6), greedy(300));  // long enough to hold the row while the others queue
+  ASSERT_TRUE(s.wait_admitted(*holder));
+  auto first = s.submit(prompt_of(2, 6), greedy(4));
+  auto second = s.submit(prompt_of(3, 6), greedy(4));
+  EXPECT_EQ(s.stats().waiting, 2);
+  EXPECT_EQ(s.load(), 3);  // one row held, two asked for
+  try {
+    s.submit(prompt_of(4, 6), greedy(4));
+    ADD_FAILURE() << "a third waiting request was queued";
+  } catch (const SchedulerRefused& e) {
+    EXPECT_FALSE(e.closed);
+    EXPECT_NE(std::string(e.what()).find("--max-queue"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s.run(*holder).tokens, engine->generate(prompt_of(1, 6), greedy(300)).tokens);
+  ASSERT_TRUE(s.wait_admitted(*first));  // the row went to the first in line
+  s.close_queue();
+  EXPECT_THROW(s.wait_admitted(*second), SchedulerRefused);
+  EXPECT_THROW(s.submit(prompt_of(5, 6), greedy(4)), SchedulerRefused);
+  EXPECT_EQ(s.run(*first).tokens, engine->generate(prompt_of(2, 6), greedy(4)).tokens);
+  EXPECT_EQ(settled(s).waiting, 0);
+  // a ticket dropped while it waits cancels its request
+  Scheduler t(engine, so);
+  auto busy = t.submit(prompt_of(1, 6), greedy(300));
+  ASSERT_TRUE(t.wait_admitted(*busy));
+  t.submit(prompt_of(2, 6), greedy(4)).reset();
+  t.run(*busy);
+  EXPECT_EQ(settled(t).waiting, 0);
+  EXPECT_EQ(t.load(), 0);
 }

@@ -1,4 +1,4 @@
-// Tests for the server module and the chat subcommands, against the real `nanochat` binary
+// Tests for the server module, against the real `nanochat` binary
 // on loopback with a tiny random model (tests/server_fixture.h):
 //  - every endpoint over raw HTTP; both stream formats through a strict chunked + SSE parser;
 //  - replies compared with an independent reference: the prompt built by hand (render_for_completion) and
@@ -7,7 +7,6 @@
 //    row and the server still healthy; a dropped client (streaming or not) frees its worker; /health
 //    answers when every worker and connection is busy; SIGTERM drains;
 //  - the official `openai` Python client and a Playwright-driven Chromium against the UI;
-//  - chat-cli -p and an interactive session on a pipe.
 #include <signal.h>
 
 #include <algorithm>
@@ -27,6 +26,7 @@
 #include "nanochat/common/utf8.h"
 #include "nanochat/engine.h"
 #include "nanochat/server.h"
+#include "server/stop_matcher.h"
 #include "server_fixture.h"
 #include "test_util.h"
 
@@ -62,39 +62,12 @@ int port() { return world().port; }
 
 int32_t sid(const char* name) { return world().tok->special_id(name); }
 
-// render_for_completion by hand: <|bos|> (<|user_start|> u <|user_end|> <|assistant_start|> a <|assistant_end|>)* ... <|assistant_start|>
 std::vector<int64_t> prompt_by_hand(const std::vector<std::string>& turns) {
-  std::vector<int64_t> ids = {sid("<|bos|>")};
-  for (size_t i = 0; i < turns.size(); i++) {
-    bool user = i % 2 == 0;
-    ids.push_back(sid(user ? "<|user_start|>" : "<|assistant_start|>"));
-    for (int32_t t : world().tok->encode(turns[i])) ids.push_back(t);
-    ids.push_back(sid(user ? "<|user_end|>" : "<|assistant_end|>"));
-  }
-  ids.push_back(sid("<|assistant_start|>"));
-  return ids;
+  return tiny_chat_prompt_by_hand(*world().tok, turns);
 }
-
-struct Reference {
-  std::string text;
-  int64_t tokens;                // generated, the stop token included
-  bool stopped;                  // hit <|assistant_end|>/<|bos|> within the budget
-  std::vector<int64_t> kept;     // the generated ids before the stop token
-};
-// greedy with the naive loop (GPT.generate), cut at the first stop token
+using Reference = GreedyReference;
 Reference greedy_from_ids(const std::vector<int64_t>& prompt, int64_t max_tokens) {
-  std::vector<int64_t> gen = gpt_generate(world().model, prompt, max_tokens, 0.0);
-  Reference r{"", 0, false, {}};
-  for (int64_t t : gen) {
-    if (t == sid("<|assistant_end|>") || t == sid("<|bos|>")) {
-      r.stopped = true;
-      break;
-    }
-    r.kept.push_back(t);
-  }
-  r.tokens = (int64_t)r.kept.size() + r.stopped;
-  r.text = world().tok->decode(std::vector<int32_t>(r.kept.begin(), r.kept.end()));
-  return r;
+  return tiny_chat_greedy_reference(world().model, *world().tok, prompt, max_tokens);
 }
 Reference greedy_reference(const std::vector<std::string>& turns, int64_t max_tokens) {
   return greedy_from_ids(prompt_by_hand(turns), max_tokens);
@@ -149,42 +122,6 @@ int64_t stats_field(const char* name) { return parse_json(raw_http(port(), "GET"
 }  // namespace
 
 // ---- in-process units ---------------------------------------------------------------------------
-
-TEST(ServerUnits, WorkerPoolServesFirstComeFirstServed) {
-  WorkerPool pool(1, 8);
-  int first = pool.acquire();
-  ASSERT_EQ(first, 0);
-  std::vector<int> order;
-  std::mutex mu;
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 5; i++) {
-    threads.emplace_back([&, i] {
-      int w = pool.acquire();
-      {
-        std::lock_guard<std::mutex> lock(mu);
-        order.push_back(i);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      pool.release(w);
-    });
-    while (pool.queued() != i + 1) std::this_thread::yield();  // queued in index order
-  }
-  EXPECT_EQ(pool.available(), 0);
-  pool.release(first);
-  for (auto& t : threads) t.join();
-  EXPECT_EQ(order, (std::vector<int>{0, 1, 2, 3, 4}));
-  EXPECT_EQ(pool.available(), 1);
-
-  WorkerPool small(1, 1);
-  int held = small.acquire();
-  std::thread waiter([&] { EXPECT_EQ(small.acquire(), -1); });  // woken by shutdown
-  while (small.queued() != 1) std::this_thread::yield();
-  EXPECT_EQ(small.acquire(), -1);  // the queue is full
-  small.shutdown();
-  waiter.join();
-  small.release(held);
-  EXPECT_EQ(small.acquire(), -1);
-}
 
 TEST(ServerUnits, StopMatcherHoldsBackPartialStops) {
   StopMatcher m({"END", "xy"});
@@ -647,7 +584,10 @@ TEST(ServerLifecycle, HealthAnswersWhenEverythingIsBusy) {
                      std::to_string(body.size()) + "\r\n\r\n" + body);
     held.push_back(fd);
   }
-  for (int i = 0; i < 2; i++) held.push_back(raw_connect(s.port()));  // idle: the cap of 4 is reached
+  for (int i = 0; i < 2; i++) {  // two more in the middle of their heads: the cap of 4 is reached, none idle
+    held.push_back(raw_connect(s.port()));
+    raw_send(held.back(), "GET /health HTTP/1.1\r\n");
+  }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const auto start = std::chrono::steady_clock::now();
   RawResponse h = raw_http(s.port(), "GET", "/health");
@@ -758,6 +698,16 @@ TEST(ServerApi, BrowserDrivesTheUi) {
   // on a 390-px phone screen the header is one line (ui_test.py measures it and shoots it)
   EXPECT_EQ(j["header_390"]["lines"], 1) << j["header_390"].dump();
   EXPECT_EQ(j["phone_screenshot_width"], 390);
+  // every chat request of one browser carries its one random salt (16 bytes in hex), kept across
+  // a reload; another browser has its own
+  const json& salts = j["cache_salts"];
+  ASSERT_GE(salts["requests"].size(), 3u) << salts.dump();
+  const std::string salt = salts["requests"][0].get<std::string>();
+  EXPECT_EQ(salt.size(), 32u) << salt;
+  EXPECT_EQ(salt.find_first_not_of("0123456789abcdef"), std::string::npos) << salt;
+  for (const json& s : salts["requests"]) EXPECT_EQ(s, salt);
+  EXPECT_EQ(salts["after_reload"], salt);
+  EXPECT_TRUE(salts["other_browser"].is_string() && salts["other_browser"] != salt) << salts.dump();
 }
 
 // ---- lifecycle ------------------------------------------------------------------------------------
@@ -822,44 +772,4 @@ TEST(ServerLifecycle, AKVPoolBiggerThanTheMachineExitsWithOneLine) {
   EXPECT_NE(log.find("error: chat-web: the KV pool needs 160.0 GiB (64 pools x 1024 rows x 1280 positions x 2.0 KiB each)"),
             std::string::npos) << log;
   EXPECT_NE(log.find("lower --max-batch (1024), --kv-len (1280) or --workers (64)"), std::string::npos) << log;
-}
-
-// ---- chat-cli -------------------------------------------------------------------------------------
-
-TEST(ChatCli, SingleShotPrintsTheGreedyReply) {
-  const std::string base = world().base;
-  Reference ref = greedy_reference({"hello world"}, 256);
-  CommandResult r = run_shell("NANOCHAT_BASE_DIR=" + base + " OMP_NUM_THREADS=1 " + NANOCHAT_BIN +
-                              " chat-cli -p 'hello world' -t 0 --device-type cpu");
-  ASSERT_EQ(r.rc, 0) << r.err;
-  EXPECT_EQ(r.out, ref.text + "\n");
-  EXPECT_EQ(r.out.find("<|assistant_end|>"), std::string::npos);
-}
-
-TEST(ChatCli, InteractiveOnAPipe) {
-  const std::string base = world().base;
-  Reference hi = greedy_reference({"hi"}, 256);
-  Reference hello = greedy_reference({"hello world"}, 256);
-  // turn 2 continues from the tokens of turn 1 (not its re-encoded text) and <|assistant_end|>
-  std::vector<int64_t> ids = prompt_by_hand({"hello world"});
-  ids.insert(ids.end(), hello.kept.begin(), hello.kept.end());
-  ids.push_back(sid("<|assistant_end|>"));
-  ids.push_back(sid("<|user_start|>"));
-  for (int32_t t : world().tok->encode("hi")) ids.push_back(t);
-  ids.push_back(sid("<|user_end|>"));
-  ids.push_back(sid("<|assistant_start|>"));
-  Reference second = greedy_from_ids(ids, 256);
-  CommandResult r = run_shell("printf 'hello world\\nhi\\nclear\\n\\n  hi  \\nquit\\nnever read\\n' | NANOCHAT_BASE_DIR=" + base +
-                              " OMP_NUM_THREADS=1 " + NANOCHAT_BIN + " chat-cli -t 0 --device-type cpu");
-  ASSERT_EQ(r.rc, 0) << r.err;
-  std::string want = "\nNanoChat Interactive Mode\n" + std::string(50, '-') +
-                     "\nType 'quit' or 'exit' to end the conversation\nType 'clear' to start a new conversation\n" +
-                     std::string(50, '-') + "\n" +
-                     "\nUser: \nAssistant: " + hello.text + "\n" +   // turn 1
-                     "\nUser: \nAssistant: " + second.text + "\n" +  // turn 2 sees turn 1
-                     "\nUser: Conversation cleared.\n" +
-                     "\nUser: " +                                    // the empty line is skipped
-                     "\nUser: \nAssistant: " + hi.text + "\n" +      // after clear: as if first
-                     "\nUser: Goodbye!\n";
-  EXPECT_EQ(r.out, want);
 }

@@ -15,7 +15,10 @@
 //    rule over a raw socket with a request pipelined behind the bad one that must go unanswered;
 //  - engine errors without internals, tiny sampling values, the Bearer scheme in any case, the
 //    key from a file or the environment, half-closed clients served and closed ones cancelled.
+#include <poll.h>
 #include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
@@ -123,6 +126,51 @@ const std::string kHello = R"({"messages":[{"role":"user","content":"hello"}],"m
 }  // namespace
 
 // ---- units -------------------------------------------------------------------------------------
+
+// RFC 9112's chunked grammar, whole and one byte at a time
+TEST(HardeningUnits, ChunkLinesByTheGrammar) {
+  auto scan = [](const std::string& body, bool bytewise) {
+    ChunkScan c;
+    bool ok = true;
+    if (bytewise)
+      for (size_t i = 0; i < body.size() && ok; i++) ok = server_chunk_scan(c, body.data() + i, 1);
+    else
+      ok = server_chunk_scan(c, body.data(), body.size());
+    if (!ok) {
+      EXPECT_EQ(c.status, 400);
+    }
+    return !ok ? std::string("refused") : c.state == ChunkScan::State::done ? std::string("done") : std::string("open");
+  };
+  const std::string data74(0x4a, 'x');
+  struct Case {
+    std::string body, want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"4a\r\n" + data74 + "\r\n0\r\n\r\n", "done"},
+           {"4A\r\n" + data74 + "\r\n0000\r\n\r\n", "done"},                    // upper case, leading zeros
+           {"4a;a=b;c=\"d e\"\r\n" + data74 + "\r\n0\r\n\r\n", "done"},          // extensions
+           {"4a \t;a\r\n" + data74 + "\r\n0;z\r\n\r\n", "done"},                  // BWS before ";"
+           {"0\r\nX-Check: 1\r\nX-Other:\t2\r\n\r\n", "done"},                   // a trailer section
+           {"4a\r\n" + data74 + "\r\n", "open"},
+           {"0\r\nX-Check: 1\r\n", "open"},
+           {"0x4a\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
+           {"+4a\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
+           {" 4a\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
+           {"4azz\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
+           {"4a zz\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
+           {"-2\r\n", "refused"},
+           {"\r\n", "refused"},                                                 // no digits
+           {"4a\n" + data74 + "\r\n0\r\n\r\n", "refused"},                         // bare LF
+           {"4a\rX" + data74, "refused"},                                        // bare CR
+           {"4a\r\n" + data74 + "X\r\n0\r\n\r\n", "refused"},                       // data longer than its size
+           {"4a\r\n" + data74 + "\r\n0\r\nX-Check: 1\n\r\n", "refused"},           // trailer line in a bare LF
+           {"4a\r\n" + data74 + "\r\n0\r\nX-Check: \x01\r\n\r\n", "refused"},     // control byte in a trailer
+           {"1000000000000000\r\n", "refused"},                                 // 16 hex digits
+       }) {
+    EXPECT_EQ(scan(c.body, false), c.want) << server_log_escape(c.body.substr(0, 40));
+    EXPECT_EQ(scan(c.body, true), c.want) << "byte by byte: " << server_log_escape(c.body.substr(0, 40));
+  }
+}
 
 TEST(HardeningUnits, JsonDepthScan) {
   EXPECT_EQ(server_json_depth("{}", 64), 1);
@@ -474,6 +522,28 @@ TEST(Hardening, ApiKeyOnEveryApiRouteButHealth) {
     expect_json_error(request(port, post(path, kHello)), 401, "API key", path);
     EXPECT_EQ(request(port, post(path, kHello, "Authorization: Bearer s3cret\r\n")).status, 200) << path;
   }
+  // Expect: 100-continue: without the key the refusal comes at once (no 100 inviting the
+  // body); with it, 100 Continue, then the body, then the answer
+  for (const bool with_key : {false, true}) {
+    const int fd = raw_connect(port);
+    ASSERT_GE(fd, 0);
+    std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                       "Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: " +
+                       std::to_string(kHello.size()) + "\r\n";
+    if (with_key) head += "Authorization: Bearer s3cret\r\n";
+    raw_send(fd, head + "\r\n");
+    std::string first = raw_read_response(fd, 3000);  // what comes before any body byte is sent
+    if (with_key) {
+      EXPECT_EQ(first.rfind("HTTP/1.1 100 Continue\r\n\r\n", 0), 0u) << first;
+      raw_send(fd, kHello);
+      const std::string rest = raw_read_all(fd, 10000);
+      EXPECT_EQ(status_of(rest), 200) << rest.substr(0, 200);
+    } else {
+      EXPECT_EQ(first.find("100 Continue"), std::string::npos) << first;
+      expect_json_error(parse_response(first), 401, "API key", "Expect without the key");
+    }
+    close(fd);
+  }
 }
 
 // ---- slow clients ------------------------------------------------------------------------------
@@ -513,6 +583,55 @@ TEST(Hardening, SlowlorisDoesNotStarveHealthAndMeetsTheDeadline) {
   EXPECT_EQ(raw_http(port, "GET", "/health").status, 200);
 }
 
+// Silent connections wait in the server's epoll set, not in threads: with 5,000 of them open,
+// GET /health on a fresh connection answers within 200 ms and a chat request completes; beyond
+// the cap (256) the oldest silent ones were closed, the rest go at the first-byte deadline
+// (3 s), and the server's memory stays bounded.
+TEST(Hardening, ThousandsOfIdleSocketsDoNotStarveTheServer) {
+  constexpr int kIdle = 5000;
+  rlimit before{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &before), 0);
+  const rlim_t want = kIdle + 1024;  // this process and the server it starts (which inherits it)
+  if (before.rlim_max != RLIM_INFINITY && before.rlim_max < want)
+    GTEST_SKIP() << "the hard limit on open files is " << before.rlim_max << ", below " << want;
+  rlimit raised = before;
+  raised.rlim_cur = std::max<rlim_t>(before.rlim_cur, want);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &raised), 0);
+  {
+    Server s({"-q", "--workers", "1"});
+    const int64_t rss_before = rss_kb(s.proc.pid());
+    std::vector<int> idle;
+    for (int i = 0; i < kIdle; i++) {
+      const int fd = raw_connect(s.port());
+      ASSERT_GE(fd, 0) << "connection " << i;
+      idle.push_back(fd);
+    }
+    for (int i = 0; i < 3; i++) {
+      const auto start = std::chrono::steady_clock::now();
+      RawResponse h = request(s.port(), get("/health"));
+      const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      EXPECT_EQ(h.status, 200) << h.body;
+      EXPECT_LT(secs, 0.2) << "/health took " << secs << " s with " << kIdle << " idle sockets (try " << i << ")";
+    }
+    RawResponse chat = request(s.port(), post("/v1/chat/completions", kHello));
+    EXPECT_EQ(chat.status, 200) << chat.body;
+    // the server closed the oldest beyond its cap: those read the end at once
+    int still_open = 0;
+    for (int fd : idle) {
+      pollfd p{fd, POLLIN, 0};
+      still_open += poll(&p, 1, 0) == 0;
+    }
+    EXPECT_LE(still_open, 256) << "more silent connections open than the cap";
+    EXPECT_LT(rss_kb(s.proc.pid()) - rss_before, 64 * 1024) << "RSS grew by more than 64 MiB";
+    // the newest, silent since, is closed at the first-byte deadline
+    pollfd p{idle.back(), POLLIN, 0};
+    EXPECT_EQ(poll(&p, 1, 6000), 1) << "the silent connection was not closed within 6 s";
+    for (int fd : idle) close(fd);
+    EXPECT_EQ(request(s.port(), get("/health")).status, 200);
+  }
+  setrlimit(RLIMIT_NOFILE, &before);
+}
+
 // ---- HTTP/1.1 framing (RFC 9112) over raw sockets ---------------------------------------------
 
 namespace {
@@ -549,6 +668,12 @@ Exchange pipelined(int port, const std::string& first) {
 }
 
 std::string chunked(const std::string& body) { return strprintf("%zx\r\n", body.size()) + body + "\r\n0\r\n\r\n"; }
+std::string size_hex(const std::string& body) { return strprintf("%zx", body.size()); }
+// a chat request whose one chunk of kHello comes after `size_line`
+std::string chunked_with_size_line(const std::string& size_line) {
+  return "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+         "Transfer-Encoding: chunked\r\n\r\n" + size_line + kHello + "\r\n0\r\n\r\n";
+}
 
 }  // namespace
 
@@ -578,6 +703,12 @@ TEST(Hardening, FramingThatCouldSmuggleIsRefusedAndCloses) {
       {"two Host headers", "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n\r\n", 400},
       {"no Host", "GET /health HTTP/1.1\r\n\r\n", 400},
       {"a malformed request line", "GET /health HTTP/1.1 x\r\nHost: 127.0.0.1\r\n\r\n", 400},
+      // chunk-size lines that httplib's strtoul would read as the length
+      {"chunk size 0x..", chunked_with_size_line("0x" + size_hex(kHello) + "\r\n"), 400},
+      {"chunk size +..", chunked_with_size_line("+" + size_hex(kHello) + "\r\n"), 400},
+      {"chunk size after a space", chunked_with_size_line(" " + size_hex(kHello) + "\r\n"), 400},
+      {"chunk size with junk after it", chunked_with_size_line(size_hex(kHello) + "zz\r\n"), 400},
+      {"chunk size line ending in a bare LF", chunked_with_size_line(size_hex(kHello) + "\n"), 400},
   };
   for (const Case& c : cases) {
     const Exchange x = pipelined(port, c.bytes);
@@ -588,6 +719,7 @@ TEST(Hardening, FramingThatCouldSmuggleIsRefusedAndCloses) {
   }
   // the controls: well-framed requests keep the connection and the pipelined one is served
   for (const std::string& good : {head + len + "\r\n" + kHello, head + "Transfer-Encoding: chunked\r\n\r\n" + chunked(kHello),
+                                  chunked_with_size_line(size_hex(kHello) + " ;name=\"v\"\r\n"),  // an extension
                                   std::string("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n")}) {
     const Exchange x = pipelined(port, good);
     EXPECT_EQ(x.responses(), 2) << server_log_escape(x.raw.substr(0, 300));
@@ -625,6 +757,7 @@ TEST(Hardening, TinySamplingValuesAre400OrGreedyNeverABacktrace) {
 TEST(Hardening, ApiKeyFromFileOrEnvironmentAndAnyCaseScheme) {
   const std::string file = base_dir() + "/api_key";
   std::ofstream(file) << "k3y-from-file\n";
+  ASSERT_EQ(chmod(file.c_str(), 0600), 0);
   {
     Server s({"-q", "--api-key-file", file});
     expect_json_error(request(s.port(), get("/v1/models")), 401, "API key", "no key");
@@ -651,6 +784,119 @@ TEST(Hardening, ApiKeyFromFileOrEnvironmentAndAnyCaseScheme) {
     EXPECT_NE(p.wait_exit(10), 0) << p.log();
     EXPECT_NE(p.log().find("api-key"), std::string::npos) << p.log();
     EXPECT_EQ(p.log().find("terminate called"), std::string::npos) << p.log();
+  }
+}
+
+// An HTTP/1.0 client knows no chunked encoding: its stream comes close-delimited
+TEST(Hardening, Http10StreamIsCloseDelimited) {
+  const std::string body = R"({"messages":[{"role":"user","content":"hello"}],"max_tokens":4,"temperature":0,"stream":true})";
+  for (const char* path : {"/chat/completions", "/v1/chat/completions"}) {
+    for (const char* connection : {"", "Connection: Keep-Alive\r\n"}) {
+      const int fd = raw_connect(shared().port());
+      ASSERT_GE(fd, 0);
+      raw_send(fd, std::string("POST ") + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n" + connection +
+                       "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+      const std::string raw = raw_read_all(fd, 10000);  // ends when the server closes
+      close(fd);
+      RawResponse r = parse_response(raw);
+      EXPECT_EQ(r.status, 200) << path << raw.substr(0, 300);
+      EXPECT_EQ(r.headers.count("transfer-encoding"), 0u) << path << connection;
+      EXPECT_EQ(r.headers.count("content-length"), 0u) << path << connection;
+      EXPECT_EQ(r.headers["connection"], "close") << path << connection;
+      std::vector<std::string> events = sse_parse_strict(r.body);
+      ASSERT_FALSE(events.empty()) << path << r.body;
+      EXPECT_TRUE(events.back() == "{\"done\":true}" || events.back() == "[DONE]") << path << events.back();
+    }
+  }
+}
+
+// ---- the prefix cache between users ------------------------------------------------------------
+
+// The oracle of a shared prefix cache: Alice says her password; a prober sends the same sentence
+// with 8 candidates and reads usage.prompt_tokens_details.cached_tokens (each probe with its own
+// salt, so the probes share nothing among themselves). Under another API key, and under
+// Alice's key with another cache_salt, every candidate gets 0; in Alice's own scope the right
+// one would reuse all its prompt but the last token, and her next turn still reuses her first.
+TEST(Hardening, PrefixCacheIsNoOracleAcrossKeysOrSalts) {
+  const std::string file = base_dir() + "/api_keys";
+  std::ofstream(file) << "key-alice\nkey-bob\n";
+  ASSERT_EQ(chmod(file.c_str(), 0600), 0);
+  Server s({"--workers", "1", "--max-batch", "16", "--api-key-file", file});
+  auto ask = [&](const std::string& key, const std::string& salt, const json& messages) {
+    json req = {{"messages", messages}, {"temperature", 0}, {"max_tokens", 2}};
+    if (!salt.empty()) req["cache_salt"] = salt;
+    RawResponse r = request(s.port(), post("/v1/chat/completions", req.dump(), "Authorization: Bearer " + key + "\r\n"));
+    EXPECT_EQ(r.status, 200) << r.body;
+    json j = json::parse(r.body, nullptr, false);
+    return j.is_discarded() ? json::object() : j;
+  };
+  auto cached = [](const json& j) { return j.value("/usage/prompt_tokens_details/cached_tokens"_json_pointer, int64_t(-1)); };
+  auto says = [](const std::string& pw) {
+    return json::array({{{"role", "user"}, {"content", "my banking password is " + pw}}});
+  };
+  const std::vector<std::string> guesses = {"aaaaaaa", "zdrtqmm", "qwertyu", "zdrtqmn", "hunter2", "letmein", "zdrtqma", "passwrd"};
+  struct Case {
+    const char* what;
+    std::string alice_salt, prober_key;
+  };
+  for (const Case& c : {Case{"another key", "", "key-bob"}, Case{"another salt", "salt-of-alice", "key-alice"}}) {
+    const std::string secret = c.alice_salt.empty() ? "zdrtqmm" : "zdrtqmn";
+    const json first = ask("key-alice", c.alice_salt, says(secret));
+    EXPECT_EQ(cached(first), 0) << c.what;
+    for (size_t i = 0; i < guesses.size(); i++)
+      EXPECT_EQ(cached(ask(c.prober_key, "probe-" + std::to_string(i), says(guesses[i]))), 0) << c.what << ": " << guesses[i];
+    // Alice's own scope: the secret again (all but the last prompt token), then her next turn
+    const json again = ask("key-alice", c.alice_salt, says(secret));
+    EXPECT_EQ(cached(again), again["usage"]["prompt_tokens"].get<int64_t>() - 1) << c.what;
+    json turn2 = says(secret);
+    const std::string reply = first["choices"][0]["message"]["content"];
+    turn2.push_back({{"role", "assistant"}, {"content", reply.empty() ? std::string("ok") : reply}});
+    turn2.push_back({{"role", "user"}, {"content", "thanks"}});
+    EXPECT_GE(cached(ask("key-alice", c.alice_salt, turn2)), first["usage"]["prompt_tokens"].get<int64_t>()) << c.what;
+  }
+  // neither /stats nor the log shows a key
+  RawResponse st = request(s.port(), get("/stats", "Authorization: Bearer key-bob\r\n"));
+  EXPECT_EQ(st.status, 200);
+  for (const std::string& text : {st.body, s.proc.log()})
+    for (const char* key : {"key-alice", "key-bob"}) EXPECT_EQ(text.find(key), std::string::npos) << key;
+}
+
+// the key's configuration: several keys in a file, one per line, each its own; what opens the
+// door refuses to start with one line (an empty key, an empty file, a file others may read)
+TEST(Hardening, ApiKeyFileHoldsSeveralKeysAndRefusesWhatOpensTheDoor) {
+  const std::string file = base_dir() + "/keys_two";
+  std::ofstream(file) << "k-one\r\n\nk-two\n";
+  ASSERT_EQ(chmod(file.c_str(), 0600), 0);
+  {
+    Server s({"-q", "--api-key-file", file});
+    for (const char* key : {"k-one", "k-two"})
+      EXPECT_EQ(request(s.port(), get("/v1/models", std::string("Authorization: Bearer ") + key + "\r\n")).status, 200) << key;
+    expect_json_error(request(s.port(), get("/v1/models", "Authorization: Bearer k-three\r\n")), 401, "API key", "other key");
+  }
+  const std::string empty = base_dir() + "/keys_empty", open_file = base_dir() + "/keys_open", repeated = base_dir() + "/keys_rep";
+  std::ofstream(empty) << "\n\n";
+  std::ofstream(open_file) << "k-one\n";
+  std::ofstream(repeated) << "k-one\nk-one\n";
+  ASSERT_EQ(chmod(empty.c_str(), 0600) | chmod(repeated.c_str(), 0600) | chmod(open_file.c_str(), 0640), 0);
+  struct Refusal {
+    std::vector<std::string> args;
+    const char* env;  // NANOCHAT_API_KEY, or null
+    std::string says;
+  };
+  for (const Refusal& r : {Refusal{{"--api-key", ""}, nullptr, "error: --api-key: the API key is empty"},
+                           Refusal{{}, "", "error: NANOCHAT_API_KEY: the API key is empty"},
+                           Refusal{{"--api-key-file", empty}, nullptr, "holds no key"},
+                           Refusal{{"--api-key-file", repeated}, nullptr, "line 2: the same key as an earlier line"},
+                           Refusal{{"--api-key-file", open_file}, nullptr, "mode 0640 lets other users read or write"}}) {
+    if (r.env) setenv("NANOCHAT_API_KEY", r.env, 1);
+    ServerProcess p(NANOCHAT_BIN, base_dir(), r.args);
+    unsetenv("NANOCHAT_API_KEY");
+    EXPECT_EQ(p.port(), 0) << r.says;
+    EXPECT_NE(p.wait_exit(10), 0) << p.log();
+    const std::string log = p.log();
+    EXPECT_NE(log.find(r.says), std::string::npos) << log;
+    EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1) << "one line: " << log;
+    EXPECT_EQ(log.find("k-one"), std::string::npos) << "the key is in the log: " << log;
   }
 }
 

@@ -12,6 +12,21 @@ const state = {
   controller: null,     // AbortController of the stream in progress
 };
 
+// the server reuses the KV of earlier requests only within one cache_salt: a random one per
+// browser keeps this browser's chats out of everyone else's prefix cache (and theirs out of ours)
+function cacheSalt() {
+  const name = 'nanochat_cache_salt';
+  let salt = null;
+  try { salt = localStorage.getItem(name); } catch (e) { /* storage off: one salt per page */ }
+  if (!salt || !/^[0-9a-f]{32}$/.test(salt)) {
+    const bytes = crypto.getRandomValues(new Uint8Array(16));
+    salt = Array.from(bytes, (b) => b.toString(16).padStart(2, '0')).join('');
+    try { localStorage.setItem(name, salt); } catch (e) { /* storage off */ }
+  }
+  return salt;
+}
+const CACHE_SALT = cacheSalt();
+
 const el = (id) => document.getElementById(id);
 const messagesEl = el('messages'), input = el('input'), sendBtn = el('send'), stopBtn = el('stop');
 const banner = el('banner');
@@ -130,6 +145,7 @@ async function generate() {
       body: JSON.stringify({
         messages: state.messages.map((m) => ({role: m.role, content: apiContent(m)})),
         temperature: state.temperature, top_k: state.topK, max_tokens: state.maxTokens,
+        cache_salt: CACHE_SALT,
       }),
       signal: controller.signal,
     });

@@ -22,6 +22,7 @@
 #include "../http_load.h"
 #include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/engine.h"
+#include "nanochat/engine/infer_bench.h"
 #include "nanochat/server.h"
 #include "server_fixture.h"
 
@@ -75,7 +76,7 @@ static int bench_main(int argc, char** argv, std::string& base) {
     gen_tokens = r.steps;
   }
   const double base_rps = base_requests / bench_seconds_since(b0);
-  const double base_p50 = bench_percentile(base_ttft, 50);
+  const double base_p50 = infer_bench_percentile(base_ttft, 0.5);
 
   ServerProcess server(NANOCHAT_BIN, base, {"--workers", std::to_string(workers), "-q", "--max-queue", "256"});
   if (server.port() == 0) {
@@ -94,8 +95,8 @@ static int bench_main(int argc, char** argv, std::string& base) {
     int c = std::stoi(item);
     const LoadLevel r = bench_http_load(server.port(), c, std::max(requests, c), kNoLimit, body);
     const double rps = r.done / r.seconds;
-    std::printf("%8d %9d %10.1f %12.2f %12.2f %14.2f %9d\n", c, r.done, rps, 1000 * bench_percentile(r.ttft, 50),
-                1000 * bench_percentile(r.ttft, 99), rps / base_rps, r.failures);
+    std::printf("%8d %9d %10.1f %12.2f %12.2f %14.2f %9d\n", c, r.done, rps, 1000 * infer_bench_percentile(r.ttft, 0.5),
+                1000 * infer_bench_percentile(r.ttft, 0.99), rps / base_rps, r.failures);
     std::fflush(stdout);
   }
   return 0;  // `server` is killed here

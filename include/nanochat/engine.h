@@ -70,6 +70,9 @@ struct GenerateOptions {
   std::vector<std::vector<int32_t>> row_stop_tokens;
   // per-row token budgets (empty, or one per sample; each capped by max_tokens when that is set)
   std::vector<int64_t> row_max_tokens;
+  // the Scheduler's prefix cache: a request reuses only the KV that requests of the same
+  // scope left (a user's own history, never another user's); Engine::generate keeps no cache
+  std::string cache_scope;
 };
 
 enum class FinishReason : uint8_t { none, stop, length, cancelled };
@@ -122,8 +125,6 @@ class Engine {
  private:
   EngineModel model_;
   Tokenizer tokenizer_;
-  // special ids, -1 where the tokenizer lacks them
-  int32_t bos_, assistant_end_, python_start_, python_end_, output_start_, output_end_;
 };
 
 // the 7 prompts a base model is sampled on, during base-train and by base-eval (upstream's)

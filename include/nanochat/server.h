@@ -1,5 +1,5 @@
 // defines: kServerLimits, ServerLimits, ServerError, ChatRequest, server_parse_chat_request,
-//          server_prompt_tokens, StopMatcher, WorkerPool, WorkerLease, ServerOptions,
+//          server_prompt_tokens, server_api_keys_resolve, server_bearer_key, server_cache_scope, ServerOptions,
 //          server_run, WebAsset, server_web_asset, server_web_assets
 // The server module (upstream's scripts/chat_web.py): `nanochat chat-web`. One HTTP server (cpp-httplib) with
 //   GET  /                      the chat UI (web/, embedded into the binary at build time)
@@ -7,18 +7,16 @@
 //   POST /v1/chat/completions   OpenAI-compatible (stream and not), GET /v1/models
 //   GET  /health, GET /stats    readiness (503 while loading) and the worker pool
 // Requests are checked here (upstream's limits, types, UTF-8, JSON nesting) before any model
-// work; a bad one is a 4xx with a JSON error. A request takes a row of a worker (one model
-// per device, --max-batch rows each) from a FIFO pool, and joins that worker's running decode
-// batch (engine/scheduler.h); its tokens come back to the connection's thread. A client that
+// work; a bad one is a 4xx with a JSON error. A request goes to the least loaded worker (one
+// model per device, --max-batch rows each), waits there first come first served for its rows
+// (--max-queue waiting, 503 beyond), and joins that worker's running decode batch
+// (engine/scheduler.h); its tokens come back to the connection's thread. A client that
 // goes away cancels it. Hostile clients are bounded before httplib buffers anything (connection.cpp): header
 // lines and count, a deadline for the head and body, body bytes whatever the encoding, a
-// connection cap with /health still answered beyond it; guards.cpp holds the Host, Origin
-// and API-key checks.
+// connection cap with /health still answered beyond it; routes.cpp's guard holds the Host,
+// Origin and API-key checks (their pieces in guards.cpp).
 #pragma once
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -65,6 +63,7 @@ struct ChatRequest {
   std::vector<std::string> stop;   // stop strings (OpenAI); the text stops before them
   bool stream = false;             // OpenAI only; /chat/completions always streams
   bool include_usage = false;      // stream_options.include_usage
+  std::string cache_salt;          // vLLM's field: the prefix cache is shared only with requests of the same salt
 };
 struct ChatDefaults {
   double temperature = 0.8;
@@ -72,7 +71,7 @@ struct ChatDefaults {
   int64_t max_tokens = 512;
 };
 // Parses and checks a request body. openai=false: upstream's /chat/completions (messages,
-// temperature, top_k, max_tokens; roles user/assistant only). openai=true: also model,
+// temperature, top_k, max_tokens, cache_salt; roles user/assistant only). openai=true: also model,
 // top_p, n, stop, seed, stream, stream_options, max_completion_tokens, a leading system
 // message, and content as a list of text parts. Throws ServerError(400) with the reason.
 ChatRequest server_parse_chat_request(const std::string& body, bool openai, const ChatDefaults& defaults,
@@ -91,69 +90,24 @@ std::string server_log_escape(const std::string& s);
 // Authorization: the Bearer scheme in any case (RFC 9110), one or more spaces, then the key,
 // compared in constant time
 bool server_bearer_ok(const std::string& authorization, const std::string& key);
+// which of `keys` the Authorization header carries (every key compared, each in constant
+// time), or -1
+int server_bearer_key(const std::string& authorization, const std::vector<std::string>& keys);
+// The API keys: `flag` (--api-key's value, null when not given), else the lines of `file`
+// (--api-key-file; one key per line, blank lines skipped), else NANOCHAT_API_KEY; none of them:
+// no key. Errors (one line, never the key): a key that is empty (what --api-key "$KEY" gives
+// with KEY unset), a file readable or writable by other users (mode & 077), without keys, or
+// repeating one; a key with a space or control character.
+std::vector<std::string> server_api_keys_resolve(const std::string* flag, const std::string& file);
+// Whose KV a request may reuse (the scheduler's prefix cache): the API key it came with (its
+// index; -1 without keys) and its cache_salt. Requests of different scopes share nothing.
+std::string server_cache_scope(int key_index, const std::string& cache_salt);
 // the message a client gets for an unexpected exception: generic (LibTorch's errors carry
 // backtraces, paths and addresses); the exception's own text goes to the server log
 std::string server_internal_error(const char* where, const std::exception& e);
 
 // the prompt of upstream's render_for_completion: <|bos|>, the turns, <|assistant_start|>
 std::vector<int32_t> server_prompt_tokens(const Tokenizer& tok, const nlohmann::json& messages);
-
-// Stop strings on a text stream: push() returns the text safe to emit now, holding back a
-// tail that could still begin a stop string; once a stop string appears, stopped() is true
-// and the text before it is all that was ever returned. finish() flushes the held tail.
-class StopMatcher {
- public:
-  explicit StopMatcher(std::vector<std::string> stops) : stops_(std::move(stops)) {}
-  std::string push(const std::string& text);
-  std::string finish();
-  bool stopped() const { return stopped_; }
-
- private:
-  std::vector<std::string> stops_;
-  std::string pending_;
-  bool stopped_ = false;
-};
-
-// Workers served first come, first served: acquire() queues a ticket and returns the free
-// worker once every earlier ticket got one. Returns -1 when the queue already holds
-// max_queue tickets (caller answers 503) or the pool is shutting down.
-class WorkerPool {
- public:
-  WorkerPool(int num_workers, int max_queue);
-  int acquire();
-  void release(int worker);
-  void shutdown();  // wakes every waiter with -1; later acquires fail at once
-  int size() const { return (int)busy_.size(); }
-  int available() const;
-  int queued() const;
-  // groups of workers (worker i in group i % groups) with none of theirs busy
-  int idle_groups(int groups) const;
-
- private:
-  mutable std::mutex mu_;
-  std::condition_variable cv_;
-  std::vector<bool> busy_;
-  std::deque<uint64_t> tickets_;
-  uint64_t next_ticket_ = 0;
-  int max_queue_;
-  bool shutdown_ = false;
-};
-
-// RAII: a worker held until destroyed
-class WorkerLease {
- public:
-  WorkerLease(WorkerPool& pool, int worker) : pool_(pool), worker_(worker) {}
-  ~WorkerLease() {
-    if (worker_ >= 0) pool_.release(worker_);
-  }
-  WorkerLease(const WorkerLease&) = delete;
-  WorkerLease& operator=(const WorkerLease&) = delete;
-  int worker() const { return worker_; }
-
- private:
-  WorkerPool& pool_;
-  int worker_;
-};
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
@@ -165,12 +119,13 @@ struct ServerOptions {
   int max_batch = 0;       // rows decoded together per worker (continuous batching); 0: 8 on CPU, 32 on CUDA
   int64_t kv_len = 0;      // KV positions per row; 0: CPU the model's limit (10 x sequence_len) within a 2 GiB pool, CUDA sequence_len
   bool prefix_cache = true;  // reuse the KV of a finished conversation's tokens
-  int max_queue = 64;      // requests waiting for a row beyond this get 503
+  int max_queue = 64;      // requests waiting for rows, per worker; beyond this 503
   ChatDefaults defaults;
   ServerLimits limits;
   bool quiet = false;      // no per-request log lines
   std::string cors_origin; // the one Origin allowed to read replies cross-origin (none by default)
-  std::string api_key;     // when set: Authorization: Bearer <key> on every API route but /health
+  std::vector<std::string> api_keys;  // when set: Authorization: Bearer <one of them> on every API route but
+                                     // /health; each key is its own prefix-cache scope
   int max_connections = 256;    // beyond: 503, except GET /health
   double request_deadline = 10; // seconds for a request's head and body to arrive (408 after)
 };
@@ -181,7 +136,8 @@ struct ServerOptions {
 // be bound or a model fails to load.
 int server_run(const ServerOptions& options);
 
-// the files of web/ embedded at build time (src/server/web_assets.cpp is generated)
+// the files of web/ embedded at build time (web_assets.cpp, generated into the build directory
+// by web/embed_web.cmake)
 struct WebAsset {
   const char* path;  // "/ui.html", "/ui.js", ...
   const unsigned char* data;

@@ -1,43 +1,10 @@
 // `nanochat chat-web`: the chat UI and the API of upstream's chat_web.py (the server module does it all).
 #include <CLI/CLI.hpp>
 
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
-
 #include "cli/commands.h"
-#include "nanochat/common/error.h"
 #include "nanochat/server.h"
 
 namespace nanochat {
-
-namespace {
-
-// the key from --api-key, --api-key-file or NANOCHAT_API_KEY, in that order; a key on the
-// command line is visible to every user of the machine (ps, /proc/PID/cmdline), a file or the
-// environment is not. One trailing newline (as `echo KEY > file` writes) is dropped.
-std::string api_key_resolve(const std::string& flag, const std::string& file) {
-  std::string key = flag, from = "--api-key";
-  if (!file.empty()) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) fail("--api-key-file %s: cannot read it", file.c_str());
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    key = ss.str();
-    if (!key.empty() && key.back() == '\n') key.pop_back();
-    if (!key.empty() && key.back() == '\r') key.pop_back();
-    from = "--api-key-file " + file;
-    if (key.empty()) fail("%s: the file is empty", from.c_str());
-  } else if (key.empty()) {
-    const char* env = std::getenv("NANOCHAT_API_KEY");
-    if (env) key = env, from = "NANOCHAT_API_KEY";
-  }
-  for (unsigned char c : key)
-    if (c <= 0x20 || c == 0x7f) fail("%s: the API key holds a space or control character", from.c_str());
-  return key;
-}
-
-}  // namespace
 
 void cli_register_chat_web(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand(
@@ -77,20 +44,23 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
   sub->add_option("--cors-origin", o.cors_origin,
                   "the one web origin (e.g. https://app.example) whose pages may call the API and read its replies; "
                   "other origins get 403");
-  static std::string api_key_file;
-  auto* key_flag = sub->add_option("--api-key", o.api_key,
+  static std::string api_key, api_key_file;
+  auto* key_flag = sub->add_option("--api-key", api_key,
                                    "require Authorization: Bearer KEY on the API routes (all but /health and the UI's "
                                    "files); other users of this machine can read a command line: prefer --api-key-file "
                                    "or NANOCHAT_API_KEY");
-  sub->add_option("--api-key-file", api_key_file, "read the API key from this file (one line)")->excludes(key_flag);
+  sub->add_option("--api-key-file", api_key_file,
+                  "read the API keys from this file (mode 600; one key per line, each key its own prefix-cache scope)")
+      ->excludes(key_flag);
   sub->add_option("--max-connections", o.max_connections,
                   "open connections served; beyond them only GET /health is answered, the rest 503")
       ->check(CLI::Range(4, 4096));
   sub->add_option("--request-deadline", o.request_deadline,
                   "seconds a request's headers and body may take to arrive (slow clients get 408)")
       ->check(CLI::Range(0.5, 600.0));
-  sub->callback([&exit_code] {
-    o.api_key = api_key_resolve(o.api_key, api_key_file);
+  sub->callback([&exit_code, key_flag] {
+    // a key on the command line is visible to every user of the machine (ps, /proc/PID/cmdline)
+    o.api_keys = server_api_keys_resolve(key_flag->count() ? &api_key : nullptr, api_key_file);
     o.prefix_cache = !no_prefix_cache;
     exit_code = server_run(o);
   });

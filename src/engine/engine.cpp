@@ -5,9 +5,7 @@
 #include "nanochat/engine.h"
 
 #include <algorithm>
-#include <deque>
 #include <numeric>
-#include <optional>
 #include <utility>
 #include <ATen/ATen.h>
 
@@ -39,12 +37,6 @@ const char* finish_reason_name(FinishReason r) {
 
 Engine::Engine(EngineModel model, Tokenizer tokenizer) : model_(std::move(model)), tokenizer_(std::move(tokenizer)) {
   if (!model_.forward || !model_.make_cache) fail("Engine: the model has no forward or make_cache");
-  bos_ = engine_special_or_missing(tokenizer_, "<|bos|>");
-  assistant_end_ = engine_special_or_missing(tokenizer_, "<|assistant_end|>");
-  python_start_ = engine_special_or_missing(tokenizer_, "<|python_start|>");
-  python_end_ = engine_special_or_missing(tokenizer_, "<|python_end|>");
-  output_start_ = engine_special_or_missing(tokenizer_, "<|output_start|>");
-  output_end_ = engine_special_or_missing(tokenizer_, "<|output_end|>");
 }
 
 namespace {
@@ -67,7 +59,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
   torch::NoGradGuard no_grad;
   const torch::Device device = model_.device;
   at::Generator rng = gpt_make_generator(device, opt.seed);
-  const ToolTokens tools = {python_start_, python_end_, output_start_, output_end_};
+  const ToolTokens tools = engine_tool_tokens(tokenizer_);
 
   // prefill: batch 1; with several samples the prompt's cache is copied into every row
   std::vector<int64_t> prompt64(prompt.begin(), prompt.end());
@@ -91,35 +83,9 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
     torch::Tensor sampled = engine_sample_next(logits, rng, opt.temperature, opt.top_k, opt.top_p).view({-1}).cpu();
     const int64_t* sampled_ptr = sampled.data_ptr<int64_t>();
 
-    TokenColumn col;
-    col.step = step;
-    col.tokens.assign(N, -1);
-    col.masks.assign(N, 0);
-    col.finished.assign(N, FinishReason::none);
-    std::vector<int64_t> feed(B, 0);  // the tokens the rows actually take (forced or sampled)
-    for (int64_t b = 0; b < B; b++) {
-      RowState& row = rows[batch_rows[b]];
-      if (row.finish != FinishReason::none) continue;  // still in the batch, its token ignored
-      auto [tok, m] = engine_row_step(row, (int32_t)sampled_ptr[b], tokenizer_, opt.use_calculator ? &tools : nullptr);
-      feed[b] = tok;
-      col.tokens[batch_rows[b]] = tok;
-      col.masks[batch_rows[b]] = m;
-      col.finished[batch_rows[b]] = row.finish;
-      if (row.finish != FinishReason::none) active--;
-    }
-    if (opt.logprobs) {
-      // log p(token) under the model: log-softmax of the raw logits at the chosen token
-      torch::Tensor lp = at::log_softmax(logits, -1).gather(1, ids_tensor(feed, B, device)).view({-1});
-      lp = lp.to(torch::kFloat32).cpu().contiguous();
-      const float* lp_ptr = lp.data_ptr<float>();
-      col.logprobs.assign(N, 0.0f);
-      for (int64_t b = 0; b < B; b++) {
-        const int64_t r = batch_rows[b];
-        if (col.tokens[r] < 0) continue;
-        col.logprobs[r] = lp_ptr[b];
-        if (rows[r].finish != FinishReason::stop) rows[r].logprobs.push_back(col.logprobs[r]);
-      }
-    }
+    std::vector<int64_t> feed;  // the tokens the rows actually take (forced or sampled)
+    TokenColumn col = engine_column_step(rows, batch_rows, sampled_ptr, logits, step, opt, tokenizer_, tools, feed);
+    for (int64_t r : batch_rows) active -= col.finished[r] != FinishReason::none;
     steps = step + 1;
     if (on_column && !on_column(col)) {
       for (RowState& row : rows)

@@ -1,11 +1,12 @@
-// defines: engine_tool_tokens, engine_special_or_missing, engine_row_step, engine_rows_init,
-//          engine_rows_result
+// defines: engine_tool_tokens, engine_special_or_missing, engine_row_step, engine_column_step,
+//          engine_rows_init, engine_rows_result
 // A sample row's step (upstream engine.py's RowState and the per-row part of its generate
 // loop) and a request's set-up, shared by Engine::generate and the Scheduler.
 #include "engine/row_state.h"
 
 #include <algorithm>
 #include <optional>
+#include <ATen/ATen.h>
 
 #include "nanochat/common/error.h"
 #include "nanochat/engine/calculator.h"
@@ -69,6 +70,42 @@ std::pair<int32_t, uint8_t> engine_row_step(RowState& row, int32_t sampled, cons
   if (tools) row_tool_step(row, tok, tokenizer, *tools);
   if (row.generated >= row.max_tokens) row.finish = FinishReason::length;
   return {tok, m};
+}
+
+TokenColumn engine_column_step(std::vector<RowState>& rows, const std::vector<int64_t>& which, const int64_t* sampled,
+                               const torch::Tensor& logits, int64_t step, const GenerateOptions& opt,
+                               const Tokenizer& tokenizer, const ToolTokens& tools, std::vector<int64_t>& took) {
+  const int64_t B = (int64_t)which.size(), N = (int64_t)rows.size();
+  TokenColumn col;
+  col.step = step;
+  col.tokens.assign(N, -1);
+  col.masks.assign(N, 0);
+  col.finished.assign(N, FinishReason::none);
+  took.assign(B, 0);
+  for (int64_t b = 0; b < B; b++) {
+    const int64_t r = which[b];
+    RowState& row = rows[r];
+    if (row.finish != FinishReason::none) continue;  // still in the batch, its token ignored
+    auto [tok, m] = engine_row_step(row, (int32_t)sampled[b], tokenizer, opt.use_calculator ? &tools : nullptr);
+    took[b] = tok;
+    col.tokens[r] = tok;
+    col.masks[r] = m;
+    col.finished[r] = row.finish;
+  }
+  if (opt.logprobs) {
+    // log p(token) under the model: log-softmax of the raw logits at the token taken
+    torch::Tensor idx = torch::tensor(took, torch::kLong).view({B, 1}).to(logits.device());
+    torch::Tensor lp = at::log_softmax(logits, -1).gather(1, idx).view({-1}).to(torch::kFloat32).cpu().contiguous();
+    const float* lp_ptr = lp.data_ptr<float>();
+    col.logprobs.assign(N, 0.0f);
+    for (int64_t b = 0; b < B; b++) {
+      const int64_t r = which[b];
+      if (col.tokens[r] < 0) continue;
+      col.logprobs[r] = lp_ptr[b];
+      if (rows[r].finish != FinishReason::stop) rows[r].logprobs.push_back(col.logprobs[r]);
+    }
+  }
+  return col;
 }
 
 std::vector<RowState> engine_rows_init(const std::vector<int32_t>& prompt, const GenerateOptions& opt,

@@ -1,9 +1,9 @@
 // defines: RowState, ToolTokens, engine_tool_tokens, engine_special_or_missing, engine_row_step,
-//          engine_rows_init
+//          engine_column_step, engine_rows_init, engine_rows_result
 // What Engine::generate and the Scheduler share (internal to the engine module): a sample
 // row's state (upstream's RowState plus what the result needs), its one-token step (forced
-// or sampled token, stop tokens, budget, the calculator tool), and the checks and set-up of
-// a request's rows.
+// or sampled token, stop tokens, budget, the calculator tool), a request's token column over
+// its rows, and the checks and set-up of a request's rows.
 #pragma once
 #include <cstdint>
 #include <deque>
@@ -41,6 +41,15 @@ int32_t engine_special_or_missing(const Tokenizer& tok, const std::string& name)
 // the row took and its mask (1 sampled, 0 forced).
 std::pair<int32_t, uint8_t> engine_row_step(RowState& row, int32_t sampled, const Tokenizer& tokenizer,
                                             const ToolTokens* tools);
+
+// One token column of a request: entry i of `which` is the row whose logits are row i of
+// `logits` (len(which), V) and whose drawn token is sampled[i]. Each unfinished row takes its
+// step (engine_row_step); one already finished takes none (-1 in the column, 0 in `took`).
+// With opt.logprobs the column and the rows get log p(token) under `logits`. Returns the
+// column indexed by row; `took` gets the token each entry of `which` took (the next feed).
+TokenColumn engine_column_step(std::vector<RowState>& rows, const std::vector<int64_t>& which, const int64_t* sampled,
+                               const torch::Tensor& logits, int64_t step, const GenerateOptions& opt,
+                               const Tokenizer& tokenizer, const ToolTokens& tools, std::vector<int64_t>& took);
 
 // Engine::generate's checks (empty prompt, bad option, prompt + max_tokens past `max_len`
 // positions) and its rows: prompt, budget, stop tokens. `longest` gets the largest budget.

@@ -39,6 +39,8 @@ struct Request {
   int64_t steps = 0;
   // shared with the caller, under Impl::mu
   std::deque<TokenColumn> out;
+  bool admitted = false;  // holds its rows (or needs none)
+  bool refused = false;   // left the queue by close_queue
   bool finished = false;
   std::string error;
   std::atomic<bool> cancel{false};
@@ -50,6 +52,7 @@ struct Slot {
   int64_t row = -1;
   int64_t pos = 0;               // positions whose KV the slot holds
   std::vector<int32_t> tokens;   // a free slot: the tokens of those positions (prefix cache)
+  std::string scope;             // ... and the cache scope of the request that left them
   uint64_t used = 0;             // when it was last freed or hit (LRU)
 };
 
@@ -80,6 +83,7 @@ struct Scheduler::Impl {
   std::deque<std::shared_ptr<Request>> prefilling;   // rows held, prompt going in
   std::vector<std::shared_ptr<Request>> decoding;    // rows in the batch
   bool stop = false;
+  bool closed = false;  // close_queue: no more requests
   std::thread thread;
 
   // stats (written by the decode thread under mu)
@@ -153,7 +157,7 @@ struct Scheduler::Impl {
     int64_t hit = -1, reuse = 0;
     if (opt.prefix_cache) {
       for (int64_t s = live; s < (int64_t)slots.size(); s++) {
-        if (slots[s].req || slots[s].tokens.empty()) continue;
+        if (slots[s].req || slots[s].tokens.empty() || slots[s].scope != r->opt.cache_scope) continue;
         int64_t k = std::min(common_prefix(slots[s].tokens, r->prompt), T - 1);  // the last prompt token gives logits
         if (k < slots[s].pos && !model.embed) k = 0;  // a partial reuse needs the smear's input recomputed
         if (k > reuse) hit = s, reuse = k;
@@ -174,11 +178,30 @@ struct Scheduler::Impl {
     r->prefilled = r->cached = reuse;
     st.prompt_tokens += T;
     st.cached_tokens += reuse;
+    r->admitted = true;
+    r->cv.notify_all();
+  }
+
+  // rows held or asked for by the requests here (under mu): how loaded the scheduler is
+  int64_t load() const {
+    int64_t n = 0;
+    for (auto* q : {&incoming, &prefilling})
+      for (auto& r : *q) n += (int64_t)r->rows.size();
+    for (auto& r : decoding) n += (int64_t)r->rows.size();
+    return n;
+  }
+
+  void count_waiting() {
+    st.waiting = (int64_t)incoming.size();
+    st.rows_waiting = 0;
+    for (auto& r : incoming) st.rows_waiting += (int64_t)r->rows.size();
   }
 
   // the slot's positions go back to the pool; with the prefix cache it remembers their tokens
+  // and the scope they may be reused in
   void release_slot(int64_t s, const std::vector<int32_t>& tokens) {
     Slot& sl = slots[s];
+    sl.scope = sl.req ? sl.req->opt.cache_scope : std::string();
     sl.req = nullptr;
     sl.row = -1;
     sl.used = ++tick;
@@ -188,7 +211,15 @@ struct Scheduler::Impl {
   }
 
   // ---- the request's side of the queue (under mu) ---------------------------------------------
-  void finish(Request& r, std::unique_lock<std::mutex>&) {
+  // The one way a request ends: rows still running finish as `cancelled`, slots it still
+  // holds go back to the pool (their KV not kept), `error` (the decode thread failed) is what
+  // its caller gets, and the caller wakes. Taking it off its queue is the caller's part.
+  void end_request(Request& r, const std::string& error = "") {
+    for (RowState& row : r.rows)
+      if (row.finish == FinishReason::none) row.finish = FinishReason::cancelled;
+    for (int64_t& s : r.slot)
+      if (s >= 0) release_slot(s, {}), s = -1;
+    r.error = error;
     r.finished = true;
     r.cv.notify_all();
   }
@@ -248,18 +279,13 @@ struct Scheduler::Impl {
     for (int64_t b = 0; b < live; b++) by_req[slots[b].req].push_back(b);
     for (auto& [r, bs] : by_req) {
       std::sort(bs.begin(), bs.end(), [&](int64_t x, int64_t y) { return slots[x].row < slots[y].row; });
-      const int64_t n = (int64_t)r->rows.size();
-      TokenColumn col;
-      col.step = r->steps;
-      col.tokens.assign(n, -1);
-      col.masks.assign(n, 0);
-      col.finished.assign(n, FinishReason::none);
       if (r->cancel) {
         for (int64_t b : bs) r->rows[slots[b].row].finish = FinishReason::cancelled;
         continue;
       }
       torch::Tensor lg;
-      std::vector<int64_t> drawn(bs.size());
+      std::vector<int64_t> drawn(bs.size()), which(bs.size()), took;
+      for (size_t i = 0; i < bs.size(); i++) which[i] = slots[bs[i]].row;
       if (r->opt.temperature == 0.0 && !r->opt.logprobs) {  // greedy: one argmax over every live row, shared
         if (!argmax.defined()) argmax = at::argmax(logits, -1).cpu().contiguous();
         for (size_t i = 0; i < bs.size(); i++) drawn[i] = argmax.data_ptr<int64_t>()[bs[i]];
@@ -268,26 +294,8 @@ struct Scheduler::Impl {
         torch::Tensor sampled = engine_sample_next(lg, r->rng, r->opt.temperature, r->opt.top_k, r->opt.top_p).view({-1}).cpu();
         for (size_t i = 0; i < bs.size(); i++) drawn[i] = sampled.data_ptr<int64_t>()[i];
       }
-      std::vector<int64_t> took(bs.size());
-      for (size_t i = 0; i < bs.size(); i++) {
-        const int64_t row = slots[bs[i]].row;
-        auto [tok, m] = engine_row_step(r->rows[row], (int32_t)drawn[i], engine->tokenizer(),
-                                        r->opt.use_calculator ? &tools : nullptr);
-        feed[bs[i]] = took[i] = tok;
-        col.tokens[row] = tok;
-        col.masks[row] = m;
-        col.finished[row] = r->rows[row].finish;
-      }
-      if (r->opt.logprobs) {
-        torch::Tensor lp = at::log_softmax(lg, -1).gather(1, ids(took, (int64_t)took.size())).view({-1});
-        lp = lp.to(torch::kFloat32).cpu().contiguous();
-        col.logprobs.assign(n, 0.0f);
-        for (size_t i = 0; i < bs.size(); i++) {
-          const int64_t row = slots[bs[i]].row;
-          col.logprobs[row] = lp.data_ptr<float>()[i];
-          if (r->rows[row].finish != FinishReason::stop) r->rows[row].logprobs.push_back(col.logprobs[row]);
-        }
-      }
+      TokenColumn col = engine_column_step(r->rows, which, drawn.data(), lg, r->steps, r->opt, engine->tokenizer(), tools, took);
+      for (size_t i = 0; i < bs.size(); i++) feed[bs[i]] = took[i];
       r->steps++;
       st.tokens += (int64_t)bs.size();
       std::lock_guard<std::mutex> lock(mu);
@@ -307,11 +315,11 @@ struct Scheduler::Impl {
     }
     feed.resize(live);
     logits = torch::Tensor();
-    std::unique_lock<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(mu);
     for (auto it = decoding.begin(); it != decoding.end();) {
       Request& r = **it;
       if (std::all_of(r.slot.begin(), r.slot.end(), [](int64_t s) { return s < 0; })) {
-        finish(r, lock);
+        end_request(r);
         it = decoding.erase(it);
       } else {
         ++it;
@@ -338,32 +346,32 @@ struct Scheduler::Impl {
 
   // requests cancelled before they joined the batch leave here (their rows never decoded)
   void drop_cancelled_waiting() {
-    std::unique_lock<std::mutex> lock(mu);
+    std::lock_guard<std::mutex> lock(mu);
     for (auto* q : {&incoming, &prefilling})
       for (auto it = q->begin(); it != q->end();) {
-        Request& r = **it;
-        if (!r.cancel) {
+        if (!(*it)->cancel) {
           ++it;
           continue;
         }
-        for (int64_t& s : r.slot)
-          if (s >= 0) release_slot(s, {}), s = -1;
-        for (RowState& row : r.rows)
-          if (row.finish == FinishReason::none) row.finish = FinishReason::cancelled;
-        finish(r, lock);
+        end_request(**it);
         it = q->erase(it);
       }
   }
 
-  // the decode thread failed: every request gets the error, the pool starts over empty
-  void fail_all(const std::string& what) {
-    std::unique_lock<std::mutex> lock(mu);
-    for (auto* q : {&incoming, &prefilling})
-      for (auto& r : *q) r->error = what, finish(*r, lock);
-    for (auto& r : decoding) r->error = what, finish(*r, lock);
+  // every request still here ends (shutdown; or with `error` when the decode thread failed)
+  void end_all(const std::string& error) {
+    for (auto& r : incoming) end_request(*r, error);
+    for (auto& r : prefilling) end_request(*r, error);
+    for (auto& r : decoding) end_request(*r, error);
     incoming.clear();
     prefilling.clear();
     decoding.clear();
+  }
+
+  // the decode thread failed: every request gets the error, the pool starts over empty
+  void fail_all(const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    end_all(what);
     for (Slot& s : slots) s = Slot();
     live = 0;
     feed.clear();
@@ -382,8 +390,7 @@ struct Scheduler::Impl {
           std::shared_ptr<Request> r = incoming.front();
           incoming.pop_front();
           if (r->cancel) {
-            for (RowState& row : r->rows) row.finish = FinishReason::cancelled;
-            finish(*r, lock);
+            end_request(*r);
             continue;
           }
           admit(r);
@@ -403,7 +410,7 @@ struct Scheduler::Impl {
       }
       std::lock_guard<std::mutex> lock(mu);
       st.running = (int64_t)(prefilling.size() + decoding.size());
-      st.waiting = (int64_t)incoming.size();
+      count_waiting();
       st.rows_busy = st.rows_cached = 0;
       for (const Slot& s : slots) {
         st.rows_busy += s.req != nullptr;
@@ -411,21 +418,8 @@ struct Scheduler::Impl {
       }
     }
     // shutting down: everything still here ends as cancelled
-    std::unique_lock<std::mutex> lock(mu);
-    for (auto* q : {&incoming, &prefilling})
-      for (auto& r : *q) {
-        for (RowState& row : r->rows)
-          if (row.finish == FinishReason::none) row.finish = FinishReason::cancelled;
-        finish(*r, lock);
-      }
-    for (auto& r : decoding) {
-      for (RowState& row : r->rows)
-        if (row.finish == FinishReason::none) row.finish = FinishReason::cancelled;
-      finish(*r, lock);
-    }
-    incoming.clear();
-    prefilling.clear();
-    decoding.clear();
+    std::lock_guard<std::mutex> lock(mu);
+    end_all("");
   }
 };
 
@@ -460,9 +454,32 @@ SchedulerStats Scheduler::stats() const {
   return s;
 }
 
-GenerateResult Scheduler::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
-                                   const TokenCallback& on_column, const std::function<bool()>& cancelled,
-                                   int64_t* cached_tokens) {
+// a request from its queue to its end; a ticket dropped before the end cancels it
+class Scheduler::Ticket {
+ public:
+  Ticket(Scheduler::Impl* im, std::shared_ptr<Request> r) : im_(im), r_(std::move(r)) {}
+  ~Ticket() {
+    {
+      std::lock_guard<std::mutex> lock(im_->mu);
+      if (r_->finished) return;
+      r_->cancel = true;
+    }
+    im_->work.notify_all();
+  }
+  Ticket(const Ticket&) = delete;
+  Ticket& operator=(const Ticket&) = delete;
+
+ private:
+  friend class Scheduler;
+  Scheduler::Impl* im_;
+  std::shared_ptr<Request> r_;
+};
+
+namespace {
+const char* const kClosed = "generate: the scheduler takes no more requests (shutting down)";
+}
+
+std::shared_ptr<Scheduler::Ticket> Scheduler::submit(const std::vector<int32_t>& prompt, const GenerateOptions& options) {
   Impl& im = *impl_;
   auto r = std::make_shared<Request>();
   int64_t longest = 0;
@@ -470,46 +487,112 @@ GenerateResult Scheduler::generate(const std::vector<int32_t>& prompt, const Gen
   if ((int64_t)r->rows.size() > im.opt.max_batch)
     fail("generate: %zu samples exceed the %lld rows decoded together (--max-batch)", r->rows.size(),
          (long long)im.opt.max_batch);
-  if (cached_tokens) *cached_tokens = 0;
-  if (longest == 0) return engine_rows_result(r->rows, (int64_t)prompt.size(), 0);
   r->prompt = prompt;
   r->opt = options;
+  if (longest == 0) {  // no row decodes: done at once
+    r->admitted = r->finished = true;
+    return std::make_shared<Ticket>(&im, r);
+  }
   r->rng = gpt_make_generator(im.model.device, options.seed);
-  std::unique_lock<std::mutex> lock(im.mu);
-  if (im.stop) fail("generate: the scheduler is shut down");
-  im.incoming.push_back(r);
+  {
+    std::lock_guard<std::mutex> lock(im.mu);
+    if (im.stop || im.closed) throw SchedulerRefused(true, kClosed);
+    if ((int64_t)im.incoming.size() >= im.opt.max_queue)
+      throw SchedulerRefused(false, strprintf("generate: %lld requests already wait for rows (--max-queue)",
+                                              (long long)im.incoming.size()));
+    im.incoming.push_back(r);
+    im.count_waiting();
+  }
   im.work.notify_all();
+  return std::make_shared<Ticket>(&im, r);
+}
+
+bool Scheduler::wait_admitted(Ticket& ticket, const std::function<bool()>& cancelled) {
+  Impl& im = *impl_;
+  Request& r = *ticket.r_;
+  std::unique_lock<std::mutex> lock(im.mu);
+  while (!r.admitted) {
+    if (r.finished) {
+      if (!r.error.empty()) fail("generate: %s", r.error.c_str());
+      if (r.refused) throw SchedulerRefused(true, kClosed);
+      return false;
+    }
+    if (!r.cancel && cancelled) {
+      lock.unlock();
+      const bool stop_it = cancelled();
+      lock.lock();
+      if (stop_it) {
+        r.cancel = true;
+        im.work.notify_all();
+      }
+    }
+    r.cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return r.admitted || r.finished; });
+  }
+  return true;
+}
+
+void Scheduler::close_queue() {
+  Impl& im = *impl_;
+  std::lock_guard<std::mutex> lock(im.mu);
+  im.closed = true;
+  for (auto& r : im.incoming) {
+    r->refused = true;
+    im.end_request(*r);
+  }
+  im.incoming.clear();
+  im.count_waiting();
+}
+
+int64_t Scheduler::load() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->load();
+}
+
+GenerateResult Scheduler::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                                   const TokenCallback& on_column, const std::function<bool()>& cancelled,
+                                   int64_t* cached_tokens) {
+  std::shared_ptr<Ticket> ticket = submit(prompt, options);
+  return run(*ticket, on_column, cancelled, cached_tokens);
+}
+
+GenerateResult Scheduler::run(Ticket& ticket, const TokenCallback& on_column, const std::function<bool()>& cancelled,
+                              int64_t* cached_tokens) {
+  Impl& im = *impl_;
+  Request& r = *ticket.r_;
+  if (cached_tokens) *cached_tokens = 0;
+  std::unique_lock<std::mutex> lock(im.mu);
   bool listening = true;  // the callback has not asked to stop
   while (true) {
-    while (!r->out.empty()) {
-      TokenColumn col = std::move(r->out.front());
-      r->out.pop_front();
+    while (!r.out.empty()) {
+      TokenColumn col = std::move(r.out.front());
+      r.out.pop_front();
       if (!listening || !on_column) continue;
       lock.unlock();
       const bool more = on_column(col);
       lock.lock();
       if (!more) {
         listening = false;
-        r->cancel = true;
+        r.cancel = true;
         im.work.notify_all();
       }
     }
-    if (r->finished) break;
-    if (!r->cancel && cancelled) {
+    if (r.finished) break;
+    if (!r.cancel && cancelled) {
       lock.unlock();
       const bool stop_it = cancelled();
       lock.lock();
       if (stop_it) {
-        r->cancel = true;
+        r.cancel = true;
         im.work.notify_all();
       }
     }
-    r->cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return r->finished || !r->out.empty(); });
+    r.cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return r.finished || !r.out.empty(); });
   }
   lock.unlock();
-  if (!r->error.empty()) fail("generate: %s", r->error.c_str());
-  if (cached_tokens) *cached_tokens = r->cached;
-  return engine_rows_result(r->rows, (int64_t)prompt.size(), r->steps);
+  if (!r.error.empty()) fail("generate: %s", r.error.c_str());
+  if (r.refused) throw SchedulerRefused(true, kClosed);
+  if (cached_tokens) *cached_tokens = r.cached;
+  return engine_rows_result(r.rows, (int64_t)r.prompt.size(), r.steps);
 }
 
 }  // namespace nanochat

@@ -1,5 +1,5 @@
-// defines: HttpServer::process_and_close_socket, ConnectionQueue, server_connection_gone,
-//          server_connection_overflow, server_connection_close_after, server_connection_refused
+// defines: HttpServer, ConnectionQueue, server_connection_gone, server_connection_overflow,
+//          server_connection_close_after, server_connection_refused
 // A connection's life, in place of httplib 0.11.4's own socket loop. httplib reads a request's
 // head one byte at a time through a Stream and keeps a header line whole until its newline
 // (32 MB of header is 32 MB of RSS), waits for each byte up to the read timeout however slowly
@@ -9,18 +9,26 @@
 //     (header line, header count) the moment a limit is crossed, nothing buffered beyond it;
 //   - gives the head and body of each request one deadline (408);
 //   - caps the body's bytes on the wire (413) whatever its framing;
-//   - judges the head's framing as RFC 9112 asks (framing.cpp: 400/411/501), so that no proxy
-//     in front of us reads a different request boundary than we do, and ends a body with
-//     neither Content-Length nor chunked where its head ends;
+//   - judges the head's framing as RFC 9112 asks (framing.cpp: 400/411/501), and a chunked
+//     body's chunk lines (400), so that no proxy in front of us reads a different request
+//     boundary than we do, and ends a body with neither Content-Length nor chunked where its
+//     head ends;
 // and answers those refusals itself (one JSON line, Connection: close), then drains what the
 // client is still sending for a moment before closing, so the client reads the answer instead
-// of a reset. Beyond the connection cap a connection gets one request and a short deadline,
-// and only GET /health is served on it (routes.cpp), so /health answers while every worker
-// and handler thread is busy. The thread-local stream also lets a handler ask whether its
+// of a reset.
+// Between requests no thread waits on a socket: a new connection, and one kept alive after
+// its answer, is parked in one epoll set (HttpServer::idle_loop); the first to have bytes to
+// read is served on a connection thread. A new connection silent past first_byte_ms, or a
+// kept-alive one past the keep-alive timeout, is closed there. Beyond the connection cap the
+// oldest parked connection is closed to make room, so silent sockets cannot crowd out a
+// client that speaks; when every connection is busy with a request, the new one gets one
+// request and a short deadline, and only GET /health is served on it (routes.cpp), so
+// /health answers while every worker and handler thread is busy. The thread-local stream also lets a handler ask whether its
 // client is still there (non-streaming generations stop when it leaves; one that only shut its
 // sending side still gets its answer).
 #include <netdb.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -73,20 +81,8 @@ class ConnectionStream final : public httplib::Stream {
   ConnectionStream(int fd, const ConnectionLimits& limits, int read_timeout_ms, int write_timeout_ms, bool overflow)
       : fd_(fd), limits_(limits), read_timeout_ms_(read_timeout_ms), write_timeout_ms_(write_timeout_ms), overflow_(overflow) {}
 
-  // waits for the first byte of the next request (keep-alive) while the server runs
-  bool wait_request(int timeout_ms, const std::atomic<socket_t>& listener) {
-    const auto until = Clock::now() + std::chrono::milliseconds(timeout_ms);
-    while (listener != INVALID_SOCKET) {
-      if (off_ < len_) return true;
-      int left = ms_until(until);
-      pollfd p{fd_, POLLIN, 0};
-      int r = poll(&p, 1, std::min(left, 100));
-      if (r > 0) return (p.revents & POLLIN) != 0;
-      if (r < 0 && errno != EINTR) return false;
-      if (left == 0) return false;
-    }
-    return false;
-  }
+  // bytes of the next request already read (pipelined): it is served without parking
+  bool buffered() const { return off_ < len_; }
 
   void begin_request() {
     phase_ = Phase::head;
@@ -94,6 +90,7 @@ class ConnectionStream final : public httplib::Stream {
     lines_ = 0;
     body_bytes_ = 0;
     head_ = HeadCheck{};
+    chunks_ = ChunkScan{};
     line_.clear();
     wrote_ = probed_ = false;
     const int deadline_ms = overflow_ ? std::min(limits_.deadline_ms, 2000) : limits_.deadline_ms;
@@ -152,6 +149,10 @@ class ConnectionStream final : public httplib::Stream {
       body_bytes_ += n;
       if (body_bytes_ > limits_.max_raw_body) {
         refuse(413, strprintf("request body too large (more than %zu bytes on the wire)", limits_.max_raw_body));
+        return -1;
+      }
+      if (head_.chunked && !server_chunk_scan(chunks_, buf_ + off_, n)) {
+        refuse(chunks_.status, chunks_.message);
         return -1;
       }
     }
@@ -303,6 +304,7 @@ class ConnectionStream final : public httplib::Stream {
   size_t line_len_ = 0, lines_ = 0, body_bytes_ = 0;
   char last_ = 0;
   HeadCheck head_;
+  ChunkScan chunks_;  // a chunked body's framing, judged as httplib reads it
   std::string line_;  // the head's line being read (at most max_line bytes)
   bool wrote_ = false, probed_ = false;  // this response: bytes written, FIN probe sent
   Clock::time_point deadline_;
@@ -331,30 +333,143 @@ void server_connection_close_after() {
 }
 int server_connection_refused() { return tl_stream ? tl_stream->refused() : 0; }
 
-bool HttpServer::process_and_close_socket(socket_t sock) {
-  const bool overflow = open_connections.fetch_add(1) + 1 > limits.max_connections;
-  bool ret = false;
+HttpServer::HttpServer() {
+  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
+  if (epoll_fd_ < 0) fail("chat-web: epoll_create1: %s", std::strerror(errno));
+  // a thread per busy connection up to the cap, and a few for connections beyond it (they get
+  // one request, 2 s to send it, and only /health); idle ones hold none
+  new_task_queue = [this] {
+    std::lock_guard<std::mutex> lock(idle_mu_);
+    queue_ = new ConnectionQueue((size_t)limits.max_connections + 16, [this] { close_all_idle(); });
+    return queue_;
+  };
+  idle_thread_ = std::thread([this] { idle_loop(); });
+}
+
+HttpServer::~HttpServer() {
   {
-    ConnectionStream strm(sock, limits, (int)(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000),
+    std::lock_guard<std::mutex> lock(idle_mu_);
+    idle_stop_ = true;
+  }
+  idle_thread_.join();
+  for (auto& [fd, idle] : idle_) ::close(fd);
+  ::close(epoll_fd_);
+}
+
+size_t HttpServer::idle_count() const {
+  std::lock_guard<std::mutex> lock(idle_mu_);
+  return idle_.size();
+}
+
+void HttpServer::close_all_idle() {
+  std::lock_guard<std::mutex> lock(idle_mu_);
+  queue_ = nullptr;
+  while (close_oldest_idle()) {
+  }
+}
+
+void HttpServer::close_connection(int fd) {
+  ::shutdown(fd, SHUT_RDWR);
+  ::close(fd);
+  open_connections.fetch_sub(1);
+}
+
+void HttpServer::forget_idle(int fd) {
+  auto it = idle_.find(fd);
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  idle_order_.erase(it->second.order);
+  idle_.erase(it);
+}
+
+bool HttpServer::close_oldest_idle() {
+  if (idle_order_.empty()) return false;
+  const int fd = idle_order_.front();
+  forget_idle(fd);
+  close_connection(fd);
+  return true;
+}
+
+// httplib's accept loop hands each new socket here (on a connection thread, for a moment)
+bool HttpServer::process_and_close_socket(socket_t sock) {
+  bool overflow = false;
+  if (open_connections.fetch_add(1) + 1 > limits.max_connections) {
+    std::lock_guard<std::mutex> lock(idle_mu_);
+    overflow = !close_oldest_idle();  // every other connection is busy: this one gets /health only
+  }
+  const int ms = overflow ? std::min(limits.first_byte_ms, 2000) : limits.first_byte_ms;
+  park(sock, Clock::now() + std::chrono::milliseconds(ms), overflow ? 1 : keep_alive_max_count_, overflow);
+  return true;
+}
+
+void HttpServer::park(int fd, Clock::time_point deadline, size_t requests_left, bool overflow) {
+  std::lock_guard<std::mutex> lock(idle_mu_);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  if (idle_stop_ || !queue_ || epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    close_connection(fd);  // the server is stopping (or epoll failed)
+    return;
+  }
+  idle_order_.push_back(fd);
+  idle_[fd] = Idle{deadline, requests_left, overflow, std::prev(idle_order_.end())};
+}
+
+// one request after another while the client has them ready; then back to the idle set
+void HttpServer::serve(int fd, size_t requests_left, bool overflow) {
+  bool keep = false;
+  {
+    ConnectionStream strm(fd, limits, (int)(read_timeout_sec_ * 1000 + read_timeout_usec_ / 1000),
                           (int)(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000), overflow);
     tl_stream = &strm;
-    size_t count = overflow ? 1 : keep_alive_max_count_;  // beyond the cap: one request
-    const int idle_ms = overflow ? 2000 : (int)keep_alive_timeout_sec_ * 1000;
-    while (count > 0 && strm.wait_request(idle_ms, svr_sock_)) {
+    while (requests_left > 0) {
       bool connection_closed = false;
       strm.begin_request();
-      ret = process_request(strm, count == 1, connection_closed, keep_ranges_for_files);
+      const bool ret = process_request(strm, requests_left == 1, connection_closed, keep_ranges_for_files);
       strm.end_request();
-      if (!ret || connection_closed || strm.close_after()) break;
-      count--;
+      requests_left--;
+      if (!ret || connection_closed || strm.close_after() || requests_left == 0) break;
+      if (!strm.buffered()) {
+        keep = true;
+        break;
+      }
     }
     if (strm.close_after()) strm.linger();
     tl_stream = nullptr;
   }
-  ::shutdown(sock, SHUT_RDWR);
-  ::close(sock);
-  open_connections.fetch_sub(1);
-  return ret;
+  if (keep) park(fd, Clock::now() + std::chrono::seconds(keep_alive_timeout_sec_), requests_left, overflow);
+  else close_connection(fd);
+}
+
+// the idle set: a readable socket goes to a connection thread, a silent one past its
+// deadline is closed
+void HttpServer::idle_loop() {
+  std::vector<epoll_event> events(256);
+  while (true) {
+    const int n = epoll_wait(epoll_fd_, events.data(), (int)events.size(), 50);
+    std::lock_guard<std::mutex> lock(idle_mu_);
+    if (idle_stop_) return;
+    for (int i = 0; i < n; i++) {
+      const int fd = events[i].data.fd;
+      auto it = idle_.find(fd);
+      if (it == idle_.end()) continue;
+      const Idle idle = it->second;
+      forget_idle(fd);
+      if (!queue_) {
+        close_connection(fd);
+        continue;
+      }
+      // a closed peer is served too: its read sees the end and the socket closes
+      queue_->enqueue([this, fd, idle] { serve(fd, idle.requests_left, idle.overflow); });
+    }
+    const auto now = Clock::now();
+    for (auto it = idle_order_.begin(); it != idle_order_.end();) {
+      const int fd = *it++;
+      if (idle_.at(fd).deadline <= now) {
+        forget_idle(fd);
+        close_connection(fd);
+      }
+    }
+  }
 }
 
 // threads kept however long they idle, and how long the others may
@@ -390,6 +505,7 @@ void ConnectionQueue::reap() {
 }
 
 void ConnectionQueue::shutdown() {
+  if (before_shutdown_) before_shutdown_();
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;

@@ -1,6 +1,8 @@
-// The head's checks (see framing.h), in RFC 9112's terms: request-line, field-line, framing.
+// The head's checks (see framing.h), in RFC 9112's terms: request-line, field-line, framing;
+// and a chunked body's chunk lines.
 #include "server/framing.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 
@@ -118,6 +120,87 @@ bool server_head_end(HeadCheck& h) {
     if (h.method == "POST" || h.method == "PUT" || h.method == "PATCH")
       return refuse(h, 411, "a " + h.method + " request needs a Content-Length (or Transfer-Encoding: chunked)");
     h.body_empty = true;
+  }
+  return true;
+}
+
+bool server_chunk_scan(ChunkScan& c, const char* p, size_t n) {
+  using S = ChunkScan::State;
+  constexpr size_t kMaxLine = 8192;  // a size line with its extensions, or a trailer line
+  auto bad = [&](const char* why) {
+    c.status = 400;
+    c.message = std::string("bad chunked body: ") + why;
+    return false;
+  };
+  if (c.status) return false;
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char ch = (unsigned char)p[i];
+    switch (c.state) {
+      case S::size:
+        if (std::isxdigit(ch)) {
+          if (++c.digits > 15) return bad("chunk size too large");
+          c.left = c.left * 16 + (uint64_t)(std::isdigit(ch) ? ch - '0' : std::tolower(ch) - 'a' + 10);
+          c.line++;
+          break;
+        }
+        if (c.digits == 0) return bad("a chunk size must begin with a hex digit");
+        c.state = S::ext;
+        [[fallthrough]];
+      case S::ext:
+        if (++c.line > kMaxLine) return bad("chunk size line too long");
+        if (ch == '\r') {
+          c.state = S::size_lf;
+        } else if (ch == ';') {
+          c.ext_open = true;
+        } else if (ch == '\n') {
+          return bad("a chunk size line ends in a bare LF (CRLF is required)");
+        } else if (is_ctl(ch)) {
+          return bad("control character in a chunk extension");
+        } else if (!c.ext_open && ch != ' ' && ch != '\t') {
+          return bad("a chunk size must be hex digits only");  // 0x4a, 4azz
+        }
+        break;
+      case S::size_lf:
+        if (ch != '\n') return bad("bare CR in a chunk size line");
+        c.state = c.left == 0 ? S::trailer : S::data;
+        c.digits = 0;
+        c.ext_open = false;
+        c.line = 0;
+        break;
+      case S::data: {
+        const uint64_t take = std::min<uint64_t>(c.left, n - i);
+        c.left -= take;
+        i += take - 1;
+        if (c.left == 0) c.state = S::data_cr;
+        break;
+      }
+      case S::data_cr:
+        if (ch != '\r') return bad("chunk data not followed by CRLF");
+        c.state = S::data_lf;
+        break;
+      case S::data_lf:
+        if (ch != '\n') return bad("chunk data not followed by CRLF");
+        c.state = S::size;
+        break;
+      case S::trailer:
+        if (ch == '\r') {
+          c.state = S::trailer_lf;
+        } else if (ch == '\n') {
+          return bad("a trailer line ends in a bare LF (CRLF is required)");
+        } else if (is_ctl(ch)) {
+          return bad("control character in a trailer line");
+        } else if (++c.line > kMaxLine) {
+          return bad("trailer line too long");
+        }
+        break;
+      case S::trailer_lf:
+        if (ch != '\n') return bad("bare CR in a trailer line");
+        c.state = c.line == 0 ? S::done : S::trailer;
+        c.line = 0;
+        break;
+      case S::done:
+        return bad("bytes after the last chunk");
+    }
   }
   return true;
 }

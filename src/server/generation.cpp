@@ -1,4 +1,4 @@
-// defines: server_generate
+// defines: server_generate_options, server_generate
 #include "server/generation.h"
 
 #include <algorithm>
@@ -10,21 +10,26 @@
 
 namespace nanochat {
 
-GenerationOutcome server_generate(Scheduler& scheduler, const ChatRequest& req, const std::vector<int32_t>& prompt,
-                                  const TextSink& sink, const std::function<bool()>& cancelled) {
-  torch::NoGradGuard no_grad;  // thread-local: each connection thread sets its own
-  const Tokenizer& tok = scheduler.engine().tokenizer();
-  const int64_t n = req.n;
+GenerateOptions server_generate_options(const ChatRequest& req, int64_t prompt_len, int64_t row_len,
+                                        const std::string& scope) {
   GenerateOptions o;
-  o.num_samples = n;
-  o.max_tokens = std::min<int64_t>(req.max_tokens, scheduler.row_len() - (int64_t)prompt.size());
+  o.num_samples = req.n;
+  o.max_tokens = std::min<int64_t>(req.max_tokens, row_len - prompt_len);
   o.temperature = req.temperature;
   o.top_k = req.top_k;
   o.top_p = req.top_p;
+  o.cache_scope = scope;
   o.seed = req.seed_given ? req.seed : (uint64_t)std::random_device{}() % 2147483648ull;  // upstream: randint(0, 2**31-1)
+  return o;
+}
 
+GenerationOutcome server_generate(Scheduler& scheduler, Scheduler::Ticket& ticket, const ChatRequest& req,
+                                  int64_t prompt_len, const TextSink& sink, const std::function<bool()>& cancelled) {
+  torch::NoGradGuard no_grad;  // thread-local: each connection thread sets its own
+  const Tokenizer& tok = scheduler.engine().tokenizer();
+  const int64_t n = req.n;
   GenerationOutcome out;
-  out.prompt_tokens = (int64_t)prompt.size();
+  out.prompt_tokens = prompt_len;
   out.choices.resize(n);
   std::vector<Utf8Stream> utf8(n);
   std::vector<StopMatcher> stops(n, StopMatcher(req.stop));
@@ -40,7 +45,7 @@ GenerationOutcome server_generate(Scheduler& scheduler, const ChatRequest& req, 
     emit(r, tail + stops[r].finish());
   };
 
-  GenerateResult res = scheduler.generate(prompt, o, [&](const TokenColumn& col) {
+  GenerateResult res = scheduler.run(ticket, [&](const TokenColumn& col) {
     if (cancelled()) return false;
     for (int64_t r = 0; r < n; r++) {
       if (done[r] || col.tokens[r] < 0) continue;

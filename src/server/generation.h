@@ -1,4 +1,4 @@
-// defines: ChoiceResult, GenerationOutcome, TextSink, server_generate
+// defines: ChoiceResult, GenerationOutcome, TextSink, server_generate_options, server_generate
 // One chat request on one worker's scheduler: N sample rows turned into N text streams. Each row's
 // tokens go through a Utf8Stream (never half a character) and a StopMatcher (OpenAI stop
 // strings); its stop token (<|assistant_end|>, <|bos|>) is never shown. Special tokens of
@@ -12,6 +12,7 @@
 #include "nanochat/engine.h"
 #include "nanochat/engine/scheduler.h"
 #include "nanochat/server.h"
+#include "server/stop_matcher.h"
 
 namespace nanochat {
 
@@ -29,9 +30,16 @@ struct GenerationOutcome {
 // receives (row, text); returns false when the client is gone
 using TextSink = std::function<bool(int row, const std::string& text)>;
 
-// runs in the worker's shared decode batch; max_tokens is cut to the positions a KV row has
-// left after the prompt (finish "length"); `cancelled` is polled every step (server shutdown)
-GenerationOutcome server_generate(Scheduler& scheduler, const ChatRequest& req, const std::vector<int32_t>& prompt,
-                                  const TextSink& sink, const std::function<bool()>& cancelled);
+// the request's options for the scheduler: its sampling, a seed (upstream's random one when
+// none is given), max_tokens cut to the positions a KV row of `row_len` has left after the
+// prompt (finish "length"; < 1 when the prompt leaves none), and `scope`, whose prefix cache
+// it may reuse (server_cache_scope)
+GenerateOptions server_generate_options(const ChatRequest& req, int64_t prompt_len, int64_t row_len,
+                                        const std::string& scope);
+
+// runs a submitted request (Scheduler::submit) in the worker's shared decode batch;
+// `cancelled` is polled every step (server shutdown, client gone)
+GenerationOutcome server_generate(Scheduler& scheduler, Scheduler::Ticket& ticket, const ChatRequest& req,
+                                  int64_t prompt_len, const TextSink& sink, const std::function<bool()>& cancelled);
 
 }  // namespace nanochat

@@ -118,8 +118,8 @@ int server_run(const ServerOptions& options) {
         announced = true;
       }
       if (sigs >= 2) st.stop_level = 2;
-      if (!loader_done) continue;  // the model may be half loaded; st.pool appears with it
-      if (st.pool) st.pool->shutdown();
+      if (!loader_done) continue;  // the model may be half loaded; the workers appear with it
+      for (auto& w : st.workers) w.scheduler->close_queue();  // queued requests: 503
       if (st.in_flight == 0) break;
     }
     while (!svr.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // stop() before listen is lost

@@ -197,6 +197,12 @@ ChatRequest server_parse_chat_request(const std::string& body, bool openai, cons
   // logits / temperature overflows float32 for a tiny temperature (softmax of inf is NaN);
   // at 1e-3 the sampler is greedy in all but name
   if (r.temperature < kGreedyTemperature) r.temperature = 0.0;
+  // vLLM's cache_salt, on both routes (the UI sends one per browser)
+  if (const json* v = field(j, "cache_salt")) {
+    if (!v->is_string() || v->get_ref<const std::string&>().empty() || v->get_ref<const std::string&>().size() > 256)
+      bad("cache_salt must be a non-empty string of at most 256 bytes");
+    r.cache_salt = v->get<std::string>();
+  }
   if (!openai) return r;
 
   if (const json* v = field(j, "model"); v && !v->is_string()) bad("model must be a string");

@@ -3,7 +3,7 @@
 // split over several tokens, so the tail that could still grow into one is held back.
 #include <algorithm>
 
-#include "nanochat/server.h"
+#include "server/stop_matcher.h"
 
 namespace nanochat {
 

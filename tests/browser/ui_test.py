@@ -4,7 +4,8 @@ usage: ui_test.py BASE_URL SCREENSHOT.png   prints one JSON object with what it 
 Steps: load (health banner gone), send a message and watch the reply stream in, edit the
 message (the conversation is cut there), regenerate the reply, /temperature, /help, a
 screenshot of the conversation, the header on a 390-px phone screen (one line; a second
-screenshot, SCREENSHOT_390.png), then /clear.
+screenshot, SCREENSHOT_390.png), then /clear; the cache_salt of every request (one per
+browser: the same after a reload, another in a second browser profile).
 """
 import json
 import sys
@@ -33,8 +34,10 @@ with sync_playwright() as p:
     # the token events, so "it streams" is checked against what was actually sent
     page.evaluate("""() => {
       window.__token_events = 0;
+      window.__salts = [];
       const original = window.fetch;
       window.fetch = async (...args) => {
+        if (args[1] && args[1].body) window.__salts.push(JSON.parse(args[1].body).cache_salt);
         const res = await original(...args);
         if (!String(args[0]).endsWith('/chat/completions') || !res.body) return res;
         const reader = res.body.getReader(), dec = new TextDecoder(), enc = new TextEncoder();
@@ -127,6 +130,16 @@ with sync_playwright() as p:
     page.fill("#input", "/clear")
     page.press("#input", "Enter")
     out["after_clear_messages"] = page.locator(".message.user, .message.assistant").count()
+
+    # the salt each chat request carried; after a reload the page's stored one, and a second
+    # profile (its own storage: another browser) draws its own
+    salts = page.evaluate("window.__salts")
+    page.reload()
+    salt_after_reload = page.evaluate("localStorage.getItem('nanochat_cache_salt')")
+    other = browser.new_context().new_page()
+    other.goto(base + "/")
+    out["cache_salts"] = {"requests": salts, "after_reload": salt_after_reload,
+                          "other_browser": other.evaluate("localStorage.getItem('nanochat_cache_salt')")}
     out["page_errors"] = errors
     assert not errors, errors
     browser.close()

@@ -37,7 +37,7 @@ struct InferBenchStep {
 };
 
 // the value at rank floor(q * n) of the sorted values (capped at n - 1): upstream's median
-// sorted[n // 2] at q = 0.5; 0 for no values
+// sorted[n // 2] at q = 0.5; 0 for no values. The one percentile: the serving benches use it too.
 double infer_bench_percentile(std::vector<double> values, double q);
 InferBenchStep infer_bench_step_stats(const std::vector<double>& step_sec, int64_t batch_size);
 // 100 * bytes_per_step / step_sec / peak_bytes_per_sec (0 for an unknown peak)

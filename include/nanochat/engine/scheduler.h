@@ -1,4 +1,4 @@
-// defines: SchedulerOptions, SchedulerStats, Scheduler
+// defines: SchedulerOptions, SchedulerStats, SchedulerRefused, Scheduler
 // Continuous batching (what llama-server's --parallel and vLLM do): one decode thread per
 // device runs a batch of rows, and requests join and leave it at step boundaries.
 //  - KV pool: one KVCache of max_batch rows x row_len positions, allocated once. Rows that
@@ -6,7 +6,8 @@
 //    attention module's per-row masked decode), so a step reads only live rows and no
 //    cache is copied per step; a row that finishes swaps places with the last live one.
 //  - A request takes as many rows as it has samples, first come first served; it waits while
-//    the pool has too few free rows. Between two decode steps at most prefill_chunk prompt
+//    the pool has too few free rows, at most max_queue requests at a time (a further one is
+//    refused at once). Between two decode steps at most prefill_chunk prompt
 //    tokens are prefilled, oldest request first (many short prompts join in one step, a long
 //    one is spread over several, delaying the others by one chunk at a time), into one row,
 //    copied to the request's other rows, and then the rows join the batch.
@@ -14,8 +15,10 @@
 //    only, so a seeded request gives the same tokens whatever else runs (up to the float
 //    rounding of a batched matmul); rows keep their own stop tokens, budget, calculator state.
 //  - Prefix reuse: a free row keeps the tokens its KV holds (a finished request's prompt and
-//    reply). A new request whose prompt begins with them takes that row and prefills only the
-//    rest. Free rows are handed out empty ones first, then least recently used.
+//    reply) and the request's cache_scope. A new request of the same scope whose prompt begins
+//    with them takes that row and prefills only the rest; other scopes never see it (neither
+//    in cached_tokens nor in time). Free rows are handed out empty ones first, then least
+//    recently used.
 // Callbacks run on the caller's thread (a slow client holds up only its own request); the
 // decode thread queues token columns for it. A callback returning false, or `cancelled`
 // returning true, cancels the request at the next step boundary.
@@ -25,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "nanochat/common/error.h"
 #include "nanochat/engine.h"
 
 namespace nanochat {
@@ -34,11 +38,20 @@ struct SchedulerOptions {
   int64_t row_len = 0;         // positions per row; 0: the model's max_positions
   int64_t prefill_chunk = 128; // prompt tokens prefilled between two decode steps, at most
   bool prefix_cache = true;    // reuse the KV of a finished request's tokens
+  int64_t max_queue = int64_t(1) << 40;  // requests that may wait for rows
+};
+
+// a request turned away at the door: max_queue requests already wait (closed = false), or the
+// scheduler takes no more (close_queue or shutdown: closed = true)
+struct SchedulerRefused : Error {
+  bool closed;
+  SchedulerRefused(bool c, const std::string& m) : Error(m), closed(c) {}
 };
 
 struct SchedulerStats {
   int64_t running = 0;        // requests holding rows (prefilling or decoding)
   int64_t waiting = 0;        // requests waiting for rows
+  int64_t rows_waiting = 0;   // rows those ask for
   int64_t rows_total = 0, rows_busy = 0, rows_cached = 0, row_len = 0;
   int64_t kv_bytes = 0;       // the pool's memory
   int64_t decode_steps = 0;   // batched forward passes of one token per row
@@ -55,13 +68,28 @@ class Scheduler {
   Scheduler(const Scheduler&) = delete;
   Scheduler& operator=(const Scheduler&) = delete;
 
-  // Engine::generate's contract (same options, columns and result), served in the shared
-  // batch; blocks the calling thread until the request ends. Error on a bad request (also
-  // more samples than max_batch, or prompt + max_tokens past row_len) and when the decode
-  // thread failed. `cached_tokens` (optional) gets how many prompt positions were reused.
+  // A request in the scheduler, from the queue to its end; dropping it cancels the request.
+  // It must not outlive its scheduler.
+  class Ticket;
+  // Checks a request (Engine::generate's checks, more samples than max_batch, prompt +
+  // max_tokens past row_len: Error) and queues it; SchedulerRefused when it cannot wait.
+  std::shared_ptr<Ticket> submit(const std::vector<int32_t>& prompt, const GenerateOptions& options);
+  // blocks until the request holds its rows (true), or left the queue without them: cancelled
+  // (false) or refused by close_queue (SchedulerRefused). Error when the decode thread failed.
+  bool wait_admitted(Ticket& ticket, const std::function<bool()>& cancelled = nullptr);
+  // Engine::generate's contract (same columns and result) for a submitted request, served in
+  // the shared batch; blocks until it ends. `cached_tokens` (optional) gets how many prompt
+  // positions were reused. Error when the decode thread failed.
+  GenerateResult run(Ticket& ticket, const TokenCallback& on_column = nullptr,
+                     const std::function<bool()>& cancelled = nullptr, int64_t* cached_tokens = nullptr);
+  // submit, then run
   GenerateResult generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
                           const TokenCallback& on_column = nullptr, const std::function<bool()>& cancelled = nullptr,
                           int64_t* cached_tokens = nullptr);
+  // takes no more requests: those waiting are refused, those holding rows run to their end
+  void close_queue();
+  // rows held or asked for by its requests (a request goes to the least loaded scheduler)
+  int64_t load() const;
   SchedulerStats stats() const;
   int64_t row_len() const;
   int64_t max_batch() const;
