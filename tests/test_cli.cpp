@@ -15,6 +15,7 @@
 
 #include "nanochat/common/files.h"
 #include "nanochat/common/progress.h"
+#include "nanochat/common/device.h"  // cuda_built
 #include "test_util.h"
 
 using nanochat::Timer;
@@ -139,25 +140,25 @@ TEST(Cli, DoctorKernelsChecksEveryOpAndEndsWithJson) {
     EXPECT_TRUE(k["ok"].get<bool>()) << k.dump();
     EXPECT_EQ(k["device"], "cpu");
   }
-  // the nine fused ops and FP8's quantisation (a CUDA kernel: no kernel here), and the attention
-  // module's real window where LibTorch has CUDA
-  EXPECT_EQ(ops.size() - ops.count("flash_window"), 10u) << json.dump();
-  EXPECT_EQ(ops.count("fp8_quantize"), 1u) << json.dump();
+  std::set<std::string> want;
+  for (const std::string& op : kernel_ops()) want.insert(op);
+  for (const std::string& check : kernel_checks_besides_ops(cuda_built()))
+    want.insert(check);
+  EXPECT_EQ(ops, want) << json.dump();
 }
 
 // NANOCHAT_KERNELS_FAULT perturbs one op's kernel: doctor --kernels names that op alone, exit 1;
 // under NANOCHAT_KERNELS=strict a run stops at its first fused op with one error line
 TEST(Cli, DoctorKernelsCatchesAPerturbedKernelOfEveryOp) {
-  for (const char* op : {"linear_softcap_ce", "mlp_relu_square", "rotary_norm", "residual_norm", "attention",
-                         "polar_express", "adamw", "muon", "fp8_linear"}) {
-    auto r = run_shell(std::string("NANOCHAT_KERNELS_FAULT=") + op + " " + kBin + " doctor --kernels --device-type cpu");
+  for (const std::string& op : kernel_ops()) {
+    auto r = run_shell("NANOCHAT_KERNELS_FAULT=" + op + " " + kBin + " doctor --kernels --device-type cpu");
     EXPECT_EQ(r.rc, 1) << op << "\n" << r.out << r.err;
     auto json = nlohmann::json::parse(last_line(r.out));
     for (auto& k : json["kernels"]) {
       const bool applies = k["applies"].get<bool>();
       EXPECT_EQ(k["ok"].get<bool>(), k["op"] != op || !applies) << op << ": " << k.dump();
     }
-    EXPECT_NE(r.err.find(std::string("kernel self-check: ") + op + " on cpu in float32"), std::string::npos)
+    EXPECT_NE(r.err.find("kernel self-check: " + op + " on cpu in float32"), std::string::npos)
         << op << "\n" << r.err;
   }
   auto s = run_shell("NANOCHAT_KERNELS=strict NANOCHAT_KERNELS_FAULT=rotary_norm " + kBin +
@@ -174,9 +175,8 @@ TEST(Cli, DoctorKernelsNamesEachOpBeforeItsCheck) {
   auto r = run_shell(kBin + " doctor --kernels --device-type cpu");
   EXPECT_EQ(r.rc, 0) << r.out << r.err;
   const size_t table = r.out.find("kernel self-check on cpu");
-  for (const char* op : {"linear_softcap_ce", "mlp_relu_square", "rotary_norm", "residual_norm", "attention",
-                         "polar_express", "adamw", "muon", "fp8_linear"}) {
-    const size_t named = r.out.find(std::string("kernel self-check: ") + op + " on cpu in float32...");
+  for (const std::string& op : kernel_ops()) {
+    const size_t named = r.out.find("kernel self-check: " + op + " on cpu in float32...");
     EXPECT_NE(named, std::string::npos) << op << "\n" << r.out;
     EXPECT_LT(named, table) << op;
   }

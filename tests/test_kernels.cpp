@@ -56,9 +56,9 @@ TEST(Kernels, SwitchFollowsTheEnvironment) {
 // each one's kernel agrees with its reference in fp32 and bf16 (where it has a kernel)
 TEST(KernelsSelfCheck, EveryOpAgreesWithItsReferenceOnTheCpu) {
   if (!kernels_cpu_supported()) GTEST_SKIP() << "this CPU runs the ATen references";
-  std::set<std::string> ops = {"linear_softcap_ce", "mlp_relu_square", "rotary_norm", "residual_norm", "attention",
-                               "polar_express",     "adamw",           "muon",        "fp8_linear", "fp8_quantize"};
-  if (cuda_built()) ops.insert("flash_window");  // the attention module's real window: CUDA only
+  std::set<std::string> ops;
+  for (const std::string& op : kernel_ops()) ops.insert(op);
+  for (const std::string& check : kernel_checks_besides_ops(cuda_built())) ops.insert(check);
   for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
     std::set<std::string> seen, applied;
     for (const kernels_check_result& r : kernels_self_check(torch::kCPU, dtype)) {
@@ -71,11 +71,14 @@ TEST(KernelsSelfCheck, EveryOpAgreesWithItsReferenceOnTheCpu) {
     EXPECT_EQ(seen, ops);
     EXPECT_EQ(applied.count("flash_window"), 0u);
     EXPECT_EQ(applied.count("fp8_quantize"), 0u);  // a CUDA kernel only
-    // Polar Express has a CPU kernel in fp32 only; the others in both (attention where MKL is)
-    EXPECT_EQ(applied.count("polar_express"), dtype == torch::kFloat ? 1u : 0u);
-    EXPECT_EQ(applied.count("attention"), cpu_gemm_f32_available(dtype) ? 1u : 0u);
-    for (const char* op : {"linear_softcap_ce", "mlp_relu_square", "rotary_norm", "residual_norm", "adamw", "muon"})
-      EXPECT_EQ(applied.count(op), 1u) << op;
+    // a CPU kernel in both dtypes, but: Polar Express in fp32 only, attention where MKL's GEMMs
+    // are, FP8 linear on CUDA only
+    for (const std::string& op : kernel_ops()) {
+      const bool has_kernel = op == "polar_express" ? dtype == torch::kFloat
+                              : op == "attention"   ? cpu_gemm_f32_available(dtype)
+                                                    : op != "fp8_linear";
+      EXPECT_EQ(applied.count(op), has_kernel ? 1u : 0u) << op;
+    }
   }
 }
 

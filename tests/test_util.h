@@ -1,4 +1,4 @@
-// defines: CommandResult, run_shell, make_temp_dir, temp_dir, read_file, count_lines,
+// defines: CommandResult, kernel_ops, kernel_checks_besides_ops, run_shell, make_temp_dir, temp_dir, read_file, count_lines,
 //          spawn_to_files, wait_exit, make_parquet_corpus
 // Helpers for tests that run the real binary and inspect files.
 #pragma once
@@ -27,6 +27,23 @@ inline std::string read_file(const std::string& path) {
   ss << f.rdbuf();
   return ss.str();
 }
+
+#ifdef NANOCHAT_KERNEL_OPS
+// the fused ops, one per tests/test_kernels_<op>.cpp: the one list the tests go through
+// (tests/CMakeLists.txt passes it)
+inline std::vector<std::string> kernel_ops() {
+  std::vector<std::string> ops;
+  std::stringstream in(NANOCHAT_KERNEL_OPS);
+  for (std::string op; std::getline(in, op, ',');) ops.push_back(op);
+  return ops;
+}
+// what the self-check runs besides the ops: FP8's quantisation (part of fp8_linear, with a CUDA
+// kernel only) and the attention module's real flash window (where LibTorch has CUDA)
+inline std::vector<std::string> kernel_checks_besides_ops(bool cuda_built) {
+  if (cuda_built) return {"fp8_quantize", "flash_window"};
+  return {"fp8_quantize"};
+}
+#endif
 
 inline std::string make_temp_dir() {
   std::string tmpl = "/tmp/nanochat_test_XXXXXX";

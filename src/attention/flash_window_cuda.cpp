@@ -84,7 +84,7 @@ bool attention_flash_window_supported(const Tensor& q, const Tensor& k) {
 
 namespace {
 
-// the kernels' self-check of the real window (kernels_check.cpp runs it with the fused ops, the
+// the kernels' self-check of the real window (self_check.cpp runs it with the fused ops, the
 // first time a GPU meets a dtype, and in doctor --kernels): against the kernels module's
 // attention reference (the (B, H, T, T) scores masked), forward and backward, at a small shape
 // (40 queries on 4 heads of 16, 2 kv heads, window 9) and at d24's (2048 queries on 12 heads of

@@ -62,6 +62,12 @@ int64_t device_peak_memory_bytes(torch::Device device) {
   return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
 }
 
+int64_t device_allocated_memory_bytes(torch::Device device) {
+  if (!device.is_cuda()) return -1;
+  auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device.index());
+  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].current;
+}
+
 int64_t device_free_memory_bytes(torch::Device device) {
   if (!device.is_cuda()) return host_info().memory_available_bytes;
   c10::cuda::CUDAGuard guard(device.index());

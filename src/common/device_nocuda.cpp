@@ -1,4 +1,4 @@
-// Compiled instead of cuda_device.cpp when the LibTorch found has no CUDA.
+// Compiled instead of device_cuda.cpp when the LibTorch found has no CUDA.
 #include "nanochat/common/device.h"
 #include "nanochat/common/device_driver.h"
 
@@ -11,6 +11,7 @@ std::string libtorch_cuda_version() { return ""; }
 std::string nccl_version() { return ""; }
 void device_synchronize(torch::Device) {}
 int64_t device_peak_memory_bytes(torch::Device) { return -1; }
+int64_t device_allocated_memory_bytes(torch::Device) { return -1; }
 int64_t device_free_memory_bytes(torch::Device device) {
   return device.is_cuda() ? -1 : host_info().memory_available_bytes;
 }

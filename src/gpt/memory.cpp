@@ -1,4 +1,4 @@
-// defines: gpt_train_memory, gpt_train_memory_fit
+// defines: gpt_train_memory, gpt_train_memory_fit, gpt_device_memory_budget
 // One rank's training memory, counted from what the model and its fused kernels actually
 // keep (src/gpt/*.cpp, src/kernels/*.cpp, src/optim/muon_adamw.cpp), tensor by tensor, in
 // the dtypes they are stored in. C = n_embd, kv = n_kv_head * head_dim, H = n_head,
@@ -45,6 +45,8 @@
 // Left out: cuBLAS/NCCL workspaces and the caching allocator's fragmentation; the fit below
 // leaves 10% of the budget for them.
 #include "nanochat/gpt/memory.h"
+
+#include "nanochat/common/device.h"
 
 #include <algorithm>
 #include <map>
@@ -143,6 +145,14 @@ int64_t gpt_train_memory_fit(const GPTConfig& c, torch::ScalarType dtype, int wo
   int64_t b = 1;
   while (b * 2 <= max_batch && fits(b * 2)) b *= 2;
   return fits(b) ? b : 0;
+}
+
+int64_t gpt_device_memory_budget(torch::Device device) {
+  if (!device.is_cuda()) return -1;
+  // free once the cache (e.g. the init's fp32 temporaries) is released, plus what is allocated now
+  const int64_t free_b = device_free_memory_bytes(device);
+  if (free_b < 0) return -1;
+  return free_b + device_allocated_memory_bytes(device);
 }
 
 }  // namespace nanochat

@@ -20,10 +20,8 @@ namespace nanochat {
 // the kernels: adamw_cpu.cpp, adamw.cu; the scalars as the reference rounds them to fp32
 void adamw_step_cpu(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
                     float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2);
-#ifdef NANOCHAT_CUDA_KERNELS
 void adamw_step_cuda(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
                      float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2);
-#endif
 
 void kernels_adamw_step_reference(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg,
                                   torch::Tensor& exp_avg_sq, int64_t step, double lr, double beta1, double beta2,
@@ -64,12 +62,10 @@ void adamw_step_fused(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor
   // the scalars in fp32, exactly as the reference computes them
   const float b1 = (float)beta1, b2 = (float)beta2, step_f = (float)step;
   const float bias1 = 1.0f - std::pow(b1, step_f), bias2 = 1.0f - std::pow(b2, step_f);
-#ifdef NANOCHAT_CUDA_KERNELS
-  if (p.is_cuda())
-    adamw_step_cuda(p, grad, exp_avg, exp_avg_sq, (float)lr, b1, b2, (float)eps, (float)weight_decay, bias1, bias2);
-  else
-#endif
-    adamw_step_cpu(p, grad, exp_avg, exp_avg_sq, (float)lr, b1, b2, (float)eps, (float)weight_decay, bias1, bias2);
+  KERNELS_CUDA_OR_CPU(
+      p.is_cuda(),
+      adamw_step_cuda(p, grad, exp_avg, exp_avg_sq, (float)lr, b1, b2, (float)eps, (float)weight_decay, bias1, bias2),
+      adamw_step_cpu(p, grad, exp_avg, exp_avg_sq, (float)lr, b1, b2, (float)eps, (float)weight_decay, bias1, bias2));
   kernels_fault_("adamw", p);
 }
 

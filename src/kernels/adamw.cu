@@ -1,6 +1,6 @@
 // defines: adamw_step_cuda
 // The CUDA kernel of adamw.cpp: AdamW's update of one tensor in one pass, fp32 math.
-#include "kernels_cuda.cuh"
+#include "cuda_helpers.cuh"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

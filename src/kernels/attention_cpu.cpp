@@ -22,7 +22,7 @@
 #include <ATen/Parallel.h>
 
 #include "cpu_gemm.h"
-#include "kernels_cpu.h"
+#include "cpu_helpers.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {

@@ -4,7 +4,7 @@
 // clamp, cast). The bits are those of the composition (fp8_quantize_reference): the scale is
 // fp8_max / max(amax, 1e-12) in double, rounded to fp32, each value is x * scale in fp32, clamped
 // (a NaN stays a NaN) and rounded to nearest even. Untested on GPU.
-#include "kernels_cuda.cuh"
+#include "cuda_helpers.cuh"
 
 #include <cuda_fp8.h>
 

@@ -1,6 +1,6 @@
-// defines: kernels_use_fused, kernels_fault, kernels_check_entry, kernels_register_check,
+// defines: KERNELS_CUDA_OR_CPU, kernels_use_fused, kernels_fault, kernels_check_entry, kernels_register_check,
 //          kernels_check_passed, kernels_strict,
-//          kernels_cpu_supported, kernels_cuda_built, kernels_addmm_acc, cast_float_bfloat16_cpu,
+//          kernels_cpu_supported, kernels_cuda_built, cast_float_bfloat16_cpu,
 //          cpu_kernel_threads, d24, kernels_check_real_shapes
 // What the ops of the kernels module share: the one rule that picks an op's fused kernel or
 // its reference, the fault switch for drills, the self-check's registry, and a few helpers.
@@ -14,13 +14,22 @@
 
 #include <torch/types.h>
 
+// An op's CUDA kernel where its tensor is on a GPU and this build has the CUDA kernels, else its
+// CPU kernel: the one place an op file's forward and backward branch on the build. Without nvcc
+// the CUDA call is never compiled, so the op files declare their CUDA functions unconditionally.
+#ifdef NANOCHAT_CUDA_KERNELS
+#define KERNELS_CUDA_OR_CPU(on_cuda, cuda_call, cpu_call) ((on_cuda) ? (cuda_call) : (cpu_call))
+#else
+#define KERNELS_CUDA_OR_CPU(on_cuda, cuda_call, cpu_call) (cpu_call)
+#endif
+
 namespace nanochat {
 
 // The one fallback rule: true when `op` runs its fused kernel for x. That is when kernels are
 // on (NANOCHAT_KERNELS is not 0), x's device has the op's kernels in this build (a CPU with
 // AVX2+FMA+F16C; a CUDA device when the .cu files were built) for x's dtype (fp32, bf16, fp16;
 // fp64 on the CPU, for gradient checks), and the op passed its self-check on that device and
-// dtype. The first call for a (device, dtype) runs the self-check of every op (kernels_check.cpp).
+// dtype. The first call for a (device, dtype) runs the self-check of every op (self_check.cpp).
 // Otherwise the op runs its own `_reference`, which is also what the check compares against.
 bool kernels_use_fused(const char* op, const torch::Tensor& x);
 // the same, with the verdict of the dtype the op computes in where that is not x's (Muon: fp32
@@ -44,7 +53,7 @@ void kernels_fault_(const char* op, torch::Tensor& t);
 struct kernels_check_entry {
   const char* op;
   std::vector<torch::Tensor> (*run)(at::Device device, at::ScalarType dtype, bool fused);
-  // the op's own tolerance where the dtype's does not hold (null: the dtype's; kernels_check.cpp)
+  // the op's own tolerance where the dtype's does not hold (null: the dtype's; self_check.cpp)
   double (*tolerance)(at::Device device, at::ScalarType dtype) = nullptr;
   // the op's CUDA path is ATen alone (fp8_linear's _scaled_mm): it runs, and is checked, in a
   // build without the CUDA kernels too
@@ -75,11 +84,8 @@ bool kernels_cpu_supported();
 // whether this build has the CUDA kernels (nvcc was found when it was configured)
 bool kernels_cuda_built();
 
-// acc += a @ b, with acc in fp32/fp64 and a, b in the compute dtype: bf16 into fp32 in the GEMM
-// itself on CUDA and, through MKL (cpu_gemm.h), on the CPU; elsewhere a product then an add
-void kernels_addmm_acc(torch::Tensor& acc, const torch::Tensor& a, const torch::Tensor& b);
 
-// kernels_cpu.cpp: float32 -> bfloat16 or back (x contiguous) through the CPU kernels' row
+// cpu_helpers.cpp: float32 -> bfloat16 or back (x contiguous) through the CPU kernels' row
 // conversions, for tests: the bits of x.to() (round to nearest even; a NaN stays a NaN)
 torch::Tensor cast_float_bfloat16_cpu(const torch::Tensor& x);
 // how many threads an at::parallel_for in the CPU kernels' files really runs on (1 when a

@@ -14,6 +14,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
+#include "cpu_gemm.h"
 #include "kernels_internal.h"
 #include "nanochat/common/error.h"
 
@@ -33,14 +34,45 @@ void softcap_ce_backward_cpu(torch::Tensor& logits, const torch::Tensor& targets
 void softcap_ce_forward_backward_cpu(torch::Tensor& logits, const torch::Tensor& targets,
                                      const torch::Tensor& grad_loss, int64_t vocab, double cap, torch::Tensor& loss,
                                      torch::Tensor& lse);
-#ifdef NANOCHAT_CUDA_KERNELS
 void softcap_ce_forward_cuda(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab, double cap,
                              torch::Tensor& loss, torch::Tensor& lse);
 void softcap_ce_backward_cuda(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& lse,
                               const torch::Tensor& grad_loss, int64_t vocab, double cap);
-#endif
 
 namespace {
+
+// a 2-D CPU matrix as BLAS sees it: rows contiguous (ld = stride(0)), or a transposed view of
+// such a matrix (ld = stride(1)); false for other strides
+bool blas_layout(const torch::Tensor& m, bool& transposed, int64_t& ld) {
+  if (m.stride(1) == 1 && m.stride(0) >= std::max<int64_t>(1, m.size(1))) {
+    transposed = false, ld = m.stride(0);
+    return true;
+  }
+  if (m.stride(0) == 1 && m.stride(1) >= std::max<int64_t>(1, m.size(0))) {
+    transposed = true, ld = m.stride(1);
+    return true;
+  }
+  return false;
+}
+
+// acc (fp32, contiguous) += a @ b for bf16 a and b on the CPU, accumulated in the GEMM
+bool cpu_addmm_bf16_into_f32(torch::Tensor& acc, const torch::Tensor& a, const torch::Tensor& b) {
+  bool ta, tb;
+  int64_t lda, ldb;
+  if (a.scalar_type() != at::kBFloat16 || b.scalar_type() != at::kBFloat16 || acc.scalar_type() != at::kFloat ||
+      !acc.is_contiguous() || !blas_layout(a, ta, lda) || !blas_layout(b, tb, ldb))
+    return false;
+  return cpu_gemm_f32(ta, tb, a.size(0), b.size(1), a.size(1), 1.0f, a.data_ptr<at::BFloat16>(), lda,
+                      b.data_ptr<at::BFloat16>(), ldb, 1.0f, acc.data_ptr<float>(), acc.size(1));
+}
+
+// acc += a @ b, with acc in fp32/fp64 and a, b in the compute dtype: bf16 into fp32 in the GEMM
+// itself on CUDA and, through MKL (cpu_gemm.h), on the CPU; elsewhere a product then an add
+void addmm_acc(torch::Tensor& acc, const torch::Tensor& a, const torch::Tensor& b) {
+  if (a.scalar_type() == acc.scalar_type()) acc.addmm_(a, b);
+  else if (a.is_cuda()) at::addmm_out(acc, acc, a, b, acc.scalar_type());  // fp32 accumulation in the GEMM
+  else if (!cpu_addmm_bf16_into_f32(acc, a, b)) acc.add_(at::mm(a, b));    // ATen: a bf16 product, then the add
+}
 
 using torch::Tensor;
 using torch::autograd::AutogradContext;
@@ -60,25 +92,21 @@ Tensor acc_empty(const Tensor& x, int64_t n) {
 }
 
 void forward_chunk(const Tensor& logits, const Tensor& targets, int64_t vocab, double cap, Tensor& loss, Tensor& lse) {
-#ifdef NANOCHAT_CUDA_KERNELS
-  if (logits.is_cuda()) return softcap_ce_forward_cuda(logits, targets, vocab, cap, loss, lse);
-#endif
-  softcap_ce_forward_cpu(logits, targets, vocab, cap, loss, lse);
+  KERNELS_CUDA_OR_CPU(logits.is_cuda(), softcap_ce_forward_cuda(logits, targets, vocab, cap, loss, lse),
+                      softcap_ce_forward_cpu(logits, targets, vocab, cap, loss, lse));
 }
 
 void backward_chunk(Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad, int64_t vocab,
                     double cap) {
-#ifdef NANOCHAT_CUDA_KERNELS
-  if (logits.is_cuda()) return softcap_ce_backward_cuda(logits, targets, lse, grad, vocab, cap);
-#endif
-  softcap_ce_backward_cpu(logits, targets, lse, grad, vocab, cap);
+  KERNELS_CUDA_OR_CPU(logits.is_cuda(), softcap_ce_backward_cuda(logits, targets, lse, grad, vocab, cap),
+                      softcap_ce_backward_cpu(logits, targets, lse, grad, vocab, cap));
 }
 
 // a chunk's d loss / d logits multiplied out: its rows of x's gradient, and its share of the
 // weight's (summed over chunks in fp32)
 void multiply_out(const Tensor& dlogits, const Tensor& x_rows, const Tensor& w, Tensor dx_rows, Tensor& dw) {
   at::mm_out(dx_rows, dlogits, w);
-  kernels_addmm_acc(dw, dlogits.t(), x_rows);
+  addmm_acc(dw, dlogits.t(), x_rows);
 }
 
 struct LinearSoftcapCE : public torch::autograd::Function<LinearSoftcapCE> {

@@ -3,7 +3,7 @@
 // rows, forward (loss, log-sum-exp) and backward (the logits turned into their gradient in place).
 // Every kernel reads the compute dtype and does its math in fp32. Untested on GPU until a run
 // of doctor --kernels on one says otherwise.
-#include "kernels_cuda.cuh"
+#include "cuda_helpers.cuh"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

@@ -18,10 +18,8 @@ namespace nanochat {
 // into dh = 2 * relu(h) * dy in place
 torch::Tensor relu_square_forward_cpu(const torch::Tensor& h);
 void relu_square_backward_cpu(const torch::Tensor& h, torch::Tensor& dy);
-#ifdef NANOCHAT_CUDA_KERNELS
 torch::Tensor relu_square_forward_cuda(const torch::Tensor& h);
 void relu_square_backward_cuda(const torch::Tensor& h, torch::Tensor& dy);
-#endif
 
 namespace {
 
@@ -30,17 +28,11 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 Tensor relu_square(const Tensor& h) {
-#ifdef NANOCHAT_CUDA_KERNELS
-  if (h.is_cuda()) return relu_square_forward_cuda(h);
-#endif
-  return relu_square_forward_cpu(h);
+  return KERNELS_CUDA_OR_CPU(h.is_cuda(), relu_square_forward_cuda(h), relu_square_forward_cpu(h));
 }
 
 void relu_square_backward(const Tensor& h, Tensor& dy) {
-#ifdef NANOCHAT_CUDA_KERNELS
-  if (h.is_cuda()) return relu_square_backward_cuda(h, dy);
-#endif
-  relu_square_backward_cpu(h, dy);
+  KERNELS_CUDA_OR_CPU(h.is_cuda(), relu_square_backward_cuda(h, dy), relu_square_backward_cpu(h, dy));
 }
 
 struct MlpReluSquare : public torch::autograd::Function<MlpReluSquare> {

@@ -1,7 +1,7 @@
 // defines: relu_square_forward_cuda, relu_square_backward_cuda
 // The CUDA kernels of mlp_relu_square.cpp: relu(h)^2 and its backward, element-wise, 16 bytes
 // per load and store when the pointers allow it.
-#include "kernels_cuda.cuh"
+#include "cuda_helpers.cuh"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

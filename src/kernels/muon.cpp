@@ -33,14 +33,12 @@ void muon_scale_rows_cpu(torch::Tensor& X, const torch::Tensor& scale);
 void muon_sumsq_cpu(const torch::Tensor& X, bool by_row, torch::Tensor& out);
 void muon_update_cpu(const torch::Tensor& X, torch::Tensor& p, const torch::Tensor& line_scale, bool by_row,
                      double lr, double lr_wd);
-#ifdef NANOCHAT_CUDA_KERNELS
 void muon_nesterov_cuda(const torch::Tensor& grad, torch::Tensor& buf, torch::Tensor& X, torch::Tensor& row_sumsq,
                         double mu);
 void muon_scale_rows_cuda(torch::Tensor& X, const torch::Tensor& scale);
 void muon_sumsq_cuda(const torch::Tensor& X, bool by_row, torch::Tensor& out);
 void muon_update_cuda(const torch::Tensor& X, torch::Tensor& p, const torch::Tensor& line_scale, bool by_row,
                       double lr, double lr_wd);
-#endif
 
 namespace {
 
@@ -70,28 +68,18 @@ bool muon_fusable(const std::vector<Tensor>& mats, const Tensor& state, at::Scal
 }
 
 void nesterov(const Tensor& grad, Tensor& buf, Tensor& X, Tensor& row_sumsq, double mu) {
-#ifdef NANOCHAT_CUDA_KERNELS
-  if (grad.is_cuda()) return muon_nesterov_cuda(grad, buf, X, row_sumsq, mu);
-#endif
-  muon_nesterov_cpu(grad, buf, X, row_sumsq, mu);
+  KERNELS_CUDA_OR_CPU(grad.is_cuda(), muon_nesterov_cuda(grad, buf, X, row_sumsq, mu),
+                      muon_nesterov_cpu(grad, buf, X, row_sumsq, mu));
 }
 void scale_rows(Tensor& X, const Tensor& scale) {
-#ifdef NANOCHAT_CUDA_KERNELS
-  if (X.is_cuda()) return muon_scale_rows_cuda(X, scale);
-#endif
-  muon_scale_rows_cpu(X, scale);
+  KERNELS_CUDA_OR_CPU(X.is_cuda(), muon_scale_rows_cuda(X, scale), muon_scale_rows_cpu(X, scale));
 }
 void sumsq(const Tensor& X, bool by_row, Tensor& out) {
-#ifdef NANOCHAT_CUDA_KERNELS
-  if (X.is_cuda()) return muon_sumsq_cuda(X, by_row, out);
-#endif
-  muon_sumsq_cpu(X, by_row, out);
+  KERNELS_CUDA_OR_CPU(X.is_cuda(), muon_sumsq_cuda(X, by_row, out), muon_sumsq_cpu(X, by_row, out));
 }
 void update(const Tensor& X, Tensor& p, const Tensor& line_scale, bool by_row, double lr, double lr_wd) {
-#ifdef NANOCHAT_CUDA_KERNELS
-  if (X.is_cuda()) return muon_update_cuda(X, p, line_scale, by_row, lr, lr_wd);
-#endif
-  muon_update_cpu(X, p, line_scale, by_row, lr, lr_wd);
+  KERNELS_CUDA_OR_CPU(X.is_cuda(), muon_update_cuda(X, p, line_scale, by_row, lr, lr_wd),
+                      muon_update_cpu(X, p, line_scale, by_row, lr, lr_wd));
 }
 
 // lr*wd in the param dtype, as upstream multiplies its 0-D fp32 tensors

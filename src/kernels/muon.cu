@@ -1,6 +1,6 @@
 // defines: muon_nesterov_cuda, muon_scale_rows_cuda, muon_sumsq_cuda, muon_update_cuda
 // The CUDA kernels of muon.cpp: Muon's passes over one (rows, cols) matrix a launch.
-#include "kernels_cuda.cuh"
+#include "cuda_helpers.cuh"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

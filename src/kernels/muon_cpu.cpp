@@ -11,7 +11,7 @@
 #include <torch/types.h>
 #include <ATen/Parallel.h>
 
-#include "kernels_cpu.h"
+#include "cpu_helpers.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {

@@ -32,13 +32,11 @@ ResidualNormOut residual_norm_forward_cpu(const torch::Tensor& x, const torch::T
 ResidualNormGrads residual_norm_backward_cpu(const torch::Tensor& dh, const torch::Tensor& dn, const torch::Tensor& h,
                                              const torch::Tensor& rstd, const torch::Tensor& x, const torch::Tensor& y,
                                              const torch::Tensor& a, const torch::Tensor& b);
-#ifdef NANOCHAT_CUDA_KERNELS
 ResidualNormOut residual_norm_forward_cuda(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& a,
                                            const torch::Tensor& b, double eps);
 ResidualNormGrads residual_norm_backward_cuda(const torch::Tensor& dh, const torch::Tensor& dn, const torch::Tensor& h,
                                               const torch::Tensor& rstd, const torch::Tensor& x, const torch::Tensor& y,
                                               const torch::Tensor& a, const torch::Tensor& b);
-#endif
 
 namespace {
 
@@ -54,11 +52,8 @@ struct ResidualNorm : public torch::autograd::Function<ResidualNorm> {
     const Tensor a = a_opt.value_or(Tensor()), b = b_opt.value_or(Tensor());
     // at::rms_norm's default eps: the epsilon of its accumulation type (fp32 for bf16/fp16)
     const double eps = x.scalar_type() == at::kDouble ? DBL_EPSILON : FLT_EPSILON;
-#ifdef NANOCHAT_CUDA_KERNELS
-    auto [h, n, rstd] = x.is_cuda() ? residual_norm_forward_cuda(x, y, a, b, eps) : residual_norm_forward_cpu(x, y, a, b, eps);
-#else
-    auto [h, n, rstd] = residual_norm_forward_cpu(x, y, a, b, eps);
-#endif
+    auto [h, n, rstd] = KERNELS_CUDA_OR_CPU(x.is_cuda(), residual_norm_forward_cuda(x, y, a, b, eps),
+                                            residual_norm_forward_cpu(x, y, a, b, eps));
     // x and y are only read back for the lambdas' gradients
     ctx->save_for_backward({h, rstd, a.defined() ? x : Tensor(), b.defined() ? y : Tensor(), a, b});
     return {h, n};
@@ -68,12 +63,8 @@ struct ResidualNorm : public torch::autograd::Function<ResidualNorm> {
     auto saved = ctx->get_saved_variables();
     const Tensor &h = saved[0], &rstd = saved[1], &x = saved[2], &y = saved[3], &a = saved[4], &b = saved[5];
     const Tensor dh = grads[0].contiguous(), dn = grads[1].contiguous();
-#ifdef NANOCHAT_CUDA_KERNELS
-    auto [dx, dy, ga_rows, gb_rows] = h.is_cuda() ? residual_norm_backward_cuda(dh, dn, h, rstd, x, y, a, b)
-                                                  : residual_norm_backward_cpu(dh, dn, h, rstd, x, y, a, b);
-#else
-    auto [dx, dy, ga_rows, gb_rows] = residual_norm_backward_cpu(dh, dn, h, rstd, x, y, a, b);
-#endif
+    auto [dx, dy, ga_rows, gb_rows] = KERNELS_CUDA_OR_CPU(h.is_cuda(), residual_norm_backward_cuda(dh, dn, h, rstd, x, y, a, b),
+                                                          residual_norm_backward_cpu(dh, dn, h, rstd, x, y, a, b));
     return {dx, dy, a.defined() ? ga_rows.sum() : Tensor(), b.defined() ? gb_rows.sum() : Tensor()};
   }
 };

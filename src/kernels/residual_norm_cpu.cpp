@@ -7,7 +7,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
-#include "kernels_cpu.h"
+#include "cpu_helpers.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {

@@ -28,7 +28,6 @@ std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cpu(const torch::Ten
 torch::Tensor rotary_norm_backward_cpu(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& rstd,
                                        const torch::Tensor& cos, const torch::Tensor& sin, int64_t T, int64_t H,
                                        double scale);
-#ifdef NANOCHAT_CUDA_KERNELS
 bool rotary_norm_cuda_takes(int64_t head_dim);
 std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cuda(const torch::Tensor& x, const torch::Tensor& cos,
                                                                  const torch::Tensor& sin, int64_t T, int64_t H,
@@ -36,7 +35,6 @@ std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cuda(const torch::Te
 torch::Tensor rotary_norm_backward_cuda(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& rstd,
                                         const torch::Tensor& cos, const torch::Tensor& sin, int64_t T, int64_t H,
                                         double scale);
-#endif
 
 namespace {
 
@@ -51,12 +49,8 @@ struct RotaryNorm : public torch::autograd::Function<RotaryNorm> {
     // at::rms_norm's default eps: the epsilon of its accumulation type (fp32 for bf16/fp16)
     const double eps = x.scalar_type() == at::kDouble ? DBL_EPSILON : FLT_EPSILON;
     Tensor rows = x.view({-1, D});
-#ifdef NANOCHAT_CUDA_KERNELS
-    auto [y, rstd] = x.is_cuda() ? rotary_norm_forward_cuda(rows, cos, sin, T, H, scale, eps)
-                                 : rotary_norm_forward_cpu(rows, cos, sin, T, H, scale, eps);
-#else
-    auto [y, rstd] = rotary_norm_forward_cpu(rows, cos, sin, T, H, scale, eps);
-#endif
+    auto [y, rstd] = KERNELS_CUDA_OR_CPU(x.is_cuda(), rotary_norm_forward_cuda(rows, cos, sin, T, H, scale, eps),
+                                         rotary_norm_forward_cpu(rows, cos, sin, T, H, scale, eps));
     ctx->save_for_backward({y, rstd, cos, sin});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["T"] = T;
@@ -70,12 +64,8 @@ struct RotaryNorm : public torch::autograd::Function<RotaryNorm> {
     const double scale = ctx->saved_data["scale"].toDouble();
     const int64_t T = ctx->saved_data["T"].toInt(), H = ctx->saved_data["H"].toInt();
     const Tensor dy = grads[0].contiguous().view(y.sizes());
-#ifdef NANOCHAT_CUDA_KERNELS
-    Tensor dx = dy.is_cuda() ? rotary_norm_backward_cuda(dy, y, rstd, cos, sin, T, H, scale)
-                             : rotary_norm_backward_cpu(dy, y, rstd, cos, sin, T, H, scale);
-#else
-    Tensor dx = rotary_norm_backward_cpu(dy, y, rstd, cos, sin, T, H, scale);
-#endif
+    Tensor dx = KERNELS_CUDA_OR_CPU(dy.is_cuda(), rotary_norm_backward_cuda(dy, y, rstd, cos, sin, T, H, scale),
+                                    rotary_norm_backward_cpu(dy, y, rstd, cos, sin, T, H, scale));
     return {dx.view(grads[0].sizes()), Tensor(), Tensor(), Tensor()};
   }
 };
@@ -91,9 +81,9 @@ Tensor kernels_rotary_norm_reference(const Tensor& x, const Tensor& cos, const T
 
 Tensor kernels_rotary_norm(const Tensor& x, const Tensor& cos, const Tensor& sin, double scale) {
   if (!kernels_use_fused("rotary_norm", x)) return kernels_rotary_norm_reference(x, cos, sin, scale);
-#ifdef NANOCHAT_CUDA_KERNELS
-  if (x.is_cuda() && !rotary_norm_cuda_takes(x.size(-1))) return kernels_rotary_norm_reference(x, cos, sin, scale);
-#endif
+  // the CUDA kernel takes the head dims it was instantiated for; others run the reference
+  if (KERNELS_CUDA_OR_CPU(x.is_cuda(), !rotary_norm_cuda_takes(x.size(-1)), false))
+    return kernels_rotary_norm_reference(x, cos, sin, scale);
   const int64_t T = x.size(1), D = x.size(3);
   if (x.dim() != 4 || D % 2 != 0 || cos.numel() != T * (D / 2) || sin.numel() != T * (D / 2) ||
       cos.scalar_type() != x.scalar_type() || sin.scalar_type() != x.scalar_type())

@@ -1,7 +1,7 @@
 // defines: device_autodetect, device_for_rank, compute_dtype_detect, dtype_name,
 //          seed_everything, cpu_threads_setup, cpu_malloc_setup, host_info, CudaDeviceInfo, cuda_built,
 //          cuda_device_infos, cuda_runtime_version, nccl_version, device_synchronize,
-//          device_peak_memory_bytes, device_free_memory_bytes
+//          device_peak_memory_bytes, device_allocated_memory_bytes, device_free_memory_bytes
 // The device and precision policy of upstream's common.py (compute_init, COMPUTE_DTYPE), in one place.
 #pragma once
 #include <cstdint>
@@ -62,6 +62,8 @@ std::string nccl_version();          // "2.28.9", or "" when not built with NCCL
 void device_synchronize(torch::Device device);
 // peak bytes allocated by the CUDA caching allocator on `device` (-1 on the CPU)
 int64_t device_peak_memory_bytes(torch::Device device);
+// bytes the CUDA caching allocator has handed out on `device` now (-1 on the CPU)
+int64_t device_allocated_memory_bytes(torch::Device device);
 // what can still be allocated on `device`: on CUDA the free memory once the caching allocator
 // has released its cache, on the CPU /proc/meminfo's MemAvailable; -1 if unknown
 int64_t device_free_memory_bytes(torch::Device device);

@@ -1,6 +1,6 @@
 // defines: cuda_dtype, check_cuda, check_launch, check_grid_rows, stream_of, fp32_rows_out
-// The host-side checks every CUDA kernel's wrapper makes (kernels_cuda.cuh).
-#include "kernels_cuda.cuh"
+// The host-side checks every CUDA kernel's wrapper makes (cuda_helpers.cuh).
+#include "cuda_helpers.cuh"
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

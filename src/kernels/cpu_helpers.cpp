@@ -1,5 +1,5 @@
 // defines: cast_float_bfloat16_cpu, cpu_kernel_threads
-// What the CPU kernels share beyond the row helpers of kernels_cpu.h: the thread count they
+// What the CPU kernels share beyond the row helpers of cpu_helpers.h: the thread count they
 // really run on, and the fp32 <-> bf16 row conversion exposed for the tests. Compiled, as
 // every *_cpu.cpp, for AVX2+FMA+F16C (CMakeLists.txt).
 #include <atomic>
@@ -9,7 +9,7 @@
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
-#include "kernels_cpu.h"
+#include "cpu_helpers.h"
 #include "kernels_internal.h"
 #include "nanochat/common/error.h"
 
