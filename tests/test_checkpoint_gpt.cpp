@@ -1,8 +1,8 @@
-// Tests for checkpoint_gpt (upstream's build_model), `nanochat import / export / generate`
-// and the UTF-8 stream. Independent answers come from Python (tests/fixtures/
-// gpt_io_fixtures.py): upstream-style checkpoints written by torch.save, logits and greedy
-// continuations from the PyTorch reference (tests/fixtures/gpt_reference.py), token ids from tiktoken, exported
-// tensors read back by the safetensors package.
+// Tests for checkpoint_gpt (upstream's build_model), `nanochat import / export / generate`.
+// Independent answers come from Python (tests/fixtures/gpt_io_fixtures.py): upstream-style
+// checkpoints written by torch.save, logits and greedy continuations from the PyTorch
+// reference (tests/fixtures/gpt_reference.py), token ids from tiktoken, exported tensors read
+// back by the safetensors package.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,7 +14,6 @@
 #include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <random>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -22,7 +21,6 @@
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
 #include "nanochat/common/utf8.h"
-#include "nanochat/common/utf8_stream.h"
 #include "nanochat/tokenizer.h"
 #include "test_models.h"
 #include "test_util.h"
@@ -222,47 +220,6 @@ TEST(CheckpointGpt, BadTensorsNameTheKeyAndChangeNothing) {
       EXPECT_NE(msg.find(c.needle), std::string::npos) << msg;
     }
     EXPECT_TRUE(torch::equal(dst->lm_head->weight, torch::full_like(dst->lm_head->weight, 0.25)));
-  }
-}
-
-// ---- UTF-8 streaming ----------------------------------------------------------------------
-
-TEST(Utf8Stream, HoldsBackIncompleteCharacters) {
-  Utf8Stream s;
-  EXPECT_EQ(s.push("a\xe2\x82"), "a");
-  EXPECT_EQ(s.push("\xac"), "\xe2\x82\xac");
-  EXPECT_EQ(s.push("\xf0"), "");
-  EXPECT_EQ(s.push("\x9f\x98"), "");
-  EXPECT_EQ(s.push("\x80!"), "\xf0\x9f\x98\x80!");
-  EXPECT_EQ(s.push("\xe0\x80"), "\xef\xbf\xbd\xef\xbf\xbd");  // E0 80 is ill-formed already: no waiting
-  EXPECT_EQ(s.push("\xc3"), "");
-  EXPECT_EQ(s.finish(), "\xef\xbf\xbd");  // an unfinished character at the end
-  EXPECT_EQ(utf8_incomplete_tail("\xed\xa0"), 0u);  // a surrogate can never complete
-  EXPECT_EQ(utf8_incomplete_tail("\xf4\x8f\xbf"), 3u);
-  EXPECT_EQ(utf8_incomplete_tail("\xf4\x90"), 0u);  // above U+10FFFF
-}
-
-TEST(Utf8Stream, ChunksAreValidAndConcatenateToTheFullDecode) {
-  // tokens of real text cut at random byte boundaries, plus random garbage bytes
-  const std::string text = "na\xc3\xafve caf\xc3\xa9 \xe2\x82\xac\xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87 ok";
-  std::mt19937 rng(7);
-  for (int trial = 0; trial < 300; trial++) {
-    std::string bytes;
-    for (int i = 0; i < 40; i++) {
-      if (rng() % 5 == 0) bytes += (char)(rng() % 256);
-      else bytes += text.substr(rng() % text.size(), 1 + rng() % 4);
-    }
-    Utf8Stream s;
-    std::string out;
-    for (size_t pos = 0; pos < bytes.size();) {
-      size_t n = 1 + rng() % 3;
-      std::string chunk = s.push(std::string_view(bytes).substr(pos, n));
-      ASSERT_TRUE(utf8_is_valid(chunk));
-      out += chunk;
-      pos += n;
-    }
-    out += s.finish();
-    ASSERT_EQ(out, utf8_decode_replace(bytes)) << "trial " << trial;
   }
 }
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <csignal>
 #include <numeric>
+#include <random>
 #include <fstream>
 #include <sstream>
 #include <sys/wait.h>
@@ -9,6 +10,8 @@
 
 #include "nanochat/common.h"
 #include "nanochat/common/stop_signal.h"
+#include "nanochat/common/utf8.h"
+#include "nanochat/common/utf8_stream.h"
 #include "test_util.h"
 
 using namespace nanochat;
@@ -230,4 +233,45 @@ TEST(StopSignal, FirstSignalSetsFlagSecondKills) {
   waitpid(pid, &status, 0);
   EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM);
   std::signal(SIGINT, SIG_DFL);
+}
+
+// ---- UTF-8 streaming ----------------------------------------------------------------------
+
+TEST(Utf8Stream, HoldsBackIncompleteCharacters) {
+  Utf8Stream s;
+  EXPECT_EQ(s.push("a\xe2\x82"), "a");
+  EXPECT_EQ(s.push("\xac"), "\xe2\x82\xac");
+  EXPECT_EQ(s.push("\xf0"), "");
+  EXPECT_EQ(s.push("\x9f\x98"), "");
+  EXPECT_EQ(s.push("\x80!"), "\xf0\x9f\x98\x80!");
+  EXPECT_EQ(s.push("\xe0\x80"), "\xef\xbf\xbd\xef\xbf\xbd");  // E0 80 is ill-formed already: no waiting
+  EXPECT_EQ(s.push("\xc3"), "");
+  EXPECT_EQ(s.finish(), "\xef\xbf\xbd");  // an unfinished character at the end
+  EXPECT_EQ(utf8_incomplete_tail("\xed\xa0"), 0u);  // a surrogate can never complete
+  EXPECT_EQ(utf8_incomplete_tail("\xf4\x8f\xbf"), 3u);
+  EXPECT_EQ(utf8_incomplete_tail("\xf4\x90"), 0u);  // above U+10FFFF
+}
+
+TEST(Utf8Stream, ChunksAreValidAndConcatenateToTheFullDecode) {
+  // tokens of real text cut at random byte boundaries, plus random garbage bytes
+  const std::string text = "na\xc3\xafve caf\xc3\xa9 \xe2\x82\xac\xf0\x9f\x98\x80 \xe4\xb8\xad\xe6\x96\x87 ok";
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 300; trial++) {
+    std::string bytes;
+    for (int i = 0; i < 40; i++) {
+      if (rng() % 5 == 0) bytes += (char)(rng() % 256);
+      else bytes += text.substr(rng() % text.size(), 1 + rng() % 4);
+    }
+    Utf8Stream s;
+    std::string out;
+    for (size_t pos = 0; pos < bytes.size();) {
+      size_t n = 1 + rng() % 3;
+      std::string chunk = s.push(std::string_view(bytes).substr(pos, n));
+      ASSERT_TRUE(utf8_is_valid(chunk));
+      out += chunk;
+      pos += n;
+    }
+    out += s.finish();
+    ASSERT_EQ(out, utf8_decode_replace(bytes)) << "trial " << trial;
+  }
 }

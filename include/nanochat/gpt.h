@@ -5,7 +5,7 @@
 //          gpt_estimate_decode_flops, gpt_estimate_prefill_flops, gpt_kv_bytes_per_token,
 //          gpt_kv_read_bytes,
 //          gpt_make_generator, gpt_rms_norm, gpt_rotary_tables,
-//          gpt_softcap, gpt_smear
+//          gpt_softcap, gpt_smear, gpt_rotary_norm, gpt_residual_norm, gpt_config_is_current
 // The gpt module: nanochat's GPT (upstream nanochat/gpt.py) in LibTorch. Parameter names are nanochat's
 // state-dict keys, so checkpoints map one to one. Master weights are fp32; every matmul
 // runs in the activation (compute) dtype; wte and value_embeds are stored in the compute
@@ -37,8 +37,21 @@ struct GPTConfig {
   int64_t n_kv_head = 6;
   int64_t n_embd = 768;
   std::string window_pattern = "SSSL";
+  // The optional parts. The defaults are the current architecture; an older one (upstream's
+  // October-2025 checkpoints, transformers' `nanochat` type) has none of the three parts, rope
+  // theta 10000, no q/k scale after the norm, and maybe another norm eps. Only values that differ
+  // from these defaults are written to the meta JSON.
+  bool value_embeds = true;   // value_embeds.* and each such layer's attn.ve_gate
+  bool smear = true;          // smear_gate, smear_lambda
+  bool layer_scalars = true;  // resid_lambdas, x0_lambdas, backout_lambda
+  double rope_theta = 100000.0;
+  double softcap = 15.0;
+  double qk_scale = 1.2;   // q and k times this after their norm ("sharper attention")
+  double norm_eps = 0.0;   // 0: torch's default (the epsilon of the accumulation type)
   int64_t head_dim() const { return n_embd / n_head; }
 };
+// every optional part at its default (the architecture that training builds)
+bool gpt_config_is_current(const GPTConfig& config);
 
 // base_train.build_model_meta: width = ceil(depth*aspect_ratio / head_dim) * head_dim
 GPTConfig gpt_config_from_depth(int64_t depth, int64_t vocab_size, int64_t seq_len = 2048,
@@ -55,15 +68,25 @@ bool gpt_has_ve(int64_t layer, int64_t n_layer);       // i % 2 == (L-1) % 2
 std::vector<int64_t> gpt_window_sizes(const GPTConfig& config);  // left size per layer (gpt.py _compute_window_sizes)
 constexpr int64_t kSmearChannels = 24;   // smear_gate reads the first 24 channels
 constexpr int64_t kVeGateChannels = 12;  // ve_gate reads the first 12 channels
-constexpr double kSoftcap = 15.0;
-constexpr double kRopeBase = 100000.0;
+constexpr double kSoftcap = 15.0;      // the current architecture's (GPTConfig.softcap)
+constexpr double kRopeBase = 100000.0;  // the current architecture's (GPTConfig.rope_theta)
 
 // ---- the functional pieces (exposed for tests and the engine) ------------------------
-torch::Tensor gpt_rms_norm(const torch::Tensor& x);  // over the last dim, no weight, eps default
-// (cos, sin) of shape (1, seq_len, 1, head_dim/2) in `dtype`, base 100000 (gpt.py _precompute_rotary_embeddings)
+// over the last dim, no weight; eps 0 is torch's default
+torch::Tensor gpt_rms_norm(const torch::Tensor& x, double eps = 0.0);
+// (cos, sin) of shape (1, seq_len, 1, head_dim/2) in `dtype` (gpt.py _precompute_rotary_embeddings)
 std::pair<torch::Tensor, torch::Tensor> gpt_rotary_tables(int64_t seq_len, int64_t head_dim,
-                                                          torch::ScalarType dtype, torch::Device device);
-torch::Tensor gpt_softcap(const torch::Tensor& logits);  // 15 * tanh(logits / 15)
+                                                          torch::ScalarType dtype, torch::Device device,
+                                                          double base = kRopeBase);
+// cap * tanh(logits / cap)
+torch::Tensor gpt_softcap(const torch::Tensor& logits, double cap = kSoftcap);
+// scale * rms_norm(rotary(x)) (kernels_rotary_norm); a non-default eps runs the plain ops
+torch::Tensor gpt_rotary_norm(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                              double scale, double eps);
+// (h, rms_norm(h)) with h = a*x + b*y (kernels_residual_norm); a non-default eps runs the plain ops
+std::pair<torch::Tensor, torch::Tensor> gpt_residual_norm(const torch::Tensor& x, const torch::Tensor& y,
+                                                          const torch::Tensor& a, const torch::Tensor& b,
+                                                          double eps);
 // the smear (cheap bigram) on normed embeddings x (B,T,C): position t>0 adds
 // lambda*sigmoid(gate(x_t[:24])) * x_{t-1}; with `prev` (B,1,C) defined and T == 1 (decode)
 // the previous token's embedding comes from `prev`
@@ -94,6 +117,7 @@ struct CausalSelfAttentionImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ve, const torch::Tensor& cos,
                         const torch::Tensor& sin, int64_t window, KVCache* kv_cache);
   int64_t layer_idx, n_head, n_kv_head, head_dim;
+  double qk_scale, norm_eps;
   Linear c_q{nullptr}, c_k{nullptr}, c_v{nullptr}, c_proj{nullptr}, ve_gate{nullptr};
 };
 TORCH_MODULE(CausalSelfAttention);
@@ -112,6 +136,7 @@ struct BlockImpl : torch::nn::Module {
                         const torch::Tensor& cos, const torch::Tensor& sin, int64_t window, KVCache* kv_cache);
   CausalSelfAttention attn{nullptr};
   MLP mlp{nullptr};
+  double norm_eps;
 };
 TORCH_MODULE(Block);
 
@@ -144,9 +169,10 @@ struct GPTImpl : torch::nn::Module {
   Embedding wte{nullptr};
   torch::nn::ModuleList h{nullptr};
   std::vector<Block> blocks;  // typed views of h
-  Linear lm_head{nullptr}, smear_gate{nullptr};
+  Linear lm_head{nullptr}, smear_gate{nullptr};  // smear_gate: nullptr without the smear
+  // undefined where the config leaves the part out
   torch::Tensor resid_lambdas, x0_lambdas, smear_lambda, backout_lambda;
-  torch::nn::ModuleDict value_embeds{nullptr};
+  torch::nn::ModuleDict value_embeds{nullptr};  // nullptr without value embeddings
   std::vector<Embedding> ve;  // per layer; nullptr where the layer has none
   torch::Tensor cos, sin;     // buffers (not in named_parameters)
 };

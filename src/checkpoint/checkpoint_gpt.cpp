@@ -24,7 +24,14 @@ std::vector<TensorSpec> checkpoint_gpt_tensor_specs(const GPT& model) {
 
 void checkpoint_gpt_prepare(NamedTensors& tensors, const GPTConfig& config, const std::string& where) {
   checkpoint_strip_compile_prefix(tensors);           // step 3
-  checkpoint_patch_tensors(tensors, config.n_layer);  // step 4 (old checkpoints)
+  if (config.layer_scalars) checkpoint_patch_tensors(tensors, config.n_layer);  // step 4 (old checkpoints)
+  // older checkpoints' vocab tables are not padded to a multiple of 64: zero rows (never read)
+  const int64_t vp = gpt_padded_vocab(config.vocab_size);
+  for (auto& [name, t] : tensors) {
+    bool vocab_table = name == "transformer.wte.weight" || name == "lm_head.weight" || name.rfind("value_embeds.", 0) == 0;
+    if (vocab_table && t.dim() == 2 && t.size(0) == config.vocab_size && vp > config.vocab_size)
+      t = at::cat({t, torch::zeros({vp - config.vocab_size, t.size(1)}, t.options())}, 0);
+  }
   // the names and shapes from a shapes-only model: no memory, no init
   GPT shapes(config, torch::Device(torch::kMeta), torch::kFloat32);
   std::vector<TensorSpec> specs = checkpoint_gpt_tensor_specs(shapes);

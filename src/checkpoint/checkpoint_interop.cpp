@@ -37,6 +37,22 @@ bool same_tokenizer(const Tokenizer& a, const Tokenizer& b) {
 
 bool tokenizer_present(const std::string& dir) { return path_exists(dir + "/tokenizer.json"); }
 
+// Upstream's October-2025 checkpoints (the d32 release, early speedruns) have no value
+// embeddings, per-layer scalars or smear, rope theta 10000 and no q/k scale: when none of the
+// three parts' tensors is present, the meta's model_config gets that architecture (keys it
+// already has are kept)
+void read_architecture_from_tensors(NamedTensors tensors, nlohmann::ordered_json& meta) {
+  checkpoint_strip_compile_prefix(tensors);
+  for (const auto& [name, t] : tensors)
+    if (name.rfind("value_embeds.", 0) == 0 || name == "resid_lambdas" || name == "smear_gate.weight") return;
+  if (!meta.is_object() || !meta.contains("model_config") || !meta["model_config"].is_object()) return;
+  nlohmann::ordered_json& mc = meta["model_config"];
+  const nlohmann::ordered_json older = {{"value_embeds", false}, {"smear", false}, {"layer_scalars", false},
+                                        {"rope_theta", 10000.0}, {"qk_scale", 1.0}};
+  for (auto& [key, value] : older.items())
+    if (!mc.contains(key)) mc[key] = value;
+}
+
 // one upstream step, read and checked: tensors with fix-ups applied, meta with its config patched
 struct UpstreamStep {
   NamedTensors tensors;
@@ -49,8 +65,9 @@ UpstreamStep read_upstream_step(const std::string& from, int64_t step) {
   const std::string model_path = step_file(from, "model_", step, ".pt");
   if (!path_exists(meta_path)) fail("%s is missing (every model_<step>.pt needs its meta_<step>.json)", meta_path.c_str());
   s.meta = checkpoint_read_json(meta_path);
-  s.config = checkpoint_read_gpt_config(s.meta, meta_path);
   s.tensors = torch_pickle_load_state_dict(model_path);
+  read_architecture_from_tensors(s.tensors, s.meta);
+  s.config = checkpoint_read_gpt_config(s.meta, meta_path);
   checkpoint_gpt_prepare(s.tensors, s.config, model_path);
   return s;
 }
@@ -97,7 +114,9 @@ ImportResult checkpoint_import(const ImportOptions& opts) {
   checkpoint_source_subdir(opts.source);  // Error for an unknown source, before any work
   if (!is_directory(from)) fail("--from %s is not a directory", from.c_str());
   std::vector<int64_t> steps = checkpoint_list_steps(from, "model_", ".pt");
-  if (steps.empty()) fail("no upstream checkpoint in %s: expected model_<step>.pt files", from.c_str());
+  if (steps.empty() && path_exists(from + "/config.json")) return checkpoint_import_hf(opts);  // a transformers directory
+  if (steps.empty())
+    fail("no checkpoint in %s: expected model_<step>.pt files (upstream) or config.json (transformers)", from.c_str());
   if (opts.step >= 0) {
     if (std::find(steps.begin(), steps.end(), opts.step) == steps.end())
       fail("%s has no model_%06lld.pt", from.c_str(), (long long)opts.step);

@@ -14,6 +14,7 @@ namespace nanochat {
 namespace {
 
 int64_t num_ve_layers(const GPTConfig& c) {
+  if (!c.value_embeds) return 0;
   int64_t n = 0;
   for (int64_t i = 0; i < c.n_layer; i++) n += gpt_has_ve(i, c.n_layer);
   return n;
@@ -34,14 +35,14 @@ ScalingParams gpt_num_scaling_params(const GPTConfig& c) {
   p.value_embeds = num_ve_layers(c) * vp * kvd;
   p.lm_head = vp * d;
   p.transformer_matrices = c.n_layer * block_matrix_params(c) + num_ve_layers(c) * c.n_kv_head * kVeGateChannels;
-  p.scalars = 2 * c.n_layer + kSmearChannels + 1 + 1;  // resid, x0, smear_gate, smear_lambda, backout
+  p.scalars = (c.layer_scalars ? 2 * c.n_layer + 1 : 0) + (c.smear ? kSmearChannels + 1 : 0);  // resid, x0, backout; smear_gate, smear_lambda
   p.total = p.wte + p.value_embeds + p.lm_head + p.transformer_matrices + p.scalars;
   return p;
 }
 
 int64_t gpt_num_matmul_params(const GPTConfig& c) {
   ScalingParams p = gpt_num_scaling_params(c);
-  return p.transformer_matrices + p.lm_head + kSmearChannels;  // + smear_gate (1 x 24)
+  return p.transformer_matrices + p.lm_head + (c.smear ? kSmearChannels : 0);  // + smear_gate (1 x 24)
 }
 
 int64_t gpt_estimate_flops(const GPTConfig& c) {

@@ -4,6 +4,7 @@
 #include "nanochat/gpt.h"
 
 #include <ATen/ATen.h>
+#include <tuple>
 
 #include "nanochat/common/error.h"
 #include "nanochat/kernels.h"
@@ -30,26 +31,33 @@ GPTImpl::GPTImpl(const GPTConfig& cfg, torch::Device device, torch::ScalarType d
   }
   transformer->update(NamedModules{{"h", h.ptr()}});
   lm_head = register_module("lm_head", Linear(d, vp, opts));
-  resid_lambdas = register_parameter("resid_lambdas", torch::empty({config.n_layer}, opts));
-  x0_lambdas = register_parameter("x0_lambdas", torch::empty({config.n_layer}, opts));
-  smear_gate = register_module("smear_gate", Linear(kSmearChannels, 1, opts));
-  smear_lambda = register_parameter("smear_lambda", torch::empty({1}, opts));
-  backout_lambda = register_parameter("backout_lambda", torch::empty({1}, opts));
-  value_embeds = register_module("value_embeds", torch::nn::ModuleDict());
-  ve.resize(config.n_layer, Embedding(nullptr));
-  for (int64_t i = 0; i < config.n_layer; i++) {
-    if (!gpt_has_ve(i, config.n_layer)) continue;
-    ve[i] = Embedding(vp, kvd, opts);
-    value_embeds->update(NamedModules{{std::to_string(i), ve[i].ptr()}});
+  // the optional parts (GPTConfig), in nanochat's registration order where present
+  if (config.layer_scalars) {
+    resid_lambdas = register_parameter("resid_lambdas", torch::empty({config.n_layer}, opts));
+    x0_lambdas = register_parameter("x0_lambdas", torch::empty({config.n_layer}, opts));
   }
-  auto [c, s] = gpt_rotary_tables(10 * config.sequence_len, config.head_dim(), compute_dtype, device);
+  if (config.smear) {
+    smear_gate = register_module("smear_gate", Linear(kSmearChannels, 1, opts));
+    smear_lambda = register_parameter("smear_lambda", torch::empty({1}, opts));
+  }
+  if (config.layer_scalars) backout_lambda = register_parameter("backout_lambda", torch::empty({1}, opts));
+  ve.resize(config.n_layer, Embedding(nullptr));
+  if (config.value_embeds) {
+    value_embeds = register_module("value_embeds", torch::nn::ModuleDict());
+    for (int64_t i = 0; i < config.n_layer; i++) {
+      if (!gpt_has_ve(i, config.n_layer)) continue;
+      ve[i] = Embedding(vp, kvd, opts);
+      value_embeds->update(NamedModules{{std::to_string(i), ve[i].ptr()}});
+    }
+  }
+  auto [c, s] = gpt_rotary_tables(10 * config.sequence_len, config.head_dim(), compute_dtype, device, config.rope_theta);
   cos = register_buffer("cos", c);  // non-persistent in nanochat: not a parameter
   sin = register_buffer("sin", s);
 }
 
 void GPTImpl::compute_rotary() {
   auto [c, s] = gpt_rotary_tables(10 * config.sequence_len, config.head_dim(), compute_dtype,
-                                  wte->weight.device());
+                                  wte->weight.device(), config.rope_theta);
   torch::NoGradGuard no_grad;
   cos.set_data(c);  // in place: the registered buffers are these very tensors
   sin.set_data(s);
@@ -80,8 +88,10 @@ torch::Tensor GPTImpl::hidden(const torch::Tensor& idx, KVCache* kv_cache) {
     sn = sin.index_select(1, where);
   }
 
-  torch::Tensor x = gpt_rms_norm(wte(idx).to(compute_dtype));  // norm right after the embedding
-  if (!kv_cache) {
+  torch::Tensor x = gpt_rms_norm(wte(idx).to(compute_dtype), config.norm_eps);  // norm right after the embedding
+  if (!config.smear) {
+    // an older architecture: no smear
+  } else if (!kv_cache) {
     x = gpt_smear(x, smear_gate->weight, smear_lambda);
   } else {
     torch::Tensor prev = kv_cache->prev_embedding;
@@ -101,12 +111,17 @@ torch::Tensor GPTImpl::hidden(const torch::Tensor& idx, KVCache* kv_cache) {
   for (int64_t i = 0; i < config.n_layer; i++) {
     // x = resid_lambdas[i] * x + x0_lambdas[i] * x0 (0-dim fp32 scalars keep x's dtype), and
     // the attention's input norm(x), in one fused op
-    auto [mixed, normed] = kernels_residual_norm(x, x0, resid_lambdas[i], x0_lambdas[i]);
+    torch::Tensor mixed = x, normed;
+    if (config.layer_scalars)
+      std::tie(mixed, normed) = gpt_residual_norm(x, x0, resid_lambdas[i], x0_lambdas[i], config.norm_eps);
+    else
+      normed = gpt_rms_norm(x, config.norm_eps);
     torch::Tensor v = ve[i] ? ve[i](idx).to(x.scalar_type()) : torch::Tensor();
     x = blocks[i](mixed, normed, v, cs, sn, window_sizes[i], kv_cache);
     if (i == backout_layer) x_backout = x;
   }
   if (kv_cache) kv_cache->advance(T);
+  if (!config.layer_scalars) return gpt_rms_norm(x, config.norm_eps);
   // "backout": norm(x - backout_lambda * x_backout), the lambda in x's dtype
   return kernels_residual_norm(x, x_backout, {}, -backout_lambda.to(x.scalar_type())).second;
 }
@@ -115,7 +130,7 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx, KVCache* kv_cache) {
   torch::Tensor logits = lm_head(hidden(idx, kv_cache)).narrow(-1, 0, config.vocab_size);
   // fp32 logits (nanochat's .float()); a float64 model keeps float64 for gradient checks
   logits = logits.to(compute_dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
-  return gpt_softcap(logits);
+  return gpt_softcap(logits, config.softcap);
 }
 
 void gpt_to(GPT& model, torch::Device device) { model->to(device); }
@@ -129,8 +144,8 @@ torch::Tensor gpt_loss(GPT& model, const torch::Tensor& idx, const torch::Tensor
   torch::Tensor flat_targets = targets.reshape({-1});
   const int64_t vocab = model->config.vocab_size;
   if (reduction == LossReduction::none)
-    return kernels_linear_softcap_ce(x, model->lm_head->weight, flat_targets, vocab, kSoftcap);
-  return kernels_linear_softcap_ce_mean(x, model->lm_head->weight, flat_targets, vocab, kSoftcap);
+    return kernels_linear_softcap_ce(x, model->lm_head->weight, flat_targets, vocab, model->config.softcap);
+  return kernels_linear_softcap_ce_mean(x, model->lm_head->weight, flat_targets, vocab, model->config.softcap);
 }
 
 }  // namespace nanochat

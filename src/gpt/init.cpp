@@ -47,13 +47,13 @@ void gpt_init_weights(GPT& model, uint64_t seed) {
     b->mlp->c_proj->weight.zero_();
   }
   const double denom = (double)std::max<int64_t>(L - 1, 1);
-  for (int64_t i = 0; i < L; i++) {  // 4, 5
+  for (int64_t i = 0; i < L && m.config.layer_scalars; i++) {  // 4, 5 (the optional parts where present)
     m.resid_lambdas[i].fill_(1.15 - 0.10 * (double)i / denom);
     m.x0_lambdas[i].fill_(0.20 - 0.15 * (double)i / denom);
   }
-  m.smear_lambda.fill_(0.0);  // 6
-  m.backout_lambda.fill_(0.2);
-  m.smear_gate->weight.uniform_(0.0, 0.02, gen);
+  if (m.config.smear) m.smear_lambda.fill_(0.0);  // 6
+  if (m.config.layer_scalars) m.backout_lambda.fill_(0.2);
+  if (m.config.smear) m.smear_gate->weight.uniform_(0.0, 0.02, gen);
   for (auto& e : m.ve)  // 7: ascending layer index = ModuleDict order
     if (e) e->weight.uniform_(-s, s, gen);
   for (auto& b : m.blocks)  // 8

@@ -77,7 +77,7 @@ TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torc
   const int64_t L = c.n_layer, Vp = gpt_padded_vocab(c.vocab_size);
   const int64_t N = device_batch_size * c.sequence_len;
   int64_t n_ve = 0;
-  for (int64_t i = 0; i < L; i++) n_ve += gpt_has_ve(i, L);
+  for (int64_t i = 0; i < L; i++) n_ve += c.value_embeds && gpt_has_ve(i, L);
   const ScalingParams p = gpt_num_scaling_params(c);
 
   TrainMemory m;
@@ -92,7 +92,7 @@ TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torc
     groups[{C, C}]++;                 // attn.c_proj
     groups[{4 * C, C}]++;             // c_fc
     groups[{C, 4 * C}]++;             // mlp.c_proj
-    if (gpt_has_ve(i, L)) groups[{Hkv, kVeGateChannels}]++;
+    if (c.value_embeds && gpt_has_ve(i, L)) groups[{Hkv, kVeGateChannels}]++;
   }
   int64_t largest_group = 0;
   for (const auto& [shape, K] : groups) {

@@ -26,13 +26,14 @@ torch::Tensor EmbeddingImpl::forward(const torch::Tensor& idx) { return at::embe
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config, int64_t layer,
                                                  const torch::TensorOptions& options)
-    : layer_idx(layer), n_head(config.n_head), n_kv_head(config.n_kv_head), head_dim(config.head_dim()) {
+    : layer_idx(layer), n_head(config.n_head), n_kv_head(config.n_kv_head), head_dim(config.head_dim()),
+      qk_scale(config.qk_scale), norm_eps(config.norm_eps) {
   const int64_t d = config.n_embd;
   c_q = register_module("c_q", Linear(d, n_head * head_dim, options));
   c_k = register_module("c_k", Linear(d, n_kv_head * head_dim, options));
   c_v = register_module("c_v", Linear(d, n_kv_head * head_dim, options));
   c_proj = register_module("c_proj", Linear(d, d, options));
-  if (gpt_has_ve(layer, config.n_layer))
+  if (config.value_embeds && gpt_has_ve(layer, config.n_layer))
     ve_gate = register_module("ve_gate", Linear(kVeGateChannels, n_kv_head, options));
 }
 
@@ -49,14 +50,14 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const tor
   }
   torch::Tensor y;
   if (kv_cache && kv_cache->ragged()) {  // rows at their own positions: cos, sin are (1, B*T, 1, hd/2)
-    q = kernels_rotary_norm(q.reshape({1, B * T, n_head, head_dim}), cos, sin, 1.2).view({B, T, n_head, head_dim});
-    k = kernels_rotary_norm(k.reshape({1, B * T, n_kv_head, head_dim}), cos, sin, 1.2).view({B, T, n_kv_head, head_dim});
+    q = gpt_rotary_norm(q.reshape({1, B * T, n_head, head_dim}), cos, sin, qk_scale, norm_eps).view({B, T, n_head, head_dim});
+    k = gpt_rotary_norm(k.reshape({1, B * T, n_kv_head, head_dim}), cos, sin, qk_scale, norm_eps).view({B, T, n_kv_head, head_dim});
     auto [kc, vc] = kv_cache->get_layer_cache(layer_idx);
     y = attention_with_kvcache_rows(q, kc, vc, k, v, kv_cache->row_positions(), window);
     return c_proj(y.reshape({B, T, C}));
   }
-  q = kernels_rotary_norm(q, cos, sin, 1.2);  // rotary, QK norm, then "sharper attention"
-  k = kernels_rotary_norm(k, cos, sin, 1.2);
+  q = gpt_rotary_norm(q, cos, sin, qk_scale, norm_eps);  // rotary, QK norm, then "sharper attention"
+  k = gpt_rotary_norm(k, cos, sin, qk_scale, norm_eps);
   if (kv_cache) {
     auto [kc, vc] = kv_cache->get_layer_cache(layer_idx);
     y = attention_with_kvcache(q, kc, vc, k, v, kv_cache->get_pos(), window);
@@ -77,7 +78,8 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   return kernels_mlp_relu_square(x, c_fc->weight.to(dt), c_proj->weight.to(dt));
 }
 
-BlockImpl::BlockImpl(const GPTConfig& config, int64_t layer, const torch::TensorOptions& options) {
+BlockImpl::BlockImpl(const GPTConfig& config, int64_t layer, const torch::TensorOptions& options)
+    : norm_eps(config.norm_eps) {
   attn = register_module("attn", CausalSelfAttention(config, layer, options));
   mlp = register_module("mlp", MLP(config, options));
 }
@@ -86,7 +88,7 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& x_
                                  const torch::Tensor& cos, const torch::Tensor& sin, int64_t window,
                                  KVCache* kv_cache) {
   // h = x + attn(norm(x)), and norm(h) for the MLP, in one fused op
-  auto [h, h_normed] = kernels_residual_norm(x, attn(x_normed, ve, cos, sin, window, kv_cache), {}, {});
+  auto [h, h_normed] = gpt_residual_norm(x, attn(x_normed, ve, cos, sin, window, kv_cache), {}, {}, norm_eps);
   return h + mlp(h_normed);
 }
 

@@ -1,7 +1,7 @@
 // defines: LoadedGPT, checkpoint_gpt_embedding_dtype, checkpoint_gpt_tensor_specs,
 //          checkpoint_gpt_prepare, checkpoint_load_into_gpt, checkpoint_load_gpt,
 //          checkpoint_read_gpt_config, checkpoint_gpt_tensors, checkpoint_resume_gpt, ExportResult, checkpoint_export, ImportOptions,
-//          ImportResult, checkpoint_import
+//          ImportResult, checkpoint_import, checkpoint_hf_config, checkpoint_import_hf, checkpoint_export_hf
 // The bridge between the checkpoint module (named tensors + JSON) and the gpt module:
 // upstream checkpoint_manager.py's build_model, steps 1-7. A checkpoint from anywhere (ours, or upstream's .pt converted by
 // `nanochat import`) goes through the same fix-ups: "_orig_mod." prefixes stripped, missing
@@ -27,8 +27,9 @@ torch::ScalarType checkpoint_gpt_embedding_dtype(torch::ScalarType compute_dtype
 // names, shapes and dtypes of the model's parameters, in state-dict order
 std::vector<TensorSpec> checkpoint_gpt_tensor_specs(const GPT& model);
 
-// steps 3-4 on a tensor list from any source, then the check of names and shapes against
-// `config` (dtypes: any floating type). Tensors keep their dtypes (like assign=True), so an
+// steps 3-4 on a tensor list from any source (step 4 only where the config has the per-layer
+// scalars), vocab tables of older checkpoints padded to gpt_padded_vocab with zero rows, then
+// the check of names and shapes against `config` (dtypes: any floating type). Tensors keep their dtypes (like assign=True), so an
 // import stores upstream's bf16 embeddings as bf16. Error starting with `where`.
 void checkpoint_gpt_prepare(NamedTensors& tensors, const GPTConfig& config, const std::string& where);
 
@@ -98,5 +99,23 @@ struct ImportResult {
   bool tokenizer_written = false;
 };
 ImportResult checkpoint_import(const ImportOptions& opts);
+
+// ---- transformers' `nanochat` model type (src/checkpoint/checkpoint_hf.cpp) -------------------------
+// its config.json as our GPTConfig (the older architecture: no value embeddings, smear or
+// per-layer scalars; rope theta, softcap and norm eps from the file); anything else it says
+// (another model_type or activation, biases, tied embeddings, rope scaling, ...) is one Error
+// naming `where` and the field
+GPTConfig checkpoint_hf_config(const nlohmann::ordered_json& config_json, const std::string& where);
+// `nanochat import --from DIR` where DIR holds config.json, model.safetensors (or the shards
+// of model.safetensors.index.json) and tokenizer.json: one step (opts.step, default 0) of
+// opts.source/tag and the tokenizer into $BASE/tokenizer, as checkpoint_import does. Every
+// file and tensor is read and checked first; an Error names the file and the tensor.
+ImportResult checkpoint_import_hf(const ImportOptions& opts);
+// `nanochat export --format hf`: config.json, model.safetensors, tokenizer.json and
+// tokenizer_config.json in `out_dir` for transformers' AutoModelForCausalLM/AutoTokenizer.
+// A model of the current architecture is refused with one line (transformers' class cannot
+// express it); nothing is written on any error.
+ExportResult checkpoint_export_hf(const std::string& source, const std::string& tag, int64_t step,
+                                  const std::string& out_dir);
 
 }  // namespace nanochat

@@ -1,0 +1,300 @@
+// defines: tokenizer_load_hf_json, tokenizer_hf_json
+// Hugging Face's tokenizer.json (the `tokenizers` library) in and out, for a byte-level BPE only.
+// Its vocab spells bytes with GPT-2's byte-to-character table; its ids become our ranks as they
+// are. tiktoken merges by the rank of the merged bytes, HF by the rank of the merge rule; the two
+// agree when merge i creates a token whose id grows with i, which is checked, so an imported
+// tokenizer gives the library's ids (tests/test_tokenizer_hf.cpp checks it on a few MB of text).
+#include <algorithm>
+#include <climits>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+
+#include "nanochat/common/error.h"
+#include "nanochat/tokenizer/hf_json.h"
+
+namespace nanochat {
+namespace {
+
+// the regex of the ByteLevel pre-tokenizer (use_regex: true), GPT-2's as the tokenizers library spells it
+const char* const kByteLevelRegex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+// GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for U+0100 onwards
+const std::vector<uint32_t>& byte_to_codepoint() {
+  static const std::vector<uint32_t> table = [] {
+    std::vector<uint32_t> t(256, 0);
+    std::vector<bool> direct(256, false);
+    for (int b = '!'; b <= '~'; b++) direct[b] = true;
+    for (int b = 0xA1; b <= 0xAC; b++) direct[b] = true;
+    for (int b = 0xAE; b <= 0xFF; b++) direct[b] = true;
+    uint32_t next = 256;
+    for (int b = 0; b < 256; b++) t[b] = direct[b] ? (uint32_t)b : next++;
+    return t;
+  }();
+  return table;
+}
+
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += (char)cp;
+  } else if (cp < 0x800) {
+    out += (char)(0xC0 | (cp >> 6));
+    out += (char)(0x80 | (cp & 0x3F));
+  } else {
+    out += (char)(0xE0 | (cp >> 12));
+    out += (char)(0x80 | ((cp >> 6) & 0x3F));
+    out += (char)(0x80 | (cp & 0x3F));
+  }
+}
+
+std::string bytes_to_hf(const std::string& bytes) {
+  std::string out;
+  for (unsigned char b : bytes) append_utf8(out, byte_to_codepoint()[b]);
+  return out;
+}
+
+// the inverse; false when a character is not one of the 256 (not a byte-level vocab)
+bool hf_to_bytes(const std::string& s, std::string& out) {
+  static const std::unordered_map<uint32_t, char> inverse = [] {
+    std::unordered_map<uint32_t, char> m;
+    for (int b = 0; b < 256; b++) m[byte_to_codepoint()[b]] = (char)b;
+    return m;
+  }();
+  out.clear();
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = (unsigned char)s[i];
+    uint32_t cp;
+    size_t n;
+    if (c < 0x80) cp = c, n = 1;
+    else if ((c & 0xE0) == 0xC0) cp = c & 0x1F, n = 2;
+    else if ((c & 0xF0) == 0xE0) cp = c & 0x0F, n = 3;
+    else return false;
+    if (i + n > s.size()) return false;
+    for (size_t k = 1; k < n; k++) cp = (cp << 6) | ((unsigned char)s[i + k] & 0x3F);
+    auto it = inverse.find(cp);
+    if (it == inverse.end()) return false;
+    out += it->second;
+    i += n;
+  }
+  return true;
+}
+
+const nlohmann::json& field(const nlohmann::json& j, const char* key) {
+  static const nlohmann::json null_value;
+  return j.is_object() && j.contains(key) ? j.at(key) : null_value;
+}
+
+bool is_false_or_null(const nlohmann::json& j) { return j.is_null() || (j.is_boolean() && !j.get<bool>()); }
+bool is_empty_or_null(const nlohmann::json& j) { return j.is_null() || (j.is_string() && j.get<std::string>().empty()); }
+
+// the split pattern of a byte-level pre-tokenizer; Error naming what else it is
+std::string split_pattern(const nlohmann::json& pre, const std::string& path) {
+  auto byte_level = [&](const nlohmann::json& b, bool want_regex) {
+    if (field(b, "type") != "ByteLevel") return false;
+    if (!is_false_or_null(field(b, "add_prefix_space")))
+      fail("%s: pre_tokenizer ByteLevel with add_prefix_space is not supported", path.c_str());
+    const nlohmann::json& r = field(b, "use_regex");
+    bool regex = r.is_null() || r.get<bool>();  // the library's default is true
+    return regex == want_regex;
+  };
+  if (byte_level(pre, true)) return kByteLevelRegex;
+  if (field(pre, "type") == "Sequence") {
+    const nlohmann::json& parts = field(pre, "pretokenizers");
+    if (parts.is_array() && parts.size() == 2 && field(parts[0], "type") == "Split" && byte_level(parts[1], false)) {
+      const nlohmann::json& split = parts[0];
+      const nlohmann::json& regex = field(field(split, "pattern"), "Regex");
+      if (!regex.is_string()) fail("%s: pre_tokenizer Split needs a {\"Regex\": ...} pattern", path.c_str());
+      if (field(split, "behavior") != "Isolated" || !is_false_or_null(field(split, "invert")))
+        fail("%s: pre_tokenizer Split with behavior %s (invert %s) is not supported: only Isolated", path.c_str(),
+             field(split, "behavior").dump().c_str(), field(split, "invert").dump().c_str());
+      return regex.get<std::string>();
+    }
+    if (parts.is_array() && parts.size() == 1 && byte_level(parts[0], true)) return kByteLevelRegex;
+  }
+  fail("%s: pre_tokenizer %.200s is not supported (a ByteLevel with its regex, or a Split regex then ByteLevel)",
+       path.c_str(), pre.dump().c_str());
+}
+
+// tiktoken's merge of `bytes` using only ranks below `limit`: the parts left (as a token is
+// built from two earlier ones, a token of rank `limit` ends as exactly two parts)
+std::vector<std::string> merge_below(const std::string& bytes, const std::unordered_map<std::string, int32_t>& rank,
+                                     int32_t limit) {
+  std::vector<std::string> parts;
+  for (char c : bytes) parts.emplace_back(1, c);
+  for (;;) {
+    int32_t best = INT32_MAX;
+    size_t at = 0;
+    for (size_t i = 0; i + 1 < parts.size(); i++) {
+      auto it = rank.find(parts[i] + parts[i + 1]);
+      if (it != rank.end() && it->second < limit && it->second < best) best = it->second, at = i;
+    }
+    if (best == INT32_MAX) return parts;
+    parts[at] += parts[at + 1];
+    parts.erase(parts.begin() + (long)at + 1);
+  }
+}
+
+}  // namespace
+
+Tokenizer tokenizer_load_hf_json(const std::string& path) {
+  nlohmann::json j;
+  {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail("cannot read %s", path.c_str());
+    try {
+      j = nlohmann::json::parse(in);
+    } catch (const nlohmann::json::exception& e) {
+      fail("%s is not valid JSON: %s", path.c_str(), e.what());
+    }
+  }
+  if (!j.is_object()) fail("%s: expected a JSON object (a tokenizers library tokenizer.json)", path.c_str());
+  if (!field(j, "normalizer").is_null())
+    fail("%s: normalizer %.100s is not supported (a byte-level BPE has none)", path.c_str(),
+         field(j, "normalizer").dump().c_str());
+  const nlohmann::json& model = field(j, "model");
+  if (field(model, "type") != "BPE")
+    fail("%s: model type %s is not supported: only a byte-level BPE", path.c_str(), field(model, "type").dump().c_str());
+  if (!field(model, "dropout").is_null()) fail("%s: model.dropout is not supported", path.c_str());
+  if (!is_false_or_null(field(model, "byte_fallback"))) fail("%s: model.byte_fallback is not supported", path.c_str());
+  for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (!is_empty_or_null(field(model, key))) fail("%s: model.%s is not supported", path.c_str(), key);
+  const std::string pattern = split_pattern(field(j, "pre_tokenizer"), path);
+
+  // the added tokens: special ones after the ranks
+  std::vector<std::pair<std::string, int32_t>> specials;
+  std::unordered_map<int64_t, std::string> added_by_id;
+  const nlohmann::json& added = field(j, "added_tokens");
+  if (!added.is_null() && !added.is_array()) fail("%s: added_tokens is not a list", path.c_str());
+  for (const auto& a : added.is_array() ? added : nlohmann::json::array()) {
+    const nlohmann::json &content = field(a, "content"), &id = field(a, "id");
+    if (!content.is_string() || !id.is_number_integer())
+      fail("%s: an added token without a string content and an integer id: %.100s", path.c_str(), a.dump().c_str());
+    if (field(a, "special") != true)
+      fail("%s: added token %s is not special; only special added tokens are supported", path.c_str(),
+           content.dump().c_str());
+    specials.emplace_back(content.get<std::string>(), (int32_t)id.get<int64_t>());
+    added_by_id[id.get<int64_t>()] = content.get<std::string>();
+  }
+
+  // the vocab: ids 0..n-1 without gaps (an added token may be listed there too)
+  const nlohmann::json& vocab = field(model, "vocab");
+  if (!vocab.is_object()) fail("%s: model.vocab is not an object {token: id}", path.c_str());
+  std::vector<std::string> ranks;
+  std::vector<bool> have;
+  for (auto& [token, id_json] : vocab.items()) {
+    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 || id_json.get<int64_t>() >= (int64_t)vocab.size() + (int64_t)added_by_id.size())
+      fail("%s: vocab token %s has id %s, outside the vocabulary", path.c_str(), nlohmann::json(token).dump().c_str(),
+           id_json.dump().c_str());
+    const int64_t id = id_json.get<int64_t>();
+    auto a = added_by_id.find(id);
+    if (a != added_by_id.end()) {
+      if (a->second != token)
+        fail("%s: id %lld is vocab token %s and added token %s", path.c_str(), (long long)id,
+             nlohmann::json(token).dump().c_str(), nlohmann::json(a->second).dump().c_str());
+      continue;
+    }
+    std::string bytes;
+    if (!hf_to_bytes(token, bytes) || bytes.empty())
+      fail("%s: vocab token %s is not byte-level (a character outside GPT-2's byte table)", path.c_str(),
+           nlohmann::json(token).dump().c_str());
+    if ((size_t)id >= ranks.size()) ranks.resize((size_t)id + 1), have.resize((size_t)id + 1, false);
+    if (have[id]) fail("%s: two vocab tokens have id %lld", path.c_str(), (long long)id);
+    ranks[id] = bytes;
+    have[id] = true;
+  }
+  for (size_t i = 0; i < ranks.size(); i++)
+    if (!have[i]) fail("%s: no vocab token has id %zu (ids must be 0, 1, 2, ... before the added tokens)", path.c_str(), i);
+  for (auto& [name, id] : specials)
+    if (id < (int32_t)ranks.size())
+      fail("%s: special token %s has id %d among the vocab's %zu ids; only specials after the vocab are supported",
+           path.c_str(), name.c_str(), id, ranks.size());
+  std::unordered_map<std::string, int32_t> rank_of;
+  for (size_t i = 0; i < ranks.size(); i++)
+    if (!rank_of.emplace(ranks[i], (int32_t)i).second)
+      fail("%s: two vocab tokens spell the same bytes (id %zu)", path.c_str(), i);
+  for (int b = 0; b < 256; b++)
+    if (!rank_of.count(std::string(1, (char)b)))
+      fail("%s: the vocab has no token for byte 0x%02x (every byte needs one)", path.c_str(), b);
+
+  // the merges: merge i must create a token whose id grows with i (tiktoken's order)
+  const nlohmann::json& merges = field(model, "merges");
+  if (!merges.is_array()) fail("%s: model.merges is not a list", path.c_str());
+  int32_t last = -1;
+  for (size_t i = 0; i < merges.size(); i++) {
+    const nlohmann::json& m = merges[i];
+    std::string left, right;
+    if (m.is_string()) {
+      const std::string s = m.get<std::string>();
+      size_t space = s.find(' ');
+      if (space == std::string::npos) fail("%s: merge %zu \"%s\" is not two tokens", path.c_str(), i, s.c_str());
+      left = s.substr(0, space), right = s.substr(space + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      left = m[0].get<std::string>(), right = m[1].get<std::string>();
+    } else {
+      fail("%s: merge %zu is not a pair of tokens", path.c_str(), i);
+    }
+    std::string lb, rb;
+    if (!hf_to_bytes(left, lb) || !hf_to_bytes(right, rb) || !rank_of.count(lb) || !rank_of.count(rb))
+      fail("%s: merge %zu (%s %s) names a token not in the vocab", path.c_str(), i, left.c_str(), right.c_str());
+    auto merged = rank_of.find(lb + rb);
+    if (merged == rank_of.end())
+      fail("%s: merge %zu (%s %s) makes a token not in the vocab", path.c_str(), i, left.c_str(), right.c_str());
+    if (merged->second <= last)
+      fail("%s: merge %zu (%s %s) makes id %d after id %d: merges out of id order cannot be represented exactly",
+           path.c_str(), i, left.c_str(), right.c_str(), merged->second, last);
+    last = merged->second;
+  }
+
+  std::sort(specials.begin(), specials.end(), [](auto& a, auto& b) { return a.second < b.second; });
+  std::string bos;
+  for (const char* name : {"<|bos|>", "<|endoftext|>"})
+    for (auto& [n, id] : specials)
+      if (bos.empty() && n == name) bos = n;
+  if (bos.empty()) fail("%s: no <|bos|> or <|endoftext|> special token to begin documents with", path.c_str());
+  try {
+    return Tokenizer(std::move(ranks), pattern, std::move(specials), bos);
+  } catch (const Error& e) {
+    fail("%s: %s", path.c_str(), e.what());
+  }
+}
+
+std::string tokenizer_hf_json(const Tokenizer& tok) {
+  const std::vector<std::string>& ranks = tok.ranks();
+  std::unordered_map<std::string, int32_t> rank_of;
+  for (size_t i = 0; i < ranks.size(); i++) rank_of.emplace(ranks[i], (int32_t)i);
+  nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
+  nlohmann::ordered_json merges = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < ranks.size(); i++) {
+    vocab[bytes_to_hf(ranks[i])] = i;
+    if (ranks[i].size() < 2) continue;
+    std::vector<std::string> parts = merge_below(ranks[i], rank_of, (int32_t)i);
+    if (parts.size() != 2)
+      fail("token %zu cannot be written as a merge of two earlier tokens (%zu parts)", i, parts.size());
+    merges.push_back({bytes_to_hf(parts[0]), bytes_to_hf(parts[1])});
+  }
+  nlohmann::ordered_json added = nlohmann::ordered_json::array();
+  for (auto& [name, id] : tok.specials())
+    added.push_back({{"id", id}, {"content", name}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
+                     {"normalized", false}, {"special", true}});
+  nlohmann::ordered_json j;
+  j["version"] = "1.0";
+  j["truncation"] = nullptr;
+  j["padding"] = nullptr;
+  j["added_tokens"] = added;
+  j["normalizer"] = nullptr;
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", tok.pattern()}}}, {"behavior", "Isolated"}, {"invert", false}},
+        {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", false}}}}};
+  j["post_processor"] = nullptr;
+  j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  // ignore_merges: a piece that is a token is that token, as tiktoken does
+  j["model"] = {{"type", "BPE"},         {"dropout", nullptr},       {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},     {"byte_fallback", false},   {"ignore_merges", true},
+                {"vocab", vocab},        {"merges", merges}};
+  return j.dump(1) + "\n";
+}
+
+}  // namespace nanochat
