@@ -211,6 +211,19 @@ struct Scheduler::Impl {
   }
 
   // ---- the request's side of the queue (under mu) ---------------------------------------------
+  // the caller's check whether its client is gone, asked with mu released (it may touch a
+  // socket); a yes marks the request for the decode thread to end
+  void poll_cancel(Request& r, std::unique_lock<std::mutex>& lock, const std::function<bool()>& cancelled) {
+    if (r.cancel || !cancelled) return;
+    lock.unlock();
+    const bool stop_it = cancelled();
+    lock.lock();
+    if (stop_it) {
+      r.cancel = true;
+      work.notify_all();
+    }
+  }
+
   // The one way a request ends: rows still running finish as `cancelled`, slots it still
   // holds go back to the pool (their KV not kept), `error` (the decode thread failed) is what
   // its caller gets, and the caller wakes. Taking it off its queue is the caller's part.
@@ -517,15 +530,7 @@ bool Scheduler::wait_admitted(Ticket& ticket, const std::function<bool()>& cance
       if (r.refused) throw SchedulerRefused(true, kClosed);
       return false;
     }
-    if (!r.cancel && cancelled) {
-      lock.unlock();
-      const bool stop_it = cancelled();
-      lock.lock();
-      if (stop_it) {
-        r.cancel = true;
-        im.work.notify_all();
-      }
-    }
+    im.poll_cancel(r, lock, cancelled);
     r.cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return r.admitted || r.finished; });
   }
   return true;
@@ -577,15 +582,7 @@ GenerateResult Scheduler::run(Ticket& ticket, const TokenCallback& on_column, co
       }
     }
     if (r.finished) break;
-    if (!r.cancel && cancelled) {
-      lock.unlock();
-      const bool stop_it = cancelled();
-      lock.lock();
-      if (stop_it) {
-        r.cancel = true;
-        im.work.notify_all();
-      }
-    }
+    im.poll_cancel(r, lock, cancelled);
     r.cv.wait_for(lock, std::chrono::milliseconds(20), [&] { return r.finished || !r.out.empty(); });
   }
   lock.unlock();
