@@ -142,7 +142,7 @@ TEST(Cli, DoctorKernelsChecksEveryOpAndEndsWithJson) {
   }
   std::set<std::string> want;
   for (const std::string& op : kernel_ops()) want.insert(op);
-  for (const std::string& check : kernel_checks_besides_ops(cuda_built()))
+  for (const std::string& check : kernel_checks_besides_ops(nanochat::cuda_built()))
     want.insert(check);
   EXPECT_EQ(ops, want) << json.dump();
 }

@@ -60,8 +60,6 @@ World& world() {
 }
 int port() { return world().port; }
 
-int32_t sid(const char* name) { return world().tok->special_id(name); }
-
 std::vector<int64_t> prompt_by_hand(const std::vector<std::string>& turns) {
   return tiny_chat_prompt_by_hand(*world().tok, turns);
 }
