@@ -125,7 +125,7 @@ inline GreedyReference tiny_chat_greedy_reference(nanochat::GPT& model, const na
 }
 
 // `nanochat chat-web --port 0 ...` as a child; its stdout/stderr go to files in `base`;
-// the port is read from its "listening on" line, then /health is polled until 200
+// the port is read from its "listening on" line (the model may still be loading: wait_until_healthy)
 class ServerProcess {
  public:
   ServerProcess(const std::string& bin, const std::string& base, const std::vector<std::string>& args)

@@ -209,6 +209,7 @@ TEST(HfImport, ChatWebServesTransformersGreedyReply) {
   }
   ServerProcess server(kBin, base, {"--source", "sft", "--workers", "1", "-q"});
   ASSERT_GT(server.port(), 0) << server.log();
+  wait_until_healthy(server.port());  // the model loads after the port opens
   json req = {{"messages", {{{"role", "user"}, {"content", "The caf\xc3\xa9 costs"}}}}, {"temperature", 0}, {"max_tokens", 12}};
   RawResponse r = raw_http(server.port(), "POST", "/v1/chat/completions", req.dump());
   ASSERT_EQ(r.status, 200) << r.body;
