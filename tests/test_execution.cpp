@@ -22,6 +22,7 @@
 #include "nanochat/common/files.h"
 #include "nanochat/common/error.h"
 #include "nanochat/execution.h"
+#include "test_execution.h"
 
 using namespace nanochat;
 
@@ -573,33 +574,13 @@ TEST(ExecutionJail, EscapesFailAsAnOrdinaryUser) {
     EXPECT_EQ(escapes_that_worked(system_python_opts(), v.file), "");
     return;
   }
-  // as root: a child turned into uid 65534 with a file of its own, reporting through a pipe
+  // as root: a child turned into uid 65534 with a file of its own (as_nobody)
   const std::string dir = "/tmp/nanochat_exec_victim_user_" + std::to_string(getpid());
   make_dirs(dir);
   std::ofstream(dir + "/keep.txt") << "precious";
   ASSERT_EQ(chown(dir.c_str(), 65534, 65534), 0);
   ASSERT_EQ(chown((dir + "/keep.txt").c_str(), 65534, 65534), 0);
-  int pipe_fds[2];
-  ASSERT_EQ(pipe(pipe_fds), 0);
-  const pid_t child = fork();
-  if (child == 0) {
-    close(pipe_fds[0]);
-    std::string failed;
-    if (setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0)
-      failed = "cannot become uid 65534";
-    else
-      failed = escapes_that_worked(system_python_opts(), dir + "/keep.txt");
-    (void)!write(pipe_fds[1], failed.data(), failed.size());
-    _exit(0);
-  }
-  close(pipe_fds[1]);
-  std::string failed;
-  char buf[4096];
-  for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof buf)) > 0;) failed.append(buf, (size_t)n);
-  close(pipe_fds[0]);
-  int status = 0;
-  waitpid(child, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  const std::string failed = execution_test::as_nobody([&] { return escapes_that_worked(system_python_opts(), dir + "/keep.txt"); });
   EXPECT_EQ(failed, "");
   EXPECT_EQ(read_file_bytes(dir + "/keep.txt"), "precious");
   remove_tree(dir);
