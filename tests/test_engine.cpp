@@ -5,6 +5,7 @@
 // fixed function of the last one (token streams and masks worked out by hand).
 #include <cmath>
 #include <map>
+#include <numeric>
 #include <set>
 #include <string>
 #include <vector>
@@ -180,10 +181,12 @@ TEST(Engine, SamplerTopKTopPAndArgmax) {
   // probabilities 0.6, 0.3, 0.1 in a batch of 4000 identical rows
   torch::Tensor logits = torch::log(torch::tensor({0.1, 0.6, 0.3})).to(torch::kFloat32).view({1, 3}).expand({4000, 3});
   auto gen = gpt_make_generator(torch::kCPU, 1);
+  std::vector<int64_t> all_rows(4000);
+  std::iota(all_rows.begin(), all_rows.end(), 0);
   auto counts = [&](double temperature, int64_t k, double p) {
-    torch::Tensor s = engine_sample_next(logits, gen, temperature, k, p).view({-1});
-    return std::vector<int64_t>{(s == 0).sum().item<int64_t>(), (s == 1).sum().item<int64_t>(),
-                                (s == 2).sum().item<int64_t>()};
+    std::vector<int64_t> n(3, 0);
+    for (int64_t t : engine_sample_rows(logits, {{all_rows, temperature, k, p, &gen}})) n.at(t)++;
+    return n;
   };
   EXPECT_EQ(counts(0.0, 0, 1.0), (std::vector<int64_t>{0, 4000, 0}));
   EXPECT_EQ(counts(1.0, 0, 0.5), (std::vector<int64_t>{0, 4000, 0}));  // 0.6 alone reaches 0.5
@@ -198,7 +201,49 @@ TEST(Engine, SamplerTopKTopPAndArgmax) {
   EXPECT_NEAR(all[1] / 4000.0, 0.6, 0.03);
   auto hot = counts(0.5, 0, 1.0);  // temperature 0.5 squares the odds: 0.36, 0.09, 0.01 -> /0.46
   EXPECT_NEAR(hot[1] / 4000.0, 0.36 / 0.46, 0.03);
-  EXPECT_THROW(engine_sample_next(logits, gen, -1.0), Error);
+  EXPECT_THROW(engine_sample_rows(logits, {{all_rows, -1.0, 0, 1.0, &gen}}), Error);
+  EXPECT_THROW(engine_sample_rows(logits, {{all_rows, 1.0, 0, 0.0, &gen}}), Error);
+  EXPECT_THROW(engine_sample_rows(logits, {{all_rows, 1.0, 0, 1.0, nullptr}}), Error);
+}
+
+// upstream engine.py's sample_next_token (plus top-p), with ATen's multinomial: what each
+// request of a batched step must draw, alone, from its own generator
+static torch::Tensor upstream_sample(const torch::Tensor& logits, at::Generator& gen, double t, int64_t k, double p) {
+  if (t == 0.0) return at::argmax(logits, -1, true);
+  if (k > 0 || p < 1.0) {
+    auto [vals, idx] = at::topk(logits, k > 0 ? std::min<int64_t>(k, logits.size(-1)) : logits.size(-1), -1);
+    torch::Tensor probs = at::softmax(vals / t, -1);
+    if (p < 1.0) probs = probs.masked_fill(probs.cumsum(-1) - probs >= p, 0.0);
+    return idx.gather(1, at::multinomial(probs, 1, false, gen));
+  }
+  return at::multinomial(at::softmax(logits / t, -1), 1, false, gen);
+}
+
+TEST(Engine, BatchedSamplingDrawsWhatEachRequestDrawsAlone) {
+  // nine rows, six requests mixing every kind (two share a top-k with other temperatures, two
+  // share the whole vocabulary with other temperatures), rows interleaved; 30 steps, so the
+  // generators' streams carry on from step to step
+  struct Ask { std::vector<int64_t> rows; double t; int64_t k; double p; };
+  const std::vector<Ask> asks = {{{0, 7}, 0.0, 0, 1.0},  {{1, 2}, 0.8, 0, 1.0}, {{3}, 1.3, 0, 1.0},
+                                 {{4}, 1.2, 5, 1.0},     {{5, 8}, 0.7, 5, 0.6}, {{6}, 1.0, 0, 0.9}};
+  std::vector<at::Generator> batched, alone;
+  for (size_t i = 0; i < asks.size(); i++) {
+    batched.push_back(gpt_make_generator(torch::kCPU, 100 + i));
+    alone.push_back(gpt_make_generator(torch::kCPU, 100 + i));
+  }
+  auto data = gpt_make_generator(torch::kCPU, 9);
+  for (int step = 0; step < 30; step++) {
+    torch::Tensor logits = at::randn({9, 50}, data, torch::kFloat32) * 3;
+    std::vector<SampleRequest> requests;
+    for (size_t i = 0; i < asks.size(); i++) requests.push_back({asks[i].rows, asks[i].t, asks[i].k, asks[i].p, &batched[i]});
+    std::vector<int64_t> got = engine_sample_rows(logits, requests);
+    for (size_t i = 0; i < asks.size(); i++) {
+      const Ask& a = asks[i];
+      torch::Tensor want = upstream_sample(logits.index_select(0, torch::tensor(a.rows)), alone[i], a.t, a.k, a.p).view({-1});
+      for (size_t j = 0; j < a.rows.size(); j++)
+        EXPECT_EQ(got[a.rows[j]], want[j].item<int64_t>()) << "step " << step << " request " << i << " row " << a.rows[j];
+    }
+  }
 }
 
 TEST(Engine, PythonBlockForcesTheCalculatorOutput) {

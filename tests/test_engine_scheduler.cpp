@@ -49,6 +49,14 @@ GenerateOptions greedy(int64_t max_tokens) {
   return o;
 }
 
+// greedy without stop tokens: the row is held for exactly max_tokens steps, whichever tokens
+// this CPU's rounding makes the tiny model pick
+GenerateOptions greedy_unstopped(int64_t max_tokens) {
+  GenerateOptions o = greedy(max_tokens);
+  o.default_stops = false;
+  return o;
+}
+
 // the stats once the decode thread has finished its step (they are written after it)
 SchedulerStats settled(const Scheduler& s) {
   for (int i = 0; i < 200 && s.stats().running > 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(5));
@@ -274,6 +282,23 @@ TEST(Scheduler, PrefixCacheKeepsScopesApart) {
   }
 }
 
+// --max-queue bounds the requests that wait for rows, not those the free rows take at the
+// decode thread's next step: two requests sent back to back onto two free rows are both taken
+// with a queue of 0, even before the first is admitted; a third, with both rows held, is refused.
+TEST(Scheduler, ARequestForFreeRowsIsNotRefusedForTheQueue) {
+  auto engine = tiny_engine();
+  SchedulerOptions so;
+  so.max_batch = 2;
+  so.max_queue = 0;
+  Scheduler s(engine, so);
+  const GenerateOptions hold = greedy_unstopped(200);
+  auto a = s.submit(prompt_of(1, 6), hold);
+  auto b = s.submit(prompt_of(2, 6), hold);
+  ASSERT_TRUE(s.wait_admitted(*a));
+  ASSERT_TRUE(s.wait_admitted(*b));
+  EXPECT_THROW(s.submit(prompt_of(3, 6), greedy(4)), SchedulerRefused);
+}
+
 // One queue, first come first served and bounded: with its one row taken, two requests wait
 // and a third is refused at once; the first waiting gets the row first; close_queue refuses
 // the one still waiting (and every later one) while the admitted one runs to its end.
@@ -283,9 +308,12 @@ TEST(Scheduler, OneBoundedQueueFirstComeFirstServed) {
   so.max_batch = 1;
   so.max_queue = 2;
   Scheduler s(engine, so);
-  auto holder = s.submit(prompt_of(1, 6), greedy(300));  // long enough to hold the row while the others queue
+  // the holder and the first in line each hold the row for 200 steps: long enough for what the
+  // test does meanwhile (a few calls), never cut short by a stop token
+  const GenerateOptions hold = greedy_unstopped(200);
+  auto holder = s.submit(prompt_of(1, 6), hold);
   ASSERT_TRUE(s.wait_admitted(*holder));
-  auto first = s.submit(prompt_of(2, 6), greedy(4));
+  auto first = s.submit(prompt_of(2, 6), hold);
   auto second = s.submit(prompt_of(3, 6), greedy(4));
   EXPECT_EQ(s.stats().waiting, 2);
   EXPECT_EQ(s.load(), 3);  // one row held, two asked for
@@ -296,16 +324,16 @@ TEST(Scheduler, OneBoundedQueueFirstComeFirstServed) {
     EXPECT_FALSE(e.closed);
     EXPECT_NE(std::string(e.what()).find("--max-queue"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(s.run(*holder).tokens, engine->generate(prompt_of(1, 6), greedy(300)).tokens);
+  EXPECT_EQ(s.run(*holder).tokens, engine->generate(prompt_of(1, 6), hold).tokens);
   ASSERT_TRUE(s.wait_admitted(*first));  // the row went to the first in line
   s.close_queue();
   EXPECT_THROW(s.wait_admitted(*second), SchedulerRefused);
   EXPECT_THROW(s.submit(prompt_of(5, 6), greedy(4)), SchedulerRefused);
-  EXPECT_EQ(s.run(*first).tokens, engine->generate(prompt_of(2, 6), greedy(4)).tokens);
+  EXPECT_EQ(s.run(*first).tokens, engine->generate(prompt_of(2, 6), hold).tokens);
   EXPECT_EQ(settled(s).waiting, 0);
   // a ticket dropped while it waits cancels its request
   Scheduler t(engine, so);
-  auto busy = t.submit(prompt_of(1, 6), greedy(300));
+  auto busy = t.submit(prompt_of(1, 6), hold);
   ASSERT_TRUE(t.wait_admitted(*busy));
   t.submit(prompt_of(2, 6), greedy(4)).reset();
   t.run(*busy);

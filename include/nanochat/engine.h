@@ -1,4 +1,4 @@
-// defines: EngineModel, engine_model_from_gpt, engine_sample_next, engine_cache_select_rows,
+// defines: EngineModel, engine_model_from_gpt, SampleRequest, engine_sample_rows, engine_cache_select_rows,
 //          GenerateOptions, FinishReason, finish_reason_name, TokenColumn, TokenCallback,
 //          GenerateResult, engine_completion_text, Engine, engine_sample_prompts,
 //          engine_sample_greedy
@@ -19,13 +19,14 @@
 #include <vector>
 
 #include <ATen/core/Generator.h>
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 #include "nanochat/attention.h"
-#include "nanochat/gpt.h"
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {
+
+class GPT;  // nanochat/gpt.h: only what builds an Engine from a model needs the module API
 
 // What generation needs from a model. GPT provides it (engine_model_from_gpt); tests plug
 // in a scripted double.
@@ -43,12 +44,25 @@ struct EngineModel {
 };
 EngineModel engine_model_from_gpt(GPT model);
 
-// upstream's sample_next_token plus top-p: logits (B,V) -> (B,1) int64 on the logits' device.
-// temperature 0 is argmax; top_k <= 0 is off; top_p >= 1 is off, else the smallest set of
-// most likely tokens whose probability reaches top_p (after top-k and temperature). With
-// top-p off this is upstream's computation, draw for draw.
-torch::Tensor engine_sample_next(const torch::Tensor& logits, at::Generator& rng, double temperature,
-                                 int64_t top_k = 0, double top_p = 1.0);
+// One request's rows in a sampling step: which rows of the logits are its, how it samples, and
+// its generator (each request draws from its own stream, so a seeded request gets the same
+// tokens alone or batched with others). temperature 0 is argmax; top_k <= 0 is off; top_p >= 1
+// is off, else the smallest set of most likely tokens whose probability reaches top_p (after
+// top-k and temperature).
+struct SampleRequest {
+  std::vector<int64_t> rows;
+  double temperature = 1.0;
+  int64_t top_k = 0;
+  double top_p = 1.0;
+  at::Generator* rng = nullptr;  // not used at temperature 0
+};
+
+// upstream's sample_next_token plus top-p, for every request's rows of logits (B,V) in one
+// pass and one read-back: the token of each row (-1 for a row no request names). Each
+// request's draw is upstream's, draw for draw: multinomial(probs, 1) is argmax(probs / q) with
+// q ~ Exp(1) of probs' shape from its generator (ATen's own algorithm), here without its
+// per-call checks that wait for the device.
+std::vector<int64_t> engine_sample_rows(const torch::Tensor& logits, const std::vector<SampleRequest>& requests);
 
 // a cache holding only `rows` (int64 indices, on the cache's device) of `cache`, same position
 KVCache engine_cache_select_rows(const KVCache& cache, const torch::Tensor& rows);
@@ -106,7 +120,7 @@ std::string engine_completion_text(const Tokenizer& tok, const GenerateResult& r
 class Engine {
  public:
   Engine(EngineModel model, Tokenizer tokenizer);
-  Engine(GPT model, Tokenizer tokenizer) : Engine(engine_model_from_gpt(model), std::move(tokenizer)) {}
+  Engine(GPT model, Tokenizer tokenizer);  // engine_model_from_gpt(model)
 
   // upstream's Engine.generate as a stream: calls on_column (if given) once per token column,
   // until every row finished or the callback returns false; returns what generate_batch does.

@@ -10,6 +10,7 @@
 #include <ATen/ATen.h>
 
 #include "engine/row_state.h"
+#include "nanochat/gpt.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -34,6 +35,8 @@ const char* finish_reason_name(FinishReason r) {
   }
   return "?";
 }
+
+Engine::Engine(GPT model, Tokenizer tokenizer) : Engine(engine_model_from_gpt(model), std::move(tokenizer)) {}
 
 Engine::Engine(EngineModel model, Tokenizer tokenizer) : model_(std::move(model)), tokenizer_(std::move(tokenizer)) {
   if (!model_.forward || !model_.make_cache) fail("Engine: the model has no forward or make_cache");
@@ -80,8 +83,10 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
 
   for (int64_t step = 0; active > 0; step++) {
     const int64_t B = (int64_t)batch_rows.size();
-    torch::Tensor sampled = engine_sample_next(logits, rng, opt.temperature, opt.top_k, opt.top_p).view({-1}).cpu();
-    const int64_t* sampled_ptr = sampled.data_ptr<int64_t>();
+    SampleRequest all{std::vector<int64_t>(B), opt.temperature, opt.top_k, opt.top_p, &rng};
+    std::iota(all.rows.begin(), all.rows.end(), 0);
+    const std::vector<int64_t> sampled = engine_sample_rows(logits, {all});
+    const int64_t* sampled_ptr = sampled.data();
 
     std::vector<int64_t> feed;  // the tokens the rows actually take (forced or sampled)
     TokenColumn col = engine_column_step(rows, batch_rows, sampled_ptr, logits, step, opt, tokenizer_, tools, feed);

@@ -20,6 +20,7 @@
 
 #include "engine/row_state.h"
 #include "nanochat/common/error.h"
+#include "nanochat/gpt.h"
 
 namespace nanochat {
 
@@ -191,6 +192,18 @@ struct Scheduler::Impl {
     return n;
   }
 
+  // requests in the queue that the free rows cannot take, first come first served: those that
+  // wait for rows (the decode thread admits the others at its next step, so a request that
+  // arrives while rows are free is never refused for a queue it will not stand in)
+  int64_t blocked() const {
+    int64_t free = free_slots(), n = 0;
+    for (auto& r : incoming) {
+      if (n == 0 && (int64_t)r->rows.size() <= free) free -= (int64_t)r->rows.size();
+      else n++;
+    }
+    return n;
+  }
+
   void count_waiting() {
     st.waiting = (int64_t)incoming.size();
     st.rows_waiting = 0;
@@ -249,7 +262,7 @@ struct Scheduler::Impl {
   }
 
   // up to `budget` more prompt tokens of r; returns how many
-  int64_t prefill_chunk(const std::shared_ptr<Request>& r, int64_t budget) {
+  int64_t prefill_chunk(std::shared_ptr<Request> r, int64_t budget) {  // a copy: it leaves `prefilling`
     const int64_t T = (int64_t)r->prompt.size(), s0 = r->slot[0];
     const int64_t c = std::min(budget, T - r->prefilled);
     KVCache view = pool.view_rows(s0, 1, r->prefilled);
@@ -285,29 +298,28 @@ struct Scheduler::Impl {
     return c;
   }
 
-  // samples every live row, hands out the columns, drops the rows that finished
+  // samples every live row (one pass, one read-back), hands out the columns, drops the rows
+  // that finished
   void sample_step() {
     std::map<Request*, std::vector<int64_t>> by_req;  // request -> its live slots, in row order
-    torch::Tensor argmax;                               // (live) on the host, once a greedy request asks
     for (int64_t b = 0; b < live; b++) by_req[slots[b].req].push_back(b);
+    std::vector<SampleRequest> asks;
     for (auto& [r, bs] : by_req) {
       std::sort(bs.begin(), bs.end(), [&](int64_t x, int64_t y) { return slots[x].row < slots[y].row; });
       if (r->cancel) {
         for (int64_t b : bs) r->rows[slots[b].row].finish = FinishReason::cancelled;
         continue;
       }
-      torch::Tensor lg;
-      std::vector<int64_t> drawn(bs.size()), which(bs.size()), took;
-      for (size_t i = 0; i < bs.size(); i++) which[i] = slots[bs[i]].row;
-      if (r->opt.temperature == 0.0 && !r->opt.logprobs) {  // greedy: one argmax over every live row, shared
-        if (!argmax.defined()) argmax = at::argmax(logits, -1).cpu().contiguous();
-        for (size_t i = 0; i < bs.size(); i++) drawn[i] = argmax.data_ptr<int64_t>()[bs[i]];
-      } else {
-        lg = logits.index_select(0, torch::tensor(bs, torch::kLong).to(logits.device()));
-        torch::Tensor sampled = engine_sample_next(lg, r->rng, r->opt.temperature, r->opt.top_k, r->opt.top_p).view({-1}).cpu();
-        for (size_t i = 0; i < bs.size(); i++) drawn[i] = sampled.data_ptr<int64_t>()[i];
-      }
-      TokenColumn col = engine_column_step(r->rows, which, drawn.data(), lg, r->steps, r->opt, engine->tokenizer(), tools, took);
+      asks.push_back({bs, r->opt.temperature, r->opt.top_k, r->opt.top_p, &r->rng});
+    }
+    const std::vector<int64_t> drawn = engine_sample_rows(logits, asks);
+    for (auto& [r, bs] : by_req) {
+      if (r->cancel) continue;
+      std::vector<int64_t> mine(bs.size()), which(bs.size()), took;
+      for (size_t i = 0; i < bs.size(); i++) mine[i] = drawn[bs[i]], which[i] = slots[bs[i]].row;
+      torch::Tensor lg;  // the request's logits, for its log-probs
+      if (r->opt.logprobs) lg = logits.index_select(0, torch::tensor(bs, torch::kLong).to(logits.device()));
+      TokenColumn col = engine_column_step(r->rows, which, mine.data(), lg, r->steps, r->opt, engine->tokenizer(), tools, took);
       for (size_t i = 0; i < bs.size(); i++) feed[bs[i]] = took[i];
       r->steps++;
       st.tokens += (int64_t)bs.size();
@@ -510,10 +522,12 @@ std::shared_ptr<Scheduler::Ticket> Scheduler::submit(const std::vector<int32_t>&
   {
     std::lock_guard<std::mutex> lock(im.mu);
     if (im.stop || im.closed) throw SchedulerRefused(true, kClosed);
-    if ((int64_t)im.incoming.size() >= im.opt.max_queue)
-      throw SchedulerRefused(false, strprintf("generate: %lld requests already wait for rows (--max-queue)",
-                                              (long long)im.incoming.size()));
     im.incoming.push_back(r);
+    if (const int64_t waiting = im.blocked(); waiting > im.opt.max_queue) {
+      im.incoming.pop_back();
+      throw SchedulerRefused(false, strprintf("generate: %lld requests already wait for rows (--max-queue)",
+                                              (long long)waiting - 1));
+    }
     im.count_waiting();
   }
   im.work.notify_all();
