@@ -8,6 +8,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+
 #include "nanochat/common.h"
 #include "nanochat/common/stop_signal.h"
 #include "nanochat/common/utf8.h"
@@ -189,11 +192,11 @@ TEST(Progress, LineShowsCountPercentRateAndEta) {
 
 TEST(Device, DtypePolicy) {
   unsetenv("NANOCHAT_DTYPE");
-  EXPECT_EQ(compute_dtype_detect("cpu"), torch::kFloat32);  // upstream's COMPUTE_DTYPE: no CUDA -> fp32
+  EXPECT_EQ(compute_dtype_detect("cpu"), torch::kFloat);  // upstream's COMPUTE_DTYPE: no CUDA -> fp32
   setenv("NANOCHAT_DTYPE", "bfloat16", 1);
   EXPECT_EQ(compute_dtype_detect("cpu"), torch::kBFloat16);
   setenv("NANOCHAT_DTYPE", "float16", 1);
-  EXPECT_EQ(compute_dtype_detect("cpu"), torch::kFloat16);
+  EXPECT_EQ(compute_dtype_detect("cpu"), torch::kHalf);
   setenv("NANOCHAT_DTYPE", "fp8", 1);
   EXPECT_THROW(compute_dtype_detect("cpu"), Error);
   unsetenv("NANOCHAT_DTYPE");

@@ -86,7 +86,7 @@ TEST(MeasuredPeaks, CpuProbesAreWithinWhatTheCoresCanDo) {
   __builtin_cpu_init();
   const double flop_per_cycle = __builtin_cpu_supports("avx512f") ? 64
                                 : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 32 : 16;
-  const double flops = peak_flops_measure_cpu(torch::kFloat32, 0.1);
+  const double flops = peak_flops_measure_cpu(torch::kFloat, 0.1);
   EXPECT_GT(flops, clock_min * 1);
   EXPECT_LT(flops, cpus * clock_max * flop_per_cycle);
   const double bw = peak_bandwidth_measure_cpu(0.05);
@@ -97,10 +97,10 @@ TEST(MeasuredPeaks, CpuProbesAreWithinWhatTheCoresCanDo) {
 
 TEST(PeakFlops, MfuLabelNamesTheDtypeOfThePeak) {
   EXPECT_EQ(mfu_label_for(c10::Device(c10::kCUDA, 0), torch::kBFloat16), "bf16_mfu");  // upstream's label
-  EXPECT_EQ(mfu_label_for(c10::Device(c10::kCUDA, 0), torch::kFloat32), "bf16_mfu");   // the table's peak is bf16
-  EXPECT_EQ(mfu_label_for(c10::Device(c10::kCPU), torch::kFloat32), "fp32_mfu");        // measured in the run's dtype
+  EXPECT_EQ(mfu_label_for(c10::Device(c10::kCUDA, 0), torch::kFloat), "bf16_mfu");   // the table's peak is bf16
+  EXPECT_EQ(mfu_label_for(c10::Device(c10::kCPU), torch::kFloat), "fp32_mfu");        // measured in the run's dtype
   EXPECT_EQ(mfu_label_for(c10::Device(c10::kCPU), torch::kBFloat16), "bf16_mfu");
-  EXPECT_EQ(mfu_label_for(c10::Device(c10::kCPU), torch::kFloat16), "fp16_mfu");
+  EXPECT_EQ(mfu_label_for(c10::Device(c10::kCPU), torch::kHalf), "fp16_mfu");
 }
 
 // ==== TensorBoard event files: CRC-32C, TFRecord framing, and MetricsLog's events

@@ -26,7 +26,7 @@
 #include <string>
 #include <utility>
 #include <vector>
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 namespace nanochat {
 

@@ -116,7 +116,7 @@ double checkpoint_meta_number(const nlohmann::ordered_json& meta, const char* ke
 struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
-  std::optional<torch::Dtype> dtype;  // nullopt: any dtype (load_state_dict(assign=True) keeps the saved one)
+  std::optional<at::ScalarType> dtype;  // nullopt: any dtype (load_state_dict(assign=True) keeps the saved one)
 };
 // first mismatch in `expected` order: missing tensor, wrong shape, wrong dtype; then the
 // first tensor `loaded` has beyond `expected`. One Error line starting with `where`.

@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 #include "nanochat/dataset.h"
 #include "nanochat/gpt.h"

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 #include "nanochat/dataset.h"
 

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 namespace nanochat {

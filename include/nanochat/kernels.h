@@ -21,7 +21,7 @@
 #include <string>
 #include <utility>
 #include <vector>
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 namespace nanochat {
 

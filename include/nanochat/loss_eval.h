@@ -6,7 +6,7 @@
 #include <functional>
 #include <utility>
 
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 namespace nanochat {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 #include <torch/ordered_dict.h>
 
 #include "nanochat/common/named_tensors.h"
@@ -56,7 +56,7 @@ class MuonAdamW {
   // shapes or < 2 dims, and for an AdamW param with numel >= 1024 whose shape[0] is not a
   // multiple of the world size.
   MuonAdamW(std::vector<OptimGroup> groups, Dist* dist = nullptr,
-            torch::ScalarType compute_dtype = torch::kFloat32);
+            torch::ScalarType compute_dtype = torch::kFloat);
 
   // one update from the params' .grad() (averaged over ranks here). On one rank, AdamW params
   // without a grad are skipped (as upstream); with several ranks every param needs one.

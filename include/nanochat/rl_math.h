@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 namespace nanochat {
 

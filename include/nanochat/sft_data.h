@@ -14,7 +14,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 #include "nanochat/tasks.h"
 

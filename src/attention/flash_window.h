@@ -6,7 +6,7 @@
 // _nocuda twin answers "not supported"); attention.cpp picks it when supported.
 #pragma once
 #include <cstdint>
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 namespace nanochat {
 

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
+#include <ATen/ops/empty.h>
 
 #include "nanochat/common/atomic_file.h"
 #include "nanochat/common/error.h"
@@ -36,13 +37,13 @@ std::string short_dump(const nlohmann::json& v) {
 }
 
 struct DtypeName {
-  torch::Dtype dtype;
+  at::ScalarType dtype;
   const char* name;
 };
 const DtypeName kDtypes[] = {
-    {torch::kFloat64, "F64"},      {torch::kFloat32, "F32"},          {torch::kFloat16, "F16"},
-    {torch::kBFloat16, "BF16"},    {torch::kInt64, "I64"},            {torch::kInt32, "I32"},
-    {torch::kInt16, "I16"},        {torch::kInt8, "I8"},              {torch::kUInt8, "U8"},
+    {at::kDouble, "F64"},      {at::kFloat, "F32"},          {at::kHalf, "F16"},
+    {at::kBFloat16, "BF16"},    {at::kLong, "I64"},            {at::kInt, "I32"},
+    {at::kShort, "I16"},        {at::kChar, "I8"},              {at::kByte, "U8"},
     {torch::kBool, "BOOL"},        {torch::kFloat8_e4m3fn, "F8_E4M3"}, {torch::kFloat8_e5m2, "F8_E5M2"},
 };
 
@@ -69,7 +70,7 @@ bool pread_all(int fd, void* dst, uint64_t n, uint64_t offset) {
 
 struct Entry {
   std::string name;
-  torch::Dtype dtype;
+  at::ScalarType dtype;
   std::vector<int64_t> shape;
   uint64_t begin, end;
   size_t header_index;
@@ -84,7 +85,7 @@ uint64_t json_u64(const std::string& path, const std::string& key, const nlohman
 
 Entry parse_entry(const std::string& path, const std::string& key, const nlohmann::json& v, size_t index) {
   if (!v.is_object()) fail("%s: tensor '%s': header entry is not an object", path.c_str(), key.c_str());
-  Entry e{key, torch::kFloat32, {}, 0, 0, index};
+  Entry e{key, at::kFloat, {}, 0, 0, index};
   auto dt = v.find("dtype"), sh = v.find("shape"), off = v.find("data_offsets");
   if (dt == v.end() || sh == v.end() || off == v.end())
     fail("%s: tensor '%s': header entry needs dtype, shape and data_offsets", path.c_str(), key.c_str());
@@ -116,19 +117,19 @@ Entry parse_entry(const std::string& path, const std::string& key, const nlohman
 
 }  // namespace
 
-static std::string safetensors_dtype_name_or_empty(torch::Dtype dtype) {
+static std::string safetensors_dtype_name_or_empty(at::ScalarType dtype) {
   for (const auto& d : kDtypes)
     if (d.dtype == dtype) return d.name;
   return "";
 }
 
-std::string safetensors_dtype_name(torch::Dtype dtype) {
+std::string safetensors_dtype_name(at::ScalarType dtype) {
   std::string name = safetensors_dtype_name_or_empty(dtype);
   if (!name.empty()) return name;
   fail("safetensors cannot store dtype %s", c10::toString(dtype));
 }
 
-bool safetensors_dtype_from_name(const std::string& name, torch::Dtype& dtype) {
+bool safetensors_dtype_from_name(const std::string& name, at::ScalarType& dtype) {
   for (const auto& d : kDtypes)
     if (name == d.name) {
       dtype = d.dtype;
@@ -253,7 +254,7 @@ SafetensorsFile safetensors_load(const std::string& path) {
 
   // everything checked: read each tensor straight into its own memory
   for (const Entry& e : entries) {
-    torch::Tensor t = torch::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
+    torch::Tensor t = at::empty(e.shape, torch::TensorOptions().dtype(e.dtype));
     if (!pread_all(fd.fd, t.data_ptr(), e.end - e.begin, 8 + n + e.begin))
       fail("%s: tensor '%s': cannot read %llu bytes: %s", path.c_str(), e.name.c_str(),
            (unsigned long long)(e.end - e.begin), errno ? std::strerror(errno) : "file shrank while reading");

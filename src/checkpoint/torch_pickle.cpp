@@ -14,6 +14,7 @@
 
 #include "nanochat/checkpoint/torch_pickle.h"
 
+#include <ATen/ops/empty.h>
 #include <caffe2/serialize/inline_container.h>
 
 #include <cstring>
@@ -51,13 +52,13 @@ const char* kind_name(Obj::Kind k) {
 }
 
 // storage classes that may appear in persistent ids, and the dtype of their elements
-bool storage_dtype(const std::string& global, torch::Dtype& dtype) {
-  static const std::pair<const char*, torch::Dtype> kStorages[] = {
-      {"torch.DoubleStorage", torch::kFloat64}, {"torch.FloatStorage", torch::kFloat32},
-      {"torch.HalfStorage", torch::kFloat16},   {"torch.BFloat16Storage", torch::kBFloat16},
-      {"torch.LongStorage", torch::kInt64},     {"torch.IntStorage", torch::kInt32},
-      {"torch.ShortStorage", torch::kInt16},    {"torch.CharStorage", torch::kInt8},
-      {"torch.ByteStorage", torch::kUInt8},     {"torch.BoolStorage", torch::kBool},
+bool storage_dtype(const std::string& global, at::ScalarType& dtype) {
+  static const std::pair<const char*, at::ScalarType> kStorages[] = {
+      {"torch.DoubleStorage", at::kDouble}, {"torch.FloatStorage", at::kFloat},
+      {"torch.HalfStorage", at::kHalf},   {"torch.BFloat16Storage", at::kBFloat16},
+      {"torch.LongStorage", at::kLong},     {"torch.IntStorage", at::kInt},
+      {"torch.ShortStorage", at::kShort},    {"torch.CharStorage", at::kChar},
+      {"torch.ByteStorage", at::kByte},     {"torch.BoolStorage", torch::kBool},
   };
   for (const auto& [name, dt] : kStorages)
     if (global == name) {
@@ -68,7 +69,7 @@ bool storage_dtype(const std::string& global, torch::Dtype& dtype) {
 }
 
 bool global_allowed(const std::string& g) {
-  torch::Dtype unused;
+  at::ScalarType unused;
   return g == "collections.OrderedDict" || g == "torch._utils._rebuild_tensor_v2" ||
          g == "torch._utils._rebuild_parameter" || g == "torch._utils._rebuild_parameter_with_state" ||
          storage_dtype(g, unused);
@@ -360,7 +361,7 @@ class Unpickler {
       bad("persistent id is not ('storage', type, key, location, numel)");
     auto cached = storages_.find(a[2]->s);
     if (cached != storages_.end()) return cached->second;  // shared storage: one tensor, many views
-    torch::Dtype dtype;
+    at::ScalarType dtype;
     if (!storage_dtype(a[1]->s, dtype)) bad("%s is not a storage type", a[1]->s.c_str());
     int64_t numel = a[4]->i;
     std::string record = "data/" + a[2]->s;
@@ -374,7 +375,7 @@ class Unpickler {
       bad("storage %s holds %zu bytes, not %lld elements of %s", record.c_str(), nbytes, (long long)numel,
           c10::toString(dtype));
     ObjPtr o = make(Obj::Storage);
-    o->tensor = torch::empty({numel}, torch::TensorOptions().dtype(dtype));
+    o->tensor = at::empty({numel}, torch::TensorOptions().dtype(dtype));
     if (nbytes) zip_.getRecord(record, o->tensor.data_ptr(), nbytes);
     storages_[a[2]->s] = o;
     return o;

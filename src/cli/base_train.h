@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <string>
 
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 #include "cli/commands.h"
 #include "nanochat/dataset.h"

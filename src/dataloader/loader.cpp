@@ -10,6 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include <ATen/ops/empty.h>
+
 #include "nanochat/common/log.h"
 #include "nanochat/common/progress.h"
 #include "nanochat/common/thread_pool.h"
@@ -309,7 +311,7 @@ DataLoader::DataLoader(const Tokenizer& tok, CorpusSplit split, const LoaderOpti
   bool pin = opts.device.is_cuda();
   I.slots.resize((size_t)opts.prefetch + 1);
   for (size_t s = 0; s < I.slots.size(); s++) {
-    I.slots[s].host = torch::empty({2 * opts.batch_size * opts.seq_len},
+    I.slots[s].host = at::empty({2 * opts.batch_size * opts.seq_len},
                                    torch::TensorOptions().dtype(torch::kLong).pinned_memory(pin));
     I.slots[s].data = I.slots[s].host.data_ptr<int64_t>();
     I.free_slots.push_back((int)s);

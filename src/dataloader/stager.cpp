@@ -3,12 +3,13 @@
 
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
+#include <ATen/ops/empty.h>
 
 namespace nanochat {
 
 DeviceStager::DeviceStager(torch::Device device, int64_t batch_size, int64_t seq_len)
     : device_(device), B_(batch_size), T_(seq_len) {
-  for (auto& d : dev_) d = torch::empty({2 * B_ * T_}, torch::TensorOptions().dtype(torch::kLong).device(device));
+  for (auto& d : dev_) d = at::empty({2 * B_ * T_}, torch::TensorOptions().dtype(torch::kLong).device(device));
   if (!device.is_cpu()) {
     c10::impl::VirtualGuardImpl impl(device.type());
     side_ = impl.getStreamFromGlobalPool(device_, /*isHighPriority=*/false);

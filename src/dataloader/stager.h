@@ -8,7 +8,7 @@
 #include <c10/core/Event.h>
 #include <c10/core/Stream.h>
 #include <optional>
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 namespace nanochat {
 

@@ -1,7 +1,6 @@
 // defines: adamw_step_cpu
 // The CPU kernel of adamw.cpp.
-#include <ATen/ATen.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
@@ -66,7 +65,7 @@ void adamw_step_impl(T* P, const T* G, T* M, T* S, int64_t n, float lr, float be
 
 }  // namespace
 
-void adamw_step_cpu(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg, torch::Tensor& exp_avg_sq,
+void adamw_step_cpu(at::Tensor& p, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
                     float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2) {
   if (p.scalar_type() == at::kFloat)
     adamw_step_impl(p.data_ptr<float>(), grad.data_ptr<float>(), exp_avg.data_ptr<float>(),

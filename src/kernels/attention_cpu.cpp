@@ -17,8 +17,9 @@
 #include <limits>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/Parallel.h>
 
 #include "cpu_gemm.h"
@@ -38,7 +39,7 @@ struct Geometry {
   int64_t row_lo(int64_t t) const { return window < 0 ? 0 : std::max<int64_t>(0, t - window); }
 };
 
-Geometry geometry(const torch::Tensor& q, const torch::Tensor& k, int64_t window) {
+Geometry geometry(const at::Tensor& q, const at::Tensor& k, int64_t window) {
   const int64_t D = q.size(3);
   return {q.size(0), q.size(1), q.size(2), k.size(2), D, window, (float)(1.0 / std::sqrt((double)D))};
 }
@@ -157,7 +158,7 @@ void backward_kv_head(const Geometry& g, const T* q, const T* k, const T* v, con
   }
 }
 
-void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
+void check_inputs(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
   if (!q.is_contiguous() || !k.is_contiguous() || !v.is_contiguous() || q.dim() != 4 || !k.sizes().equals(v.sizes()) ||
       k.size(1) != q.size(1) || k.size(3) != q.size(3) || q.size(2) % k.size(2) != 0 ||
       q.scalar_type() != k.scalar_type() || q.scalar_type() != v.scalar_type())
@@ -166,7 +167,7 @@ void check_inputs(const torch::Tensor& q, const torch::Tensor& k, const torch::T
 
 // f(T{}) for the dtypes the kernel takes
 template <typename F>
-void with_attention_dtype(const torch::Tensor& q, F f) {
+void with_attention_dtype(const at::Tensor& q, F f) {
   if (q.scalar_type() == at::kFloat) f(float{});
   else if (q.scalar_type() == at::kBFloat16) f(at::BFloat16{});
   else fail("attention_cpu: float32 or bfloat16 expected, not %s", c10::toString(q.scalar_type()));
@@ -174,16 +175,16 @@ void with_attention_dtype(const torch::Tensor& q, F f) {
 
 }  // namespace
 
-bool attention_cpu_supported(const torch::Tensor& q) {
+bool attention_cpu_supported(const at::Tensor& q) {
   return q.is_cpu() && cpu_gemm_f32_available(q.scalar_type());
 }
 
-std::pair<torch::Tensor, torch::Tensor> attention_forward_cpu(const torch::Tensor& q, const torch::Tensor& k,
-                                                              const torch::Tensor& v, int64_t window) {
+std::pair<at::Tensor, at::Tensor> attention_forward_cpu(const at::Tensor& q, const at::Tensor& k,
+                                                              const at::Tensor& v, int64_t window) {
   check_inputs(q, k, v);
   const Geometry g = geometry(q, k, window);
-  torch::Tensor o = at::empty_like(q);
-  torch::Tensor lse = at::empty({g.B, g.H, g.T}, q.options().dtype(at::kFloat));
+  at::Tensor o = at::empty_like(q);
+  at::Tensor lse = at::empty({g.B, g.H, g.T}, q.options().dtype(at::kFloat));
   with_attention_dtype(q, [&](auto zero) {
     using T = decltype(zero);
     const T *Q = q.data_ptr<T>(), *K = k.data_ptr<T>(), *V = v.data_ptr<T>();
@@ -201,15 +202,15 @@ std::pair<torch::Tensor, torch::Tensor> attention_forward_cpu(const torch::Tenso
   return {o, lse};
 }
 
-std::vector<torch::Tensor> attention_backward_cpu(const torch::Tensor& dout, const torch::Tensor& q,
-                                                  const torch::Tensor& k, const torch::Tensor& v,
-                                                  const torch::Tensor& o, const torch::Tensor& lse, int64_t window) {
+std::vector<at::Tensor> attention_backward_cpu(const at::Tensor& dout, const at::Tensor& q,
+                                                  const at::Tensor& k, const at::Tensor& v,
+                                                  const at::Tensor& o, const at::Tensor& lse, int64_t window) {
   check_inputs(q, k, v);
   if (!dout.is_contiguous() || !o.is_contiguous() || !dout.sizes().equals(q.sizes()) || !o.sizes().equals(q.sizes()) ||
       dout.scalar_type() != q.scalar_type() || o.scalar_type() != q.scalar_type())
     fail("attention_backward_cpu: contiguous dout and o shaped like q, of its dtype, expected");
   const Geometry g = geometry(q, k, window);
-  torch::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
+  at::Tensor dq = at::empty_like(q), dk = at::empty_like(k), dv = at::empty_like(v);
   with_attention_dtype(q, [&](auto zero) {
     using T = decltype(zero);
     const T *Q = q.data_ptr<T>(), *K = k.data_ptr<T>(), *V = v.data_ptr<T>();

@@ -4,8 +4,8 @@
 // every *_cpu.cpp, for AVX2+FMA+F16C (CMakeLists.txt).
 #include <atomic>
 
-#include <ATen/ATen.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 

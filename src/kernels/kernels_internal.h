@@ -12,7 +12,7 @@
 #pragma once
 #include <vector>
 
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 // An op's CUDA kernel where its tensor is on a GPU and this build has the CUDA kernels, else its
 // CPU kernel: the one place an op file's forward and backward branch on the build. Without nvcc

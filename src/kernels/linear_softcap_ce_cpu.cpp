@@ -2,8 +2,7 @@
 // The CPU kernel of linear_softcap_ce.cpp: the softcapped cross-entropy of one chunk of logits
 // rows, one pass per row through fp32 scratch (a row of even a 65536 vocab stays in L2),
 // split over rows with at::parallel_for and vectorised with at::vec.
-#include <ATen/ATen.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
@@ -99,8 +98,8 @@ void check_target(int64_t t, int64_t vocab) {
 // the row loop of the three entry points below: forward (loss, lse), backward (logits become
 // their gradient for grad_loss), or both while the row is in cache (grad_loss then known
 // up front, as for a mean loss)
-void softcap_ce_rows(torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab, double cap,
-                     torch::Tensor* loss, torch::Tensor* lse, const torch::Tensor* lse_in, const torch::Tensor* grad_loss) {
+void softcap_ce_rows(at::Tensor& logits, const at::Tensor& targets, int64_t vocab, double cap,
+                     at::Tensor* loss, at::Tensor* lse, const at::Tensor* lse_in, const at::Tensor* grad_loss) {
   const int64_t n = logits.size(0), ld = logits.size(1);
   check_rows(logits, n, "softcap_ce");
   check_rows(targets, n, "softcap_ce targets");
@@ -145,19 +144,19 @@ void softcap_ce_rows(torch::Tensor& logits, const torch::Tensor& targets, int64_
 
 }  // namespace
 
-void softcap_ce_forward_cpu(const torch::Tensor& logits, const torch::Tensor& targets, int64_t vocab,
-                            double cap, torch::Tensor& loss, torch::Tensor& lse) {
-  torch::Tensor l = logits;  // read only: no gradient is asked for
+void softcap_ce_forward_cpu(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab,
+                            double cap, at::Tensor& loss, at::Tensor& lse) {
+  at::Tensor l = logits;  // read only: no gradient is asked for
   softcap_ce_rows(l, targets, vocab, cap, &loss, &lse, nullptr, nullptr);
 }
 
-void softcap_ce_backward_cpu(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& lse,
-                             const torch::Tensor& grad_loss, int64_t vocab, double cap) {
+void softcap_ce_backward_cpu(at::Tensor& logits, const at::Tensor& targets, const at::Tensor& lse,
+                             const at::Tensor& grad_loss, int64_t vocab, double cap) {
   softcap_ce_rows(logits, targets, vocab, cap, nullptr, nullptr, &lse, &grad_loss);
 }
 
-void softcap_ce_forward_backward_cpu(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& grad_loss,
-                                     int64_t vocab, double cap, torch::Tensor& loss, torch::Tensor& lse) {
+void softcap_ce_forward_backward_cpu(at::Tensor& logits, const at::Tensor& targets, const at::Tensor& grad_loss,
+                                     int64_t vocab, double cap, at::Tensor& loss, at::Tensor& lse) {
   softcap_ce_rows(logits, targets, vocab, cap, &loss, &lse, nullptr, &grad_loss);
 }
 

@@ -1,7 +1,7 @@
 // defines: relu_square_forward_cpu, relu_square_backward_cpu
 // The CPU kernel of mlp_relu_square.cpp: relu(h)^2 and its backward in blocks through fp32.
-#include <ATen/ATen.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
@@ -34,8 +34,8 @@ void map2_acc(const T* a, const T* b, T* out, int64_t n, F f) {
 
 }  // namespace
 
-torch::Tensor relu_square_forward_cpu(const torch::Tensor& h) {
-  torch::Tensor y = at::empty_like(h);
+at::Tensor relu_square_forward_cpu(const at::Tensor& h) {
+  at::Tensor y = at::empty_like(h);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, h.scalar_type(), "relu_square_forward", [&] {
     using V = Vectorized<acc_t<scalar_t>>;
     map2_acc<scalar_t>(h.data_ptr<scalar_t>(), nullptr, y.data_ptr<scalar_t>(), h.numel(), [](V x, V) {
@@ -46,7 +46,7 @@ torch::Tensor relu_square_forward_cpu(const torch::Tensor& h) {
   return y;
 }
 
-void relu_square_backward_cpu(const torch::Tensor& h, torch::Tensor& dy) {
+void relu_square_backward_cpu(const at::Tensor& h, at::Tensor& dy) {
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, h.scalar_type(), "relu_square_backward", [&] {
     using V = Vectorized<acc_t<scalar_t>>;
     scalar_t* g = dy.data_ptr<scalar_t>();

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <vector>
 
-#include <ATen/ATen.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
 #include "cpu_helpers.h"
@@ -29,7 +29,7 @@ S lerp_one(S a, S b, S w) {
 
 // call f(T{}, XT{}) for the dtype pairs the fused step takes
 template <typename F>
-void with_muon_dtypes(const torch::Tensor& p, const torch::Tensor& X, const char* where, F f) {
+void with_muon_dtypes(const at::Tensor& p, const at::Tensor& X, const char* where, F f) {
   const auto pt = p.scalar_type(), xt = X.scalar_type();
   if (pt == at::kFloat && xt == at::kFloat) f(float{}, float{});
   else if (pt == at::kFloat && xt == at::kBFloat16) f(float{}, at::BFloat16{});
@@ -39,23 +39,23 @@ void with_muon_dtypes(const torch::Tensor& p, const torch::Tensor& X, const char
          c10::toString(pt), c10::toString(xt));
 }
 
-void check_matrix(const torch::Tensor& t, int64_t rows, int64_t cols, const char* name, const char* where) {
+void check_matrix(const at::Tensor& t, int64_t rows, int64_t cols, const char* name, const char* where) {
   if (!t.is_cpu() || !t.is_contiguous() || t.numel() != rows * cols)
     fail("%s: %s must be a contiguous CPU tensor of %lld x %lld", where, name, (long long)rows, (long long)cols);
 }
 
-void check_vector(const torch::Tensor& t, int64_t n, at::ScalarType dtype, const char* name, const char* where) {
+void check_vector(const at::Tensor& t, int64_t n, at::ScalarType dtype, const char* name, const char* where) {
   if (!t.is_cpu() || !t.is_contiguous() || t.numel() != n || t.scalar_type() != dtype)
     fail("%s: %s must be a contiguous CPU %s vector of %lld", where, name, c10::toString(dtype), (long long)n);
 }
 
 }  // namespace
 
-void muon_nesterov_cpu(const torch::Tensor& grad, torch::Tensor& buf, torch::Tensor& X, torch::Tensor& row_sumsq,
+void muon_nesterov_cpu(const at::Tensor& grad, at::Tensor& buf, at::Tensor& X, at::Tensor& row_sumsq,
                        double mu) {
   const char* where = "muon_nesterov_cpu";
   const int64_t rows = X.size(-2), cols = X.size(-1);
-  for (auto [t, name] : {std::pair<const torch::Tensor*, const char*>{&grad, "grad"}, {&buf, "buf"}, {&X, "X"}})
+  for (auto [t, name] : {std::pair<const at::Tensor*, const char*>{&grad, "grad"}, {&buf, "buf"}, {&X, "X"}})
     check_matrix(*t, rows, cols, name, where);
   if (grad.scalar_type() != buf.scalar_type()) fail("%s: grad and buf differ in dtype", where);
   check_vector(row_sumsq, rows, grad.scalar_type(), "row_sumsq", where);
@@ -96,7 +96,7 @@ void muon_nesterov_cpu(const torch::Tensor& grad, torch::Tensor& buf, torch::Ten
   });
 }
 
-void muon_scale_rows_cpu(torch::Tensor& X, const torch::Tensor& scale) {
+void muon_scale_rows_cpu(at::Tensor& X, const at::Tensor& scale) {
   const char* where = "muon_scale_rows_cpu";
   const int64_t rows = X.size(-2), cols = X.size(-1);
   check_matrix(X, rows, cols, "X", where);
@@ -120,7 +120,7 @@ void muon_scale_rows_cpu(torch::Tensor& X, const torch::Tensor& scale) {
   });
 }
 
-void muon_sumsq_cpu(const torch::Tensor& X, bool by_row, torch::Tensor& out) {
+void muon_sumsq_cpu(const at::Tensor& X, bool by_row, at::Tensor& out) {
   const char* where = "muon_sumsq_cpu";
   const int64_t rows = X.size(-2), cols = X.size(-1);
   check_matrix(X, rows, cols, "X", where);
@@ -159,7 +159,7 @@ void muon_sumsq_cpu(const torch::Tensor& X, bool by_row, torch::Tensor& out) {
   });
 }
 
-void muon_update_cpu(const torch::Tensor& X, torch::Tensor& p, const torch::Tensor& line_scale, bool by_row, double lr,
+void muon_update_cpu(const at::Tensor& X, at::Tensor& p, const at::Tensor& line_scale, bool by_row, double lr,
                      double lr_wd) {
   const char* where = "muon_update_cpu";
   const int64_t rows = X.size(-2), cols = X.size(-1);

@@ -1,8 +1,7 @@
 // defines: polar_express_cpu
 // The CPU kernel of polar_express.cpp (fp32): each matrix runs all its iterations on one thread,
 // the batch split across the threads, with single-threaded MKL GEMMs on data that stays in cache.
-#include <ATen/ATen.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
 #include <ATen/Parallel.h>
 
 #include <algorithm>
@@ -56,9 +55,9 @@ void polar_express_one(float* x, int64_t r, int64_t c, const std::vector<std::ar
 
 }  // namespace
 
-torch::Tensor polar_express_cpu(const torch::Tensor& X, const std::vector<std::array<double, 3>>& coeffs, int steps) {
+at::Tensor polar_express_cpu(const at::Tensor& X, const std::vector<std::array<double, 3>>& coeffs, int steps) {
   const int64_t r = X.size(1), c = X.size(2), n = std::min(r, c);
-  torch::Tensor out = X.clone(at::MemoryFormat::Contiguous);
+  at::Tensor out = X.clone(at::MemoryFormat::Contiguous);
   at::parallel_for(0, out.size(0), 1, [&](int64_t begin, int64_t end) {
     std::vector<float> a(n * n), b(n * n), y(r * c);  // scratch, per thread
     for (int64_t i = begin; i < end; i++)

@@ -2,8 +2,9 @@
 // The CPU kernel of residual_norm.cpp: h = a*x + b*y and rms_norm(h), one row at a time.
 #include <tuple>
 
-#include <ATen/ATen.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
@@ -14,7 +15,7 @@ namespace nanochat {
 namespace {
 
 template <typename T>
-const acc_t<T>* scalar_ptr(const torch::Tensor& t) {
+const acc_t<T>* scalar_ptr(const at::Tensor& t) {
   return t.defined() ? t.data_ptr<acc_t<T>>() : nullptr;
 }
 
@@ -23,13 +24,13 @@ const acc_t<T>* scalar_ptr(const torch::Tensor& t) {
 // Each row goes through fp32 scratch rows (as the other kernels): convert, the products and
 // the sum each rounded back through T as the eager ops round them, then the norm.
 // Returns (h, n, rstd).
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> residual_norm_forward_cpu(const torch::Tensor& x,
-                                                                                  const torch::Tensor& y,
-                                                                                  const torch::Tensor& a,
-                                                                                  const torch::Tensor& b, double eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> residual_norm_forward_cpu(const at::Tensor& x,
+                                                                                  const at::Tensor& y,
+                                                                                  const at::Tensor& a,
+                                                                                  const at::Tensor& b, double eps) {
   const int64_t R = x.size(0), D = x.size(1);
   check_rows(y, R, "residual_norm_forward_cpu: y");
-  torch::Tensor h = at::empty_like(x), n = at::empty_like(x),
+  at::Tensor h = at::empty_like(x), n = at::empty_like(x),
                 rstd = at::empty({R}, x.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "residual_norm_forward", [&] {
     using acc = acc_t<scalar_t>;
@@ -67,15 +68,15 @@ std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> residual_norm_forward_cp
 }
 
 // Returns (dx, dy, ga_rows, gb_rows).
-std::tuple<torch::Tensor, torch::Tensor, torch::Tensor, torch::Tensor> residual_norm_backward_cpu(
-    const torch::Tensor& dh, const torch::Tensor& dn, const torch::Tensor& h, const torch::Tensor& rstd,
-    const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& a, const torch::Tensor& b) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_norm_backward_cpu(
+    const at::Tensor& dh, const at::Tensor& dn, const at::Tensor& h, const at::Tensor& rstd,
+    const at::Tensor& x, const at::Tensor& y, const at::Tensor& a, const at::Tensor& b) {
   const int64_t R = h.size(0), D = h.size(1);
   check_rows(dh, R, "residual_norm_backward_cpu: dh");
   check_rows(dn, R, "residual_norm_backward_cpu: dn");
   const auto acc_options = h.options().dtype(h.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
-  torch::Tensor dx = at::empty_like(h), ga_rows, gb_rows;
-  torch::Tensor dy = a.defined() || b.defined() ? at::empty_like(h) : dx;  // one gradient serves both
+  at::Tensor dx = at::empty_like(h), ga_rows, gb_rows;
+  at::Tensor dy = a.defined() || b.defined() ? at::empty_like(h) : dx;  // one gradient serves both
   if (a.defined()) ga_rows = at::empty({R}, acc_options);
   if (b.defined()) gb_rows = at::empty({R}, acc_options);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, h.scalar_type(), "residual_norm_backward", [&] {

@@ -1,7 +1,8 @@
 // defines: rotary_norm_forward_cpu, rotary_norm_backward_cpu
 // The CPU kernel of rotary_norm.cpp: rotary then RMSNorm, one row at a time.
-#include <ATen/ATen.h>
-#include <torch/types.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 #include <ATen/Dispatch.h>
 #include <ATen/Parallel.h>
 
@@ -11,12 +12,12 @@
 namespace nanochat {
 
 // Rows of D = 2*half channels; row r sits at position (r / H) % T of the (B,T,H,D) tensor.
-std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cpu(const torch::Tensor& x, const torch::Tensor& cos,
-                                                                const torch::Tensor& sin, int64_t T, int64_t H,
+std::pair<at::Tensor, at::Tensor> rotary_norm_forward_cpu(const at::Tensor& x, const at::Tensor& cos,
+                                                                const at::Tensor& sin, int64_t T, int64_t H,
                                                                 double scale, double eps) {
   const int64_t R = x.size(0), D = x.size(1), half = D / 2;
-  torch::Tensor y = at::empty_like(x);
-  torch::Tensor rstd = at::empty({R}, x.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
+  at::Tensor y = at::empty_like(x);
+  at::Tensor rstd = at::empty({R}, x.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "rotary_norm_forward", [&] {
     using acc = acc_t<scalar_t>;
     const scalar_t* X = x.data_ptr<scalar_t>();
@@ -48,11 +49,11 @@ std::pair<torch::Tensor, torch::Tensor> rotary_norm_forward_cpu(const torch::Ten
 
 // n = y/scale (the normed row), dn = scale*dy: dr = rstd*(dn - n*mean(dn*n)), then the
 // rotation transposed: dx1 = dr1*c - dr2*s, dx2 = dr1*s + dr2*c
-torch::Tensor rotary_norm_backward_cpu(const torch::Tensor& dy, const torch::Tensor& y, const torch::Tensor& rstd,
-                                       const torch::Tensor& cos, const torch::Tensor& sin, int64_t T, int64_t H,
+at::Tensor rotary_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& y, const at::Tensor& rstd,
+                                       const at::Tensor& cos, const at::Tensor& sin, int64_t T, int64_t H,
                                        double scale) {
   const int64_t R = y.size(0), D = y.size(1), half = D / 2;
-  torch::Tensor dx = at::empty_like(y);
+  at::Tensor dx = at::empty_like(y);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, y.scalar_type(), "rotary_norm_backward", [&] {
     using acc = acc_t<scalar_t>;
     const scalar_t* DY = dy.data_ptr<scalar_t>();

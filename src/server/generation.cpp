@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <random>
 
-#include <torch/torch.h>
+#include <ATen/core/grad_mode.h>
 
 #include "nanochat/common/utf8_stream.h"
 

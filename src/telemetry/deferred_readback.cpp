@@ -2,6 +2,7 @@
 #include "nanochat/telemetry/deferred_readback.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <ATen/ops/empty.h>
 
 namespace nanochat {
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include <torch/torch.h>
+#include "nanochat/common/tensor.h"
 
 #include "nanochat/common/named_tensors.h"
 
@@ -36,8 +36,8 @@ void safetensors_check_savable(const std::string& path, const NamedTensors& tens
 SafetensorsFile safetensors_load(const std::string& path);
 
 // "F32", "BF16", ...; Error for a dtype safetensors cannot hold
-std::string safetensors_dtype_name(torch::Dtype dtype);
+std::string safetensors_dtype_name(at::ScalarType dtype);
 // false for an unknown name
-bool safetensors_dtype_from_name(const std::string& name, torch::Dtype& dtype);
+bool safetensors_dtype_from_name(const std::string& name, at::ScalarType& dtype);
 
 }  // namespace nanochat

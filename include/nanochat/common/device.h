@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 #include <vector>
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 namespace nanochat {
 

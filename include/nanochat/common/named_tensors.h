@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 namespace nanochat {
 

@@ -13,7 +13,7 @@ struct Compute {
   DistEnv env;
   std::string device_type;  // "cuda" or "cpu"
   torch::Device device{torch::kCPU};
-  torch::ScalarType dtype = torch::kFloat32;
+  torch::ScalarType dtype = torch::kFloat;
   int cpu_threads = 1;
   std::unique_ptr<Dist> dist;
   bool master() const { return env.rank == 0; }

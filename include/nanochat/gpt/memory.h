@@ -5,7 +5,7 @@
 #pragma once
 #include <cstdint>
 
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 #include "nanochat/gpt.h"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <c10/core/Event.h>
-#include <torch/types.h>
+#include "nanochat/common/tensor.h"
 
 namespace nanochat {
 
