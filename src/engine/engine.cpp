@@ -10,8 +10,8 @@
 #include <ATen/ATen.h>
 
 #include "engine/row_state.h"
-#include "nanochat/gpt.h"
 #include "nanochat/common/error.h"
+#include "nanochat/gpt.h"
 
 namespace nanochat {
 

@@ -47,10 +47,10 @@ torch::Tensor draw(const torch::Tensor& probs, const SampleBatch& b) {
 
 // nucleus: drop a token once the tokens before it already hold top_p of the mass (the most
 // likely token always stays); the draw renormalises what is left. Rows with top-p off have +inf.
-torch::Tensor keep_top_p(const torch::Tensor& probs, const SampleBatch& b, const torch::Device& device) {
+torch::Tensor keep_top_p(const torch::Tensor& probs, const SampleBatch& b) {
   if (!b.top_p_on) return probs;
   torch::Tensor mass_before = probs.cumsum(-1) - probs;
-  return probs.masked_fill(mass_before >= column(b.top_p, device), 0.0);
+  return probs.masked_fill(mass_before >= column(b.top_p, probs.device()), 0.0);
 }
 
 }  // namespace
@@ -91,7 +91,7 @@ std::vector<int64_t> engine_sample_rows(const torch::Tensor& logits, const std::
     torch::Tensor rows = long_tensor(b.rows, device);
     auto [vals, idx] = at::topk(logits.index_select(0, rows), K, -1);
     torch::Tensor probs = at::softmax(vals / column(b.temperature, device), -1);
-    fill(rows, idx.gather(1, draw(keep_top_p(probs, b, device), b)));
+    fill(rows, idx.gather(1, draw(keep_top_p(probs, b), b)));
   }
   torch::Tensor host = out.cpu();  // the one read-back
   const int64_t* p = host.data_ptr<int64_t>();

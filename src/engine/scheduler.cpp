@@ -304,6 +304,7 @@ struct Scheduler::Impl {
     std::map<Request*, std::vector<int64_t>> by_req;  // request -> its live slots, in row order
     for (int64_t b = 0; b < live; b++) by_req[slots[b].req].push_back(b);
     std::vector<SampleRequest> asks;
+    std::vector<Request*> asking;  // the request of each ask (cancel is read once: both loops agree)
     for (auto& [r, bs] : by_req) {
       std::sort(bs.begin(), bs.end(), [&](int64_t x, int64_t y) { return slots[x].row < slots[y].row; });
       if (r->cancel) {
@@ -311,10 +312,12 @@ struct Scheduler::Impl {
         continue;
       }
       asks.push_back({bs, r->opt.temperature, r->opt.top_k, r->opt.top_p, &r->rng});
+      asking.push_back(r);
     }
     const std::vector<int64_t> drawn = engine_sample_rows(logits, asks);
-    for (auto& [r, bs] : by_req) {
-      if (r->cancel) continue;
+    for (size_t k = 0; k < asks.size(); k++) {
+      Request* r = asking[k];
+      const std::vector<int64_t>& bs = asks[k].rows;
       std::vector<int64_t> mine(bs.size()), which(bs.size()), took;
       for (size_t i = 0; i < bs.size(); i++) mine[i] = drawn[bs[i]], which[i] = slots[bs[i]].row;
       torch::Tensor lg;  // the request's logits, for its log-probs
