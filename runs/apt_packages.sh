@@ -19,7 +19,9 @@ apt_install() {
   shift 2
   local missing=() p
   for p in "$@"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    # no `cmd | grep -q` here: under the callers' pipefail it fails when grep -q exits before
+    # cmd has written everything (cmd dies of SIGPIPE); plain grep reads all its input
+    [[ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" == *"install ok installed"* ]] || missing+=("$p")
   done
   if [ ${#missing[@]} -eq 0 ]; then
     echo "[$who] system packages present"
@@ -40,7 +42,7 @@ apt_install() {
   distro="$(. /etc/os-release 2>/dev/null && echo "${PRETTY_NAME:-}")"
   for p in "${missing[@]}"; do
     # a package apt knows with a version to install ("Candidate: (none)" or no entry: it has none)
-    if apt-cache policy "$p" 2>/dev/null | grep -q 'Candidate: [^(]'; then
+    if apt-cache policy "$p" 2>/dev/null | grep 'Candidate: [^(]' >/dev/null; then
       install+=("$p")
     elif [ "$required" = 1 ]; then
       echo "[$who] error: $p, needed to build nanochat, is not an apt package of ${distro:-this distribution} (docs/building.md)" >&2

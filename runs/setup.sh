@@ -114,7 +114,7 @@ fi
 WHEEL_CUDA="$(.venv/bin/python -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null || true)"
 if [ -n "$WHEEL_CUDA" ] && [ -z "${CUDACXX:-}" ]; then
   for d in /usr/local/cuda/bin "/usr/local/cuda-${WHEEL_CUDA%%.*}".*/bin; do
-    if [ -x "$d/nvcc" ] && "$d/nvcc" --version | grep -q "release ${WHEEL_CUDA%%.*}\."; then export CUDACXX="$d/nvcc"; break; fi
+    if [ -x "$d/nvcc" ] && "$d/nvcc" --version | grep "release ${WHEEL_CUDA%%.*}\." >/dev/null; then export CUDACXX="$d/nvcc"; break; fi
   done
 fi
 # without nvcc the build still works with the CUDA wheel: the fused ops' CUDA kernels are left

@@ -34,7 +34,11 @@ cat > "$tmp/bin/apt-cache" <<'SH'
 #!/bin/sh
 # apt-cache policy PKG: a candidate unless PKG is in FAKE_ABSENT (then nothing, as for a name apt does not know)
 case " ${FAKE_ABSENT:-} " in *" $2 "*) exit 0 ;; esac
-printf '%s:\n  Installed: (none)\n  Candidate: 1.0-1\n' "$2"
+printf '%s:\n  Installed: (none)\n  Candidate: 1.0-1\n  Version table:\n' "$2"
+# then a long version table, after a pause: a caller that stops reading at "Candidate" (grep -q
+# under pipefail) makes this die of SIGPIPE, as the real apt-cache does on a busy machine
+sleep 0.1
+yes '     1.0-1 500' | head -c 200000
 SH
 cat > "$tmp/bin/sudo" <<'SH'
 #!/bin/sh
@@ -94,7 +98,7 @@ expect "driver 470" "$out" "^\[setup\] error: NVIDIA driver 470.256.02 is older 
 # ---- apt: skip what the distribution lacks ------------------------------------------------------
 rm -f "$FAKE_APT_LOG"
 out=$(cd "$src" && env PATH="$tmp/bin:$PATH" FAKE_MISSING="chromium wamerican libgtest-dev" FAKE_ABSENT="chromium" \
-  bash -c 'source runs/apt_packages.sh; apt_install test 1 libgtest-dev && apt_install test 0 chromium wamerican' 2>&1)
+  bash -c 'set -euo pipefail; source runs/apt_packages.sh; apt_install test 1 libgtest-dev && apt_install test 0 chromium wamerican' 2>&1)
 rc=$?
 [ $rc = 0 ] || { echo "FAIL apt: exit $rc"; failures=$((failures + 1)); }
 expect "apt skip" "$out" "^\[test\] skipping chromium: not an apt package of .*snap.*the browser tests skip"
@@ -104,7 +108,7 @@ expect "apt install wamerican" "$log" "^apt-get install .* wamerican\$"
 expect_not "apt chromium" "$log" "install.*chromium"
 # a build need the distribution lacks: one line naming it, exit 1
 out=$(cd "$src" && env PATH="$tmp/bin:$PATH" FAKE_MISSING="libgloo-dev" FAKE_ABSENT="libgloo-dev" \
-  bash -c 'source runs/apt_packages.sh; apt_install setup 1 cmake libgloo-dev' 2>&1)
+  bash -c 'set -euo pipefail; source runs/apt_packages.sh; apt_install setup 1 cmake libgloo-dev' 2>&1)
 rc=$?
 [ $rc = 1 ] || { echo "FAIL apt missing build need: exit $rc, want 1"; failures=$((failures + 1)); }
 expect "apt build need" "$out" "^\[setup\] error: libgloo-dev, needed to build nanochat, is not an apt package"
