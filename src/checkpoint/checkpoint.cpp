@@ -450,7 +450,7 @@ void checkpoint_strip_compile_prefix(NamedTensors& tensors) {
 
 void checkpoint_cast_bf16_to_f32(NamedTensors& tensors) {
   for (auto& [name, t] : tensors)
-    if (t.scalar_type() == torch::kBFloat16) t = t.to(torch::kFloat32);
+    if (t.scalar_type() == torch::kBFloat16) t = t.to(at::kFloat);
 }
 
 void checkpoint_patch_config(nlohmann::ordered_json& model_config) {

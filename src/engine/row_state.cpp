@@ -95,7 +95,7 @@ TokenColumn engine_column_step(std::vector<RowState>& rows, const std::vector<in
   if (opt.logprobs) {
     // log p(token) under the model: log-softmax of the raw logits at the token taken
     torch::Tensor idx = torch::tensor(took, torch::kLong).view({B, 1}).to(logits.device());
-    torch::Tensor lp = at::log_softmax(logits, -1).gather(1, idx).view({-1}).to(torch::kFloat32).cpu().contiguous();
+    torch::Tensor lp = at::log_softmax(logits, -1).gather(1, idx).view({-1}).to(at::kFloat).cpu().contiguous();
     const float* lp_ptr = lp.data_ptr<float>();
     col.logprobs.assign(N, 0.0f);
     for (int64_t b = 0; b < B; b++) {

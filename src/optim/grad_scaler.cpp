@@ -14,9 +14,9 @@ namespace nanochat {
 GradScaler::GradScaler(torch::Device device, double init_scale, double growth_factor, double backoff_factor,
                        int64_t growth_interval)
     : growth_factor_(growth_factor), backoff_factor_(backoff_factor), growth_interval_(growth_interval) {
-  auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
+  auto f32 = torch::TensorOptions().dtype(at::kFloat).device(device);
   scale_ = at::full({1}, init_scale, f32);
-  growth_tracker_ = at::zeros({1}, f32.dtype(torch::kInt32));
+  growth_tracker_ = at::zeros({1}, f32.dtype(at::kInt));
   found_inf_ = at::zeros({1}, f32);
 }
 
