@@ -379,7 +379,9 @@ TEST(ExecutionEscape, FilesOutsideTheTempDirCannotBeChanged) {
       isolation = r.isolation;
       if (!(r.isolation & kWritesConfined)) break;
       EXPECT_FALSE(r.success) << code;
-      EXPECT_TRUE(r.error.find("PermissionError") != std::string::npos || r.error.find("OSError") != std::string::npos)
+      // a victim under /tmp (a build folder there) is not even visible: the sandbox's /tmp is its own
+      const bool hidden = std::string(cwd).rfind("/tmp/", 0) == 0 && r.error.find("FileNotFoundError") != std::string::npos;
+      EXPECT_TRUE(r.error.find("PermissionError") != std::string::npos || r.error.find("OSError") != std::string::npos || hidden)
           << code << " -> " << r.error;
       EXPECT_TRUE(v.intact()) << code;
       EXPECT_FALSE(path_exists(v.dir + "/new.txt")) << code;
