@@ -144,11 +144,11 @@ TEST(GptMemory, PartsByHandForOneSmallConfig) {
 
   // FP8: the six block matrices as 1-byte weights (ve_gate still cast to bf16); per token and
   // layer 10 bf16 vectors (no norms; relu's 4C output instead of the pre-activation) + layer
-  // 1's block input, the fp8 inputs 3C (q, k, v) + C (attn c_proj) + C (c_fc) + 4C (mlp c_proj),
-  // and layer 1's norm that ve_gate reads
+  // 1's block input, the fp8 inputs C (q, k and v share theirs) + C (attn c_proj) + C (c_fc) +
+  // 4C (mlp c_proj), and layer 1's norm that ve_gate reads
   TrainMemory f = gpt_train_memory(c, 4, torch::kBFloat16, 2, /*fp8=*/true);
   EXPECT_EQ(f.weight_copies, 2 * 196608 + 24 * 2);
-  EXPECT_EQ(f.activations, 256 * (2 * 10 * 128 * 2 + 128 * 2 + 2 * 4 * 8 + (128 + 4) * 2 + 1034 + 2 * 9 * 128 + 128 * 2));
+  EXPECT_EQ(f.activations, 256 * (2 * 10 * 128 * 2 + 128 * 2 + 2 * 4 * 8 + (128 + 4) * 2 + 1034 + 2 * 7 * 128 + 128 * 2));
   EXPECT_EQ(f.weights, m.weights);
   EXPECT_EQ(f.optimizer, m.optimizer);
 }

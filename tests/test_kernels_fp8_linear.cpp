@@ -51,6 +51,57 @@ TEST(Fp8Linear, ForwardAndGradientsEqualTheQuantizeDequantizeEmulation) {
   EXPECT_FALSE(close(out.view({-1, 256}).detach(), torch::mm(x.view({-1, 128}), w.detach().t())));
 }
 
+// q, k and v through one quantized input: each output has the bits of its own fp8 linear, each
+// weight's gradient too, and x's gradient is their x-gradients summed in the weights' order
+TEST(Fp8Linear, SharedInputGivesWhatEachLinearGivesAlone) {
+  torch::manual_seed(13);
+  Tensor x = torch::randn({2, 16, 128});
+  std::vector<Tensor> ws, gos;
+  for (int64_t out : {128, 64, 64}) {
+    ws.push_back((torch::randn({out, 128}) * 0.05).requires_grad_(true));
+    gos.push_back(torch::randn({2, 16, out}) * 1e-3);
+  }
+  Tensor xs = x.clone().requires_grad_(true);
+  std::vector<Tensor> shared = kernels_fp8_linear_shared(xs, ws);
+  ASSERT_EQ(shared.size(), 3u);
+  torch::autograd::backward(shared, gos);
+  Tensor grad_x_sum;
+  for (size_t i = 0; i < ws.size(); i++) {
+    Tensor xi = x.clone().requires_grad_(true), wi = ws[i].detach().clone().requires_grad_(true);
+    Tensor alone = kernels_fp8_linear(xi, wi);
+    alone.backward(gos[i]);
+    EXPECT_TRUE(torch::equal(shared[i].detach(), alone.detach())) << "output " << i;
+    EXPECT_TRUE(torch::equal(ws[i].grad(), wi.grad())) << "weight gradient " << i;
+    grad_x_sum = i == 0 ? xi.grad() : grad_x_sum + xi.grad();
+  }
+  EXPECT_TRUE(torch::equal(xs.grad(), grad_x_sum));
+  // an output left out of the loss gives its weight no gradient and x none of its term
+  Tensor xo = x.clone().requires_grad_(true);
+  std::vector<Tensor> ws2;
+  for (const Tensor& w : ws) ws2.push_back(w.detach().clone().requires_grad_(true));
+  kernels_fp8_linear_shared(xo, ws2)[1].backward(gos[1]);
+  Tensor x1 = x.clone().requires_grad_(true);
+  kernels_fp8_linear(x1, ws[1].detach()).backward(gos[1]);
+  EXPECT_TRUE(torch::equal(xo.grad(), x1.grad()));
+  EXPECT_FALSE(ws2[0].grad().defined() && ws2[0].grad().abs().sum().item<double>() > 0);
+  EXPECT_TRUE(ws2[1].grad().defined());
+}
+
+// the transposed copy is the transpose of the quantized tensor, bit for bit
+TEST(Fp8Linear, QuantizeTransposedIsTheTransposeOfTheQuantized) {
+  torch::manual_seed(17);
+  Tensor x = torch::randn({37, 29}) * 3;
+  for (auto fp8 : {torch::kFloat8_e4m3fn, torch::kFloat8_e5m2}) {
+    auto [q, inv] = kernels_fp8_quantize(x, fp8);
+    Fp8Quantized t = kernels_fp8_quantize_transposed(x, fp8);
+    EXPECT_TRUE(torch::equal(t.q.to(torch::kFloat), q.to(torch::kFloat)));
+    EXPECT_TRUE(torch::equal(t.q_t.to(torch::kFloat), q.t().to(torch::kFloat)));
+    EXPECT_TRUE(t.q_t.is_contiguous());
+    EXPECT_TRUE(torch::equal(t.inv, inv));
+  }
+  EXPECT_THROW(kernels_fp8_quantize_transposed(torch::randn({2, 3, 4}), torch::kFloat8_e4m3fn), std::exception);
+}
+
 // on CUDA: LibTorch's _scaled_mm (cuBLASLt; fast accumulation and a bf16 output in forward)
 // against the same emulation, as base-train runs it (bf16 activations, fp32 master weight);
 // below compute capability 8.9 turning FP8 on is a clear error instead

@@ -2,7 +2,8 @@
 //          kernels_rotary_norm, kernels_linear_softcap_ce_reference, kernels_linear_softcap_ce_mean_reference,
 //          kernels_mlp_relu_square_reference, kernels_rotary_norm_reference,
 //          kernels_residual_norm, kernels_residual_norm_reference,
-//          kernels_fp8_linear, kernels_fp8_linear_reference, kernels_fp8_quantize, kernels_fp8_mm,
+//          kernels_fp8_linear, kernels_fp8_linear_reference, kernels_fp8_linear_shared, kernels_fp8_quantize,
+//          Fp8Quantized, kernels_fp8_quantize_transposed, kernels_fp8_mm,
 //          kernels_adamw_step, kernels_adamw_step_reference,
 //          kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish, kernels_muon_finish_reference,
 //          kernels_attention_available, kernels_attention, kernels_attention_reference,
@@ -120,9 +121,18 @@ torch::Tensor kernels_attention_reference(const torch::Tensor& q, const torch::T
 // through its fp8 format and back, the products in fp32, through autograd of ATen ops.
 torch::Tensor kernels_fp8_linear(const torch::Tensor& x, const torch::Tensor& weight);
 torch::Tensor kernels_fp8_linear_reference(const torch::Tensor& x, const torch::Tensor& weight);
+// x through several weights (q, k and v): one output each, as kernels_fp8_linear of each, with
+// x quantized once; x's gradient sums the weights' terms in their order
+std::vector<torch::Tensor> kernels_fp8_linear_shared(const torch::Tensor& x, const std::vector<torch::Tensor>& weights);
 // (x quantized to `fp8`, 1/scale) with scale = fp8_max / max|x| (fp32; 448 for e4m3fn,
 // 57344 for e5m2), values clamped to +-fp8_max
 std::pair<torch::Tensor, torch::Tensor> kernels_fp8_quantize(const torch::Tensor& x, at::ScalarType fp8);
+// the same of a 2-D x, with q_t = q^T contiguous: the column-major operand _scaled_mm wants in
+// backward (on a GPU written by the quantising pass itself)
+struct Fp8Quantized {
+  torch::Tensor q, q_t, inv;
+};
+Fp8Quantized kernels_fp8_quantize_transposed(const torch::Tensor& x, at::ScalarType fp8);
 // (a8 @ b8) * a_inv * b_inv in out_dtype: at::_scaled_mm on CUDA (b8 column-major), the same
 // products through an fp32 GEMM on the CPU
 torch::Tensor kernels_fp8_mm(const torch::Tensor& a8, const torch::Tensor& b8, const torch::Tensor& a_inv,

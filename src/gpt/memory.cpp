@@ -40,8 +40,9 @@
 // FP8 (every block matrix eligible: gpt_fp8_eligible): each fp8 Linear keeps its input and
 // weight quantized (1 byte each) instead of the compute-dtype input and weight copy; the
 // normed inputs are then kept only where ve_gate reads them, the MLP runs unfused and keeps
-// relu's 4C output in e besides its fp8 copy. Per token and layer that is 8C + H*hd bytes of
-// fp8 inputs, and 2C + 2kv + 2H*hd + 4C vectors in e (+ C on value-embedding layers).
+// relu's 4C output in e besides its fp8 copy. q, k and v keep their shared input once
+// (kernels_fp8_linear_shared). Per token and layer that is 6C + H*hd bytes of fp8 inputs, and
+// 2C + 2kv + 2H*hd + 4C vectors in e (+ C on value-embedding layers).
 // Left out: cuBLAS/NCCL workspaces and the caching allocator's fragmentation; the fit below
 // leaves 10% of the budget for them.
 #include "nanochat/gpt/memory.h"
@@ -119,7 +120,7 @@ TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torc
   const int64_t layer_vectors = f8 ? 2 * C + 2 * kv + 2 * q + 4 * C : 4 * C + 2 * kv + 2 * q + 4 * C;
   int64_t per_token = 0;
   per_token += L * layer_vectors * e + (L - 1) * C * e;  // + the block inputs of layers 1..L-1
-  if (f8) per_token += L * (8 * C + q) + n_ve * C * e;  // fp8 inputs; the norm ve_gate reads
+  if (f8) per_token += L * (6 * C + q) + n_ve * C * e;  // fp8 inputs; the norm ve_gate reads
   per_token += L * 4 * (2 + 2 * H + Hkv);                // rstd x2, q rstd, lse; k rstd
   per_token += n_ve * (kv + 2 * Hkv) * e;
   per_token += 4 * C * e + 4 + 3 * e;                    // embedding, norm, x0, final residual; rstd; smear

@@ -41,9 +41,16 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const tor
                                                const torch::Tensor& cos, const torch::Tensor& sin,
                                                int64_t window, KVCache* kv_cache) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
-  torch::Tensor q = c_q(x).view({B, T, n_head, head_dim});
-  torch::Tensor k = c_k(x).view({B, T, n_kv_head, head_dim});
-  torch::Tensor v = c_v(x).view({B, T, n_kv_head, head_dim});
+  torch::Tensor q, k, v;
+  if (c_q->fp8 && c_k->fp8 && c_v->fp8) {  // their shared input quantized once
+    auto qkv = kernels_fp8_linear_shared(x, {c_q->weight, c_k->weight, c_v->weight});
+    q = qkv[0], k = qkv[1], v = qkv[2];
+  } else {
+    q = c_q(x), k = c_k(x), v = c_v(x);
+  }
+  q = q.view({B, T, n_head, head_dim});
+  k = k.view({B, T, n_kv_head, head_dim});
+  v = v.view({B, T, n_kv_head, head_dim});
   if (ve.defined()) {  // value residual: v += 3*sigmoid(gate(x[..., :12])) * ve, per kv head
     torch::Tensor gate = 3 * at::sigmoid(ve_gate(x.narrow(-1, 0, kVeGateChannels)));  // (B,T,Hkv)
     v = v + gate.unsqueeze(-1) * ve.view({B, T, n_kv_head, head_dim});

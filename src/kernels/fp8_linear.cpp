@@ -1,10 +1,14 @@
-// defines: kernels_fp8_linear, kernels_fp8_quantize, kernels_fp8_mm
+// defines: kernels_fp8_linear, kernels_fp8_linear_shared, kernels_fp8_linear_reference, kernels_fp8_quantize,
+//          kernels_fp8_quantize_transposed, kernels_fp8_mm
 // FP8 training's linear layer, as upstream fp8.py's Float8Linear (tensorwise recipe):
 // forward quantizes the input and the weight to e4m3 with one dynamic scale per tensor and
 // multiplies them with at::_scaled_mm (fast accumulation); backward quantizes the output's
 // gradient to e5m2 (wider range, for gradients) and runs two more scaled matmuls for the
 // input's and the weight's gradients. Only the fp8 tensors and their scales are kept for
-// backward. The master weight stays fp32 and gets an fp32 gradient.
+// backward, as the transposed copies its column-major operands need (written by the quantising
+// pass on a GPU). The master weight stays fp32 and gets an fp32 gradient. q, k and v share one
+// input: kernels_fp8_linear_shared quantizes it once for all three (upstream quantizes it per
+// Linear: the same bits three times).
 #include "nanochat/kernels.h"
 
 #include <algorithm>
@@ -24,13 +28,10 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
-// _scaled_mm wants its second operand column-major
-Tensor column_major(const Tensor& t) { return t.t().contiguous().t(); }
-
 }  // namespace
 
 #ifdef NANOCHAT_CUDA_KERNELS
-std::pair<Tensor, Tensor> fp8_quantize_cuda(const Tensor& x, at::ScalarType fp8);  // fp8_linear.cu
+std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cuda(const Tensor& x, at::ScalarType fp8, bool transposed);  // fp8_linear.cu
 #endif
 
 // LibTorch's CPU _scaled_mm is a plain reference loop (~20 MFLOP/s here): on the CPU the fp8
@@ -45,25 +46,47 @@ Tensor kernels_fp8_mm(const Tensor& a8, const Tensor& b8, const Tensor& a_inv, c
 
 namespace {
 
+// x (N, in) in the compute dtype through each fp32 master weight (out_i, in): one output per
+// weight, x quantized once. _scaled_mm wants its second operand column-major: forward reads
+// w8 (out, in) row-major as w8^T; backward reads the transposed copies x8^T and w8^T.
 struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
-  // x (N, in) in the compute dtype, weight (out, in) the fp32 master
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight) {
-    auto [x8, x_inv] = kernels_fp8_quantize(x, at::kFloat8_e4m3fn);
-    auto [w8, w_inv] = kernels_fp8_quantize(weight, at::kFloat8_e4m3fn);
-    Tensor out = kernels_fp8_mm(x8, w8.t(), x_inv, w_inv, x.scalar_type(), /*use_fast_accum=*/true);
-    ctx->save_for_backward({x8, x_inv, w8, w_inv});
-    ctx->saved_data["weight_dtype"] = (int64_t)weight.scalar_type();
-    return out;
+  // (weights must reach apply() as an at::TensorList: autograd counts its tensors as inputs,
+  // where a std::vector would be one non-tensor argument)
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, at::TensorList weights) {
+    const Fp8Quantized xq = kernels_fp8_quantize_transposed(x, at::kFloat8_e4m3fn);
+    variable_list outs, saved = {xq.q_t, xq.inv};
+    for (const Tensor& weight : weights) {
+      const Fp8Quantized wq = kernels_fp8_quantize_transposed(weight, at::kFloat8_e4m3fn);
+      outs.push_back(kernels_fp8_mm(xq.q, wq.q.t(), xq.inv, wq.inv, x.scalar_type(), /*use_fast_accum=*/true));
+      saved.insert(saved.end(), {wq.q_t, wq.inv});
+    }
+    ctx->save_for_backward(saved);
+    ctx->set_materialize_grads(false);  // an output the loss does not use: no zeros to quantize
+    ctx->saved_data["weight_dtype"] = (int64_t)weights[0].scalar_type();  // the masters share one
+    return outs;
   }
 
+  // grad_x sums the weights' terms in their order, in the compute dtype, as autograd sums the
+  // three Linears' (the order of a sum of rounded terms matters in the last bits)
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto saved = ctx->get_saved_variables();
-    const Tensor &x8 = saved[0], &x_inv = saved[1], &w8 = saved[2], &w_inv = saved[3];
-    const Tensor& go = grads[0];
-    auto [g8, g_inv] = kernels_fp8_quantize(go.contiguous(), at::kFloat8_e5m2);
-    Tensor grad_x = kernels_fp8_mm(g8, column_major(w8), g_inv, w_inv, go.scalar_type(), false);
-    Tensor grad_w = kernels_fp8_mm(g8.t().contiguous(), column_major(x8), g_inv, x_inv, at::kFloat, false);
-    return {grad_x, grad_w.to((at::ScalarType)ctx->saved_data["weight_dtype"].toInt())};
+    const auto saved = ctx->get_saved_variables();
+    const Tensor &x8_t = saved[0], &x_inv = saved[1];
+    const auto weight_dtype = (at::ScalarType)ctx->saved_data["weight_dtype"].toInt();
+    Tensor grad_x;
+    variable_list out = {Tensor()};
+    for (size_t i = 0; i < grads.size(); i++) {
+      const Tensor &w8_t = saved[2 + 2 * i], &w_inv = saved[3 + 2 * i];
+      if (!grads[i].defined()) {  // this output was not used
+        out.push_back(Tensor());
+        continue;
+      }
+      const Fp8Quantized gq = kernels_fp8_quantize_transposed(grads[i].contiguous(), at::kFloat8_e5m2);
+      const Tensor term = kernels_fp8_mm(gq.q, w8_t.t(), gq.inv, w_inv, grads[i].scalar_type(), false);
+      grad_x = grad_x.defined() ? grad_x + term : term;
+      out.push_back(kernels_fp8_mm(gq.q_t, x8_t.t(), gq.inv, x_inv, at::kFloat, false).to(weight_dtype));
+    }
+    out[0] = grad_x;
+    return out;
   }
 };
 
@@ -88,11 +111,26 @@ std::pair<Tensor, Tensor> kernels_fp8_quantize(const Tensor& x, at::ScalarType f
   const auto t = x.scalar_type();
   if (x.is_cuda() && x.is_contiguous() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) &&
       kernels_use_fused("fp8_quantize", x)) {
-    auto [q, inv] = fp8_quantize_cuda(x, fp8);
+    auto [q, q_t, inv] = fp8_quantize_cuda(x, fp8, /*transposed=*/false);
     return {q, kernels_fault("fp8_quantize", inv)};
   }
 #endif
   return fp8_quantize_reference(x, fp8);
+}
+
+Fp8Quantized kernels_fp8_quantize_transposed(const Tensor& x, at::ScalarType fp8) {
+  if (x.dim() != 2) fail("fp8 quantize: the transposed copy is of a 2-D tensor (got %lld dims)", (long long)x.dim());
+#ifdef NANOCHAT_CUDA_KERNELS
+  // the same two passes, the cast writing the transpose too
+  const auto t = x.scalar_type();
+  if (x.is_cuda() && x.is_contiguous() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) &&
+      kernels_use_fused("fp8_quantize", x)) {
+    auto [q, q_t, inv] = fp8_quantize_cuda(x, fp8, /*transposed=*/true);
+    return {q, q_t, kernels_fault("fp8_quantize", inv)};
+  }
+#endif
+  auto [q, inv] = fp8_quantize_reference(x, fp8);
+  return {q, q.t().contiguous(), inv};
 }
 
 namespace {
@@ -122,51 +160,80 @@ struct Fp8LinearEmulation : public torch::autograd::Function<Fp8LinearEmulation>
   }
 };
 
-// x (..., in) as (N, in) rows and back, with the shapes checked
+// x (..., in) as (N, in) rows through each weight (out_i, in), each output back to (..., out_i),
+// the shapes checked
 template <typename F>
-Tensor on_rows(const Tensor& x, const Tensor& weight, F&& linear) {
-  const int64_t in = weight.size(1), out = weight.size(0);
-  if (x.size(-1) != in || in % 16 != 0 || out % 16 != 0)
-    fail("fp8 linear: dimensions must be multiples of 16 (got %lld x %lld)", (long long)out, (long long)in);
-  std::vector<int64_t> shape = x.sizes().vec();
-  shape.back() = out;
-  return linear(x.reshape({-1, in}).contiguous()).view(shape);
+std::vector<Tensor> on_rows(const Tensor& x, const std::vector<Tensor>& weights, F&& linear) {
+  const int64_t in = x.size(-1);
+  for (const Tensor& w : weights)
+    if (w.size(1) != in || in % 16 != 0 || w.size(0) % 16 != 0)
+      fail("fp8 linear: dimensions must be multiples of 16 and match the input's %lld (got %lld x %lld)",
+           (long long)in, (long long)w.size(0), (long long)w.size(1));
+  std::vector<Tensor> outs = linear(x.reshape({-1, in}).contiguous());
+  for (size_t i = 0; i < outs.size(); i++) {
+    std::vector<int64_t> shape = x.sizes().vec();
+    shape.back() = weights[i].size(0);
+    outs[i] = outs[i].view(shape);
+  }
+  return outs;
+}
+
+std::vector<Tensor> fp8_linear_emulation(const Tensor& x, const std::vector<Tensor>& weights) {
+  return on_rows(x, weights, [&](const Tensor& rows) {
+    std::vector<Tensor> outs;
+    for (const Tensor& w : weights) outs.push_back(Fp8LinearEmulation::apply(rows, w));
+    return outs;
+  });
 }
 
 }  // namespace
 
-Tensor kernels_fp8_linear_reference(const Tensor& x, const Tensor& weight) {
-  return on_rows(x, weight, [&](const Tensor& rows) { return Fp8LinearEmulation::apply(rows, weight); });
+std::vector<Tensor> kernels_fp8_linear_shared(const Tensor& x, const std::vector<Tensor>& weights) {
+  // on a GPU _scaled_mm is all it takes: no CUDA kernels of ours, so no nvcc in the build
+  if (!kernels_use_fused_aten_on_cuda("fp8_linear", x)) return fp8_linear_emulation(x, weights);
+  std::vector<Tensor> outs = on_rows(x, weights, [&](const Tensor& rows) { return Fp8Linear::apply(rows, at::TensorList(weights)); });
+  for (Tensor& o : outs) o = kernels_fault("fp8_linear", o);
+  return outs;
 }
 
-Tensor kernels_fp8_linear(const Tensor& x, const Tensor& weight) {
-  // on a GPU _scaled_mm is all it takes: no CUDA kernels of ours, so no nvcc in the build
-  if (!kernels_use_fused_aten_on_cuda("fp8_linear", x)) return kernels_fp8_linear_reference(x, weight);
-  return kernels_fault("fp8_linear",
-                       on_rows(x, weight, [&](const Tensor& rows) { return Fp8Linear::apply(rows, weight); }));
+Tensor kernels_fp8_linear_reference(const Tensor& x, const Tensor& weight) {
+  return fp8_linear_emulation(x, {weight})[0];
 }
+
+Tensor kernels_fp8_linear(const Tensor& x, const Tensor& weight) { return kernels_fp8_linear_shared(x, {weight})[0]; }
 
 namespace {
 
-// the self-check: (2, 16, 32) rows through a (48, 32) fp32 master weight (on a GPU also one d24
-// sequence through the MLP's (6144, 1536)); _scaled_mm needs a GPU
-// of compute capability 8.9 or more, below that FP8 training is refused before it starts
+// the self-check: (2, 16, 32) rows through a (48, 32) and a (16, 32) fp32 master weight sharing
+// the input, as q and k do (on a GPU also one d24 sequence through the MLP's (6144, 1536));
+// _scaled_mm needs a GPU of compute capability 8.9 or more, below that FP8 training is refused
+// before it starts
 std::vector<Tensor> fp8_linear_check(at::Device device, at::ScalarType dtype, bool fused) {
   if (dtype == at::kDouble) return {};
   if (device.is_cuda()) {
     auto infos = cuda_device_infos(device.index(), /*with_memory=*/false);
     if (infos.empty() || infos[0].major * 10 + infos[0].minor < 89) return {};
   }
-  std::vector<std::array<int64_t, 4>> shapes = {{2, 16, 32, 48}};  // B, T, in, out
-  if (kernels_check_real_shapes(device)) shapes.push_back({1, d24::seq_len, d24::n_embd, d24::mlp_hidden});
+  struct Shape {
+    int64_t B, T, in;
+    std::vector<int64_t> features;  // one weight each, sharing the input
+  };
+  std::vector<Shape> shapes = {{2, 16, 32, {48, 16}}};
+  if (kernels_check_real_shapes(device)) shapes.push_back({1, d24::seq_len, d24::n_embd, {d24::mlp_hidden}});
   std::vector<Tensor> out;
-  for (auto [B, T, in, features] : shapes) {
+  for (const Shape& s : shapes) {
     auto gen = at::make_generator<at::CPUGeneratorImpl>(23);
-    Tensor x = at::randn({B, T, in}, gen).to(device, dtype).requires_grad_();
-    Tensor w = (at::randn({features, in}, gen) * 0.05).to(device).requires_grad_();
-    Tensor y = fused ? kernels_fp8_linear(x, w) : kernels_fp8_linear_reference(x, w);
-    auto grads = torch::autograd::grad({y}, {x, w}, {(at::randn({B, T, features}, gen) * 1e-3).to(device, dtype)});
-    out.insert(out.end(), {y, grads[0], grads[1]});
+    Tensor x = at::randn({s.B, s.T, s.in}, gen).to(device, dtype).requires_grad_();
+    std::vector<Tensor> ws, ys, gos;
+    for (int64_t f : s.features) ws.push_back((at::randn({f, s.in}, gen) * 0.05).to(device).requires_grad_());
+    if (fused) ys = kernels_fp8_linear_shared(x, ws);
+    else for (const Tensor& w : ws) ys.push_back(kernels_fp8_linear_reference(x, w));
+    for (int64_t f : s.features) gos.push_back((at::randn({s.B, s.T, f}, gen) * 1e-3).to(device, dtype));
+    std::vector<Tensor> wrt = {x};
+    wrt.insert(wrt.end(), ws.begin(), ws.end());
+    auto grads = torch::autograd::grad(ys, wrt, gos);
+    out.insert(out.end(), ys.begin(), ys.end());
+    out.insert(out.end(), grads.begin(), grads.end());
   }
   return out;
 }
@@ -182,7 +249,8 @@ const bool registered =
     kernels_register_check({"fp8_linear", fp8_linear_check, fp8_linear_tolerance, /*cuda_without_nvcc=*/true});
 
 // the quantisation kernel (CUDA only): e4m3 and e5m2 of a ragged (37, 29) tensor and of d24's
-// activations (2048, 1536), bits and 1/scale against the reference's (the same roundings: exact)
+// activations (2048, 1536), alone and with the transposed copy: bits and 1/scale against the
+// reference's (the same roundings: exact)
 std::vector<Tensor> fp8_quantize_check(at::Device device, at::ScalarType dtype, bool fused) {
   if (!device.is_cuda() || dtype == at::kDouble) return {};
   std::vector<Tensor> out;
@@ -192,6 +260,12 @@ std::vector<Tensor> fp8_quantize_check(at::Device device, at::ScalarType dtype, 
     for (at::ScalarType fp8 : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
       auto [q, inv] = fused ? kernels_fp8_quantize(x, fp8) : fp8_quantize_reference(x, fp8);
       out.insert(out.end(), {q.to(at::kFloat), inv});
+      if (fused) {
+        const Fp8Quantized t = kernels_fp8_quantize_transposed(x, fp8);
+        out.insert(out.end(), {t.q.to(at::kFloat), t.q_t.to(at::kFloat), t.inv});
+      } else {
+        out.insert(out.end(), {q.to(at::kFloat), q.t().contiguous().to(at::kFloat), inv});
+      }
     }
   }
   return out;

@@ -1,14 +1,16 @@
 // defines: fp8_quantize_cuda
 // The CUDA kernel of fp8_linear.cpp's quantisation: amax, the scale and the scaled, clamped cast
 // to e4m3 or e5m2 in two passes over x (ATen's composition takes six: abs, max, cast, scale,
-// clamp, cast). The bits are those of the composition (fp8_quantize_reference): the scale is
-// fp8_max / max(amax, 1e-12) in double, rounded to fp32, each value is x * scale in fp32, clamped
-// (a NaN stays a NaN) and rounded to nearest even. Untested on GPU.
+// clamp, cast), the second also writing the transposed copy (cols, rows) that the backward's
+// _scaled_mm reads column-major (ATen: one more pass). The bits are those of the composition
+// (fp8_quantize_reference): the scale is fp8_max / max(amax, 1e-12) in double, rounded to fp32,
+// each value is x * scale in fp32, clamped (a NaN stays a NaN) and rounded to nearest even.
+// Untested on GPU.
 #include "cuda_helpers.cuh"
 
 #include <cuda_fp8.h>
 
-#include <utility>
+#include <tuple>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -40,48 +42,99 @@ __global__ void fp8_amax_kernel(const T* __restrict__ x, int64_t n, int* amax_bi
   }
 }
 
+// the scale from amax: fp8_max / max(amax, 1e-12) in double, rounded to fp32
+__device__ __forceinline__ float fp8_scale(const int* amax_bits, double fp8_max) {
+  const double amax = (double)__int_as_float(*amax_bits);
+  return (float)(fp8_max / (amax > 1e-12 || isnan(amax) ? amax : 1e-12));
+}
+
+template <typename T>
+__device__ __forceinline__ __nv_fp8_storage_t fp8_cast(T x, float scale, float lim, __nv_fp8_interpretation_t kind) {
+  float v = to_f32(x) * scale;
+  v = v < -lim ? -lim : (v > lim ? lim : v);  // as at::clamp: a NaN stays a NaN
+  return __nv_cvt_float_to_fp8(v, __NV_SATFINITE, kind);
+}
+
 // pass 2: q = fp8(clamp(x * scale)), and 1/scale
 template <typename T>
 __global__ void fp8_cast_kernel(const T* __restrict__ x, int64_t n, const int* amax_bits, double fp8_max,
                                 __nv_fp8_interpretation_t kind, __nv_fp8_storage_t* __restrict__ q,
                                 float* __restrict__ inv_scale) {
-  const double amax = (double)__int_as_float(*amax_bits);
-  const float scale = (float)(fp8_max / (amax > 1e-12 || isnan(amax) ? amax : 1e-12));
-  const float lim = (float)fp8_max;
+  const float scale = fp8_scale(amax_bits, fp8_max), lim = (float)fp8_max;
   if (blockIdx.x == 0 && threadIdx.x == 0) *inv_scale = 1.0f / scale;
-  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
-    float v = to_f32(x[i]) * scale;
-    v = v < -lim ? -lim : (v > lim ? lim : v);  // as at::clamp: a NaN stays a NaN
-    q[i] = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, kind);
+  for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+    q[i] = fp8_cast(x[i], scale, lim, kind);
+}
+
+// pass 2 with the transpose: one 32 x 32 tile of x (rows, cols) per block of 32 x 8 threads,
+// read and written to q along rows, then through shared memory written to q_t (cols, rows) along
+// its rows, so both stores are coalesced. Row tiles on grid x (up to 2^31 - 1), column tiles on
+// grid y (65535 tiles: 2M columns).
+constexpr int kTile = 32, kTileRows = 8;
+template <typename T>
+__global__ void fp8_cast_transpose_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, const int* amax_bits,
+                                          double fp8_max, __nv_fp8_interpretation_t kind,
+                                          __nv_fp8_storage_t* __restrict__ q, __nv_fp8_storage_t* __restrict__ q_t,
+                                          float* __restrict__ inv_scale) {
+  __shared__ __nv_fp8_storage_t tile[kTile][kTile + 1];
+  const float scale = fp8_scale(amax_bits, fp8_max), lim = (float)fp8_max;
+  if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) *inv_scale = 1.0f / scale;
+  const int64_t r0 = (int64_t)blockIdx.x * kTile, c0 = (int64_t)blockIdx.y * kTile;
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const int64_t r = r0 + i, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) {
+      const __nv_fp8_storage_t v = fp8_cast(x[r * cols + c], scale, lim, kind);
+      q[r * cols + c] = v;
+      tile[i][threadIdx.x] = v;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
+    const int64_t c = c0 + i, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) q_t[c * rows + r] = tile[threadIdx.x][i];
   }
 }
 
 }  // namespace
 
-std::pair<Tensor, Tensor> fp8_quantize_cuda(const Tensor& x, at::ScalarType fp8) {
+// (q, q_t, 1/scale): q_t, the transpose of a 2-D x, only when `transposed`
+std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cuda(const Tensor& x, at::ScalarType fp8, bool transposed) {
   const char* where = "fp8_quantize_cuda";
   const kernels_dtype dt = cuda_dtype(x, where);
   check_cuda(x, "x", x.scalar_type(), x.device(), where);
   if (fp8 != at::kFloat8_e4m3fn && fp8 != at::kFloat8_e5m2) fail("%s: e4m3fn or e5m2 only", where);
+  if (x.numel() == 0) fail("%s: an empty tensor has no scale", where);  // as the reference's max()
+  if (transposed && x.dim() != 2) fail("%s: the transposed copy is of a 2-D tensor (got %lld dims)", where, (long long)x.dim());
   const double fp8_max = fp8 == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
+  const __nv_fp8_interpretation_t kind = fp8 == at::kFloat8_e4m3fn ? __NV_E4M3 : __NV_E5M2;
   const c10::cuda::CUDAGuard guard(x.device());
   Tensor amax_bits = at::zeros({1}, x.options().dtype(at::kInt));
   Tensor q = at::empty(x.sizes(), x.options().dtype(fp8));
+  Tensor q_t = transposed ? at::empty({x.size(1), x.size(0)}, x.options().dtype(fp8)) : Tensor();
   Tensor inv = at::empty({}, x.options().dtype(at::kFloat));
   const int64_t n = x.numel();
   const unsigned blocks = elementwise_blocks(n);
   const cudaStream_t stream = stream_of(x);
+  const int64_t row_tiles = transposed ? (x.size(0) + kTile - 1) / kTile : 0;
+  const int64_t col_tiles = transposed ? (x.size(1) + kTile - 1) / kTile : 0;
+  if (row_tiles > 2147483647 || col_tiles > 65535) fail("%s: %lld x %lld is too large to transpose", where,
+                                                         (long long)x.size(0), (long long)x.size(1));
   check_launch(with_dtype(dt, [&](auto tag) {
                  using T = decltype(tag);
                  const T* px = static_cast<const T*>(x.data_ptr());
+                 auto* pq = static_cast<__nv_fp8_storage_t*>(q.data_ptr());
                  fp8_amax_kernel<T><<<blocks, 256, 0, stream>>>(px, n, amax_bits.data_ptr<int>());
-                 fp8_cast_kernel<T><<<blocks, 256, 0, stream>>>(
-                     px, n, amax_bits.data_ptr<int>(), fp8_max, fp8 == at::kFloat8_e4m3fn ? __NV_E4M3 : __NV_E5M2,
-                     static_cast<__nv_fp8_storage_t*>(q.data_ptr()), inv.data_ptr<float>());
+                 if (transposed)
+                   fp8_cast_transpose_kernel<T><<<dim3((unsigned)row_tiles, (unsigned)col_tiles), dim3(kTile, kTileRows), 0, stream>>>(
+                       px, x.size(0), x.size(1), amax_bits.data_ptr<int>(), fp8_max, kind, pq,
+                       static_cast<__nv_fp8_storage_t*>(q_t.data_ptr()), inv.data_ptr<float>());
+                 else
+                   fp8_cast_kernel<T><<<blocks, 256, 0, stream>>>(px, n, amax_bits.data_ptr<int>(), fp8_max, kind, pq,
+                                                                  inv.data_ptr<float>());
                  return cudaGetLastError();
                }),
                where);
-  return {q, inv};
+  return {q, q_t, inv};
 }
 
 }  // namespace nanochat
