@@ -98,21 +98,43 @@ if(NOT NANOCHAT_NVCC)
 endif()
 # find_package(Torch), its libraries from its own prefix only (libtorch.cmake says why)
 include(${CMAKE_CURRENT_LIST_DIR}/libtorch.cmake)
+# The oldest version of each dependency the code builds with, checked with one line each
+# (docs/building.md has the table: what Debian 12 and Ubuntu 22.04/24.04 ship, and why).
+function(nanochat_require_version what have need why)
+  if(have AND have VERSION_LESS need)
+    # the leading space keeps CMake from wrapping the line
+    message(FATAL_ERROR " nanochat: ${what} ${have} is older than ${need}, the oldest nanochat builds with "
+                        "(${why}): see docs/building.md")
+  endif()
+endfunction()
+if(CMAKE_CXX_COMPILER_ID STREQUAL "GNU")
+  nanochat_require_version(g++ "${CMAKE_CXX_COMPILER_VERSION}" 11 "std::from_chars for double")
+endif()
 find_package(nlohmann_json 3 REQUIRED)
+nanochat_require_version(nlohmann-json "${nlohmann_json_VERSION}" 3.10.5 "compiled against 3.10.5 and 3.11.2")
 find_package(CLI11 REQUIRED)
+nanochat_require_version(CLI11 "${CLI11_VERSION}" 2.1.2 "compiled against 2.1.2 and 2.4.1")
 find_package(Threads REQUIRED)
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+nanochat_require_version(zstd "${ZSTD_VERSION}" 1.3.0 "ZSTD_getFrameContentSize")
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 find_package(ZLIB REQUIRED)
 find_package(Snappy CONFIG REQUIRED)
 find_package(OpenSSL REQUIRED)
-pkg_check_modules(HTTPLIB REQUIRED IMPORTED_TARGET cpp-httplib)  # built with OpenSSL on Debian
+nanochat_require_version(OpenSSL "${OPENSSL_VERSION}" 1.1.1 "cpp-httplib's TLS")
+include(${CMAKE_CURRENT_LIST_DIR}/httplib.cmake)  # the system's, or its pinned release where older
 # the CORE eval bundle: a zip (libzip) holding core.yaml (yaml-cpp)
 # (pkg-config for libzip: Debian's CMake config insists on the zipcmp tools of another package)
 pkg_check_modules(LIBZIP REQUIRED IMPORTED_TARGET libzip)
 find_package(yaml-cpp CONFIG REQUIRED)
+if(TARGET yaml-cpp::yaml-cpp)  # 0.8 (Ubuntu 24.04) names it so; `yaml-cpp` is its deprecated alias
+  set(_yaml_cpp yaml-cpp::yaml-cpp)
+else()
+  set(_yaml_cpp yaml-cpp)
+endif()
 pkg_check_modules(SECCOMP REQUIRED IMPORTED_TARGET libseccomp)  # the code sandbox's syscall filter
+nanochat_require_version(libseccomp "${SECCOMP_VERSION}" 2.4.0 "SCMP_ACT_KILL_PROCESS")
 
 # ProcessGroupGloo.hpp includes gloo headers, which the torch wheel does not ship; Debian's
 # libgloo-dev provides them (headers only: the Gloo code itself is inside libtorch_cpu).
@@ -123,8 +145,8 @@ endif()
 
 add_library(nanochat_deps INTERFACE)
 target_link_libraries(nanochat_deps INTERFACE ${TORCH_LIBRARIES} nlohmann_json::nlohmann_json
-                      PkgConfig::ZSTD PkgConfig::PCRE2 ZLIB::ZLIB Snappy::snappy PkgConfig::HTTPLIB
-                      OpenSSL::SSL OpenSSL::Crypto PkgConfig::LIBZIP yaml-cpp PkgConfig::SECCOMP Threads::Threads
+                      PkgConfig::ZSTD PkgConfig::PCRE2 ZLIB::ZLIB Snappy::snappy nanochat_httplib
+                      OpenSSL::SSL OpenSSL::Crypto PkgConfig::LIBZIP ${_yaml_cpp} PkgConfig::SECCOMP Threads::Threads
                       ${CMAKE_DL_LIBS})
 target_include_directories(nanochat_deps SYSTEM INTERFACE ${GLOO_INCLUDE_DIR})
 
