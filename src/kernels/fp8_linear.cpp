@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <tuple>
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -30,9 +31,8 @@ using torch::autograd::variable_list;
 
 }  // namespace
 
-#ifdef NANOCHAT_CUDA_KERNELS
-std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cuda(const Tensor& x, at::ScalarType fp8, bool transposed);  // fp8_linear.cu
-#endif
+// fp8_linear.cu: (q, q^T when `transposed`, 1/scale)
+std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cuda(const Tensor& x, at::ScalarType fp8, bool transposed);
 
 // LibTorch's CPU _scaled_mm is a plain reference loop (~20 MFLOP/s here): on the CPU the fp8
 // operands are widened to fp32, where every e4m3 and e5m2 value is exact, and multiplied by
@@ -94,43 +94,36 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
 
 namespace {
 
-// the reference of the quantisation (upstream's _to_fp8): six passes of ATen ops
-std::pair<Tensor, Tensor> fp8_quantize_reference(const Tensor& x, at::ScalarType fp8) {
+// the reference of the quantisation (upstream's _to_fp8): six passes of ATen ops, and one more
+// for the transposed copy
+std::tuple<Tensor, Tensor, Tensor> fp8_quantize_reference(const Tensor& x, at::ScalarType fp8, bool transposed) {
   const double fp8_max = fp8 == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
   Tensor amax = x.abs().max().to(at::kDouble);
   Tensor scale = (fp8_max / at::clamp_min(amax, 1e-12)).to(at::kFloat);
   Tensor q = at::clamp(x.to(at::kFloat) * scale, -fp8_max, fp8_max).to(fp8);
-  return {q, scale.reciprocal()};
+  return {q, transposed ? q.t().contiguous() : Tensor(), scale.reciprocal()};
+}
+
+// the two passes of fp8_linear.cu where the kernel passed its check on this GPU in x's dtype
+Fp8Quantized fp8_quantize(const Tensor& x, at::ScalarType fp8, bool transposed) {
+  const auto t = x.scalar_type();
+  const bool fused = x.is_cuda() && x.is_contiguous() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) &&
+                     kernels_use_fused("fp8_quantize", x);
+  auto [q, q_t, inv] = KERNELS_CUDA_OR_CPU(fused, fp8_quantize_cuda(x, fp8, transposed),
+                                           fp8_quantize_reference(x, fp8, transposed));
+  return {q, q_t, fused ? kernels_fault("fp8_quantize", inv) : inv};
 }
 
 }  // namespace
 
 std::pair<Tensor, Tensor> kernels_fp8_quantize(const Tensor& x, at::ScalarType fp8) {
-#ifdef NANOCHAT_CUDA_KERNELS
-  // two passes (fp8_linear.cu) where the kernel passed its check on this GPU in x's dtype
-  const auto t = x.scalar_type();
-  if (x.is_cuda() && x.is_contiguous() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) &&
-      kernels_use_fused("fp8_quantize", x)) {
-    auto [q, q_t, inv] = fp8_quantize_cuda(x, fp8, /*transposed=*/false);
-    return {q, kernels_fault("fp8_quantize", inv)};
-  }
-#endif
-  return fp8_quantize_reference(x, fp8);
+  Fp8Quantized r = fp8_quantize(x, fp8, /*transposed=*/false);
+  return {r.q, r.inv};
 }
 
 Fp8Quantized kernels_fp8_quantize_transposed(const Tensor& x, at::ScalarType fp8) {
   if (x.dim() != 2) fail("fp8 quantize: the transposed copy is of a 2-D tensor (got %lld dims)", (long long)x.dim());
-#ifdef NANOCHAT_CUDA_KERNELS
-  // the same two passes, the cast writing the transpose too
-  const auto t = x.scalar_type();
-  if (x.is_cuda() && x.is_contiguous() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) &&
-      kernels_use_fused("fp8_quantize", x)) {
-    auto [q, q_t, inv] = fp8_quantize_cuda(x, fp8, /*transposed=*/true);
-    return {q, q_t, kernels_fault("fp8_quantize", inv)};
-  }
-#endif
-  auto [q, inv] = fp8_quantize_reference(x, fp8);
-  return {q, q.t().contiguous(), inv};
+  return fp8_quantize(x, fp8, /*transposed=*/true);
 }
 
 namespace {
@@ -258,13 +251,13 @@ std::vector<Tensor> fp8_quantize_check(at::Device device, at::ScalarType dtype, 
     auto gen = at::make_generator<at::CPUGeneratorImpl>(31);
     const Tensor x = (at::randn(shape, gen) * 3).to(device, dtype);
     for (at::ScalarType fp8 : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
-      auto [q, inv] = fused ? kernels_fp8_quantize(x, fp8) : fp8_quantize_reference(x, fp8);
-      out.insert(out.end(), {q.to(at::kFloat), inv});
       if (fused) {
+        auto [q, inv] = kernels_fp8_quantize(x, fp8);
         const Fp8Quantized t = kernels_fp8_quantize_transposed(x, fp8);
-        out.insert(out.end(), {t.q.to(at::kFloat), t.q_t.to(at::kFloat), t.inv});
+        out.insert(out.end(), {q.to(at::kFloat), inv, t.q.to(at::kFloat), t.q_t.to(at::kFloat), t.inv});
       } else {
-        out.insert(out.end(), {q.to(at::kFloat), q.t().contiguous().to(at::kFloat), inv});
+        auto [q, q_t, inv] = fp8_quantize_reference(x, fp8, /*transposed=*/true);
+        out.insert(out.end(), {q.to(at::kFloat), inv, q.to(at::kFloat), q_t.to(at::kFloat), inv});
       }
     }
   }
