@@ -4,7 +4,7 @@
 # distribution does not have (Ubuntu's chromium is a snap, not an apt package) stops the script
 # with one line naming it when REQUIRED is 1 (a build dependency), else is skipped with one line
 # (a test need: the tests that use it skip, naming it). DRY_RUN=1 prints what it would run.
-# The apt tools are looked up on PATH, so tests can put fakes there (tests/apt_packages_test.sh).
+# The apt tools are looked up on PATH, so tests can put fakes there (tests/setup_scripts_test.sh).
 
 # why a package may be absent, for the skip line
 apt_absent_note() {

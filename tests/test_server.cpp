@@ -677,7 +677,7 @@ TEST(ServerApi, OpenAiPythonClient) {
 
 TEST(ServerApi, BrowserDrivesTheUi) {
   if (!python_has("playwright") || access("/usr/bin/chromium", X_OK) != 0)
-    GTEST_SKIP() << "playwright or /usr/bin/chromium is missing (runs/setup.sh installs them)";
+    GTEST_SKIP() << "playwright or /usr/bin/chromium is missing (runs/test.sh installs them)";
   const std::string shot = std::string(NANOCHAT_BINARY_DIR) + "/chat_web_ui.png";
   std::remove(shot.c_str());
   CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR + "/tests/browser/ui_test.py http://127.0.0.1:" +

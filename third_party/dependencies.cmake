@@ -33,7 +33,7 @@ endif()
 # LibTorch's CMake config stops: it looks for nvcc. The wheel carries its own CUDA runtime
 # (site-packages/nvidia/cu*/), which then stands in for the toolkit's (the config skips its CUDA
 # search when torch::cudart exists), and only our CUDA kernels are left out: the fused ops run
-# their ATen references on a GPU (src/kernels/kernels.cpp says so once at run time).
+# their ATen references on a GPU (src/kernels/dispatch.cpp says so once at run time).
 set(NANOCHAT_NVCC "")
 foreach(candidate "${CMAKE_CUDA_COMPILER}" "$ENV{CUDACXX}" nvcc)
   if(candidate AND NOT NANOCHAT_NVCC)

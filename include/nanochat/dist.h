@@ -91,7 +91,7 @@ struct DistSelfTestResult {
 };
 std::vector<DistSelfTestResult> dist_self_test(Dist& dist, int64_t timed_bytes);
 
-// backend factories (src/dist/gloo.cpp, src/dist/nccl.cpp)
+// backend factories (src/dist/gloo.cpp; src/dist/nccl_cuda.cpp, or nccl_nocuda.cpp where the build has no CUDA)
 c10::intrusive_ptr<c10d::Backend> dist_gloo_create(const c10::intrusive_ptr<c10d::Store>& store,
                                                    const DistEnv& env, std::chrono::milliseconds timeout);
 c10::intrusive_ptr<c10d::Backend> dist_nccl_create(const c10::intrusive_ptr<c10d::Store>& store,

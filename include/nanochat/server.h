@@ -13,8 +13,8 @@
 // (engine/scheduler.h); its tokens come back to the connection's thread. A client that
 // goes away cancels it. Hostile clients are bounded before httplib buffers anything (connection.cpp): header
 // lines and count, a deadline for the head and body, body bytes whatever the encoding, a
-// connection cap with /health still answered beyond it; routes.cpp's guard holds the Host,
-// Origin and API-key checks (their pieces in guards.cpp).
+// connection cap with /health still answered beyond it; server_guard (guards.cpp) holds the
+// Host, Origin and API-key checks.
 #pragma once
 #include <cstdint>
 #include <stdexcept>
