@@ -16,6 +16,7 @@
 
 #include "cli/base_train.h"
 #include "cli/commands.h"
+#include "cli/training_checkpoint.h"
 #include "nanochat/checkpoint.h"
 #include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common.h"
@@ -284,15 +285,12 @@ int base_train(const BaseTrainFlags& o, const nlohmann::ordered_json& user_confi
     atomic_write_file(checkpoint_meta_path(ckpt_dir, step), make_meta(step).dump(2));
   };
   auto save = [&](int64_t step) {
-    Timer t;
     nlohmann::ordered_json state;
     state["optimizer"] = opt.state_json();
     if (scaler) state["grad_scaler"] = scaler->state_json();
     state["dataloader_state"] = state_before_batch ? loader_state_to_json(*state_before_batch) : nlohmann::json();
-    checkpoint_save_training(ckpt_dir, step, c.master() ? checkpoint_gpt_tensors(model) : NamedTensors{},
-                             make_meta(step), opt.state_tensors(), state, dist);
-    if (c.master()) cli_prune_checkpoints(ckpt_dir, step, o.output);  // --keep-last
-    log_info("saved checkpoint %s step %06lld (%.1fs)", ckpt_dir.c_str(), (long long)step, t.seconds());
+    cli_save_training_checkpoint(ckpt_dir, step, c.master() ? checkpoint_gpt_tensors(model) : NamedTensors{},
+                                 make_meta(step), opt.state_tensors(), state, o.output, dist);
   };
 
   auto evaluate_val_bpb = [&]() {

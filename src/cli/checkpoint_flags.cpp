@@ -7,9 +7,11 @@
 #include <cstring>
 
 #include "cli/commands.h"
+#include "cli/training_checkpoint.h"
 #include "nanochat/checkpoint.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
+#include "nanochat/common/progress.h"
 #include "nanochat/dist.h"
 
 namespace nanochat {
@@ -57,6 +59,15 @@ void cli_prune_checkpoints(const std::string& dir, int64_t saved_step, const Out
   } catch (const Error& e) {
     log_warn("--keep-last: %s", e.what());
   }
+}
+
+void cli_save_training_checkpoint(const std::string& dir, int64_t step, const NamedTensors& model,
+                                  const nlohmann::ordered_json& meta, const NamedTensors& optim,
+                                  const nlohmann::ordered_json& optim_state, const OutputFlags& out, Dist& dist) {
+  Timer t;
+  checkpoint_save_training(dir, step, model, meta, optim, optim_state, dist);
+  if (dist.rank() == 0) cli_prune_checkpoints(dir, step, out);
+  log_info("saved checkpoint %s step %06lld (%.1fs)", dir.c_str(), (long long)step, t.seconds());
 }
 
 CLI::Option* cli_add_checkpoint_flags(CLI::App* sub, std::string& source, std::string& tag, int64_t& step) {

@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "cli/commands.h"
+#include "cli/training_checkpoint.h"
 #include "nanochat/checkpoint.h"
 #include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common.h"
@@ -249,10 +250,8 @@ int sft(const SftFlags& o) {
     nlohmann::ordered_json state = {{"optimizer", opt.state_json()},
                                     {"sft_batcher_state", sft_batcher_state_to_json(state_before_batch)}};
     if (scaler) state["grad_scaler"] = scaler->state_json();
-    checkpoint_save_training(out_dir, step, c.master() ? checkpoint_gpt_tensors(model) : NamedTensors{},
-                             make_meta(step), opt.state_tensors(), state, dist);
-    if (c.master()) cli_prune_checkpoints(out_dir, step, o.output);  // --keep-last
-    log_info("saved %s step %06lld", out_dir.c_str(), (long long)step);
+    cli_save_training_checkpoint(out_dir, step, c.master() ? checkpoint_gpt_tensors(model) : NamedTensors{},
+                                 make_meta(step), opt.state_tensors(), state, o.output, dist);
   };
 
   for (int64_t step = std::max<int64_t>(resume_step, 0);; step++) {
