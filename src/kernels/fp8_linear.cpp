@@ -106,9 +106,8 @@ std::tuple<Tensor, Tensor, Tensor> fp8_quantize_reference(const Tensor& x, at::S
 
 // the two passes of fp8_linear.cu where the kernel passed its check on this GPU in x's dtype
 Fp8Quantized fp8_quantize(const Tensor& x, at::ScalarType fp8, bool transposed) {
-  const auto t = x.scalar_type();
-  const bool fused = x.is_cuda() && x.is_contiguous() && (t == at::kFloat || t == at::kBFloat16 || t == at::kHalf) &&
-                     kernels_use_fused("fp8_quantize", x);
+  // (kernels_use_fused admits on a GPU only the dtypes the CUDA kernels read: fp32, bf16, fp16)
+  const bool fused = x.is_cuda() && x.is_contiguous() && kernels_use_fused("fp8_quantize", x);
   auto [q, q_t, inv] = KERNELS_CUDA_OR_CPU(fused, fp8_quantize_cuda(x, fp8, transposed),
                                            fp8_quantize_reference(x, fp8, transposed));
   return {q, q_t, fused ? kernels_fault("fp8_quantize", inv) : inv};
