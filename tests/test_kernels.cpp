@@ -4,11 +4,14 @@
 // present) are in test_kernels_<op>.cpp.
 #include <unistd.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <set>
 #include <string>
+#include <thread>
 
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
@@ -62,7 +65,8 @@ TEST(KernelsSelfCheck, EveryOpAgreesWithItsReferenceOnTheCpu) {
   for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
     std::set<std::string> seen, applied;
     for (const kernels_check_result& r : kernels_self_check(torch::kCPU, dtype)) {
-      if (r.op == std::string("precision_probe")) continue;  // registered by the test below
+      if (r.op == std::string("precision_probe") || r.op == std::string("other_thread_probe"))
+        continue;  // registered by tests below
       seen.insert(r.op);
       if (r.applies) applied.insert(r.op);
       EXPECT_TRUE(r.ok) << r.op << " in " << r.dtype << ": max error " << r.max_error << " " << r.detail;
@@ -124,6 +128,28 @@ TEST(KernelsSelfCheck, RunsAtHighestFp32MatmulPrecisionAndRestoresTheCallers) {
   EXPECT_EQ(precision_seen_by_probe, at::Float32MatmulPrecision::HIGHEST);
   EXPECT_EQ(at::globalContext().float32MatmulPrecision(), at::Float32MatmulPrecision::MEDIUM);
   at::globalContext().setFloat32MatmulPrecision("highest");
+}
+
+// On a GPU autograd runs a backward on its device thread, not the caller's: an op that dispatched
+// in its backward asked for the verdicts from there, while the check that ran it held them, and
+// both waited for good (every CUDA test and training run hung on the H200 before this held). A
+// probe registered as one more op asks from another thread, as that backward did; the answer must
+// come without waiting, and be the reference's.
+static int answer_from_other_thread = -1;
+static std::vector<Tensor> other_thread_probe(at::Device device, at::ScalarType dtype, bool) {
+  std::thread([&] { answer_from_other_thread = kernels_check_passed("rotary_norm", device, dtype); }).join();
+  return {};  // no kernel: the probe has no row of its own to pass
+}
+
+TEST(KernelsSelfCheck, AnotherThreadAskingDuringTheCheckGetsTheReferenceWithoutWaiting) {
+  kernels_register_check({"other_thread_probe", other_thread_probe});
+  auto checked = std::async(std::launch::async, [] { kernels_self_check(torch::kCPU, torch::kFloat); });
+  if (checked.wait_for(std::chrono::seconds(120)) != std::future_status::ready) {
+    std::fprintf(stderr, "the self-check is still waiting after 120 s: deadlocked on its own probe\n");
+    std::_Exit(1);  // its thread cannot be joined
+  }
+  checked.get();
+  EXPECT_EQ(answer_from_other_thread, 0);
 }
 
 // at::parallel_for is a header template: in a file built without -fopenmp its pragma is

@@ -46,6 +46,28 @@ Tensor kernels_fp8_mm(const Tensor& a8, const Tensor& b8, const Tensor& a_inv, c
 
 namespace {
 
+// the reference of the quantisation (upstream's _to_fp8): six passes of ATen ops, and one more
+// for the transposed copy
+std::tuple<Tensor, Tensor, Tensor> fp8_quantize_reference(const Tensor& x, at::ScalarType fp8, bool transposed) {
+  const double fp8_max = fp8 == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
+  Tensor amax = x.abs().max().to(at::kDouble);
+  Tensor scale = (fp8_max / at::clamp_min(amax, 1e-12)).to(at::kFloat);
+  Tensor q = at::clamp(x.to(at::kFloat) * scale, -fp8_max, fp8_max).to(fp8);
+  return {q, transposed ? q.t().contiguous() : Tensor(), scale.reciprocal()};
+}
+
+// the two passes of fp8_linear.cu where the kernel passed its check on this GPU in x's dtype
+// (kernels_use_fused admits on a GPU only the dtypes the CUDA kernels read: fp32, bf16, fp16)
+bool fp8_quantize_fused(const Tensor& x) {
+  return x.is_cuda() && x.is_contiguous() && kernels_use_fused("fp8_quantize", x);
+}
+
+Fp8Quantized fp8_quantize(const Tensor& x, at::ScalarType fp8, bool transposed, bool fused) {
+  auto [q, q_t, inv] = KERNELS_CUDA_OR_CPU(fused, fp8_quantize_cuda(x, fp8, transposed),
+                                           fp8_quantize_reference(x, fp8, transposed));
+  return {q, q_t, fused ? kernels_fault("fp8_quantize", inv) : inv};
+}
+
 // x (N, in) in the compute dtype through each fp32 master weight (out_i, in): one output per
 // weight, x quantized once. _scaled_mm wants its second operand column-major: forward reads
 // w8 (out, in) row-major as w8^T; backward reads the transposed copies x8^T and w8^T.
@@ -53,7 +75,12 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
   // (weights must reach apply() as an at::TensorList: autograd counts its tensors as inputs,
   // where a std::vector would be one non-tensor argument)
   static variable_list forward(AutogradContext* ctx, const Tensor& x, at::TensorList weights) {
-    const Fp8Quantized xq = kernels_fp8_quantize_transposed(x, at::kFloat8_e4m3fn);
+    // backward quantizes the gradients (x's dtype, made contiguous) by the path x took: it asks
+    // no dispatch, since on a GPU it runs on autograd's device thread, where a first call would
+    // wait for the self-check that is waiting for this very backward
+    const bool fused = fp8_quantize_fused(x);
+    const Fp8Quantized xq = fp8_quantize(x, at::kFloat8_e4m3fn, /*transposed=*/true, fused);
+    ctx->saved_data["quantize_fused"] = fused;
     variable_list outs, saved = {xq.q_t, xq.inv};
     for (const Tensor& weight : weights) {
       const Fp8Quantized wq = kernels_fp8_quantize_transposed(weight, at::kFloat8_e4m3fn);
@@ -80,7 +107,8 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
         out.push_back(Tensor());
         continue;
       }
-      const Fp8Quantized gq = kernels_fp8_quantize_transposed(grads[i].contiguous(), at::kFloat8_e5m2);
+      const Fp8Quantized gq =
+          fp8_quantize(grads[i].contiguous(), at::kFloat8_e5m2, /*transposed=*/true, ctx->saved_data["quantize_fused"].toBool());
       const Tensor term = kernels_fp8_mm(gq.q, w8_t.t(), gq.inv, w_inv, grads[i].scalar_type(), false);
       grad_x = grad_x.defined() ? grad_x + term : term;
       out.push_back(kernels_fp8_mm(gq.q_t, x8_t.t(), gq.inv, x_inv, at::kFloat, false).to(weight_dtype));
@@ -92,37 +120,14 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
 
 }  // namespace
 
-namespace {
-
-// the reference of the quantisation (upstream's _to_fp8): six passes of ATen ops, and one more
-// for the transposed copy
-std::tuple<Tensor, Tensor, Tensor> fp8_quantize_reference(const Tensor& x, at::ScalarType fp8, bool transposed) {
-  const double fp8_max = fp8 == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
-  Tensor amax = x.abs().max().to(at::kDouble);
-  Tensor scale = (fp8_max / at::clamp_min(amax, 1e-12)).to(at::kFloat);
-  Tensor q = at::clamp(x.to(at::kFloat) * scale, -fp8_max, fp8_max).to(fp8);
-  return {q, transposed ? q.t().contiguous() : Tensor(), scale.reciprocal()};
-}
-
-// the two passes of fp8_linear.cu where the kernel passed its check on this GPU in x's dtype
-Fp8Quantized fp8_quantize(const Tensor& x, at::ScalarType fp8, bool transposed) {
-  // (kernels_use_fused admits on a GPU only the dtypes the CUDA kernels read: fp32, bf16, fp16)
-  const bool fused = x.is_cuda() && x.is_contiguous() && kernels_use_fused("fp8_quantize", x);
-  auto [q, q_t, inv] = KERNELS_CUDA_OR_CPU(fused, fp8_quantize_cuda(x, fp8, transposed),
-                                           fp8_quantize_reference(x, fp8, transposed));
-  return {q, q_t, fused ? kernels_fault("fp8_quantize", inv) : inv};
-}
-
-}  // namespace
-
 std::pair<Tensor, Tensor> kernels_fp8_quantize(const Tensor& x, at::ScalarType fp8) {
-  Fp8Quantized r = fp8_quantize(x, fp8, /*transposed=*/false);
+  Fp8Quantized r = fp8_quantize(x, fp8, /*transposed=*/false, fp8_quantize_fused(x));
   return {r.q, r.inv};
 }
 
 Fp8Quantized kernels_fp8_quantize_transposed(const Tensor& x, at::ScalarType fp8) {
   if (x.dim() != 2) fail("fp8 quantize: the transposed copy is of a 2-D tensor (got %lld dims)", (long long)x.dim());
-  return fp8_quantize(x, fp8, /*transposed=*/true);
+  return fp8_quantize(x, fp8, /*transposed=*/true, fp8_quantize_fused(x));
 }
 
 namespace {

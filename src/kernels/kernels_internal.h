@@ -64,7 +64,8 @@ bool kernels_register_check(kernels_check_entry entry);
 double kernels_check_tolerance(at::ScalarType dtype);
 // whether `op` runs its kernel on device in dtype: kernels on and its self-check passed there,
 // running every op's check on the first call for that (device, dtype); true for an op without a
-// check there, and inside a check (which compares the kernels even under NANOCHAT_KERNELS=0)
+// check there, and inside a check (which compares the kernels even under NANOCHAT_KERNELS=0);
+// false, without waiting, while another thread runs the checks
 bool kernels_check_passed(const char* op, at::Device device, at::ScalarType dtype);
 // NANOCHAT_KERNELS=strict: a failed self-check stops the run instead of falling back
 bool kernels_strict();

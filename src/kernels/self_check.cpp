@@ -9,6 +9,7 @@
 // on CUDA): an fp32 reference in TF32 is ~1e-3 off, ten times the fp32 tolerance, and would fail
 // correct kernels. The caller's setting is restored after. Under more than one rank the verdicts
 // are agreed (kernels_set_agreement): an op runs its kernel on every rank or on none.
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <functional>
@@ -111,6 +112,7 @@ class Fp32MatmulHighest {
 };
 
 std::mutex check_mutex;
+std::atomic<bool> checks_running{false};  // run_checks is running, on the thread holding check_mutex
 std::function<void(std::vector<int64_t>&)> agreement;  // MIN of the ok flags across ranks, or empty
 std::map<std::string, bool> verdicts;  // "op|device|dtype" -> passed
 std::map<std::string, bool> checked;   // "device|dtype" -> every op checked there
@@ -131,11 +133,13 @@ std::vector<kernels_check_result> run_checks(at::Device device, at::ScalarType d
     torch::AutoGradMode grad_on(true);
     Fp32MatmulHighest full_precision;
     in_check = true;
+    checks_running = true;
     for (const kernels_check_entry& e : registry()) {
       if (announce)
         log_info("kernel self-check: %s on %s in %s...", e.op, device.str().c_str(), dtype_name(dtype).c_str());
       results.push_back(check_one(e, device, dtype));  // catches what the op throws
     }
+    checks_running = false;
     in_check = false;
   }
   if (agreement) {  // every rank runs the same path: an op passes only where it passed on all ranks
@@ -186,7 +190,15 @@ bool kernels_register_check(kernels_check_entry entry) {
 bool kernels_check_passed(const char* op, at::Device device, at::ScalarType dtype) {
   if (in_check) return true;  // the check's own calls run the kernels, NANOCHAT_KERNELS=0 or not
   if (!kernels_enabled()) return false;
-  std::lock_guard<std::mutex> lock(check_mutex);
+  // Another thread is running the checks: this call runs the reference rather than wait. The
+  // caller may be a thread the check itself waits on (on a GPU, autograd runs a backward on its
+  // device thread, where in_check is unset), and waiting would deadlock both; for any other
+  // thread the reference is right too, only slower, until the verdicts are in.
+  std::unique_lock<std::mutex> lock(check_mutex, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    if (checks_running) return false;
+    lock.lock();  // held for a verdict's lookup: a moment
+  }
   const std::string where = key(device.str(), dtype_name(dtype));
   if (!checked.count(where)) run_checks(device, dtype, false);
   auto it = verdicts.find(key(op, where));
