@@ -3,7 +3,9 @@ internet (runs/runcpu.sh falls back to it when the ClimbMix shards cannot be dow
 
 Documents: the Python reference manual's topics (pydoc_data), the docstrings of the
 standard library's modules, classes and functions, and the system's English manual pages
-(roff markup stripped). Written as jsonl shards {"text": ...};
+(roff markup stripped). Where that is under 20M characters (a container image without manual
+pages: too little text for a 32768-token vocabulary), the docstrings of the installed packages
+(site-packages: torch, numpy, ...) fill it up. Written as jsonl shards {"text": ...};
 the last shard is the validation split, like the parquet shards.
 
 usage: python3 runs/make_local_corpus.py OUT_DIR [--shards N]
@@ -18,8 +20,7 @@ import sys
 import sysconfig
 
 
-def stdlib_docstrings():
-    root = sysconfig.get_paths()["stdlib"]
+def docstrings(root):
     for dirpath, dirnames, filenames in os.walk(root):
         dirnames[:] = sorted(d for d in dirnames if d not in ("test", "tests", "site-packages", "idlelib", "__pycache__"))
         for name in sorted(filenames):
@@ -49,6 +50,8 @@ def pydoc_topics():
             if len(part.strip()) >= 200:
                 yield part.strip()
 
+
+TARGET_CHARS = 20_000_000  # enough text for tok-train's default vocabulary
 
 ROFF_ESCAPE = re.compile(r"\\f[BIRP0-9]|\\f\(..|\\\(..|\\[-&|^e%]|\\s[-+]?\d|\\\*.")
 
@@ -83,7 +86,13 @@ def main():
         sys.exit(__doc__)
     out = sys.argv[1]
     shards = int(sys.argv[sys.argv.index("--shards") + 1]) if "--shards" in sys.argv else 4
-    docs = list(pydoc_topics()) + list(stdlib_docstrings()) + list(man_pages())
+    docs = list(pydoc_topics()) + list(docstrings(sysconfig.get_paths()["stdlib"])) + list(man_pages())
+    chars = sum(len(d) for d in docs)
+    for doc in docstrings(sysconfig.get_paths()["purelib"]) if chars < TARGET_CHARS else ():
+        docs.append(doc)
+        chars += len(doc)
+        if chars >= TARGET_CHARS:
+            break
     if len(docs) < shards * 10:
         sys.exit(f"error: only {len(docs)} documents found; is the Python standard library installed?")
     os.makedirs(out, exist_ok=True)
@@ -94,7 +103,6 @@ def main():
             for doc in docs[i::shards]:  # interleaved, so every shard mixes both sources
                 f.write(json.dumps({"text": doc}, ensure_ascii=False) + "\n")
         os.replace(path + ".tmp", path)
-    chars = sum(len(d) for d in docs)
     print(f"wrote {len(docs)} documents ({chars / 1e6:.1f}M characters) to {shards} shards in {out}")
 
 
