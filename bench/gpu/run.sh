@@ -12,8 +12,12 @@
 # else the script builds its own from the carried headers, libraries and pkg-config files,
 # inside the same deadline as everything else.
 #
-# Performance first, then the CUDA tests: GPU and SDPA backends; per-op forward+backward times
-# of the fused ops against their references (bench_kernels); base-train tok/s, MFU and memory
+# The GPU and SDPA backends, then correctness before speed: the CUDA tests (the fused kernels,
+# FP8, the flash windows, the data loader's staging), each test in a process of its own with
+# TEST_S seconds (default 40), so that one that hangs is named and the rest still run (on the
+# first H200 every kernel test hung: the self-check's deadlock, fixed since); per-op forward+backward times
+# of the fused ops against their references (bench_kernels; SKIP_KERNEL_BENCH=1 leaves it out
+# when its figures are in hand); base-train tok/s, MFU and memory
 # at d20 then d12, most wanted first: window pattern L at upstream's device batch 16 with 8
 # micro-steps of accumulation (total batch 262144), then SSSL at the same batch, then SSSL in
 # FP8; with UPSTREAM=<a Python nanochat checkout>, right after each of our d20 runs (not last,
@@ -21,8 +25,7 @@
 # under torch.compile at the very same cadence (16 x 2048 tokens, 8 micro-steps, then its
 # optimizer), pattern and real text (tokens of the corpus our base-train reads, by our
 # tokenizer; its SSSL windows without FA3, which cannot be downloaded there, run as masked
-# SDPA), and our ratios against it, speed and memory; then the CUDA tests of the fused kernels,
-# FP8, the flash windows and the data loader's staging.
+# SDPA), and our ratios against it, speed and memory.
 #
 # No checkpoint is written in a timed run: base-train runs STEPS steps of a long plan with
 # --preflight-steps (no evals, nothing saved; killed only past its time). tok/s is over the
@@ -30,9 +33,9 @@
 # reports (max_memory_allocated, the figure upstream_step.py reports for upstream), and the most
 # used on the GPU during the run (nvidia-smi, sampled: context, allocator cache and all).
 #
-# Budget: 6 minutes in all, builds included. Every stage gets min(its cap, what is left before
-# the deadline, less the time kept for the tests) and is skipped, saying so, when too little is
-# left. The corpus and the logs stay under /tmp; $OUT gets logs.tar.gz and summary.json.
+# Budget: 6 minutes in all (BUDGET_S, less 15 s for the summary), builds included. Every stage
+# gets min(its cap, what is left before the deadline) and is skipped, saying so, when too little
+# is left. The corpus and the logs stay under /tmp; $OUT gets logs.tar.gz and summary.json.
 # The last line is one JSON object holding every figure printed above it.
 set -uo pipefail
 t0=$(date +%s)
@@ -66,8 +69,6 @@ else  # DEFAULT_DBS: the SSSL runs' device batch, the memory estimate's on a GPU
   DEFAULT_DBS="" KDEPTH=20 KBATCH=16 CHARS=20000000
 fi
 TOTAL_BATCH=$((DBS * SEQ * ACCUM))
-KEEP_FOR_TESTS=50  # seconds the performance stages leave to the CUDA tests
-[ -n "${DRY_RUN:-}" ] && KEEP_FOR_TESTS=20
 # seconds a stage may take: its cap, or what is left before the deadline (less $2 kept for
 # later stages) if that is less; at least 1 (`timeout 0` would mean no limit)
 budget() { local left=$((DEADLINE - $(date +%s) - ${2:-0})); echo $(( $1 < left ? $1 : (left > 1 ? left : 1) )); }
@@ -94,11 +95,11 @@ else
   export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
   PREFIX="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
   # the build has the whole deadline but what the tests keep: no figure comes without it
-  limit "$(budget 120 "$KEEP_FOR_TESTS")" cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX;$DEPS" \
+  limit "$(budget 120)" cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX;$DEPS" \
     -DGLOO_INCLUDE_DIR="$DEPS/include" -DNANOCHAT_PYTHON="$(command -v $PY)" -DOPENSSL_ROOT_DIR="$DEPS" \
     -DZLIB_ROOT="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/$ML" > "$LOG/configure.log" 2>&1 ||
     { tail -40 "$LOG/configure.log"; echo "{\"failed\": \"configure\", \"seconds\": $(( $(date +%s) - t0 ))}"; exit 1; }
-  limit "$(budget 600 "$KEEP_FOR_TESTS")" cmake --build build-gpu -j "$(nproc)" \
+  limit "$(budget 600)" cmake --build build-gpu -j "$(nproc)" \
     --target $(for b in $BINARIES; do basename "$b"; done) > "$LOG/build.log" 2>&1 ||
     { tail -40 "$LOG/build.log"; echo "{\"failed\": \"build\", \"seconds\": $(( $(date +%s) - t0 ))}"; exit 1; }
   for b in $BINARIES; do ln -s "$PWD/build-gpu/$b" "$WORK/bin/"; done
@@ -113,9 +114,33 @@ with_our_libs "$BIN/nanochat" --version | tee "$LOG/version.txt"
 with_our_libs limit "$(budget 30)" "$BIN/nanochat" doctor --device-type "$DEV" 2>&1 | tee "$LOG/doctor.txt"
 doctor_rc=${PIPESTATUS[0]}
 
+echo "== CUDA tests: the fused kernels (AdamW's and Muon's too), FP8, the flash windows, the loader's staging"
+# correctness before speed, one test per process with its own time: a test that hangs costs its
+# TEST_S seconds and says so, the others still run
+tests_rc=0
+TEST_S=${TEST_S:-40}
+for t in "test_attention AttentionCuda.*" "test_dataloader *Cuda*" "test_kernels *Cuda*"; do
+  read -r bin filter <<< "$t"
+  for name in $(with_our_libs "$BIN/$bin" --gtest_list_tests --gtest_filter="$filter" |
+                awk '/^[^ ]/ {suite = $1} /^  / {print suite $1}'); do
+    b=$(budget "$TEST_S")
+    if [ "$b" -lt 5 ]; then
+      echo "[  SKIPPED ] $name (out of time)" | tee -a "$LOG/tests.log"
+      tests_rc=124
+      continue
+    fi
+    with_our_libs limit "$b" "$BIN/$bin" --gtest_filter="$name" > "$LOG/test_$name.log" 2>&1
+    rc=$?
+    cat "$LOG/test_$name.log" >> "$LOG/tests.log"
+    grep -E '^\[ *(OK|FAILED|SKIPPED) +\] [A-Za-z]' "$LOG/test_$name.log" | head -1
+    [ "$rc" = 0 ] || { tests_rc=$rc; echo "$name: exit $rc$([ "$rc" = 124 ] && echo " (out of its $b s)"); its last lines:"
+                       tail -15 "$LOG/test_$name.log"; }
+  done
+done
+
 echo "== fused kernels vs ATen reference (forward+backward per op)"
-b=$(budget 45 "$KEEP_FOR_TESTS")
-if [ "$b" -lt 10 ]; then
+b=$(budget 45)
+if [ -n "${SKIP_KERNEL_BENCH:-}" ] || [ "$b" -lt 10 ]; then
   kernels_rc=124
   echo "skipped: out of time" | tee "$LOG/bench_kernels.txt"
 else
@@ -128,8 +153,8 @@ fi
 echo "== training throughput: base-train on a local corpus, T=$SEQ, $STEPS steps (tok/s after the first $WARM)"
 export NANOCHAT_BASE_DIR="$WORK/base"
 export TORCHINDUCTOR_CACHE_DIR="$WORK/inductor"  # upstream's compiles: no half-written kernel of a killed run reused
-limit "$(budget 20 "$KEEP_FOR_TESTS")" $PY runs/make_local_corpus.py "$WORK/corpus" > "$LOG/corpus.log" 2>&1
-with_our_libs limit "$(budget 30 "$KEEP_FOR_TESTS")" "$BIN/nanochat" tok-train --data "$WORK/corpus" --max-chars "$CHARS" \
+limit "$(budget 60)" $PY runs/make_local_corpus.py "$WORK/corpus" > "$LOG/corpus.log" 2>&1
+with_our_libs limit "$(budget 30)" "$BIN/nanochat" tok-train --data "$WORK/corpus" --max-chars "$CHARS" \
   > "$LOG/tok_train.log" 2>&1 || echo "tok-train failed: $(tail -1 "$LOG/tok_train.log")"
 # upstream's tokens: the first shard's text by our tokenizer (real text on both sides)
 if [ -n "${UPSTREAM:-}" ]; then
@@ -140,7 +165,7 @@ for line in open(sys.argv[1]):
     sys.stdout.write(t)
     n += len(t)
     if n > int(sys.argv[2]) // 2: break' "$WORK/corpus/shard_00000.jsonl" "$CHARS" 2> "$LOG/tokens.log" |
-    with_our_libs limit "$(budget 30 "$KEEP_FOR_TESTS")" "$BIN/nanochat" tokenize > "$WORK/tokens.json" 2>> "$LOG/tokens.log" ||
+    with_our_libs limit "$(budget 30)" "$BIN/nanochat" tokenize > "$WORK/tokens.json" 2>> "$LOG/tokens.log" ||
     echo "tokenizing upstream's text failed: $(tail -1 "$LOG/tokens.log")"
 fi
 
@@ -162,7 +187,7 @@ ours() {
   local name=$1 depth=$2 pattern=$3 b pid start n
   shift 3
   echo "$name" >> "$LOG/runs"  # the summary's list, skipped runs too
-  b=$(budget 60 "$KEEP_FOR_TESTS")
+  b=$(budget 60)
   [ "$b" -lt 20 ] && { echo "$name: skipped, out of time"; return; }
   : > "$LOG/train_$name.log"  # there before the polling below reads it
   LD_LIBRARY_PATH="$OUR_LD" "$BIN/nanochat" base-train --device-type "$DEV" --data "$WORK/corpus" --depth "$depth" \
@@ -182,7 +207,7 @@ ours() {
   local rc=$?
   [ -s "$LOG/train_$name.rc" ] || echo "$rc" > "$LOG/train_$name.rc"  # it ended by itself: its exit code
   wait
-  echo "$name: $(cat "$LOG/train_$name.rc"); $(grep -o 'tok/sec: [0-9,]* | bf16_mfu: [0-9.]*' "$LOG/train_$name.log" |
+  echo "$name: $(cat "$LOG/train_$name.rc"); $(grep -o 'tok/sec: [0-9,]* | [a-z0-9]*_mfu: [0-9.]*' "$LOG/train_$name.log" |
     tail -1); $(grep -o 'grad accumulation [0-9]*' "$LOG/train_$name.log"); $(grep -o 'device batch size [0-9]*' "$LOG/train_$name.log")"
   grep 'attention, window' "$LOG/train_$name.log" | sed -E 's/^.*(attention, window)/  \1/'
   [ "$(cat "$LOG/train_$name.rc")" = timed ] || tail -5 "$LOG/train_$name.log"
@@ -193,7 +218,7 @@ upstream() {
   local depth=$1 pattern=$2 b
   [ -n "${UPSTREAM:-}" ] || return 0
   echo "upstream_d${depth}_$pattern" >> "$LOG/upstream_runs"
-  b=$(budget 120 "$KEEP_FOR_TESTS")
+  b=$(budget 120)
   [ "$b" -lt 40 ] && { echo "upstream d$depth $pattern: skipped, out of time"; return; }
   local tokens=()
   [ -s "$WORK/tokens.json" ] && tokens=(--tokens "$WORK/tokens.json")
@@ -216,23 +241,6 @@ upstream "$DA" SSSL
 ours "d${DB}_L" "$DB" L --device-batch-size "$DBS"
 upstream "$DB" L
 ours "d${DB}_SSSL" "$DB" SSSL $DEFAULT_DBS
-
-echo "== CUDA tests: the fused kernels (AdamW's and Muon's too), FP8, the flash windows, the loader's staging"
-tests_rc=0
-for t in "test_kernels *Cuda*" "test_attention AttentionCuda.*" "test_dataloader *Cuda*"; do
-  read -r bin filter <<< "$t"
-  b=$(budget 60)
-  if [ "$b" -lt 10 ]; then
-    echo "$bin: skipped, out of time" | tee -a "$LOG/tests.log"
-    tests_rc=124
-    continue
-  fi
-  with_our_libs limit "$b" "$BIN/$bin" --gtest_filter="$filter" > "$LOG/$bin.log" 2>&1
-  rc=$?
-  cat "$LOG/$bin.log" >> "$LOG/tests.log"
-  grep -E '^\[ *(FAILED|SKIPPED|PASSED) ' "$LOG/$bin.log"
-  [ "$rc" = 0 ] || { tests_rc=$rc; echo "$bin: exit $rc; its last lines:"; tail -25 "$LOG/$bin.log"; }
-done
 
 # the summary table, then one JSON line with every figure above: parsed back from the logs,
 # nothing estimated
@@ -257,7 +265,7 @@ warm, seq_len = int(os.environ["WARM"]), int(os.environ["SEQ"])
 for name in read("runs").split():
     text, rc = read(f"train_{name}.log"), read(f"train_{name}.rc").strip()
     steps = [(int(s), int(t.replace(",", "")), float(u)) for s, t, u in
-             re.findall(r"step (\d+)/\d+ .*?tok/sec: ([0-9,]+) \| bf16_mfu: ([0-9.]+)", text)]
+             re.findall(r"step (\d+)/\d+ .*?tok/sec: ([0-9,]+) \| [a-z0-9]+_mfu: ([0-9.]+)", text)]
     timed = [s for s in steps if s[0] >= warm]
     # tokens over time = the harmonic mean of the steps' rates (every step has the same tokens)
     tps = len(timed) / sum(1 / s[1] for s in timed) if timed and all(s[1] for s in timed) else None
