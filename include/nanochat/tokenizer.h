@@ -79,6 +79,8 @@ class Tokenizer {
   const std::vector<std::string>& ranks() const { return ranks_; }
   const std::vector<std::pair<std::string, int32_t>>& specials() const { return specials_; }
   const std::string& pattern() const { return splitter_->pattern(); }
+  // the same tokens, ids, specials and split pattern: one encodes as the other does
+  bool same_as(const Tokenizer& o) const { return ranks() == o.ranks() && specials() == o.specials() && pattern() == o.pattern(); }
 
   // the pieces of one split, BPE-merged (exposed for tests and benches)
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;

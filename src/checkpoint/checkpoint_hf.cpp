@@ -87,10 +87,6 @@ std::vector<std::string> weight_files(const std::string& dir) {
   return {files.begin(), files.end()};
 }
 
-bool same_tokenizer(const Tokenizer& a, const Tokenizer& b) {
-  return a.ranks() == b.ranks() && a.specials() == b.specials() && a.pattern() == b.pattern();
-}
-
 }  // namespace
 
 GPTConfig checkpoint_hf_config(const nlohmann::ordered_json& j, const std::string& where) {
@@ -219,7 +215,7 @@ ImportResult checkpoint_import_hf(const ImportOptions& opts) {
   bool write_tokenizer = true;
   if (path_exists(tok_dir + "/tokenizer.json")) {
     Tokenizer existing = tokenizer_load(tok_dir);
-    write_tokenizer = !same_tokenizer(existing, tok);
+    write_tokenizer = !existing.same_as(tok);
     if (write_tokenizer && !opts.force)
       fail("%s holds a different tokenizer than %s (%d vs %d tokens); use --force to replace it", tok_dir.c_str(),
            tok_path.c_str(), existing.vocab_size(), tok.vocab_size());

@@ -31,10 +31,6 @@ std::string base_name(std::string path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
-bool same_tokenizer(const Tokenizer& a, const Tokenizer& b) {
-  return a.ranks() == b.ranks() && a.specials() == b.specials() && a.pattern() == b.pattern();
-}
-
 bool tokenizer_present(const std::string& dir) { return path_exists(dir + "/tokenizer.json"); }
 
 // Upstream's October-2025 checkpoints (the d32 release, early speedruns) have no value
@@ -133,7 +129,7 @@ ImportResult checkpoint_import(const ImportOptions& opts) {
     tok = std::make_unique<Tokenizer>(tokenizer_load_tiktoken(tok_file, "nanochat"));
     if (tokenizer_present(tok_dir)) {
       Tokenizer existing = tokenizer_load(tok_dir);
-      if (!same_tokenizer(existing, *tok)) {
+      if (!existing.same_as(*tok)) {
         if (!opts.force)
           fail("%s holds a different tokenizer than %s (%d vs %d tokens); use --force to replace it", tok_dir.c_str(),
                tok_file.c_str(), existing.vocab_size(), tok->vocab_size());

@@ -15,12 +15,6 @@ static int bit_width_of(int max_level) {
   return w;
 }
 
-static uint32_t load_le32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
-
 // v1 levels: a 4-byte length, then RLE-hybrid; returns bytes consumed
 static size_t read_v1_levels(const uint8_t* p, size_t size, int encoding, int max_level, int64_t n,
                              uint8_t* out, const char* what) {

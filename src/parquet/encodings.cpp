@@ -23,12 +23,6 @@ void ColumnValues::add_string(const uint8_t* p, size_t n) {
   strings.emplace_back((const char*)p, n);
 }
 
-static uint32_t load_le32(const uint8_t* p) {
-  uint32_t v;
-  std::memcpy(&v, p, 4);
-  return v;  // parquet is little-endian, as is every machine this runs on
-}
-
 static uint64_t read_uleb(const uint8_t*& p, const uint8_t* end) {
   uint64_t v = 0;
   for (int shift = 0; shift < 64; shift += 7) {

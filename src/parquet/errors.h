@@ -1,8 +1,9 @@
-// defines: parquet_fail, ParquetLimits, parquet_limits
-// Internal helpers shared by the parquet sources: throwing ParquetError printf-style and the
-// caps that keep a corrupt file from asking for unbounded memory.
+// defines: parquet_fail, ParquetLimits, parquet_limits, load_le32
+// Internal helpers shared by the parquet sources: throwing ParquetError printf-style, the
+// caps that keep a corrupt file from asking for unbounded memory, and reading a length.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "nanochat/parquet.h"
 
@@ -27,5 +28,12 @@ struct ParquetLimits {
   int64_t string_bytes_per_compressed_byte = 32768;
 };
 ParquetLimits& parquet_limits();  // process-wide; set once before reading, then read-only
+
+// a little-endian uint32 (lengths, PLAIN INT32): parquet's byte order, and every machine's this runs on
+inline uint32_t load_le32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
 
 }  // namespace nanochat

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cstring>
 
+#include "nanochat/common/ascii.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -32,11 +33,6 @@ bool is_token(const std::string& s) {
 
 // a control character other than TAB (NUL, CR, LF, ESC, DEL ...)
 bool is_ctl(unsigned char c) { return (c < 0x20 && c != '\t') || c == 0x7f; }
-
-std::string lower(std::string s) {
-  for (char& c : s) c = (char)std::tolower((unsigned char)c);
-  return s;
-}
 
 std::string trim_ows(const std::string& s) {
   size_t b = 0, e = s.size();
@@ -75,7 +71,7 @@ bool field_line(HeadCheck& h, const std::string& line) {
   const std::string value = trim_ows(line.substr(colon + 1));
   for (unsigned char c : value)
     if (is_ctl(c)) return refuse(h, 400, strprintf("control character (0x%02x) in header %s", c, name.c_str()));
-  const std::string key = lower(name);
+  const std::string key = ascii_lower(name);
   if (key == "host") {
     if (++h.hosts > 1) return refuse(h, 400, "more than one Host header");
   } else if (key == "content-length") {
@@ -85,7 +81,7 @@ bool field_line(HeadCheck& h, const std::string& line) {
     h.length = std::stoull(value);
   } else if (key == "transfer-encoding") {
     if (++h.encodings > 1) return refuse(h, 501, "more than one Transfer-Encoding header (only a single chunked is supported)");
-    if (lower(value) != "chunked")
+    if (ascii_lower(value) != "chunked")
       return refuse(h, 501, "Transfer-Encoding '" + value + "' is not supported (only chunked)");
     h.chunked = true;
   }

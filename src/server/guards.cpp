@@ -17,17 +17,13 @@
 
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
+#include "nanochat/common/ascii.h"
 #include "nanochat/server.h"
 #include "server/server_state.h"
 
 namespace nanochat {
 
 namespace {
-
-std::string lower(std::string s) {
-  for (char& c : s) c = (char)std::tolower((unsigned char)c);
-  return s;
-}
 
 // "" or ":" followed by 1-5 digits
 bool is_port_suffix(const std::string& s) {
@@ -50,7 +46,7 @@ bool is_api_path(const std::string& path) {
 }  // namespace
 
 bool server_host_is_loopback_name(const std::string& host) {
-  const std::string h = lower(host);
+  const std::string h = ascii_lower(host);
   for (const char* name : {"localhost", "127.0.0.1", "[::1]"}) {
     const std::string n = name;
     if (h.compare(0, n.size(), n) == 0 && is_port_suffix(h.substr(n.size()))) return true;
@@ -59,7 +55,7 @@ bool server_host_is_loopback_name(const std::string& host) {
 }
 
 bool server_bind_is_loopback(const std::string& bind_host) {
-  const std::string h = lower(bind_host);
+  const std::string h = ascii_lower(bind_host);
   return h == "localhost" || h == "::1" || h == "[::1]" || h.rfind("127.", 0) == 0;
 }
 
@@ -79,7 +75,7 @@ std::string server_log_escape(const std::string& s) {
 }
 
 bool server_bearer_ok(const std::string& authorization, const std::string& key) {
-  if (key.empty() || authorization.size() < 7 || lower(authorization.substr(0, 6)) != "bearer" || authorization[6] != ' ')
+  if (key.empty() || authorization.size() < 7 || ascii_lower(authorization.substr(0, 6)) != "bearer" || authorization[6] != ' ')
     return false;
   size_t start = 7;
   while (start < authorization.size() && authorization[start] == ' ') start++;
@@ -185,7 +181,7 @@ httplib::Server::HandlerResponse server_guard(const ServerState& st, const httpl
   // on every cross-origin request, "simple" text/plain POSTs included)
   if (req.has_header("Origin")) {
     const std::string origin = req.get_header_value("Origin");
-    const bool same = lower(origin) == "http://" + lower(host) || lower(origin) == "https://" + lower(host);
+    const bool same = ascii_lower(origin) == "http://" + ascii_lower(host) || ascii_lower(origin) == "https://" + ascii_lower(host);
     if (!same && (st.opt.cors_origin.empty() || origin != st.opt.cors_origin))
       return refuse(403, "cross-origin request from '" + origin + "' refused (allow one origin with --cors-origin)");
   }
@@ -201,7 +197,7 @@ httplib::Server::HandlerResponse server_guard(const ServerState& st, const httpl
   // a body only for the chat routes' bounded reader: anywhere else httplib would read it whole
   // (and inflate a compressed one without a cap, CVE-2026-22776)
   const bool chat = req.method == "POST" && (req.path == "/chat/completions" || req.path == "/v1/chat/completions");
-  const std::string encoding = lower(req.get_header_value("Content-Encoding"));
+  const std::string encoding = ascii_lower(req.get_header_value("Content-Encoding"));
   if (!chat && !encoding.empty() && encoding != "identity") return refuse(415, "a compressed body is only accepted by the chat routes");
   if (req.method == "PRI") return refuse(405, "method PRI is not allowed");
   if (req.has_header("Content-Length")) {

@@ -14,6 +14,7 @@
 #include "nanochat/common/device.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
+#include "nanochat/common/ascii.h"
 #include "nanochat/common/progress.h"
 
 namespace nanochat {
@@ -47,11 +48,6 @@ const Entry kPeakBandwidth[] = {
     {"5090", 1.79e12}, {"4090", 1.01e12}, {"3090", 936e9},
 };
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
-
 bool has_all_words(const std::string& name, const char* words) {
   std::istringstream in(words);
   std::string w;
@@ -70,13 +66,13 @@ double lookup(const Entry (&table)[N], const std::string& name) {
 }  // namespace
 
 double peak_flops(const std::string& device_name, int compute_units) {
-  const std::string name = lower(device_name);
+  const std::string name = ascii_lower(device_name);
   if (name.find("data center gpu max 1550") != std::string::npos && compute_units > 0)
     return 512.0 * compute_units * 1300e6;
   return lookup(kPeakFlops, name);
 }
 
-double peak_bandwidth(const std::string& device_name) { return lookup(kPeakBandwidth, lower(device_name)); }
+double peak_bandwidth(const std::string& device_name) { return lookup(kPeakBandwidth, ascii_lower(device_name)); }
 
 double peak_flops_measure_cpu(c10::ScalarType dtype, double seconds) {
   torch::NoGradGuard no_grad;
