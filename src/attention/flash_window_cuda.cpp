@@ -106,7 +106,7 @@ std::vector<Tensor> flash_window_check(at::Device device, at::ScalarType dtype, 
   }
   return out;
 }
-const bool registered = kernels_register_check({"flash_window", flash_window_check});
+const bool flash_window_check_registered = kernels_register_check({"flash_window", flash_window_check});
 
 }  // namespace
 

@@ -89,7 +89,7 @@ std::vector<torch::Tensor> adamw_check(at::Device device, at::ScalarType dtype, 
   }
   return out;
 }
-const bool registered = kernels_register_check({"adamw", adamw_check});
+const bool adamw_check_registered = kernels_register_check({"adamw", adamw_check});
 
 }  // namespace
 

@@ -99,7 +99,7 @@ std::vector<Tensor> attention_check(at::Device device, at::ScalarType dtype, boo
   }
   return out;
 }
-const bool registered = kernels_register_check({"attention", attention_check});
+const bool attention_check_registered = kernels_register_check({"attention", attention_check});
 
 }  // namespace
 

@@ -242,7 +242,7 @@ std::vector<Tensor> fp8_linear_check(at::Device device, at::ScalarType dtype, bo
 double fp8_linear_tolerance(at::Device device, at::ScalarType dtype) {
   return device.is_cuda() ? std::max(kernels_check_tolerance(dtype), 1e-2) : kernels_check_tolerance(dtype);
 }
-const bool registered =
+const bool fp8_linear_check_registered =
     kernels_register_check({"fp8_linear", fp8_linear_check, fp8_linear_tolerance, /*cuda_without_nvcc=*/true});
 
 // the quantisation kernel (CUDA only): e4m3 and e5m2 of a ragged (37, 29) tensor and of d24's
@@ -267,7 +267,7 @@ std::vector<Tensor> fp8_quantize_check(at::Device device, at::ScalarType dtype, 
   }
   return out;
 }
-const bool registered_quantize = kernels_register_check({"fp8_quantize", fp8_quantize_check});
+const bool fp8_quantize_check_registered = kernels_register_check({"fp8_quantize", fp8_quantize_check});
 
 }  // namespace
 

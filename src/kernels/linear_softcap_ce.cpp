@@ -271,7 +271,7 @@ std::vector<Tensor> linear_softcap_ce_check(at::Device device, at::ScalarType dt
   }
   return out;
 }
-const bool registered = kernels_register_check({"linear_softcap_ce", linear_softcap_ce_check});
+const bool linear_softcap_ce_check_registered = kernels_register_check({"linear_softcap_ce", linear_softcap_ce_check});
 
 }  // namespace
 

@@ -90,7 +90,7 @@ std::vector<Tensor> mlp_relu_square_check(at::Device device, at::ScalarType dtyp
   }
   return out;
 }
-const bool registered = kernels_register_check({"mlp_relu_square", mlp_relu_square_check});
+const bool mlp_relu_square_check_registered = kernels_register_check({"mlp_relu_square", mlp_relu_square_check});
 
 }  // namespace
 

@@ -210,7 +210,7 @@ std::vector<Tensor> muon_check(at::Device device, at::ScalarType dtype, bool fus
   }
   return out;
 }
-const bool registered = kernels_register_check({"muon", muon_check});
+const bool muon_check_registered = kernels_register_check({"muon", muon_check});
 
 }  // namespace
 

@@ -85,7 +85,7 @@ std::vector<torch::Tensor> polar_express_check(at::Device device, at::ScalarType
   }
   return out;
 }
-const bool registered = kernels_register_check({"polar_express", polar_express_check});
+const bool polar_express_check_registered = kernels_register_check({"polar_express", polar_express_check});
 
 }  // namespace
 

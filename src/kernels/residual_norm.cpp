@@ -124,7 +124,7 @@ std::vector<Tensor> residual_norm_check(at::Device device, at::ScalarType dtype,
   }
   return out;
 }
-const bool registered = kernels_register_check({"residual_norm", residual_norm_check});
+const bool residual_norm_check_registered = kernels_register_check({"residual_norm", residual_norm_check});
 
 }  // namespace
 

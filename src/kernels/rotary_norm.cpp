@@ -112,7 +112,7 @@ std::vector<Tensor> rotary_norm_check(at::Device device, at::ScalarType dtype, b
   }
   return out;
 }
-const bool registered = kernels_register_check({"rotary_norm", rotary_norm_check});
+const bool rotary_norm_check_registered = kernels_register_check({"rotary_norm", rotary_norm_check});
 
 }  // namespace
 
