@@ -88,11 +88,11 @@ def main():
     shards = int(sys.argv[sys.argv.index("--shards") + 1]) if "--shards" in sys.argv else 4
     docs = list(pydoc_topics()) + list(docstrings(sysconfig.get_paths()["stdlib"])) + list(man_pages())
     chars = sum(len(d) for d in docs)
-    for doc in docstrings(sysconfig.get_paths()["purelib"]) if chars < TARGET_CHARS else ():
-        docs.append(doc)
-        chars += len(doc)
+    for doc in docstrings(sysconfig.get_paths()["purelib"]):
         if chars >= TARGET_CHARS:
             break
+        docs.append(doc)
+        chars += len(doc)
     if len(docs) < shards * 10:
         sys.exit(f"error: only {len(docs)} documents found; is the Python standard library installed?")
     os.makedirs(out, exist_ok=True)

@@ -69,9 +69,9 @@ else  # DEFAULT_DBS: the SSSL runs' device batch, the memory estimate's on a GPU
   DEFAULT_DBS="" KDEPTH=20 KBATCH=16 CHARS=20000000
 fi
 TOTAL_BATCH=$((DBS * SEQ * ACCUM))
-# seconds a stage may take: its cap, or what is left before the deadline (less $2 kept for
-# later stages) if that is less; at least 1 (`timeout 0` would mean no limit)
-budget() { local left=$((DEADLINE - $(date +%s) - ${2:-0})); echo $(( $1 < left ? $1 : (left > 1 ? left : 1) )); }
+# seconds a stage may take: its cap, or what is left before the deadline if that is less; at
+# least 1 (`timeout 0` would mean no limit)
+budget() { local left=$((DEADLINE - $(date +%s))); echo $(( $1 < left ? $1 : (left > 1 ? left : 1) )); }
 # a stage's timeout: TERM at its budget, KILL 10 s later
 limit() { timeout -k 10 "$@"; }
 
@@ -94,7 +94,7 @@ else
   fi
   export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
   PREFIX="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
-  # the build has the whole deadline but what the tests keep: no figure comes without it
+  # the build has the whole deadline: no test or figure comes without it
   limit "$(budget 120)" cmake -S . -B build-gpu -G Ninja -DCMAKE_PREFIX_PATH="$PREFIX;$DEPS" \
     -DGLOO_INCLUDE_DIR="$DEPS/include" -DNANOCHAT_PYTHON="$(command -v $PY)" -DOPENSSL_ROOT_DIR="$DEPS" \
     -DZLIB_ROOT="$DEPS" -DCMAKE_LIBRARY_PATH="$DEPS/$ML" > "$LOG/configure.log" 2>&1 ||

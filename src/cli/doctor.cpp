@@ -13,7 +13,7 @@
 
 namespace nanochat {
 
-static std::string memory_gib(int64_t bytes) {
+static std::string gib_or_unknown(int64_t bytes) {
   return bytes < 0 ? std::string("unknown") : strprintf("%.1f GiB", bytes / double(1ull << 30));
 }
 
@@ -122,17 +122,17 @@ static int doctor_run(std::string device_flag, double mb, bool check_kernels) {
   HostInfo host = host_info();
   log_info("CPU: %s, %d hardware threads, %d used by this rank", host.cpu_model.c_str(),
            host.hardware_threads, c.cpu_threads);
-  log_info("memory: %s total, %s available", memory_gib(host.memory_total_bytes).c_str(),
-           memory_gib(host.memory_available_bytes).c_str());
+  log_info("memory: %s total, %s available", gib_or_unknown(host.memory_total_bytes).c_str(),
+           gib_or_unknown(host.memory_available_bytes).c_str());
   // a rank on a GPU asks for its own alone: the memory query creates that GPU's CUDA context
   // (eight ranks listing eight GPUs would hold 64 of them); on the CPU, one process lists them all
   if (c.device.is_cuda() || c.env.world_size == 1)
     for (auto& g : cuda_device_infos(c.device.is_cuda() ? c.device.index() : -1))
       log_info("cuda:%d %s: %d SMs, %s total, %s free", g.index, g.name.c_str(), g.multiprocessors,
-               memory_gib(g.total_bytes).c_str(), memory_gib(g.free_bytes).c_str());
+               gib_or_unknown(g.total_bytes).c_str(), gib_or_unknown(g.free_bytes).c_str());
   log_info("device: %s, compute dtype %s", c.device.str().c_str(), dtype_name(c.dtype).c_str());
   std::string dir = base_dir();
-  log_info("base dir: %s (%s free)", dir.c_str(), memory_gib(free_disk_bytes(dir)).c_str());
+  log_info("base dir: %s (%s free)", dir.c_str(), gib_or_unknown(free_disk_bytes(dir)).c_str());
   log_info("ranks: %d (backend %s)", c.env.world_size, c.dist->backend_name().c_str());
   doctor_collectives(c, mb);
   return check_kernels ? doctor_kernels(c) : 0;
