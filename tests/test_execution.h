@@ -1,5 +1,6 @@
 // Helpers shared by the execution tests' parts
 #pragma once
+#include <dirent.h>
 #include <grp.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +17,16 @@ inline std::string replace_all(std::string s, const std::string& from, const std
 
 // the system's interpreter, which uid 65534 can run (the venv's may live under /root)
 inline std::string system_python() { return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : NANOCHAT_PYTHON; }
+
+// how many run directories (nanochat_exec_*: the root run's tmpfs mount point) /tmp holds
+inline int run_dirs_in_tmp() {
+  int n = 0;
+  DIR* d = opendir("/tmp");
+  for (dirent* e; d && (e = readdir(d));) n += std::string(e->d_name).rfind("nanochat_exec_", 0) == 0 &&
+                                                std::string(e->d_name).rfind("nanochat_exec_victim", 0) != 0;
+  if (d) closedir(d);
+  return n;
+}
 
 // `body` in a forked child turned into uid/gid 65534 (as root), its answer through a pipe;
 // "cannot become uid 65534" or "the child died" when it could not answer

@@ -3,7 +3,7 @@
 // whichever way it tries (connect, sendto, a datagram socketpair's sendto, a raw socket() with
 // the family's upper half set); AF_VSOCK, AF_NETLINK and AF_PACKET sockets are refused; what a
 // program legitimately uses (a stream socketpair, an IPv4 socket) still works. As root (the
-// program as uid 65534) and as uid 65534 (the program in a user namespace).
+// program as a uid of its own) and as uid 65534 (bwrap run by that user).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -129,11 +129,11 @@ TEST(ExecutionJail, HostUnixSocketsAreUnreachable) {
   ASSERT_GE(tmp.stream, 0);
   ASSERT_GE(run.stream, 0);
   {
-    SCOPED_TRACE("as root: the program as uid 65534");
-    EXPECT_EQ(host_sockets_reached(NANOCHAT_PYTHON, tmp, run), "");
+    SCOPED_TRACE("as root: the program as a uid of its own");
+    EXPECT_EQ(host_sockets_reached(system_python(), tmp, run), "");
   }
   {
-    SCOPED_TRACE("as uid 65534: the program in a user namespace");
+    SCOPED_TRACE("as uid 65534: bwrap run by that user");
     EXPECT_EQ(as_nobody([&]() { return host_sockets_reached(system_python(), tmp, run); }), "");
   }
 }

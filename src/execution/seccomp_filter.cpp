@@ -1,7 +1,7 @@
 // The sandbox's syscall filter, written with libseccomp and exported as BPF once, in the parent
-// (libseccomp allocates; the cloned program only hands the BPF to prctl). What HumanEval never
+// (libseccomp allocates); bwrap installs it (--seccomp) just before it execs the interpreter. What HumanEval never
 // needs and an escape would (mounts, device nodes, tracing, host names, anonymous memory files
-// past RLIMIT_AS, namespaces, kernel modules, keyrings, io_uring, clocks, ...) fails with EPERM;
+// past RLIMIT_AS, SysV IPC objects that outlive the program, namespaces, kernel modules, keyrings, io_uring, clocks, ...) fails with EPERM;
 // clone with a namespace flag too; clone3 says ENOSYS (glibc then uses clone, whose flags a filter
 // can see). Another architecture, and x86-64's x32 numbers, kill the process (libseccomp's
 // bad-arch action).
@@ -39,6 +39,8 @@ const char* const kDenied[] = {
     "io_uring_register", "kcmp", "pidfd_getfd", "quotactl", "settimeofday", "clock_settime", "clock_adjtime",
     "adjtimex", "mount_setattr", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
     "syslog", "vhangup", "lookup_dcookie", "personality", "sysfs", "uselib", "iopl", "ioperm",
+    // SysV IPC: a segment outlives its process and counts against no rlimit (the budget's bound)
+    "shmget", "msgget", "semget",
 };
 
 // the terminal ioctls ('T', 0x54xx) that stay: they read, or change only the caller's own
