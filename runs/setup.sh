@@ -28,7 +28,8 @@ log() { echo "[setup] $*"; }
 # what building and running need; what only the tests need runs/test.sh installs
 BUILD_PACKAGES=(cmake g++ ninja-build pkg-config git python3 python3-venv
   nlohmann-json3-dev libcli11-dev libcpp-httplib-dev libssl-dev
-  libpcre2-dev libzstd-dev libsnappy-dev zlib1g-dev libgloo-dev libzip-dev libyaml-cpp-dev libseccomp-dev)
+  libpcre2-dev libzstd-dev libsnappy-dev zlib1g-dev libgloo-dev libzip-dev libyaml-cpp-dev libseccomp-dev
+  bubblewrap)  # bwrap: the code sandbox (docs/security.md)
 # shellcheck source=runs/apt_packages.sh
 source runs/apt_packages.sh
 apt_install setup 1 "${BUILD_PACKAGES[@]}"

@@ -18,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -202,6 +203,8 @@ std::string stays_within_bound(const char* program, const ExecutionOptions& o, F
   std::string why;
   for (int attempt = 0; attempt < 3; attempt++) {
     *last = measure(program, o);
+    std::printf("MemAvailable fell by %lld MB while it ran, %lld MB still gone after (bound %lld MB)\n",
+                (long long)(last->taken >> 20), (long long)(last->left >> 20), (long long)(bound >> 20));
     if (last->taken <= bound + bound / 10 && last->left <= bound / 10) return "";
     why = "MemAvailable fell by " + std::to_string(last->taken >> 20) + " MB (bound " + std::to_string(bound >> 20) +
           " MB + 10%), " + std::to_string(last->left >> 20) + " MB still gone after; " + last->r.stdout_text +

@@ -11,6 +11,7 @@
 #include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common.h"
 #include "nanochat/dist/compute.h"
+#include "nanochat/execution.h"
 #include "nanochat/report.h"
 #include "nanochat/task_eval.h"
 #include "nanochat/tokenizer.h"
@@ -70,9 +71,14 @@ int chat_eval(const ChatEvalFlags& a) {
   std::vector<TaskEvalResult> results;
   for (const std::string& name : names) {
     TaskPtr task = task_for_eval(name);
+    const int64_t refused_before = execution_unavailable_runs();
     results.push_back(task_evaluate(model, tok, *task, a.opts, c.dist.get()));
     const TaskEvalResult& r = results.back();
     log_info("%s accuracy: %.2f%% (%lld/%lld)", r.name.c_str(), 100 * r.accuracy, (long long)r.passed, (long long)r.total);
+    std::string why;  // programs the sandbox refused to run count as failed, said once here
+    if (const int64_t refused = execution_unavailable_runs(&why) - refused_before; refused > 0)
+      log_warn("%s: %lld problem(s) counted as failed, their programs not run: %s", r.name.c_str(), (long long)refused,
+               why.c_str());
   }
 
   // ---- ChatCORE: the mean centred accuracy, when every task of it ran ----
