@@ -110,6 +110,7 @@ struct RunSetup {
   uid_t uid = (uid_t)-1;  // root: the run's own
   std::string tmp_dir;    // root: the tmpfs's mount point; unsandboxed: the working directory
   bool unsandboxed = false;
+  bool uid_cleared = false;  // its processes already killed after the run
   // out, err, started, status, info pipes (read, write); the seccomp pipe's read end
   int fds[11] = {-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
   RunBudget budget;
@@ -117,7 +118,7 @@ struct RunSetup {
     for (int fd : fds)
       if (fd >= 0) close(fd);
     if (uid != (uid_t)-1) {
-      sandbox_kill_uid(uid);  // nothing of the run's left, wherever it went
+      if (!uid_cleared) sandbox_kill_uid(uid);  // nothing of the run's left, wherever it went
       bwrap_release_uid(uid);
     }
     if (!tmp_dir.empty()) unsandboxed ? remove_tree(tmp_dir) : (void)rmdir(tmp_dir.c_str());
@@ -382,7 +383,7 @@ ExecutionResult run_child(RunSetup& s, SandboxChild& c, const ExecutionOptions& 
     return res;
   }
   const Outcome o = collect(pid, s, res, opts);
-  if (s.uid != (uid_t)-1) sandbox_kill_uid(s.uid);  // before the budget goes: nothing left in it
+  if (s.uid != (uid_t)-1) sandbox_kill_uid(s.uid), s.uid_cleared = true;  // before the budget goes
   const bool budget_held = !s.budget.dir.empty();
   const bool out_of_memory = run_budget_close(s.budget);
   res = finish(res, o, out_of_memory, bwrap, s.unsandboxed);
