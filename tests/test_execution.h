@@ -15,7 +15,7 @@ inline std::string replace_all(std::string s, const std::string& from, const std
   return s;
 }
 
-// the system's interpreter, which uid 65534 can run (the venv's may live under /root)
+// the system's interpreter, which the run's own uid can run (the venv's may live under a 0700 /root)
 inline std::string system_python() { return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : NANOCHAT_PYTHON; }
 
 // how many run directories (nanochat_exec_*: the root run's tmpfs mount point) /tmp holds

@@ -212,3 +212,27 @@ TEST(ExecutionClosed, UnsandboxedOnlyByOptInAndSaysSo) {
     warnings++;
   EXPECT_EQ(warnings, 2u) << said;  // once per run
 }
+
+TEST(ExecutionClosed, APyenvShimIsSkippedOrRefused) {
+  // a shim first on PATH (a shell script, as pyenv's): the default skips it for the next python3
+  const std::string dir = "/tmp/nanochat_shim_" + std::to_string(getpid());
+  make_dirs(dir);
+  chmod(dir.c_str(), 0755);
+  std::ofstream(dir + "/python3") << "#!/bin/sh\nexec /usr/bin/python3 \"$@\"\n";
+  chmod((dir + "/python3").c_str(), 0755);
+  ExecutionResult by_default, named;
+  {
+    ScopedEnv path("PATH", dir + ":/usr/bin:/bin");
+    ScopedEnv python("NANOCHAT_EXEC_PYTHON", "");
+    unsetenv("NANOCHAT_EXEC_PYTHON");
+    by_default = execute_code("import sys\nprint(sys.executable)", ExecutionOptions());
+    ExecutionOptions o;
+    o.python = dir + "/python3";
+    named = execute_code("print('ran')", o);
+  }
+  remove_tree(dir);
+  EXPECT_TRUE(by_default.success) << by_default.error;
+  EXPECT_EQ(by_default.stdout_text, "/usr/bin/python3\n");
+  EXPECT_TRUE(named.sandbox_unavailable);
+  EXPECT_NE(named.error.find("is a script"), std::string::npos) << named.error;
+}
