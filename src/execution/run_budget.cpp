@@ -147,11 +147,11 @@ bool run_budget_close(RunBudget& budget) {
   if (budget.dir.empty()) return false;
   close(budget.fd);
   budget.fd = -1;
-  write_text(budget.dir + "/cgroup.kill", "1");  // Linux 5.14+; the supervisor already killed the tree
+  write_text(budget.dir + "/cgroup.kill", "1");  // Linux 5.14+; the run's uid was already cleared
   const std::string events = read_text(budget.dir + "/memory.events");
   const size_t at = events.find("oom_kill ");
   const bool oom = at != std::string::npos && std::atol(events.c_str() + at + 9) > 0;
-  // a killed process leaves the group once it is reaped: a moment after the supervisor
+  // a killed process leaves the group once it is reaped: a moment after bwrap
   for (int i = 0; i < 200 && rmdir(budget.dir.c_str()) != 0 && errno == EBUSY; i++) usleep(5000);
   budget.dir.clear();
   return oom;

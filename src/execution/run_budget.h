@@ -1,7 +1,7 @@
 // defines: RunBudget, run_budget_open, run_budget_close
 // One memory and process budget for a whole sandboxed run (internal to the execution module):
 // a cgroup v2 leaf per run, made under this process's own cgroup, with memory.max,
-// memory.swap.max = 0 and pids.max. The supervisor is cloned straight into it (clone3's
+// memory.swap.max = 0 and pids.max. The child that execs bwrap is cloned straight into it (clone3's
 // CLONE_INTO_CGROUP), so everything the program forks is counted together. Without it the
 // rlimits are per process: 31 children of 256 MB each would take ~8 GB.
 //
