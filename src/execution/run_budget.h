@@ -2,8 +2,8 @@
 // One memory and process budget for a whole sandboxed run (internal to the execution module):
 // a cgroup v2 leaf per run, made under this process's own cgroup, with memory.max,
 // memory.swap.max = 0 and pids.max. The child that execs bwrap is cloned straight into it (clone3's
-// CLONE_INTO_CGROUP), so everything the program forks is counted together. Without it the
-// rlimits are per process: 31 children of 256 MB each would take ~8 GB.
+// CLONE_INTO_CGROUP), so everything the program forks is counted together. Without it the run
+// is held to the looser execution_memory_bound() (rlimits on the run's own uid).
 //
 // To hand controllers to child groups, a cgroup may hold no process itself (cgroup v2's "no
 // internal processes" rule): the first time, when this process's cgroup does not yet pass
