@@ -28,7 +28,9 @@ const std::string* WaitQueues::turn(const std::map<std::string, size_t>& taken,
     const size_t at = t == taken.end() ? 0 : t->second;
     if (at >= k.queue.size()) continue;
     auto s = served.find(key);
-    const uint64_t when = s == served.end() ? k.served : s->second, seq = k.queue[at]->seq;
+    auto past = served_.find(key);
+    const uint64_t when = s != served.end() ? s->second : past != served_.end() ? past->second : 0;
+    const uint64_t seq = k.queue[at]->seq;
     if (!best || when < best_served || (when == best_served && seq < best_seq)) {
       best = &key;
       best_served = when;
@@ -49,10 +51,11 @@ std::shared_ptr<WaitingRequest> WaitQueues::pop_next() {
   auto k = keys_.find(*key);
   std::shared_ptr<WaitingRequest> r = k->second.queue.front();
   k->second.queue.pop_front();
-  k->second.served = ++tick_;
+  if (served_.size() >= kMaxRemembered) served_.clear();
+  served_[*key] = ++tick_;
   count_--;
   rows_ -= r->rows_needed;
-  if (k->second.queue.empty()) keys_.erase(k);  // a key that comes back later starts afresh (first in turn)
+  if (k->second.queue.empty()) keys_.erase(k);
   return r;
 }
 

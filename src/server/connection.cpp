@@ -172,6 +172,7 @@ void HttpServer::run_job(const Job& job) {
     const bool ret = process_request(strm, job.last, connection_closed, keep_ranges_for_files);
     keep = ret && !connection_closed && !strm.close_after() && !job.last;
     if (strm.close_after()) strm.linger();
+    else if (!keep) ::shutdown(job.fd, SHUT_WR);  // the client sees the end now, not once the event loop frees its lock
     tl_stream = nullptr;
   }
   after_job(job.fd, keep);

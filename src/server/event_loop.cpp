@@ -12,6 +12,7 @@
 // With nothing to shed, kOverflow more are let in for GET /health only (so /health answers
 // while every connection is busy), and past those accepting pauses: new connections wait in
 // the kernel's backlog until one closes.
+#include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -30,9 +31,10 @@ namespace nanochat {
 
 namespace {
 
-std::string client_address(const sockaddr_storage& a, socklen_t len) {
-  char host[NI_MAXHOST];
-  if (getnameinfo((const sockaddr*)&a, len, host, sizeof host, nullptr, 0, NI_NUMERICHOST) != 0) return "?";
+std::string client_address(const sockaddr_storage& a) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (a.ss_family == AF_INET) inet_ntop(AF_INET, &((const sockaddr_in&)a).sin_addr, host, sizeof host);
+  else if (a.ss_family == AF_INET6) inet_ntop(AF_INET6, &((const sockaddr_in6&)a).sin6_addr, host, sizeof host);
   return host;
 }
 
@@ -181,7 +183,7 @@ void HttpServer::accept_new() {
       }
       return;
     }
-    const std::string ip = client_address(addr, len);
+    const std::string ip = client_address(addr);
     bool overflow = false;
     if (!admit(ip, overflow)) {
       ::close(fd);

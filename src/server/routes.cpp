@@ -87,7 +87,12 @@ std::shared_ptr<Prepared> prepare(ServerState& st, const std::string& body, bool
   if (st.stop_level > 0) throw ServerError(503, "the server is shutting down");
   if (!st.ready) throw ServerError(503, "the model is still loading; retry when GET /health answers 200");
   const ServerWorker& w = least_loaded(st);
-  const std::vector<int32_t> prompt = server_prompt_tokens(w.engine->tokenizer(), p->req.messages);
+  std::vector<int32_t> prompt;
+  try {
+    prompt = server_prompt_tokens(w.engine->tokenizer(), p->req.messages);
+  } catch (const Error& e) {  // the tokenizer refused the text (a pattern's per-text budget spent): the input's fault
+    throw ServerError(400, std::string("the prompt could not be tokenized: ") + e.what());
+  }
   p->prompt_len = (int64_t)prompt.size();
   const int64_t row_len = w.scheduler->row_len();
   const GenerateOptions o = server_generate_options(p->req, p->prompt_len, row_len, server_cache_scope(key_index, p->req.cache_salt));

@@ -42,11 +42,15 @@ class WaitQueues {
  private:
   struct Key {
     std::deque<std::shared_ptr<WaitingRequest>> queue;
-    uint64_t served = 0;  // when its last request got rows (0: never, while it waited)
   };
   // the key whose turn it is, among `keys` with `from[key]` requests already taken
   const std::string* turn(const std::map<std::string, size_t>& taken, const std::map<std::string, uint64_t>& served) const;
   std::map<std::string, Key> keys_;  // keys with requests waiting
+  // when each key's last request got rows (a key never served: 0), kept after its queue
+  // empties, so a key that sends one request at a time does not count as new each time
+  // (forgotten all at once past kMaxRemembered keys)
+  std::map<std::string, uint64_t> served_;
+  static constexpr size_t kMaxRemembered = 4096;
   uint64_t seq_ = 0, tick_ = 0;
   int64_t count_ = 0, rows_ = 0;
 };
