@@ -1,5 +1,6 @@
-// defines: RawResponse, raw_connect, raw_http, raw_send, dechunk, SseEvent, sse_parse_strict,
-//          wait_until_healthy
+// defines: RawResponse, raw_connect, raw_connect_from, raw_http, raw_send, dechunk, SseEvent, sse_parse_strict,
+//          wait_until_healthy, attacker_address, Slowloris, ConnectionFlood,
+//          Legit, legit_traffic
 // A deliberately small HTTP/1.1 client on plain sockets, for server tests that must see the
 // bytes: chunked framing checked strictly, SSE events parsed strictly (every event exactly
 // "data: <payload>\n\n"), raw garbage sent on purpose, connections dropped mid-stream.
@@ -9,9 +10,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cctype>
+#include <cerrno>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <stdexcept>
@@ -33,6 +37,29 @@ inline int raw_connect(int port) {
   a.sin_port = htons((uint16_t)port);
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   if (connect(fd, (sockaddr*)&a, sizeof a) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// a connection from a loopback address of the caller's choosing (the flood tests' attackers
+// use 127.0.0.2 ... 127.0.0.254, all of 127/8 being loopback on Linux); `wait`: connect
+// waits at most timeout_ms (then -1), else it returns at once, the handshake under way
+inline int raw_connect_from(const std::string& source, int port, bool wait = true, int timeout_ms = 1000) {
+  int fd = socket(AF_INET, SOCK_STREAM | (wait ? 0 : SOCK_NONBLOCK), 0);
+  if (fd < 0) return -1;
+  sockaddr_in from{};
+  from.sin_family = AF_INET;
+  inet_pton(AF_INET, source.c_str(), &from.sin_addr);
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons((uint16_t)port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (bind(fd, (sockaddr*)&from, sizeof from) != 0 ||
+      (connect(fd, (sockaddr*)&a, sizeof a) != 0 && (wait || errno != EINPROGRESS))) {
     close(fd);
     return -1;
   }
@@ -180,3 +207,108 @@ inline void wait_until_healthy(int port) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
+
+// ---- attackers on loopback (test_server_floods.cpp, bench_server --attacks) ---------------------
+
+// the attacker's address for its i-th connection: 127.0.0.2 ... 127.0.0.254 in turn
+inline std::string attacker_address(int i) { return "127.0.0." + std::to_string(2 + i % 253); }
+
+// `n` connections, each sending a request line and then one header byte a second, for at most
+// `seconds`; one the server closes comes back at once (so n keep trying). A thread of its own.
+class Slowloris {
+ public:
+  Slowloris(int port, int n, int seconds) {
+    thread_ = std::thread([this, port, n, seconds] {
+      std::vector<int> conn(n, -1);
+      for (int round = 0; round < seconds && running_; round++) {
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < n && running_; i++) {
+          if (conn[i] >= 0 && send(conn[i], "a", 1, MSG_NOSIGNAL | MSG_DONTWAIT) == 1) continue;
+          if (conn[i] >= 0) {
+            close(conn[i]);
+            reconnects++;
+          }
+          conn[i] = raw_connect_from(attacker_address(i), port, true, 200);
+          if (conn[i] >= 0) raw_send(conn[i], "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ");
+        }
+        std::this_thread::sleep_until(t0 + std::chrono::seconds(1));
+      }
+      for (int fd : conn)
+        if (fd >= 0) close(fd);
+    });
+  }
+  ~Slowloris() { stop(); }
+  void stop() {
+    running_ = false;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::atomic<int> reconnects{0};
+
+ private:
+  std::atomic<bool> running_{true};
+  std::thread thread_;
+};
+
+// `n` connections opened at once (non-blocking, silent) and held until stop() or `seconds`
+class ConnectionFlood {
+ public:
+  ConnectionFlood(int port, int n, double seconds) {
+    thread_ = std::thread([this, port, n, seconds] {
+      std::vector<int> conn;
+      for (int i = 0; i < n && running_; i++) {
+        const int fd = raw_connect_from(attacker_address(i), port, false);
+        if (fd >= 0) conn.push_back(fd);
+      }
+      opened = (int)conn.size();
+      const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+      while (running_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      for (int fd : conn) close(fd);
+    });
+  }
+  ~ConnectionFlood() { stop(); }
+  void stop() {
+    running_ = false;
+    if (thread_.joinable()) thread_.join();
+  }
+  std::atomic<int> opened{0};
+
+ private:
+  std::atomic<bool> running_{true};
+  std::thread thread_;
+};
+
+// the legitimate client on 127.0.0.1 for `seconds`: GET /health every 50 ms, timed (a failure
+// counts as 10 s), and a chat after every fourth; at most 400 rounds
+struct Legit {
+  std::vector<double> health_ms, chat_ms;  // chat_ms: the successful chats' times
+  int health_ok = 0, chats = 0, chats_ok = 0;
+};
+inline Legit legit_traffic(int port, double seconds, const std::string& chat_body) {
+  Legit l;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (int round = 0; round < 400 && std::chrono::steady_clock::now() < until; round++) {
+    const auto t0 = std::chrono::steady_clock::now();
+    int status = 0;
+    try {
+      status = raw_http(port, "GET", "/health").status;
+    } catch (const std::exception&) {
+    }
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    l.health_ms.push_back(status == 200 ? ms : 10000.0);
+    l.health_ok += status == 200;
+    if (round % 4 == 3) {
+      l.chats++;
+      const auto c0 = std::chrono::steady_clock::now();
+      try {
+        if (raw_http(port, "POST", "/v1/chat/completions", chat_body).status == 200) {
+          l.chats_ok++;
+          l.chat_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - c0).count());
+        }
+      } catch (const std::exception&) {
+      }
+    }
+    std::this_thread::sleep_until(t0 + std::chrono::milliseconds(50));
+  }
+  return l;
+}
+

@@ -1,16 +1,21 @@
 // defines: tiny_chat_tokenizer, tiny_chat_config, tiny_chat_model, tiny_chat_base_dir,
-//          tiny_chat_prompt_by_hand, GreedyReference, tiny_chat_greedy_reference, ServerProcess
+//          tiny_chat_prompt_by_hand, GreedyReference, tiny_chat_greedy_reference, ServerProcess,
+//          open_fds, FdWatch, raise_fd_limit
 // A chat model small enough for tests and the server bench: a BPE tokenizer trained here on
 // a few sentences (nanochat's 9 special tokens after 300 ranks) and a random 2-layer GPT
 // (n_embd 128, head_dim 64), saved as an SFT checkpoint in a temp NANOCHAT_BASE_DIR; plus
 // the real `nanochat chat-web` binary started on a free loopback port.
 #pragma once
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -204,3 +209,43 @@ class ServerProcess {
   bool reaped_ = false;
   int exit_code_ = -1;
 };
+
+// descriptors `pid` holds now (-1 when /proc cannot say)
+inline int open_fds(pid_t pid) {
+  DIR* d = opendir(("/proc/" + std::to_string(pid) + "/fd").c_str());
+  if (!d) return -1;
+  int n = 0;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n;
+}
+
+// the most descriptors `pid` held, sampled every 20 ms while `run`
+struct FdWatch {
+  std::atomic<bool> run{true};
+  std::atomic<int> peak{0};
+  std::thread thread;
+  explicit FdWatch(pid_t pid) {
+    thread = std::thread([this, pid] {
+      for (int i = 0; i < 3000 && run; i++) {  // at most 60 s
+        peak = std::max(peak.load(), open_fds(pid));
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+  }
+  int stop() {
+    run = false;
+    thread.join();
+    return peak;
+  }
+};
+
+// raises this process's soft limit on descriptors to `want` (within the hard one); false if it cannot
+inline bool raise_fd_limit(rlim_t want) {
+  rlimit r{};
+  getrlimit(RLIMIT_NOFILE, &r);
+  if (r.rlim_max != RLIM_INFINITY && r.rlim_max < want) return false;
+  r.rlim_cur = std::max<rlim_t>(r.rlim_cur, want);
+  return setrlimit(RLIMIT_NOFILE, &r) == 0;
+}
+

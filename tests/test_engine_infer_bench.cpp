@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nanochat/common/percentile.h"
 #include "nanochat/engine/infer_bench.h"
 #include "server_fixture.h"
 #include "test_util.h"
@@ -15,11 +16,11 @@ using namespace nanochat;
 
 TEST(InferBench, PercentilesAndRatesByHand) {
   // upstream's median is sorted[n // 2]; p90 sorted[floor(0.9 n)]
-  EXPECT_EQ(infer_bench_percentile({0.4, 0.1, 0.3, 0.2}, 0.5), 0.3);
-  EXPECT_EQ(infer_bench_percentile({0.4, 0.1, 0.3, 0.2}, 0.9), 0.4);
-  EXPECT_EQ(infer_bench_percentile({5, 1, 4, 2, 3}, 0.5), 3);
-  EXPECT_EQ(infer_bench_percentile({5, 1, 4, 2, 3, 9, 8, 7, 6, 10}, 0.9), 10);
-  EXPECT_EQ(infer_bench_percentile({}, 0.5), 0);
+  EXPECT_EQ(percentile({0.4, 0.1, 0.3, 0.2}, 0.5), 0.3);
+  EXPECT_EQ(percentile({0.4, 0.1, 0.3, 0.2}, 0.9), 0.4);
+  EXPECT_EQ(percentile({5, 1, 4, 2, 3}, 0.5), 3);
+  EXPECT_EQ(percentile({5, 1, 4, 2, 3, 9, 8, 7, 6, 10}, 0.9), 10);
+  EXPECT_EQ(percentile({}, 0.5), 0);
   // 4 steps in 1.0 s: 4 tokens a second per row, 16 over a batch of 4
   InferBenchStep s = infer_bench_step_stats({0.1, 0.2, 0.3, 0.4}, 4);
   EXPECT_DOUBLE_EQ(s.median_sec, 0.3);

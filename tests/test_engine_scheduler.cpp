@@ -6,7 +6,9 @@
 //  - the calculator, per-row stops and budgets on a scripted model equal Engine::generate's;
 //  - prefix reuse: the same tokens with and without it, cached_tokens counted by hand, LRU eviction;
 //  - cancellation frees the rows; too many samples is an error;
-//  - one bounded queue, first come first served; close_queue refuses those still waiting.
+//  - one bounded queue, first come first served; close_queue refuses those still waiting;
+//  - fair admission: one queue per key, free rows to the key served least recently (the
+//    waiting room's turns on hand-built queues, then a flooding key against a quiet one).
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -21,6 +23,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/engine.h"
 #include "nanochat/engine/scheduler.h"
+#include "nanochat/engine/wait_queues.h"
 #include "nanochat/gpt.h"
 #include "test_models.h"
 
@@ -339,4 +342,81 @@ TEST(Scheduler, OneBoundedQueueFirstComeFirstServed) {
   t.run(*busy);
   EXPECT_EQ(settled(t).waiting, 0);
   EXPECT_EQ(t.load(), 0);
+}
+
+// ---- fair admission --------------------------------------------------------------------------
+
+namespace {
+std::shared_ptr<WaitingRequest> waiter(const std::string& key, int64_t rows = 1) {
+  auto w = std::make_shared<WaitingRequest>();
+  w->key = key;
+  w->rows_needed = rows;
+  return w;
+}
+}  // namespace
+
+// A pushes a1 a2 a3, then B pushes b1, C pushes c1 c2. Turns by hand: A first (nobody served
+// yet, oldest request), then B and C (never served; b1 came first), then A (served longest
+// ago), then C, then A: a1 b1 c1 a2 c2 a3.
+TEST(WaitQueues, RowsGoToTheKeyServedLeastRecently) {
+  WaitQueues q;
+  std::map<WaitingRequest*, std::string> name;
+  for (auto [key, id] : std::vector<std::pair<std::string, std::string>>{
+           {"A", "a1"}, {"A", "a2"}, {"A", "a3"}, {"B", "b1"}, {"C", "c1"}, {"C", "c2"}}) {
+    auto w = waiter(key);
+    name[w.get()] = id;
+    q.push(w);
+  }
+  EXPECT_EQ(q.size(), 6);
+  // with 2 free rows, admission would take a1 and b1: A has 2 left blocked, B none, C 2
+  EXPECT_EQ(q.blocked("A", 2), 2);
+  EXPECT_EQ(q.blocked("B", 2), 0);
+  EXPECT_EQ(q.blocked("C", 2), 2);
+  std::string order;
+  while (auto w = q.pop_next()) order += name[w.get()] + " ";
+  EXPECT_EQ(order, "a1 b1 c1 a2 c2 a3 ");
+  EXPECT_EQ(q.size(), 0);
+  EXPECT_EQ(q.rows(), 0);
+}
+
+// a key whose turn it is but whose request needs more rows than are free holds the line (no
+// overtaking, so a request of many samples is not starved); the count of rows is kept
+TEST(WaitQueues, ARequestTooBigForTheFreeRowsBlocksTheRest) {
+  WaitQueues q;
+  q.push(waiter("A", 3));
+  q.push(waiter("B", 1));
+  EXPECT_EQ(q.rows(), 4);
+  EXPECT_EQ(q.blocked("B", 2), 1);  // A's 3 rows come first and do not fit in 2
+  EXPECT_EQ(q.blocked("B", 4), 0);
+  q.pop_back("B");
+  EXPECT_EQ(q.rows(), 3);
+  EXPECT_EQ(q.next()->key, "A");
+}
+
+// One row; key A holds it and queues its limit (max_queue 2): A's next request is refused,
+// B's is not (its own queue is empty), and when the row frees B gets it, ahead of A's two
+// that waited longer.
+TEST(Scheduler, AFloodingKeyIsRefusedAloneAndTheOtherKeyGoesFirst) {
+  auto engine = tiny_engine();
+  SchedulerOptions so;
+  so.max_batch = 1;
+  so.max_queue = 2;
+  Scheduler s(engine, so);
+  auto a0 = s.submit(prompt_of(1, 6), greedy_unstopped(60), "A");
+  ASSERT_TRUE(s.wait_admitted(*a0));
+  auto a1 = s.submit(prompt_of(2, 6), greedy_unstopped(4), "A");
+  auto a2 = s.submit(prompt_of(3, 6), greedy_unstopped(4), "A");
+  EXPECT_THROW(s.submit(prompt_of(4, 6), greedy(4), "A"), SchedulerRefused);
+  std::shared_ptr<Scheduler::Ticket> b;
+  ASSERT_NO_THROW(b = s.submit(prompt_of(5, 6), greedy_unstopped(200), "B"));
+  EXPECT_EQ(s.stats().waiting, 3);
+  s.run(*a0);  // the row frees
+  ASSERT_TRUE(s.wait_admitted(*b));
+  // one row: had a1 or a2 gone first, they would have left the waiting room before b got it
+  EXPECT_EQ(s.stats().waiting, 2) << "A's earlier requests went ahead of B";
+  s.run(*b);
+  ASSERT_TRUE(s.wait_admitted(*a1));
+  s.run(*a1);
+  s.run(*a2);
+  EXPECT_EQ(settled(s).waiting, 0);
 }

@@ -564,27 +564,24 @@ TEST(ServerApi, NonStreamingClientDisconnectFreesItsWorker) {
   EXPECT_LT(generated, budget / 2) << "the generation ran on after the client left";
 }
 
-// every worker generating, the queue full, the connection cap reached: /health still answers
-// (on a connection beyond the cap, which serves nothing else)
+// every worker generating, the connection cap reached by requests being answered (none to
+// shed): /health still answers (on a connection beyond the cap, which serves nothing else)
 TEST(ServerLifecycle, HealthAnswersWhenEverythingIsBusy) {
   const int64_t budget = 1000;
   std::string prompt = long_prompt(budget);
   ASSERT_FALSE(prompt.empty());
-  ServerProcess s(NANOCHAT_BIN, world().base, {"--workers", "1", "--max-queue", "1", "--max-connections", "4", "-q"});
+  ServerProcess s(NANOCHAT_BIN, world().base,
+                  {"--workers", "1", "--max-queue", "4", "--max-connections", "4", "--max-connections-per-client", "8", "-q"});
   ASSERT_GT(s.port(), 0) << s.log();
   wait_until_healthy(s.port());
   json req = {{"messages", user_messages(prompt)}, {"temperature", 0}, {"max_tokens", budget}, {"stream", true}};
   std::string body = req.dump();
   std::vector<int> held;
-  for (int i = 0; i < 2; i++) {  // one generating, one queued for the worker
+  for (int i = 0; i < 4; i++) {  // generating or queued for the worker: the cap of 4 reached, none idle
     int fd = raw_connect(s.port());
     raw_send(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
                      std::to_string(body.size()) + "\r\n\r\n" + body);
     held.push_back(fd);
-  }
-  for (int i = 0; i < 2; i++) {  // two more in the middle of their heads: the cap of 4 is reached, none idle
-    held.push_back(raw_connect(s.port()));
-    raw_send(held.back(), "GET /health HTTP/1.1\r\n");
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   const auto start = std::chrono::steady_clock::now();

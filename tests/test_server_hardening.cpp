@@ -10,7 +10,8 @@
 //    Debian's backport); memory is
 //    read from /proc/<pid>/status before and after;
 //  - no CORS by default, --cors-origin, the Host check against DNS rebinding, --api-key;
-//  - slowloris: 100 dripping sockets do not delay /health, and get 408 at the deadline;
+//  - slowloris: 100 dripping sockets do not delay /health, and get 408 at the deadline (the
+//    floods of issue 49 are test_server_floods.cpp's);
 //  - HTTP/1.1 framing as RFC 9112 asks of a server (no request smuggling past a proxy), each
 //    rule over a raw socket with a request pipelined behind the bad one that must go unanswered;
 //  - engine errors without internals, tiny sampling values, the Bearer scheme in any case, the
@@ -572,8 +573,9 @@ TEST(Hardening, SlowlorisDoesNotStarveHealthAndMeetsTheDeadline) {
     EXPECT_LT(s, 1.0) << "/health took " << s << " s with 100 slow sockets open (try " << i << ")";
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  // the slow ones are answered 408 at the 3 s deadline, and closed
-  std::string resp = raw_read_all(slow[0], 6000);
+  // the slow ones still open are answered 408 at the 3 s deadline, and closed (the newest is:
+  // all 100 come from 127.0.0.1, whose cap of 64 connections had the oldest shed, with a 503)
+  std::string resp = raw_read_all(slow.back(), 6000);
   const double at = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   dripping = false;
   drip.join();

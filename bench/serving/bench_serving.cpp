@@ -26,6 +26,7 @@
 
 #include "../bench_util.h"
 #include "../http_load.h"
+#include "nanochat/common/percentile.h"
 #include "nanochat/checkpoint.h"
 #include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/engine.h"
@@ -187,8 +188,8 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 2; k++) {
       const LoadLevel& lv = results[k][i];
       std::printf("%8d %-14s %6d %10.1f %11.1f %11.1f %12.2f %12.2f %9d\n", levels[i], configs[k].name, lv.done,
-                  (double)lv.tokens / lv.seconds, 1000 * infer_bench_percentile(lv.ttft, 0.5), 1000 * infer_bench_percentile(lv.ttft, 0.99),
-                  1000 * infer_bench_percentile(lv.gaps, 0.5), 1000 * infer_bench_percentile(lv.gaps, 0.99), lv.failures);
+                  (double)lv.tokens / lv.seconds, 1000 * percentile(lv.ttft, 0.5), 1000 * percentile(lv.ttft, 0.99),
+                  1000 * percentile(lv.gaps, 0.5), 1000 * percentile(lv.gaps, 0.99), lv.failures);
     }
     const LoadLevel &a = results[0][i], &b = results[1][i];
     std::printf("%8s %-14s tokens/s ratio batched / one at a time: %.2fx\n", "", "",

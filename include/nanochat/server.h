@@ -1,6 +1,6 @@
 // defines: kServerLimits, ServerLimits, ServerError, ChatRequest, server_parse_chat_request,
-//          server_prompt_tokens, server_api_keys_resolve, server_bearer_key, server_cache_scope, ServerOptions,
-//          server_run, WebAsset, server_web_asset, server_web_assets
+//          server_prompt_tokens, server_api_keys_resolve, server_bearer_key, server_cache_scope, server_queue_key,
+//          ServerOptions, server_run, server_max_per_client, WebAsset, server_web_asset, server_web_assets
 // The server module (upstream's scripts/chat_web.py): `nanochat chat-web`. One HTTP server (cpp-httplib) with
 //   GET  /                      the chat UI (web/, embedded into the binary at build time)
 //   POST /chat/completions      upstream's SSE stream: {"token","gpu"} ... {"done":true}
@@ -8,8 +8,9 @@
 //   GET  /health, GET /stats    readiness (503 while loading) and the worker pool
 // Requests are checked here (upstream's limits, types, UTF-8, JSON nesting) before any model
 // work; a bad one is a 4xx with a JSON error. A request goes to the least loaded worker (one
-// model per device, --max-batch rows each), waits there first come first served for its rows
-// (--max-queue waiting, 503 beyond), and joins that worker's running decode batch
+// model per device, --max-batch rows each), waits there for its rows in its API key's queue (the
+// client address's without keys; rows go round-robin across waiting keys, --max-queue waiting
+// per key, 503 beyond), and joins that worker's running decode batch
 // (engine/scheduler.h); its tokens come back to the connection's thread. A client that
 // goes away cancels it. Hostile clients are bounded before httplib buffers anything (connection.cpp): header
 // lines and count, a deadline for the head and body, body bytes whatever the encoding, a
@@ -102,6 +103,9 @@ std::vector<std::string> server_api_keys_resolve(const std::string* flag, const 
 // Whose KV a request may reuse (the scheduler's prefix cache): the API key it came with (its
 // index; -1 without keys) and its cache_salt. Requests of different scopes share nothing.
 std::string server_cache_scope(int key_index, const std::string& cache_salt);
+// Whose queue a request waits in for rows (fair admission, engine/wait_queues.h): its API key
+// (index), or on a server without keys the client's address
+std::string server_queue_key(int key_index, const std::string& address);
 // the message a client gets for an unexpected exception: generic (LibTorch's errors carry
 // backtraces, paths and addresses); the exception's own text goes to the server log
 std::string server_internal_error(const char* where, const std::exception& e);
@@ -119,14 +123,15 @@ struct ServerOptions {
   int max_batch = 0;       // rows decoded together per worker (continuous batching); 0: 8 on CPU, 32 on CUDA
   int64_t kv_len = 0;      // KV positions per row; 0: CPU the model's limit (10 x sequence_len) within a 2 GiB pool, CUDA sequence_len
   bool prefix_cache = true;  // reuse the KV of a finished conversation's tokens
-  int max_queue = 64;      // requests waiting for rows, per worker; beyond this 503
+  int max_queue = 64;      // requests waiting for rows, per API key (or client address) per worker; beyond this 503
   ChatDefaults defaults;
   ServerLimits limits;
   bool quiet = false;      // no per-request log lines
   std::string cors_origin; // the one Origin allowed to read replies cross-origin (none by default)
   std::vector<std::string> api_keys;  // when set: Authorization: Bearer <one of them> on every API route but
                                      // /health; each key is its own prefix-cache scope
-  int max_connections = 256;    // beyond: 503, except GET /health
+  int max_connections = 256;    // open connections; beyond, one without a request is shed (docs/serving.md)
+  int max_connections_per_client = 0;  // open connections from one client address; 0: max_connections / 4
   double request_deadline = 10; // seconds for a request's head and body to arrive (408 after)
 };
 // Binds, serves the UI and /health at once (503 until the models are loaded), loads one model
@@ -135,6 +140,8 @@ struct ServerOptions {
 // each stream still ending with its final event), and it returns 0. Error if the port cannot
 // be bound or a model fails to load.
 int server_run(const ServerOptions& options);
+// --max-connections-per-client as given, or its default: a quarter of --max-connections (at least 1)
+int server_max_per_client(const ServerOptions& options);
 
 // the files of web/ embedded at build time (web_assets.cpp, generated into the build directory
 // by web/embed_web.cmake)

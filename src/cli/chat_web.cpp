@@ -37,7 +37,9 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
   sub->add_option("-m,--max-tokens", o.defaults.max_tokens, "default max tokens per reply")->check(CLI::Range(1, 4096));
   sub->add_option("-p,--port", o.port, "port (0: any free port, printed at start)")->check(CLI::Range(0, 65535));
   sub->add_option("--host", o.host, "address to listen on; 0.0.0.0 exposes it to the network");
-  sub->add_option("--max-queue", o.max_queue, "requests that may wait for a row; more get 503")->check(CLI::Range(1, 4096));
+  sub->add_option("--max-queue", o.max_queue,
+                  "requests of one API key (or client address, without keys) that may wait for rows, per worker; "
+                  "more get 503")->check(CLI::Range(1, 4096));
   sub->add_option("--device-type", o.device_type, "cuda or cpu (default: cuda when available)")
       ->check(CLI::IsMember({"", "cuda", "cpu"}));
   sub->add_flag("-q,--quiet", o.quiet, "no log line per request");
@@ -53,8 +55,12 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
                   "read the API keys from this file (mode 600; one key per line, each key its own prefix-cache scope)")
       ->excludes(key_flag);
   sub->add_option("--max-connections", o.max_connections,
-                  "open connections served; beyond them only GET /health is answered, the rest 503")
+                  "open connections; beyond, the one waiting longest without a request is closed (16 more get "
+                  "GET /health only), else new ones wait in the kernel's backlog")
       ->check(CLI::Range(4, 4096));
+  sub->add_option("--max-connections-per-client", o.max_connections_per_client,
+                  "open connections from one client address (default: a quarter of --max-connections)")
+      ->check(CLI::Range(1, 4096));
   sub->add_option("--request-deadline", o.request_deadline,
                   "seconds a request's headers and body may take to arrive (slow clients get 408)")
       ->check(CLI::Range(0.5, 600.0));

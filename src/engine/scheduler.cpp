@@ -1,6 +1,7 @@
 // defines: Scheduler
 // The decode thread's loop, one iteration per step boundary:
-//   admit waiting requests that fit (rows, prefix match) -> prefill up to prefill_chunk
+//   admit waiting requests that fit, in the waiting room's turns (wait_queues.h), into the KV
+//   slot pool (kv_slots.h: rows, prefix match) -> prefill up to prefill_chunk
 //   prompt tokens, oldest request first (rows join once their prompt is in) -> sample every live row (per
 //   request, its own generator) and hand the columns to the callers -> drop finished rows
 //   (swap with the last live row) -> one batched decode forward over the live rows.
@@ -18,7 +19,9 @@
 #include <thread>
 #include <ATen/ATen.h>
 
+#include "engine/kv_slots.h"
 #include "engine/row_state.h"
+#include "nanochat/engine/wait_queues.h"
 #include "nanochat/common/error.h"
 #include "nanochat/gpt.h"
 
@@ -28,12 +31,12 @@ namespace {
 
 using clk = std::chrono::steady_clock;
 
-struct Request {
+// a request from the waiting room (its key, the rows it needs) through the slot pool (its slots, scope) to its end
+struct Request : WaitingRequest, SlotHolder {
   std::vector<int32_t> prompt;
   GenerateOptions opt;
   std::vector<RowState> rows;
   at::Generator rng;
-  std::vector<int64_t> slot;  // the pool slot of each row, -1 once it left
   int64_t prefilled = 0;      // prompt positions in row 0's slot
   int64_t cached = 0;         // of which reused
   bool need_prev = false;     // a partly reused row: the smear's input is recomputed
@@ -48,20 +51,8 @@ struct Request {
   std::condition_variable cv;
 };
 
-struct Slot {
-  Request* req = nullptr;  // the owner, or null (free)
-  int64_t row = -1;
-  int64_t pos = 0;               // positions whose KV the slot holds
-  std::vector<int32_t> tokens;   // a free slot: the tokens of those positions (prefix cache)
-  std::string scope;             // ... and the cache scope of the request that left them
-  uint64_t used = 0;             // when it was last freed or hit (LRU)
-};
-
-int64_t common_prefix(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
-  int64_t n = 0, m = (int64_t)std::min(a.size(), b.size());
-  while (n < m && a[n] == b[n]) n++;
-  return n;
-}
+Request& as_request(WaitingRequest& w) { return static_cast<Request&>(w); }
+Request* holder_request(SlotHolder* h) { return static_cast<Request*>(h); }
 
 }  // namespace
 
@@ -70,17 +61,13 @@ struct Scheduler::Impl {
   SchedulerOptions opt;
   EngineModel model;
   ToolTokens tools;
-  KVCache pool;
-  torch::Tensor prev;  // (R,1,C) the smear's input per slot, allocated at the first forward
-  std::vector<Slot> slots;
-  int64_t live = 0;
+  KvSlots kv;                 // the pool; its slots 0..kv.live-1 decode
   torch::Tensor logits;       // (live, V) after a forward or a join
   std::vector<int64_t> feed;  // (live) tokens for the next forward
-  uint64_t tick = 0;
 
   mutable std::mutex mu;
   std::condition_variable work;
-  std::deque<std::shared_ptr<Request>> incoming;     // waiting for rows
+  WaitQueues waiting;                                // waiting for rows, one queue per key
   std::deque<std::shared_ptr<Request>> prefilling;   // rows held, prompt going in
   std::vector<std::shared_ptr<Request>> decoding;    // rows in the batch
   bool stop = false;
@@ -91,93 +78,29 @@ struct Scheduler::Impl {
   SchedulerStats st;
   std::deque<std::pair<clk::time_point, int64_t>> rate;  // (time, tokens so far)
 
+  static int64_t pool_rows(const SchedulerOptions& o) { return std::max<int64_t>(o.max_batch, 1); }
+  static int64_t pool_len(const SchedulerOptions& o, const EngineModel& m) {
+    return o.row_len > 0 ? std::min(o.row_len, m.max_positions) : m.max_positions;
+  }
+
   Impl(std::shared_ptr<const Engine> e, SchedulerOptions o)
       : engine(std::move(e)), opt(o), model(engine->model()), tools(engine_tool_tokens(engine->tokenizer())),
-        pool(model.make_cache(std::max<int64_t>(o.max_batch, 1),
-                              o.row_len > 0 ? std::min(o.row_len, model.max_positions) : model.max_positions)) {
+        kv(model, pool_rows(o), pool_len(o, model), o.prefix_cache) {
     if (opt.max_batch < 1) fail("scheduler: max_batch must be >= 1, got %lld", (long long)opt.max_batch);
     if (opt.prefill_chunk < 1) fail("scheduler: prefill_chunk must be >= 1");
-    opt.row_len = pool.max_seq_len();
-    slots.resize(opt.max_batch);
+    opt.row_len = kv.pool.max_seq_len();
     st.rows_total = opt.max_batch;
     st.row_len = opt.row_len;
-    st.kv_bytes = (int64_t)(2 * pool.k_cache.numel() * pool.k_cache.element_size());
+    st.kv_bytes = (int64_t)(2 * kv.pool.k_cache.numel() * kv.pool.k_cache.element_size());
     thread = std::thread([this] { loop(); });
   }
 
-  // ---- slots ----------------------------------------------------------------------------
-  void swap_slots(int64_t a, int64_t b) {
-    if (a == b) return;
-    const int64_t len = std::max(slots[a].pos, slots[b].pos);
-    if (len > 0) {
-      auto dev = pool.k_cache.device();
-      torch::Tensor from = torch::tensor({a, b}, torch::kLong).to(dev), to = torch::tensor({b, a}, torch::kLong).to(dev);
-      for (torch::Tensor* c : {&pool.k_cache, &pool.v_cache}) {
-        torch::Tensor used = c->narrow(2, 0, len);
-        used.index_copy_(1, to, used.index_select(1, from));
-      }
-      if (prev.defined()) prev.index_copy_(0, to, prev.index_select(0, from));
-    }
-    std::swap(slots[a], slots[b]);
-    for (int64_t s : {a, b})
-      if (slots[s].req) slots[s].req->slot[slots[s].row] = s;
-  }
-
-  // copies slot `from`'s first n positions (and its smear input) into slot `to`
-  void copy_slot(int64_t from, int64_t to, int64_t n) {
-    for (torch::Tensor* c : {&pool.k_cache, &pool.v_cache})
-      c->narrow(2, 0, n).select(1, to).copy_(c->narrow(2, 0, n).select(1, from));
-    if (prev.defined()) prev.select(0, to).copy_(prev.select(0, from));
-    slots[to].pos = n;
-  }
-
-  int64_t free_slots() const {
-    int64_t n = 0;
-    for (const Slot& s : slots) n += s.req == nullptr;
-    return n;
-  }
-
-  // a free slot outside the live rows: the first empty one (next to the live rows: no copy
-  // when it joins), else the least recently used
-  int64_t take_free_slot() {
-    int64_t best = -1;
-    for (int64_t s = live; s < (int64_t)slots.size(); s++) {
-      if (slots[s].req) continue;
-      if (best < 0) best = s;
-      const bool empty = slots[s].tokens.empty(), best_empty = slots[best].tokens.empty();
-      if (empty != best_empty ? empty : !empty && slots[s].used < slots[best].used) best = s;  // empty: the first
-    }
-    slots[best].tokens.clear();
-    slots[best].pos = 0;
-    return best;
-  }
-
   void admit(const std::shared_ptr<Request>& r) {
-    const int64_t n = (int64_t)r->rows.size(), T = (int64_t)r->prompt.size();
-    r->slot.assign(n, -1);
-    int64_t hit = -1, reuse = 0;
-    if (opt.prefix_cache) {
-      for (int64_t s = live; s < (int64_t)slots.size(); s++) {
-        if (slots[s].req || slots[s].tokens.empty() || slots[s].scope != r->opt.cache_scope) continue;
-        int64_t k = std::min(common_prefix(slots[s].tokens, r->prompt), T - 1);  // the last prompt token gives logits
-        if (k < slots[s].pos && !model.embed) k = 0;  // a partial reuse needs the smear's input recomputed
-        if (k > reuse) hit = s, reuse = k;
-      }
-    }
-    for (int64_t i = 0; i < n; i++) {
-      int64_t s = (i == 0 && hit >= 0) ? hit : take_free_slot();
-      slots[s].req = r.get();
-      slots[s].row = i;
-      slots[s].used = ++tick;
-      r->slot[i] = s;
-    }
-    if (hit >= 0) {
-      r->need_prev = reuse < slots[hit].pos;
-      slots[hit].tokens.clear();
-      slots[hit].pos = reuse;
-    }
+    bool need_prev = false;
+    const int64_t reuse = kv.take(*r, (int64_t)r->rows.size(), r->prompt, (bool)model.embed, need_prev);
+    r->need_prev = need_prev;
     r->prefilled = r->cached = reuse;
-    st.prompt_tokens += T;
+    st.prompt_tokens += (int64_t)r->prompt.size();
     st.cached_tokens += reuse;
     r->admitted = true;
     r->cv.notify_all();
@@ -185,42 +108,15 @@ struct Scheduler::Impl {
 
   // rows held or asked for by the requests here (under mu): how loaded the scheduler is
   int64_t load() const {
-    int64_t n = 0;
-    for (auto* q : {&incoming, &prefilling})
-      for (auto& r : *q) n += (int64_t)r->rows.size();
+    int64_t n = waiting.rows();
+    for (auto& r : prefilling) n += (int64_t)r->rows.size();
     for (auto& r : decoding) n += (int64_t)r->rows.size();
     return n;
   }
 
-  // requests in the queue that the free rows cannot take, first come first served: those that
-  // wait for rows (the decode thread admits the others at its next step, so a request that
-  // arrives while rows are free is never refused for a queue it will not stand in)
-  int64_t blocked() const {
-    int64_t free = free_slots(), n = 0;
-    for (auto& r : incoming) {
-      if (n == 0 && (int64_t)r->rows.size() <= free) free -= (int64_t)r->rows.size();
-      else n++;
-    }
-    return n;
-  }
-
   void count_waiting() {
-    st.waiting = (int64_t)incoming.size();
-    st.rows_waiting = 0;
-    for (auto& r : incoming) st.rows_waiting += (int64_t)r->rows.size();
-  }
-
-  // the slot's positions go back to the pool; with the prefix cache it remembers their tokens
-  // and the scope they may be reused in
-  void release_slot(int64_t s, const std::vector<int32_t>& tokens) {
-    Slot& sl = slots[s];
-    sl.scope = sl.req ? sl.req->opt.cache_scope : std::string();
-    sl.req = nullptr;
-    sl.row = -1;
-    sl.used = ++tick;
-    sl.tokens.clear();
-    if (opt.prefix_cache && sl.pos > 0 && (int64_t)tokens.size() >= sl.pos)
-      sl.tokens.assign(tokens.begin(), tokens.begin() + sl.pos);
+    st.waiting = waiting.size();
+    st.rows_waiting = waiting.rows();
   }
 
   // ---- the request's side of the queue (under mu) ---------------------------------------------
@@ -244,7 +140,7 @@ struct Scheduler::Impl {
     for (RowState& row : r.rows)
       if (row.finish == FinishReason::none) row.finish = FinishReason::cancelled;
     for (int64_t& s : r.slot)
-      if (s >= 0) release_slot(s, {}), s = -1;
+      if (s >= 0) kv.release(s, {}), s = -1;
     r.error = error;
     r.finished = true;
     r.cv.notify_all();
@@ -255,60 +151,57 @@ struct Scheduler::Impl {
     return torch::tensor(v, torch::kLong).view({rows, -1}).to(model.device);
   }
 
-  void store_prev(int64_t first, const torch::Tensor& p) {
-    if (!p.defined()) return;
-    if (!prev.defined()) prev = at::zeros({(int64_t)slots.size(), 1, p.size(-1)}, p.options());
-    prev.narrow(0, first, p.size(0)).copy_(p);
-  }
-
-  // up to `budget` more prompt tokens of r; returns how many
-  int64_t prefill_chunk(std::shared_ptr<Request> r, int64_t budget) {  // a copy: it leaves `prefilling`
-    const int64_t T = (int64_t)r->prompt.size(), s0 = r->slot[0];
-    const int64_t c = std::min(budget, T - r->prefilled);
-    KVCache view = pool.view_rows(s0, 1, r->prefilled);
-    if (r->prefilled > 0 && r->need_prev) view.prev_embedding = model.embed(ids({r->prompt[r->prefilled - 1]}, 1));
-    else if (r->prefilled > 0 && prev.defined()) view.prev_embedding = prev.narrow(0, s0, 1).clone();
-    r->need_prev = false;
-    std::vector<int64_t> chunk(r->prompt.begin() + r->prefilled, r->prompt.begin() + r->prefilled + c);
-    torch::Tensor lg = model.forward(ids(chunk, 1), view);
-    store_prev(s0, view.prev_embedding);
-    r->prefilled += c;
-    slots[s0].pos = r->prefilled;
-    if (r->prefilled < T) return c;
-    // the prompt is in: its other rows get a copy, and every unfinished row joins the batch
-    for (size_t i = 1; i < r->slot.size(); i++) copy_slot(s0, r->slot[i], T);
-    torch::Tensor last = lg.select(1, c - 1);  // (1,V)
+  // the prompt is in (its logits `last`, (1,V)): its other rows get a copy, and every
+  // unfinished row joins the batch
+  void join_batch(const std::shared_ptr<Request>& r, const torch::Tensor& last) {
+    const int64_t T = (int64_t)r->prompt.size();
+    for (size_t i = 1; i < r->slot.size(); i++) kv.copy(r->slot[0], r->slot[i], T);
     std::vector<torch::Tensor> joined = {};
-    if (logits.defined() && live > 0) joined.push_back(logits.narrow(0, 0, live));
+    if (logits.defined() && kv.live > 0) joined.push_back(logits.narrow(0, 0, kv.live));
     for (size_t i = 0; i < r->rows.size(); i++) {
       if (r->rows[i].finish != FinishReason::none) {  // a budget of 0: never decodes
-        release_slot(r->slot[i], {});
+        kv.release(r->slot[i], {});
         r->slot[i] = -1;
         continue;
       }
-      swap_slots(r->slot[i], live);
-      feed.resize(live + 1);
-      live++;
+      kv.swap(r->slot[i], kv.live);
+      feed.resize(kv.live + 1);
+      kv.live++;
       joined.push_back(last);
     }
     logits = at::cat(joined, 0);
     std::lock_guard<std::mutex> lock(mu);
     prefilling.erase(std::find(prefilling.begin(), prefilling.end(), r));
     decoding.push_back(r);
+  }
+
+  // up to `budget` more prompt tokens of r; returns how many
+  int64_t prefill_chunk(std::shared_ptr<Request> r, int64_t budget) {  // a copy: it leaves `prefilling`
+    const int64_t T = (int64_t)r->prompt.size(), s0 = r->slot[0];
+    const int64_t c = std::min(budget, T - r->prefilled);
+    KVCache view = kv.pool.view_rows(s0, 1, r->prefilled);
+    if (r->prefilled > 0 && r->need_prev) view.prev_embedding = model.embed(ids({r->prompt[r->prefilled - 1]}, 1));
+    else if (r->prefilled > 0 && kv.prev.defined()) view.prev_embedding = kv.prev.narrow(0, s0, 1).clone();
+    r->need_prev = false;
+    std::vector<int64_t> chunk(r->prompt.begin() + r->prefilled, r->prompt.begin() + r->prefilled + c);
+    torch::Tensor lg = model.forward(ids(chunk, 1), view);
+    kv.store_prev(s0, view.prev_embedding);
+    r->prefilled += c;
+    kv.slots[s0].pos = r->prefilled;
+    if (r->prefilled == T) join_batch(r, lg.select(1, c - 1));
     return c;
   }
 
-  // samples every live row (one pass, one read-back), hands out the columns, drops the rows
-  // that finished
-  void sample_step() {
+  // samples every live row (one pass, one read-back) and hands out the columns
+  void sample_live_rows() {
     std::map<Request*, std::vector<int64_t>> by_req;  // request -> its live slots, in row order
-    for (int64_t b = 0; b < live; b++) by_req[slots[b].req].push_back(b);
+    for (int64_t b = 0; b < kv.live; b++) by_req[holder_request(kv.slots[b].holder)].push_back(b);
     std::vector<SampleRequest> asks;
     std::vector<Request*> asking;  // the request of each ask (cancel is read once: both loops agree)
     for (auto& [r, bs] : by_req) {
-      std::sort(bs.begin(), bs.end(), [&](int64_t x, int64_t y) { return slots[x].row < slots[y].row; });
+      std::sort(bs.begin(), bs.end(), [&](int64_t x, int64_t y) { return kv.slots[x].row < kv.slots[y].row; });
       if (r->cancel) {
-        for (int64_t b : bs) r->rows[slots[b].row].finish = FinishReason::cancelled;
+        for (int64_t b : bs) r->rows[kv.slots[b].row].finish = FinishReason::cancelled;
         continue;
       }
       asks.push_back({bs, r->opt.temperature, r->opt.top_k, r->opt.top_p, &r->rng});
@@ -319,7 +212,7 @@ struct Scheduler::Impl {
       Request* r = asking[k];
       const std::vector<int64_t>& bs = asks[k].rows;
       std::vector<int64_t> mine(bs.size()), which(bs.size()), took;
-      for (size_t i = 0; i < bs.size(); i++) mine[i] = drawn[bs[i]], which[i] = slots[bs[i]].row;
+      for (size_t i = 0; i < bs.size(); i++) mine[i] = drawn[bs[i]], which[i] = kv.slots[bs[i]].row;
       torch::Tensor lg;  // the request's logits, for its log-probs
       if (r->opt.logprobs) lg = logits.index_select(0, torch::tensor(bs, torch::kLong).to(logits.device()));
       TokenColumn col = engine_column_step(r->rows, which, mine.data(), lg, r->steps, r->opt, engine->tokenizer(), tools, took);
@@ -330,18 +223,23 @@ struct Scheduler::Impl {
       r->out.push_back(std::move(col));
       r->cv.notify_all();
     }
-    // drop finished rows, last first, so a swap only moves a row already sampled
-    for (int64_t b = live - 1; b >= 0; b--) {
-      Request* r = slots[b].req;
-      const int64_t row = slots[b].row;
+  }
+
+  // samples, then drops the rows that finished (last first, so a swap only moves a row
+  // already sampled) and ends the requests with none left
+  void sample_step() {
+    sample_live_rows();
+    for (int64_t b = kv.live - 1; b >= 0; b--) {
+      Request* r = holder_request(kv.slots[b].holder);
+      const int64_t row = kv.slots[b].row;
       if (r->rows[row].finish == FinishReason::none) continue;
-      swap_slots(b, live - 1);
-      feed[b] = feed[live - 1];
-      live--;
+      kv.swap(b, kv.live - 1);
+      feed[b] = feed[kv.live - 1];
+      kv.live--;
       r->slot[row] = -1;
-      release_slot(live, r->rows[row].tokens);
+      kv.release(kv.live, r->rows[row].tokens);
     }
-    feed.resize(live);
+    feed.resize(kv.live);
     logits = torch::Tensor();
     std::lock_guard<std::mutex> lock(mu);
     for (auto it = decoding.begin(); it != decoding.end();) {
@@ -356,14 +254,15 @@ struct Scheduler::Impl {
   }
 
   void decode_forward() {
-    KVCache view = pool.view_rows(0, live, 0);
+    const int64_t live = kv.live;
+    KVCache view = kv.pool.view_rows(0, live, 0);
     std::vector<int64_t> pos(live);
-    for (int64_t b = 0; b < live; b++) pos[b] = slots[b].pos;
+    for (int64_t b = 0; b < live; b++) pos[b] = kv.slots[b].pos;
     view.set_row_positions(pos);
-    if (prev.defined()) view.prev_embedding = prev.narrow(0, 0, live);
+    if (kv.prev.defined()) view.prev_embedding = kv.prev.narrow(0, 0, live);
     logits = model.forward(ids(feed, live), view).select(1, 0);  // (live, V)
-    store_prev(0, view.prev_embedding);
-    for (int64_t b = 0; b < live; b++) slots[b].pos++;
+    kv.store_prev(0, view.prev_embedding);
+    for (int64_t b = 0; b < live; b++) kv.slots[b].pos++;
     std::lock_guard<std::mutex> lock(mu);
     st.decode_steps++;
     st.decode_rows += live;
@@ -375,23 +274,23 @@ struct Scheduler::Impl {
   // requests cancelled before they joined the batch leave here (their rows never decoded)
   void drop_cancelled_waiting() {
     std::lock_guard<std::mutex> lock(mu);
-    for (auto* q : {&incoming, &prefilling})
-      for (auto it = q->begin(); it != q->end();) {
-        if (!(*it)->cancel) {
-          ++it;
-          continue;
-        }
-        end_request(**it);
-        it = q->erase(it);
+    for (auto& w : waiting.remove_if([](const WaitingRequest& w) { return static_cast<const Request&>(w).cancel.load(); }))
+      end_request(as_request(*w));
+    for (auto it = prefilling.begin(); it != prefilling.end();) {
+      if (!(*it)->cancel) {
+        ++it;
+        continue;
       }
+      end_request(**it);
+      it = prefilling.erase(it);
+    }
   }
 
   // every request still here ends (shutdown; or with `error` when the decode thread failed)
   void end_all(const std::string& error) {
-    for (auto& r : incoming) end_request(*r, error);
+    for (auto& w : waiting.take_all()) end_request(as_request(*w), error);
     for (auto& r : prefilling) end_request(*r, error);
     for (auto& r : decoding) end_request(*r, error);
-    incoming.clear();
     prefilling.clear();
     decoding.clear();
   }
@@ -400,10 +299,34 @@ struct Scheduler::Impl {
   void fail_all(const std::string& what) {
     std::lock_guard<std::mutex> lock(mu);
     end_all(what);
-    for (Slot& s : slots) s = Slot();
-    live = 0;
+    kv.clear();
     feed.clear();
     logits = torch::Tensor();
+  }
+
+  // waiting requests get rows while they fit, in the waiting room's turns (under mu)
+  void admit_waiting() {
+    while (waiting.next() && waiting.next()->rows_needed <= kv.free_count()) {
+      std::shared_ptr<Request> r = std::static_pointer_cast<Request>(waiting.pop_next());
+      if (r->cancel) {
+        end_request(*r);
+        continue;
+      }
+      admit(r);
+      prefilling.push_back(r);
+    }
+    count_waiting();
+  }
+
+  void count_step() {
+    std::lock_guard<std::mutex> lock(mu);
+    st.running = (int64_t)(prefilling.size() + decoding.size());
+    count_waiting();
+    st.rows_busy = st.rows_cached = 0;
+    for (const PoolSlot& s : kv.slots) {
+      st.rows_busy += s.holder != nullptr;
+      st.rows_cached += s.holder == nullptr && !s.tokens.empty();
+    }
   }
 
   void loop() {
@@ -411,19 +334,9 @@ struct Scheduler::Impl {
     while (true) {
       {
         std::unique_lock<std::mutex> lock(mu);
-        work.wait(lock, [&] { return stop || !incoming.empty() || !prefilling.empty() || live > 0; });
+        work.wait(lock, [&] { return stop || waiting.size() > 0 || !prefilling.empty() || kv.live > 0; });
         if (stop) break;
-        // first come, first served: the oldest waiting request goes in once its rows are free
-        while (!incoming.empty() && (int64_t)incoming.front()->rows.size() <= free_slots()) {
-          std::shared_ptr<Request> r = incoming.front();
-          incoming.pop_front();
-          if (r->cancel) {
-            end_request(*r);
-            continue;
-          }
-          admit(r);
-          prefilling.push_back(r);
-        }
+        admit_waiting();
       }
       try {
         drop_cancelled_waiting();
@@ -431,19 +344,12 @@ struct Scheduler::Impl {
         // prompts join together, a long one is spread over several steps
         for (int64_t budget = opt.prefill_chunk; budget > 0 && !prefilling.empty();)
           budget -= prefill_chunk(prefilling.front(), budget);
-        if (live > 0) sample_step();
-        if (live > 0) decode_forward();
+        if (kv.live > 0) sample_step();
+        if (kv.live > 0) decode_forward();
       } catch (const std::exception& e) {
         fail_all(e.what());
       }
-      std::lock_guard<std::mutex> lock(mu);
-      st.running = (int64_t)(prefilling.size() + decoding.size());
-      count_waiting();
-      st.rows_busy = st.rows_cached = 0;
-      for (const Slot& s : slots) {
-        st.rows_busy += s.req != nullptr;
-        st.rows_cached += s.req == nullptr && !s.tokens.empty();
-      }
+      count_step();
     }
     // shutting down: everything still here ends as cancelled
     std::lock_guard<std::mutex> lock(mu);
@@ -466,7 +372,6 @@ void Scheduler::shutdown() {
 }
 
 int64_t Scheduler::row_len() const { return impl_->opt.row_len; }
-int64_t Scheduler::max_batch() const { return impl_->opt.max_batch; }
 const Engine& Scheduler::engine() const { return *impl_->engine; }
 
 SchedulerStats Scheduler::stats() const {
@@ -507,7 +412,8 @@ namespace {
 const char* const kClosed = "generate: the scheduler takes no more requests (shutting down)";
 }
 
-std::shared_ptr<Scheduler::Ticket> Scheduler::submit(const std::vector<int32_t>& prompt, const GenerateOptions& options) {
+std::shared_ptr<Scheduler::Ticket> Scheduler::submit(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                                                     const std::string& queue_key) {
   Impl& im = *impl_;
   auto r = std::make_shared<Request>();
   int64_t longest = 0;
@@ -517,6 +423,9 @@ std::shared_ptr<Scheduler::Ticket> Scheduler::submit(const std::vector<int32_t>&
          (long long)im.opt.max_batch);
   r->prompt = prompt;
   r->opt = options;
+  r->key = queue_key;
+  r->scope = options.cache_scope;
+  r->rows_needed = (int64_t)r->rows.size();
   if (longest == 0) {  // no row decodes: done at once
     r->admitted = r->finished = true;
     return std::make_shared<Ticket>(&im, r);
@@ -525,10 +434,11 @@ std::shared_ptr<Scheduler::Ticket> Scheduler::submit(const std::vector<int32_t>&
   {
     std::lock_guard<std::mutex> lock(im.mu);
     if (im.stop || im.closed) throw SchedulerRefused(true, kClosed);
-    im.incoming.push_back(r);
-    if (const int64_t waiting = im.blocked(); waiting > im.opt.max_queue) {
-      im.incoming.pop_back();
-      throw SchedulerRefused(false, strprintf("generate: %lld requests already wait for rows (--max-queue)",
+    im.waiting.push(r);
+    // bounded per key: a key that floods fills its own queue, not its neighbours'
+    if (const int64_t waiting = im.waiting.blocked(r->key, im.kv.free_count()); waiting > im.opt.max_queue) {
+      im.waiting.pop_back(r->key);
+      throw SchedulerRefused(false, strprintf("generate: %lld requests of this client already wait for rows (--max-queue)",
                                               (long long)waiting - 1));
     }
     im.count_waiting();
@@ -557,11 +467,10 @@ void Scheduler::close_queue() {
   Impl& im = *impl_;
   std::lock_guard<std::mutex> lock(im.mu);
   im.closed = true;
-  for (auto& r : im.incoming) {
-    r->refused = true;
-    im.end_request(*r);
+  for (auto& w : im.waiting.take_all()) {
+    as_request(*w).refused = true;
+    im.end_request(as_request(*w));
   }
-  im.incoming.clear();
   im.count_waiting();
 }
 

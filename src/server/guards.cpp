@@ -1,6 +1,6 @@
 // defines: server_guard, server_host_is_loopback_name, server_bind_is_loopback, server_log_escape,
 //          server_bearer_ok, server_bearer_key, server_api_keys_resolve, server_cache_scope,
-//          server_internal_error
+//          server_queue_key, server_internal_error
 // The security policy every request meets before routing (server_guard: reserved headers,
 // Host, Origin, the connection cap, the API key, bodies where none belong) and its pieces:
 // the API keys and the prefix-cache scope they give. A server bound to loopback is reachable
@@ -19,7 +19,7 @@
 #include "nanochat/common/log.h"
 #include "nanochat/common/ascii.h"
 #include "nanochat/server.h"
-#include "server/server_state.h"
+#include "server/routes.h"
 
 namespace nanochat {
 
@@ -154,6 +154,10 @@ std::vector<std::string> server_api_keys_resolve(const std::string* flag, const 
     return {env};
   }
   return {};
+}
+
+std::string server_queue_key(int key_index, const std::string& address) {
+  return key_index >= 0 ? strprintf("key %d", key_index) : "address " + address;
 }
 
 std::string server_cache_scope(int key_index, const std::string& cache_salt) {

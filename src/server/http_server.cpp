@@ -1,4 +1,4 @@
-// defines: server_run
+// defines: server_run, server_max_per_client
 // The chat-web server's lifecycle: bind, signals, the model loaded in the background while
 // GET /health answers 503, then serving until a signal. Shutdown: the first SIGINT/SIGTERM
 // drains (new and queued requests 503, in-flight streams run to their end), a second
@@ -6,6 +6,7 @@
 // server_run returns 0. The routes are set up in routes.cpp.
 #include <malloc.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -18,7 +19,7 @@
 #include "nanochat/common/device.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
-#include "server/server_state.h"
+#include "server/routes.h"
 
 namespace nanochat {
 
@@ -50,6 +51,10 @@ void load_models(ServerState& st) {
 
 }  // namespace
 
+int server_max_per_client(const ServerOptions& o) {
+  return o.max_connections_per_client > 0 ? o.max_connections_per_client : std::max(1, o.max_connections / 4);
+}
+
 int server_run(const ServerOptions& options) {
   ServerState st;
   st.opt = options;
@@ -60,6 +65,7 @@ int server_run(const ServerOptions& options) {
   cpu_threads_setup(st.opt.device_type == "cuda" ? 1 : st.opt.workers);
 
   HttpServer svr;
+  st.http = &svr;
   server_routes_install(svr, st);
 
   int port = st.opt.port;
@@ -70,7 +76,7 @@ int server_run(const ServerOptions& options) {
     fail("cannot bind %s:%d (in use? try --port)", st.opt.host.c_str(), port);
   }
 
-  svr.raise_backlog(1024);
+  svr.raise_backlog(4096);  // (Linux caps it at net.core.somaxconn, 4096 by default)
 
   struct sigaction sa = {};
   sa.sa_handler = on_signal;
@@ -122,10 +128,9 @@ int server_run(const ServerOptions& options) {
       for (auto& w : st.workers) w.scheduler->close_queue();  // queued requests: 503
       if (st.in_flight == 0) break;
     }
-    while (!svr.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));  // stop() before listen is lost
-    svr.stop();
+    svr.stop_serving();
   });
-  svr.listen_after_bind();
+  svr.serve();
   watcher.join();
   loader.join();
   if (!st.load_error.empty()) fail("chat-web: %s", st.load_error.c_str());

@@ -19,7 +19,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
 #include "server/generation.h"
-#include "server/server_state.h"
+#include "server/routes.h"
 
 namespace nanochat {
 
@@ -78,15 +78,21 @@ struct Prepared {
 };
 
 // parse, check readiness, build the prompt, queue it at the least loaded worker and wait there
-// for its rows, first come first served (its limits checked once, by the scheduler); all
+// for its rows in its key's queue (its limits checked once, by the scheduler); all
 // before the response begins, so a refusal is still a status. Throws ServerError.
-std::shared_ptr<Prepared> prepare(ServerState& st, const std::string& body, bool openai, int key_index) {
+std::shared_ptr<Prepared> prepare(ServerState& st, const std::string& body, bool openai, int key_index,
+                                  const std::string& address) {
   auto p = std::make_shared<Prepared>(st);
   p->req = server_parse_chat_request(body, openai, st.opt.defaults, st.opt.limits);
   if (st.stop_level > 0) throw ServerError(503, "the server is shutting down");
   if (!st.ready) throw ServerError(503, "the model is still loading; retry when GET /health answers 200");
   const ServerWorker& w = least_loaded(st);
-  const std::vector<int32_t> prompt = server_prompt_tokens(w.engine->tokenizer(), p->req.messages);
+  std::vector<int32_t> prompt;
+  try {
+    prompt = server_prompt_tokens(w.engine->tokenizer(), p->req.messages);
+  } catch (const Error& e) {  // the tokenizer refused the text (a pattern's per-text budget spent): the input's fault
+    throw ServerError(400, std::string("the prompt could not be tokenized: ") + e.what());
+  }
   p->prompt_len = (int64_t)prompt.size();
   const int64_t row_len = w.scheduler->row_len();
   const GenerateOptions o = server_generate_options(p->req, p->prompt_len, row_len, server_cache_scope(key_index, p->req.cache_salt));
@@ -95,7 +101,7 @@ std::shared_ptr<Prepared> prepare(ServerState& st, const std::string& body, bool
                                      (long long)row_len - 1));
   p->worker = &w;
   try {
-    p->ticket = w.scheduler->submit(prompt, o);
+    p->ticket = w.scheduler->submit(prompt, o, server_queue_key(key_index, address));  // fair admission: its key's own queue
     if (!w.scheduler->wait_admitted(*p->ticket, cancelled_fn(st)))
       throw ServerError(503, st.stop_level > 0 ? "the server is shutting down" : "the request was cancelled");
   } catch (const SchedulerRefused& e) {
@@ -134,14 +140,14 @@ void stream_response(const httplib::Request& req, httplib::Response& res,
 // ---- POST /chat/completions: upstream's stream ---------------------------------------------
 void handle_upstream(ServerState& st, const httplib::Request& req, const std::string& body, int key_index,
                      httplib::Response& res) {
-  std::shared_ptr<Prepared> p = prepare(st, body, false, key_index);
+  std::shared_ptr<Prepared> p = prepare(st, body, false, key_index, req.remote_addr);
   stream_response(req, res, [&st, p](size_t, httplib::DataSink& sink) {
     const ServerWorker& w = *p->worker;
     auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
     try {
       GenerationOutcome g = server_generate(
           *w.scheduler, *p->ticket, p->req, p->prompt_len,
-          [&](int, const std::string& text) { return write(sse({{"token", text}, {"gpu", w.gpu_id}})); },
+          [&](int, const std::string& text) { return write(sse({{"token", text}, {"gpu", w.index}})); },
           cancelled_fn(st));
       account(st, g);
       if (!g.client_gone) write(sse({{"done", true}}));
@@ -172,7 +178,7 @@ json usage_json(const GenerationOutcome& g) {
 
 void handle_openai(ServerState& st, const httplib::Request& req, const std::string& body, int key_index,
                    httplib::Response& res) {
-  std::shared_ptr<Prepared> p = prepare(st, body, true, key_index);
+  std::shared_ptr<Prepared> p = prepare(st, body, true, key_index, req.remote_addr);
   const std::string id = completion_id();
   const int64_t created = (int64_t)std::time(nullptr);
   if (!p->req.stream) {
@@ -248,13 +254,22 @@ json health_json(const ServerState& st) {
 
 // workers: a worker is available when no request holds or waits for its rows; rows and KV
 // summed over workers
+// the event loop's counters (connections.h)
+json connections_json(const ServerState& st) {
+  if (!st.http) return json::object();
+  const ConnectionStats c = st.http->stats();
+  return {{"open", c.open},         {"peak", c.peak},       {"accepted", c.accepted},
+          {"shed_idle", c.shed_idle}, {"shed_partial", c.shed_partial}, {"refused_per_client", c.refused_client},
+          {"paused", c.paused},     {"timed_out", c.timed_out}};
+}
+
 json stats_json(const ServerState& st) {
   json workers = json::array();
   SchedulerStats sum;
   if (st.ready)
     for (auto& w : st.workers) {
       SchedulerStats s = w.scheduler->stats();
-      workers.push_back({{"gpu_id", w.gpu_id}, {"device", w.device}});
+      workers.push_back({{"gpu_id", w.index}, {"device", w.device}});
       sum.running += s.running;
       sum.waiting += s.waiting;
       sum.rows_total += s.rows_total;
@@ -290,6 +305,7 @@ json stats_json(const ServerState& st) {
           {"prefix_cache", {{"enabled", st.opt.prefix_cache},
                             {"prompt_tokens", sum.prompt_tokens},
                             {"cached_tokens", sum.cached_tokens}}},
+          {"connections", connections_json(st)},
           {"uptime_s", (int64_t)std::time(nullptr) - st.created},
           {"model", st.model_id},
           {"workers", workers}};
@@ -327,7 +343,6 @@ std::string read_body(const ServerState& st, const httplib::Request& req, httpli
   }
   if (!ok) {
     server_close_after(req, res);
-    if (int refused = server_connection_refused()) throw ServerError(refused, "request refused");  // already answered
     throw ServerError(400, "the request body could not be read (bad chunked framing or compression)");
   }
   return body;
@@ -370,11 +385,13 @@ void server_close_after(const httplib::Request& req, httplib::Response& res) {
 
 void server_routes_install(HttpServer& svr, ServerState& st) {
   const ServerOptions& o = st.opt;
-  svr.limits.max_line = (size_t)o.limits.max_header_line;
-  svr.limits.max_headers = (size_t)o.limits.max_headers;
-  svr.limits.max_raw_body = 2 * (size_t)o.limits.max_body_bytes + (64 << 10);  // chunk framing's room
+  svr.limits.request.max_line = (size_t)o.limits.max_header_line;
+  svr.limits.request.max_headers = (size_t)o.limits.max_headers;
+  svr.limits.request.max_body = (uint64_t)o.limits.max_body_bytes;
+  svr.limits.request.max_raw_body = 2 * (size_t)o.limits.max_body_bytes + (64 << 10);  // chunk framing's room
   svr.limits.deadline_ms = (int)(o.request_deadline * 1000);
   svr.limits.max_connections = o.max_connections;
+  svr.limits.max_per_client = server_max_per_client(o);
   svr.set_payload_max_length((size_t)o.limits.max_body_bytes);
   svr.set_read_timeout(30);
   svr.set_write_timeout(30);
@@ -449,17 +466,18 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
   svr.set_pre_routing_handler([&st](const httplib::Request& req, httplib::Response& res) { return server_guard(st, req, res); });
   // Expect: 100-continue is answered after the guard (key, Host, Origin, size) passed: a
   // refused client gets the refusal, not an invitation to send its body
+  // (the event loop does so before it reads the body: continue_guard; httplib's own 100 then
+  // goes unsent)
   svr.set_expect_100_continue_handler([&st](const httplib::Request& req, httplib::Response& res) {
     return server_guard(st, req, res) == httplib::Server::HandlerResponse::Handled ? res.status : 100;
   });
+  svr.continue_guard = [&st](const httplib::Request& req, httplib::Response& res) { return server_guard(st, req, res); };
   svr.set_post_routing_handler([&st](const httplib::Request& req, httplib::Response& res) { add_cors_headers(st, req, res); });
   // the path is percent-decoded by httplib: CR, LF and ESC from it are escaped, so a request
   // cannot forge log lines or drive the terminal
   if (!st.opt.quiet)
     svr.set_logger([](const httplib::Request& req, const httplib::Response& res) {
-      const int refused = server_connection_refused();  // our own answer replaced httplib's
-      log_info("%s %s %d", server_log_escape(req.method).c_str(), server_log_escape(req.path).c_str(),
-               refused ? refused : res.status);
+      log_info("%s %s %d", server_log_escape(req.method).c_str(), server_log_escape(req.path).c_str(), res.status);
     });
 
 }

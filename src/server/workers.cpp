@@ -5,7 +5,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
 #include "server/kv_pool_size.h"
-#include "server/server_state.h"
+#include "server/state.h"
 
 namespace nanochat {
 

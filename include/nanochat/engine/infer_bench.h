@@ -1,4 +1,4 @@
-// defines: InferBenchOptions, InferBenchStep, infer_bench_percentile, infer_bench_step_stats,
+// defines: InferBenchOptions, InferBenchStep, infer_bench_step_stats,
 //          infer_bench_mbu_percent, infer_bench_weight_bytes, infer_bench_prompt, infer_bench_run
 // The inference benchmark (upstream's scripts/infer_bench.py): what a checkpoint costs to run,
 // sweeping the decode batch size. Prefill (the prompt at once) is compute-bound; decode (one
@@ -36,9 +36,6 @@ struct InferBenchStep {
   double tok_per_sec_row = 0, tok_per_sec_total = 0;  // steps / their summed time (x batch)
 };
 
-// the value at rank floor(q * n) of the sorted values (capped at n - 1): upstream's median
-// sorted[n // 2] at q = 0.5; 0 for no values. The one percentile: the serving benches use it too.
-double infer_bench_percentile(std::vector<double> values, double q);
 InferBenchStep infer_bench_step_stats(const std::vector<double>& step_sec, int64_t batch_size);
 // 100 * bytes_per_step / step_sec / peak_bytes_per_sec (0 for an unknown peak)
 double infer_bench_mbu_percent(double bytes_per_step, double step_sec, double peak_bytes_per_sec);

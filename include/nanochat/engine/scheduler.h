@@ -1,13 +1,15 @@
 // defines: SchedulerOptions, SchedulerStats, SchedulerRefused, Scheduler
 // Continuous batching (what llama-server's --parallel and vLLM do): one decode thread per
 // device runs a batch of rows, and requests join and leave it at step boundaries.
-//  - KV pool: one KVCache of max_batch rows x row_len positions, allocated once. Rows that
-//    decode are kept packed at the front (rows 0..B-1), each at its own position (the
-//    attention module's per-row masked decode), so a step reads only live rows and no
-//    cache is copied per step; a row that finishes swaps places with the last live one.
-//  - A request takes as many rows as it has samples, first come first served; it waits while
-//    the pool has too few free rows, at most max_queue requests at a time (a further one is
-//    refused at once). Between two decode steps at most prefill_chunk prompt
+//  - KV pool (src/engine/kv_slots.h): one KVCache of max_batch rows x row_len positions,
+//    allocated once. Rows that decode are kept packed at the front (rows 0..B-1), each at its
+//    own position (the attention module's per-row masked decode), so a step reads only live
+//    rows and no cache is copied per step; a row that finishes swaps places with the last live one.
+//  - A request takes as many rows as it has samples; it waits while the pool has too few
+//    free rows, in its key's queue (submit's queue_key, wait_queues.h): free rows go to
+//    the key served least recently, first come first served within a key, and each key has at
+//    most max_queue requests waiting (a further one of that key is refused at once), so a key
+//    that floods is refused and delayed alone. Between two decode steps at most prefill_chunk prompt
 //    tokens are prefilled, oldest request first (many short prompts join in one step, a long
 //    one is spread over several, delaying the others by one chunk at a time), into one row,
 //    copied to the request's other rows, and then the rows join the batch.
@@ -26,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "nanochat/common/error.h"
@@ -38,10 +41,10 @@ struct SchedulerOptions {
   int64_t row_len = 0;         // positions per row; 0: the model's max_positions
   int64_t prefill_chunk = 128; // prompt tokens prefilled between two decode steps, at most
   bool prefix_cache = true;    // reuse the KV of a finished request's tokens
-  int64_t max_queue = int64_t(1) << 40;  // requests that may wait for rows
+  int64_t max_queue = int64_t(1) << 40;  // requests of one queue key that may wait for rows
 };
 
-// a request turned away at the door: max_queue requests already wait (closed = false), or the
+// a request turned away at the door: max_queue requests of its key already wait (closed = false), or the
 // scheduler takes no more (close_queue or shutdown: closed = true)
 struct SchedulerRefused : Error {
   bool closed;
@@ -72,8 +75,10 @@ class Scheduler {
   // It must not outlive its scheduler.
   class Ticket;
   // Checks a request (Engine::generate's checks, more samples than max_batch, prompt +
-  // max_tokens past row_len: Error) and queues it; SchedulerRefused when it cannot wait.
-  std::shared_ptr<Ticket> submit(const std::vector<int32_t>& prompt, const GenerateOptions& options);
+  // max_tokens past row_len: Error) and queues it in `queue_key`'s queue (fair admission: the
+  // server's API key, or the client's address); SchedulerRefused when it cannot wait.
+  std::shared_ptr<Ticket> submit(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                                 const std::string& queue_key = "");
   // blocks until the request holds its rows (true), or left the queue without them: cancelled
   // (false) or refused by close_queue (SchedulerRefused). Error when the decode thread failed.
   bool wait_admitted(Ticket& ticket, const std::function<bool()>& cancelled = nullptr);
@@ -92,7 +97,6 @@ class Scheduler {
   int64_t load() const;
   SchedulerStats stats() const;
   int64_t row_len() const;
-  int64_t max_batch() const;
   const Engine& engine() const;
   // ends the decode thread: requests in it finish as cancelled, later ones fail
   void shutdown();
