@@ -6,12 +6,13 @@
 // the uninterrupted run (sharded state), and an unshardable AdamW param is a clear error.
 #include <cstdio>
 #include <fstream>
-#include <set>
+#include <map>
 #include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include "nanochat/common/error.h"
 #include "nanochat/compute.h"
+#include "nanochat/kernels.h"
 #include "nanochat/optim.h"
 #include "../src/kernels/op_dispatch.h"  // kernels_cpu_supported
 
@@ -91,18 +92,24 @@ struct ParamCopies {
   int copies = 0, foreach_copies = 0;
 };
 static thread_local int op_depth = 0;
-static std::set<const void*> copy_targets;  // the params' data
+static std::map<const void*, int64_t> copy_targets;  // the params' data and sizes
 static ParamCopies counted;
-static bool is_param(const c10::IValue& v) { return v.isTensor() && copy_targets.count(v.toTensor().data_ptr()); }
+// a whole param: a copy into part of one is a shard's update (the references' fp32 write-back
+// of a bf16 shard) or Gloo's own copy out of its gather buffer, which NCCL's in-place gather has not
+static bool is_param(const torch::Tensor& t) {
+  auto it = copy_targets.find(t.data_ptr());
+  return it != copy_targets.end() && it->second == t.numel();
+}
 static std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
   if (op_depth++ > 0) return nullptr;
   const std::string name = fn.name();
   auto inputs = fn.inputs();
   if (inputs.empty()) return nullptr;
-  if (name == "aten::copy_" && is_param(inputs[0])) counted.copies++;
+  if (name == "aten::copy_" && inputs[0].isTensor() && is_param(inputs[0].toTensor())) counted.copies++;
   if (name == "aten::_foreach_copy_" && inputs[0].isTensorList()) {
     bool all = true;
-    for (const torch::Tensor t : inputs[0].toTensorList()) all &= copy_targets.count(t.data_ptr()) > 0;
+    for (size_t i = 0; i < inputs[0].toTensorList().size(); i++)
+      all &= is_param(inputs[0].toTensorList().get(i));
     if (all) counted.foreach_copies++;
   }
   return nullptr;
@@ -111,7 +118,7 @@ static void on_op_end(const at::RecordFunction&, at::ObserverContext*) { op_dept
 
 static ParamCopies count_param_copies(const std::vector<torch::Tensor>& params, const std::function<void()>& step) {
   copy_targets.clear();
-  for (const auto& p : params) copy_targets.insert(p.data_ptr());
+  for (const auto& p : params) copy_targets[p.data_ptr()] = p.numel();
   counted = {};
   auto handle = at::addThreadLocalCallback(
       at::RecordFunctionCallback(on_op_start, on_op_end).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
@@ -145,8 +152,8 @@ static int check_gathers_and_copies(MuonAdamW& opt, const std::vector<torch::Ten
   ParamCopies copies = count_param_copies(params, [&] { run_step(opt, params, step, d); });
   const int64_t gathers = d.traffic().all_gathers - before.all_gathers;
   const int64_t bytes = d.traffic().all_gather_bytes - before.all_gather_bytes;
-  // the references (NANOCHAT_KERNELS=0, a CPU without AVX2) write their updates back with
-  // copy_ (fp32 math of a bf16 param; Muon's stacked update): counted only on the kernels
+  // the references (NANOCHAT_KERNELS=0, a CPU without AVX2) write Muon's stacked update back
+  // into each whole param with copy_: counted only on the kernels
   const bool fused = kernels_enabled() && kernels_cpu_supported();
   int failures = 0;
   if (gathers != want_gathers || bytes != want_bytes || (fused && copies.copies != 0) ||
