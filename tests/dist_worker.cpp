@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "nanochat/common/error.h"
-#include "nanochat/dist/compute.h"
+#include "nanochat/compute.h"
 #include "nanochat/kernels.h"
 
 using namespace nanochat;
@@ -81,8 +81,50 @@ static int kernels_agreement_main() {
   return g_failures == 0 ? 0 : 1;
 }
 
+// `dist_worker late_dtype`, 2 ranks with unequal work (chat-eval with fewer problems than ranks):
+// rank 0 alone runs a fused op in fp32, which compute_init checked at start, then in fp64, which
+// it did not; rank 1 runs nothing and goes straight to the next collective, then meets fp64
+// alone, after it. No check may run a collective in the ops: the sums below must come out whole
+// (a check's agreement would pair with them: a gloo size mismatch, or wrong sums)
+static int late_dtype_main() {
+  Compute c = compute_init("cpu");
+  const int r = c.dist->rank();
+  torch::manual_seed(5);
+  torch::Tensor x = torch::randn({4, 16}), w_fc = torch::randn({64, 16}) * 0.25, w_proj = torch::randn({16, 64}) * 0.1;
+  auto run_fp64 = [&] {
+    torch::Tensor xd = x.to(torch::kDouble), fd = w_fc.to(torch::kDouble), pd = w_proj.to(torch::kDouble);
+    g_checks++;  // an unchecked dtype after the start: the reference, bit for bit
+    if (!torch::equal(kernels_mlp_relu_square(xd, fd, pd), kernels_mlp_relu_square_reference(xd, fd, pd))) {
+      std::fprintf(stderr, "FAIL rank %d: mlp_relu_square in fp64 did not run its reference\n", r);
+      g_failures++;
+    }
+  };
+  if (r == 0) {
+    g_checks++;
+    if (!torch::allclose(kernels_mlp_relu_square(x, w_fc, w_proj), kernels_mlp_relu_square_reference(x, w_fc, w_proj),
+                         1e-4, 1e-5)) {
+      std::fprintf(stderr, "FAIL rank 0: mlp_relu_square in fp32 is off its reference\n");
+      g_failures++;
+    }
+    run_fp64();
+  }
+  torch::Tensor one = torch::tensor({(double)(r + 1)}, torch::kFloat);
+  c.dist->all_reduce(one, ReduceOp::SUM);
+  expect_equal("the sum after rank 0's fused ops", one, {3.0}, {1});
+  if (r == 1) run_fp64();
+  // as many values as the ops' agreement would send: a stray agreement would sum into these
+  std::vector<double> want;
+  for (size_t i = 0; i < 12; i++) want.push_back(3.0 * (double)(i + 1));
+  torch::Tensor many = torch::arange(1, 13, torch::kLong) * (r + 1);
+  c.dist->all_reduce(many, ReduceOp::SUM);
+  expect_equal("the sum after rank 1's fused op", many, want, {12});
+  std::printf("rank %d of %d: %d checks, %d failures\n", r, c.dist->world_size(), g_checks, g_failures);
+  return g_failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && std::string(argv[1]) == "kernels") return kernels_agreement_main();
+  if (argc > 1 && std::string(argv[1]) == "late_dtype") return late_dtype_main();
   Compute c = compute_init("cpu");
   Dist& d = *c.dist;
   const int W = d.world_size(), r = d.rank();

@@ -6,11 +6,15 @@
 // the uninterrupted run (sharded state), and an unshardable AdamW param is a clear error.
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <ATen/record_function.h>
 #include <torch/torch.h>
 
 #include "nanochat/common/error.h"
-#include "nanochat/dist/compute.h"
+#include "nanochat/compute.h"
+#include "nanochat/kernels.h"
 #include "nanochat/optim.h"
+#include "../src/kernels/op_dispatch.h"  // kernels_cpu_supported
 
 using namespace nanochat;
 
@@ -81,6 +85,89 @@ static void run_step(MuonAdamW& opt, const std::vector<torch::Tensor>& params, i
   opt.step();
 }
 
+// The copies into the params that one step makes, as the dispatcher sees them (RecordFunction,
+// on this thread): aten::copy_ and aten::_foreach_copy_ called by the optimizer itself, not
+// nested in another op, whose destination is a param
+struct ParamCopies {
+  int copies = 0, foreach_copies = 0;
+};
+static thread_local int op_depth = 0;
+static std::map<const void*, int64_t> copy_targets;  // the params' data and sizes
+static ParamCopies counted;
+// a whole param: a copy into part of one is a shard's update (the references' fp32 write-back
+// of a bf16 shard) or Gloo's own copy out of its gather buffer, which NCCL's in-place gather has not
+static bool is_param(const torch::Tensor& t) {
+  auto it = copy_targets.find(t.data_ptr());
+  return it != copy_targets.end() && it->second == t.numel();
+}
+static std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction& fn) {
+  if (op_depth++ > 0) return nullptr;
+  const std::string name = fn.name();
+  auto inputs = fn.inputs();
+  if (inputs.empty()) return nullptr;
+  if (name == "aten::copy_" && inputs[0].isTensor() && is_param(inputs[0].toTensor())) counted.copies++;
+  if (name == "aten::_foreach_copy_" && inputs[0].isTensorList()) {
+    bool all = true;
+    for (size_t i = 0; i < inputs[0].toTensorList().size(); i++)
+      all &= is_param(inputs[0].toTensorList().get(i));
+    if (all) counted.foreach_copies++;
+  }
+  return nullptr;
+}
+static void on_op_end(const at::RecordFunction&, at::ObserverContext*) { op_depth--; }
+
+static ParamCopies count_param_copies(const std::vector<torch::Tensor>& params, const std::function<void()>& step) {
+  copy_targets.clear();
+  for (const auto& p : params) copy_targets[p.data_ptr()] = p.numel();
+  counted = {};
+  auto handle = at::addThreadLocalCallback(
+      at::RecordFunctionCallback(on_op_start, on_op_end).needsInputs(true).scopes({at::RecordScope::FUNCTION}));
+  step();
+  at::removeCallback(handle);
+  return counted;
+}
+
+// one step's all-gathers and copies against upstream's DistMuonAdamW: every sharded AdamW param
+// gathered into itself (all_gather_into_tensor(p, p_slice): its bytes, no copy), every Muon group
+// gathered as a stack of ceil(K/W)*W matrices and copied back in one _foreach_copy_
+static int check_gathers_and_copies(MuonAdamW& opt, const std::vector<torch::Tensor>& params, int step, Dist& d) {
+  const int W = d.world_size();
+  int64_t want_gathers = 0, want_bytes = 0, want_foreach = 0;
+  for (const OptimGroup& g : opt.groups()) {
+    if (W == 1) break;  // one rank: no collective, nothing copied back
+    if (g.kind == OptimKind::adamw) {
+      for (const auto& p : g.params)
+        if (p.numel() >= 1024) {  // upstream shards AdamW params of 1024 elements and more
+          want_gathers++;
+          want_bytes += p.numel() * (int64_t)p.element_size();
+        }
+      continue;
+    }
+    const int64_t K = (int64_t)g.params.size(), chunk = (K + W - 1) / W;
+    want_gathers++;
+    want_bytes += chunk * W * g.params[0].numel() * (int64_t)g.params[0].element_size();
+    want_foreach++;
+  }
+  const DistTraffic before = d.traffic();
+  ParamCopies copies = count_param_copies(params, [&] { run_step(opt, params, step, d); });
+  const int64_t gathers = d.traffic().all_gathers - before.all_gathers;
+  const int64_t bytes = d.traffic().all_gather_bytes - before.all_gather_bytes;
+  // the references (NANOCHAT_KERNELS=0, a CPU without AVX2) write Muon's stacked update back
+  // into each whole param with copy_: counted only on the kernels
+  const bool fused = kernels_enabled() && kernels_cpu_supported();
+  int failures = 0;
+  if (gathers != want_gathers || bytes != want_bytes || (fused && copies.copies != 0) ||
+      copies.foreach_copies != want_foreach) {
+    std::fprintf(stderr,
+                 "FAIL rank %d: a step made %lld all-gathers of %lld bytes, %d copies and %d foreach copies into the "
+                 "params; upstream's formula: %lld of %lld bytes, 0 and %lld\n",
+                 d.rank(), (long long)gathers, (long long)bytes, copies.copies, copies.foreach_copies,
+                 (long long)want_gathers, (long long)want_bytes, (long long)want_foreach);
+    failures++;
+  }
+  return failures;
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) {
     std::fprintf(stderr, "usage: optim_worker OUT\n");
@@ -88,11 +175,12 @@ int main(int argc, char** argv) {
   }
   Compute c = compute_init("cpu");
   Dist& d = *c.dist;
-  int failures = 0;
 
+  int failures = 0;
   std::vector<torch::Tensor> params = make_params();
   MuonAdamW opt(make_groups(params), &d);
-  for (int s = 0; s < kSteps; s++) run_step(opt, params, s, d);
+  for (int s = 0; s < kSteps - 1; s++) run_step(opt, params, s, d);
+  failures += check_gathers_and_copies(opt, params, kSteps - 1, d);  // the last step, counted
 
   // interrupted run: 3 steps, save, fresh optimizer and params, load, 2 more
   std::vector<torch::Tensor> p2 = make_params();

@@ -2,12 +2,17 @@
 // the clear refusal of a tensor on the wrong device type or of a dtype Gloo cannot take), and the
 // kernels' self-check verdicts agreed across 2 ranks
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <spawn.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <thread>
 
 #include "nanochat/common/error.h"
 #include "nanochat/dist.h"
 #include "test_util.h"
-#include "../src/kernels/kernels_internal.h"  // kernels_cpu_supported
+#include "../src/kernels/op_dispatch.h"  // kernels_cpu_supported
 
 extern char** environ;
 using namespace nanochat;
@@ -109,7 +114,7 @@ TEST(DistShard, CeilChunksCoverEveryRowOnce) {
 
 // starts `world` dist_worker processes with torchrun's variables and returns their exit codes
 static std::vector<int> run_workers(int world, int port, const std::vector<std::string>& extra_env = {},
-                                    const char* mode = nullptr) {
+                                    const char* mode = nullptr, int deadline_s = 600) {
   std::vector<pid_t> pids;
   for (int rank = 0; rank < world; rank++) {
     std::vector<std::string> env_strings;
@@ -137,11 +142,27 @@ static std::vector<int> run_workers(int world, int port, const std::vector<std::
     EXPECT_EQ(posix_spawn(&pid, NANOCHAT_DIST_WORKER, nullptr, nullptr, argv, envp.data()), 0);
     pids.push_back(pid);
   }
-  std::vector<int> codes;
-  for (pid_t pid : pids) {
-    int status = 0;
-    waitpid(pid, &status, 0);
-    codes.push_back(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+  // a rank still running past the deadline is hung: killed, its code 124 (as timeout(1))
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(deadline_s);
+  std::vector<int> codes(pids.size(), -1);
+  for (size_t left = pids.size(); left > 0;) {
+    for (size_t i = 0; i < pids.size(); i++) {
+      int status = 0;
+      if (codes[i] != -1 || waitpid(pids[i], &status, WNOHANG) != pids[i]) continue;
+      codes[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      left--;
+    }
+    if (left == 0) break;
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (size_t i = 0; i < pids.size(); i++)
+        if (codes[i] == -1) {
+          kill(pids[i], SIGKILL);
+          waitpid(pids[i], nullptr, 0);
+          codes[i] = 124;
+        }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return codes;
 }
@@ -168,4 +189,14 @@ TEST(KernelVerdicts, AFaultOnOneRankMakesEveryRankFallBack) {
       2, port, {"NANOCHAT_KERNELS_FAULT=mlp_relu_square", "NANOCHAT_KERNELS_FAULT_RANK=1", "NANOCHAT_KERNELS=1"},
       "kernels");
   for (int rank = 0; rank < 2; rank++) EXPECT_EQ(codes[rank], 0) << "rank " << rank;
+}
+
+// the chat-eval shape (`launch --nproc-per-node 2 -- chat-eval -x 1`: rank 1 has no problem):
+// one rank meets a dtype the other meets later, or not at all; the checks ran at start, so both
+// finish (gloo's "collective mismatch" before, a hang on NCCL), well inside 90 s
+TEST(KernelVerdicts, ARankMeetingADtypeAloneFinishesWithoutACollective) {
+  ScopedEnv env;
+  const int port = 20000 + (getpid() * 7 + 1181) % 20000;
+  std::vector<int> codes = run_workers(2, port, {"NANOCHAT_KERNELS=1"}, "late_dtype", /*deadline_s=*/90);
+  for (int rank = 0; rank < 2; rank++) EXPECT_EQ(codes[rank], 0) << "rank " << rank << " (124: hung, killed)";
 }

@@ -22,7 +22,7 @@
 #include "test_kernels.h"
 #include "test_util.h"
 #include "../src/kernels/cpu_gemm.h"          // MKL's fp32-output GEMMs
-#include "../src/kernels/kernels_internal.h"  // kernels_cpu_supported, cast_float_bfloat16_cpu
+#include "../src/kernels/op_dispatch.h"  // kernels_cpu_supported, cast_float_bfloat16_cpu
 
 using namespace nanochat;
 using namespace kernels_test;
@@ -150,6 +150,26 @@ TEST(KernelsSelfCheck, AnotherThreadAskingDuringTheCheckGetsTheReferenceWithoutW
   }
   checked.get();
   EXPECT_EQ(answer_from_other_thread, 0);
+}
+
+// the check's flags are scope guards: a check that throws (here an op's tolerance, read outside
+// the catch around the op's own run) leaves them clear, so other threads are not kept on the
+// references and this one is not kept on the kernels; a probe sees them set while it runs
+static bool running_seen_by_probe = false;
+static std::vector<Tensor> running_probe(at::Device, at::ScalarType, bool) {
+  running_seen_by_probe = kernels_self_check_running();
+  return {};
+}
+static double throwing_tolerance(at::Device, at::ScalarType) { throw std::runtime_error("a tolerance that throws"); }
+
+TEST(KernelsSelfCheck, AnExceptionInsideACheckLeavesItsFlagsClear) {
+  kernels_register_check({"running_probe", running_probe});
+  kernels_self_check(torch::kCPU, torch::kFloat);
+  EXPECT_TRUE(running_seen_by_probe);
+  EXPECT_FALSE(kernels_self_check_running());
+  kernels_register_check({"throwing_probe", running_probe, throwing_tolerance});
+  EXPECT_THROW(kernels_self_check(torch::kCPU, torch::kFloat), std::runtime_error);
+  EXPECT_FALSE(kernels_self_check_running());
 }
 
 // at::parallel_for is a header template: in a file built without -fopenmp its pragma is

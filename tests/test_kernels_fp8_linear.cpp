@@ -15,6 +15,7 @@
 #include "nanochat/optim.h"
 #include "test_kernels.h"
 #include "test_models.h"
+#include "../src/kernels/op_dispatch.h"  // kernels_cpu_supported
 
 using namespace nanochat;
 using namespace kernels_test;
@@ -49,6 +50,33 @@ TEST(Fp8Linear, ForwardAndGradientsEqualTheQuantizeDequantizeEmulation) {
   EXPECT_EQ(w.grad().scalar_type(), torch::kFloat);
   // and fp8 is not fp32: the rounding is visible against the exact product
   EXPECT_FALSE(close(out.view({-1, 256}).detach(), torch::mm(x.view({-1, 128}), w.detach().t())));
+}
+
+// the weight's FP8 copy is made once per optimizer step: a write past the version counter (as
+// the optimizer's kernels write) keeps the old copy until kernels_fp8_weights_changed(); an ATen
+// in-place op (a checkpoint load) or that call makes it anew. Each output against the emulation
+// of the weight it was quantized from.
+TEST(Fp8Linear, TheWeightsCopyIsMadeOncePerOptimizerStep) {
+  torch::manual_seed(10);
+  Tensor x = torch::randn({32, 128}), w = torch::randn({64, 128}) * 0.05;
+  auto emulated = [&](const Tensor& weight) {
+    return torch::mm(quantize_dequantize(x, torch::kFloat8_e4m3fn, 448),
+                     quantize_dequantize(weight, torch::kFloat8_e4m3fn, 448).t());
+  };
+  auto close = [](const Tensor& a, const Tensor& b) {
+    return (a - b).abs().max().item<double>() <= 1e-5 * b.abs().max().item<double>();
+  };
+  const Tensor before = w.clone();
+  EXPECT_TRUE(close(kernels_fp8_linear(x, w), emulated(before)));
+  float* data = w.data_ptr<float>();  // as a fused optimizer kernel writes: the version stays
+  for (int64_t i = 0; i < w.numel(); i++) data[i] = -2 * data[i];
+  const Tensor after = w.clone();
+  const bool fused = kernels_enabled() && kernels_cpu_supported();  // the emulation reads the weight each time
+  EXPECT_TRUE(close(kernels_fp8_linear(x, w), emulated(fused ? before : after)));
+  kernels_fp8_weights_changed();
+  EXPECT_TRUE(close(kernels_fp8_linear(x, w), emulated(after)));
+  w.mul_(0.5);  // an ATen in-place op moves the version
+  EXPECT_TRUE(close(kernels_fp8_linear(x, w), emulated(after * 0.5)));
 }
 
 // q, k and v through one quantized input: each output has the bits of its own fp8 linear, each

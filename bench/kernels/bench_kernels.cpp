@@ -9,6 +9,7 @@
 //        [--seq-len 512] [--vocab 32768] [--reps 5] [--threads N]
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -60,6 +61,28 @@ double time_fwd_bwd(const std::function<Tensor()>& fwd, int reps, torch::Device 
 std::vector<Tensor> both(const std::pair<Tensor, Tensor>& p) { return {p.first, p.second}; }
 
 Tensor leaf(Tensor t) { return t.detach().requires_grad_(true); }
+
+// every op of the self-check's registry (the one list of the ops: a new op is here without an
+// edit of this file) at its check's shapes -- d24's on a GPU, small ones on the CPU -- forward
+// and backward through its kernel and its reference, the best of `reps` checks
+void registry_table(torch::Device device, torch::ScalarType dtype, int reps, nlohmann::json& j) {
+  std::map<std::string, kernels_check_result> best;
+  for (int r = 0; r < std::max(1, reps); r++)
+    for (const kernels_check_result& k : kernels_self_check(device, dtype)) {
+      if (!k.applies) continue;
+      auto [it, first] = best.emplace(k.op, k);
+      if (first) continue;
+      it->second.fused_ms = std::min(it->second.fused_ms, k.fused_ms);
+      it->second.reference_ms = std::min(it->second.reference_ms, k.reference_ms);
+    }
+  std::printf("\nevery registered op at its self-check's shapes (%s), best of %d:\n",
+              device.is_cuda() ? "d24's" : "small", std::max(1, reps));
+  for (const auto& [op, k] : best) {
+    std::printf("%-22s %12.2f %14.2f %9.2fx\n", op.c_str(), k.fused_ms, k.reference_ms, k.reference_ms / k.fused_ms);
+    j["registry"][op] = {{"fused_ms", k.fused_ms}, {"reference_ms", k.reference_ms},
+                         {"speedup", k.reference_ms / k.fused_ms}};
+  }
+}
 
 }  // namespace
 
@@ -188,6 +211,7 @@ int main(int argc, char** argv) {
   j["attention"] = {{"long_ms", attn_l}, {"short_ms", attn_s}, {"short_window", short_window},
                     {"long_kernel", attention_kernel_name(qa, ka, -1)},
                     {"short_kernel", attention_kernel_name(qa, ka, short_window)}};
+  registry_table(device, dtype, reps, j);
   std::printf("%s\n", j.dump().c_str());
   return 0;
 }

@@ -1,4 +1,4 @@
-// defines: DistEnv, dist_env_from_environment, ReduceOp, DistWork, Dist, dist_shard_range,
+// defines: DistEnv, dist_env_from_environment, ReduceOp, DistWork, Dist, DistTraffic, dist_shard_range,
 //          dist_any_rank, dist_self_test
 // Data parallelism over PyTorch's c10d: a TCPStore rendezvous and ProcessGroupNCCL on CUDA
 // or ProcessGroupGloo on CPU. nanochat has no DDP wrapper (upstream never wraps the model): the optimizer and
@@ -40,6 +40,12 @@ struct DistWork {
 // chunks of ceil(n / world) rows, the last ones shorter or empty (nanochat pads the same way).
 std::pair<int64_t, int64_t> dist_shard_range(int64_t n, int world, int rank);
 
+// what this rank's all-gathers received, counted in their output buffers' bytes (with
+// one process: nothing, no collective runs)
+struct DistTraffic {
+  int64_t all_gathers = 0, all_gather_bytes = 0;
+};
+
 class Dist {
  public:
   // world_size 1: no process group at all. Otherwise connects to the store at
@@ -67,6 +73,11 @@ class Dist {
   torch::Tensor all_gather(const torch::Tensor& shard, int64_t total_rows) {
     return all_gather_async(shard, total_rows).wait();
   }
+  // in place (upstream's all_gather_into_tensor(p, p_slice)): full's rows of this rank
+  // (dist_shard_range of full.size(0), a multiple of the world size; full contiguous) hold its
+  // shard, and the other ranks' rows arrive around them; wait() returns full
+  DistWork all_gather_into_async(torch::Tensor full);
+  const DistTraffic& traffic() const { return traffic_; }
   void broadcast(torch::Tensor tensor, int root);
   void barrier();
 
@@ -74,6 +85,7 @@ class Dist {
   DistEnv env_;
   torch::Device device_;
   c10::intrusive_ptr<c10d::Backend> backend_;  // null when world_size == 1
+  DistTraffic traffic_;
 };
 
 // true on every rank when `flag` is true on any (an all-reduce MAX): a decision all ranks

@@ -1,9 +1,9 @@
-// defines: kernels_enabled, kernels_check_result, kernels_self_check, kernels_set_agreement, kernels_linear_softcap_ce, kernels_linear_softcap_ce_mean, kernels_mlp_relu_square,
+// defines: kernels_enabled, kernels_linear_softcap_ce, kernels_linear_softcap_ce_mean, kernels_mlp_relu_square,
 //          kernels_rotary_norm, kernels_linear_softcap_ce_reference, kernels_linear_softcap_ce_mean_reference,
 //          kernels_mlp_relu_square_reference, kernels_rotary_norm_reference,
 //          kernels_residual_norm, kernels_residual_norm_reference,
 //          kernels_fp8_linear, kernels_fp8_linear_reference, kernels_fp8_linear_shared, kernels_fp8_quantize,
-//          Fp8Quantized, kernels_fp8_quantize_transposed, kernels_fp8_mm,
+//          Fp8Quantized, kernels_fp8_quantize_transposed, kernels_fp8_mm, kernels_fp8_weights_changed,
 //          kernels_adamw_step, kernels_adamw_step_reference,
 //          kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish, kernels_muon_finish_reference,
 //          kernels_attention_available, kernels_attention, kernels_attention_reference,
@@ -11,7 +11,7 @@
 // The kernels module: the model's fused hot paths. Each op is an autograd function with a
 // CPU kernel (at::parallel_for + at::vec, one pass over memory), a CUDA kernel (.cu) and a
 // plain ATen composition -- the `_reference` twin -- that the tests compare both against.
-// One rule picks between them (src/kernels/kernels_internal.h): the kernel runs where this
+// One rule picks between them (src/kernels/op_dispatch.h): the kernel runs where this
 // build has one for the tensor's device and dtype and it passed its self-check there, the
 // reference everywhere else. NANOCHAT_KERNELS=0 makes every op run its reference;
 // NANOCHAT_KERNELS=strict makes a failed self-check fatal (both read once, at the first call).
@@ -23,32 +23,11 @@
 #include <utility>
 #include <vector>
 #include "nanochat/common/tensor.h"
+#include "nanochat/kernels/self_check.h"  // the self-check: table, agreement, registry
 
 namespace nanochat {
 
 bool kernels_enabled();
-
-// The self-check of the fused ops on one device in one dtype: each op forward and backward on
-// small random inputs, kernel against reference. It runs by itself the first time an op meets a
-// (device, dtype) in a process, and its verdicts decide each op's path from then on;
-// kernels_self_check runs it now (again) and returns the table (nanochat doctor --kernels).
-struct kernels_check_result {
-  std::string op, device, dtype;
-  bool ok;       // agreed within the tolerance (or has no kernel there)
-  bool applies;  // the op has a kernel for this device and dtype
-  double max_error, tolerance;  // max |kernel - reference| / max |reference| over its outputs and gradients
-  double fused_ms, reference_ms;
-  std::string detail;  // why, when the kernel threw
-};
-// announce: log each op's name before its check runs (doctor --kernels). The checks run with fp32
-// matmuls at "highest" and leave the caller's setting as it was.
-std::vector<kernels_check_result> kernels_self_check(at::Device device, at::ScalarType dtype, bool announce = false);
-
-// Under more than one rank (compute_init sets it; empty clears it): called with each op's ok flag
-// (1/0) after every self-check, in the registry's order, it replaces them with their MIN across the
-// ranks, so that every rank runs the same path. A collective: every rank's checks run at the same
-// point of the program (the first fused op of a device and dtype, or doctor --kernels).
-void kernels_set_agreement(std::function<void(std::vector<int64_t>&)> all_reduce_min);
 
 // Per-token losses of cross_entropy(softcap * tanh((x @ weight^T)[:, :vocab] / softcap), targets)
 // with targets -1 ignored (loss 0): x (N, C) in the compute dtype, weight (Vp >= vocab, C) the
@@ -121,6 +100,10 @@ torch::Tensor kernels_attention_reference(const torch::Tensor& q, const torch::T
 // through its fp8 format and back, the products in fp32, through autograd of ATen ops.
 torch::Tensor kernels_fp8_linear(const torch::Tensor& x, const torch::Tensor& weight);
 torch::Tensor kernels_fp8_linear_reference(const torch::Tensor& x, const torch::Tensor& weight);
+// The fused op quantizes each weight once and keeps its FP8 copy until the weight's version moves
+// (ATen's in-place ops) or this is called: the weights changed past their version counter (the
+// optimizer's step, whose kernels and all-gathers write the data directly). The next use quantizes anew.
+void kernels_fp8_weights_changed();
 // x through several weights (q, k and v): one output each, as kernels_fp8_linear of each, with
 // x quantized once; x's gradient sums the weights' terms in their order
 std::vector<torch::Tensor> kernels_fp8_linear_shared(const torch::Tensor& x, const std::vector<torch::Tensor>& weights);

@@ -23,7 +23,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <torch/autograd.h>
 
-#include "../kernels/kernels_internal.h"  // the self-check's registry and verdicts
+#include "nanochat/kernels/self_check.h"  // the self-check's registry and verdicts
 #include "nanochat/common/error.h"
 #include "nanochat/kernels.h"
 
@@ -94,12 +94,12 @@ std::vector<Tensor> flash_window_check(at::Device device, at::ScalarType dtype, 
   std::vector<Shape> shapes = {{40, 4, 2, 16, 9}, {2048, 12, 12, 128, 512}};
   std::vector<Tensor> out;
   for (const Shape& s : shapes) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(29);
-    Tensor q = at::randn({1, s.T, s.H, s.D}, gen).to(device, dtype).requires_grad_();
-    Tensor k = at::randn({1, s.T, s.Hkv, s.D}, gen).to(device, dtype).requires_grad_();
-    Tensor v = at::randn({1, s.T, s.Hkv, s.D}, gen).to(device, dtype).requires_grad_();
+    auto gen = kernels_check_generator(device, 29);
+    Tensor q = at::randn({1, s.T, s.H, s.D}, gen, at::device(device)).to(device, dtype).requires_grad_();
+    Tensor k = at::randn({1, s.T, s.Hkv, s.D}, gen, at::device(device)).to(device, dtype).requires_grad_();
+    Tensor v = at::randn({1, s.T, s.Hkv, s.D}, gen, at::device(device)).to(device, dtype).requires_grad_();
     if (!attention_flash_window_supported(q, k)) return {};
-    Tensor dout = at::randn({1, s.T, s.H, s.D}, gen).to(device, dtype);
+    Tensor dout = at::randn({1, s.T, s.H, s.D}, gen, at::device(device)).to(device, dtype);
     Tensor o = fused ? attention_flash_window(q, k, v, s.window) : kernels_attention_reference(q, k, v, s.window);
     auto grads = torch::autograd::grad({o}, {q, k, v}, {dout});
     out.insert(out.end(), {o, grads[0], grads[1], grads[2]});

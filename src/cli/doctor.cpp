@@ -8,7 +8,7 @@
 #include "cli/commands.h"
 #include "nanochat/common.h"
 #include "nanochat/common/device_driver.h"
-#include "nanochat/dist/compute.h"
+#include "nanochat/compute.h"
 #include "nanochat/kernels.h"
 
 namespace nanochat {
@@ -20,24 +20,28 @@ static std::string gib_or_unknown(int64_t bytes) {
 // the kernel self-check on this rank's device, in the run's compute dtype and in fp32 (the
 // optimizer's), as a table; returns the rows (the JSON line is printed by the caller, last)
 static std::vector<kernels_check_result> doctor_kernel_table(const Compute& c) {
-  std::vector<kernels_check_result> rows;
-  for (torch::ScalarType dtype : {c.dtype, torch::kFloat32}) {
-    if (!rows.empty() && dtype == c.dtype) break;  // the compute dtype is fp32: checked once
-    auto r = kernels_self_check(c.device, dtype, /*announce=*/true);  // a kernel that kills the process is named
-    rows.insert(rows.end(), r.begin(), r.end());
+  // compute_init checked the compute dtype and fp32 (naming each op before its check: a kernel
+  // that kills the process is named); under NANOCHAT_KERNELS=0 it checked nothing: check now
+  std::vector<kernels_check_result> rows = c.kernel_checks;
+  if (rows.empty()) {
+    rows = kernels_self_check(c.device, c.dtype, /*announce=*/true);
+    if (c.dtype != torch::kFloat32) {
+      auto r = kernels_self_check(c.device, torch::kFloat32, /*announce=*/true);
+      rows.insert(rows.end(), r.begin(), r.end());
+    }
   }
   log_info("kernel self-check on %s (each op forward and backward, kernel against its ATen reference):",
            c.device.str().c_str());
-  log_info("  %-18s %-8s %-9s %11s %10s %10s %10s  %s", "op", "device", "dtype", "max error", "tolerance", "kernel ms",
-           "ref ms", "result");
+  log_info("  %-18s %-8s %-9s %11s %10s %10s %10s %10s  %s", "op", "device", "dtype", "max error", "tolerance",
+           "kernel ms", "ref ms", "check ms", "result");
   for (const kernels_check_result& r : rows) {
     if (!r.applies) {
-      log_info("  %-18s %-8s %-9s %11s %10s %10s %10s  no kernel here (runs its reference)", r.op.c_str(),
-               r.device.c_str(), r.dtype.c_str(), "-", "-", "-", "-");
+      log_info("  %-18s %-8s %-9s %11s %10s %10s %10s %10.2f  no kernel here (runs its reference)", r.op.c_str(),
+               r.device.c_str(), r.dtype.c_str(), "-", "-", "-", "-", r.check_ms);
       continue;
     }
-    log_info("  %-18s %-8s %-9s %11.3g %10.3g %10.2f %10.2f  %s%s%s", r.op.c_str(), r.device.c_str(), r.dtype.c_str(),
-             r.max_error, r.tolerance, r.fused_ms, r.reference_ms, r.ok ? "ok" : "FAILED",
+    log_info("  %-18s %-8s %-9s %11.3g %10.3g %10.2f %10.2f %10.2f  %s%s%s", r.op.c_str(), r.device.c_str(),
+             r.dtype.c_str(), r.max_error, r.tolerance, r.fused_ms, r.reference_ms, r.check_ms, r.ok ? "ok" : "FAILED",
              r.detail.empty() ? "" : ": ", r.detail.c_str());
   }
   return rows;
@@ -46,7 +50,8 @@ static std::vector<kernels_check_result> doctor_kernel_table(const Compute& c) {
 static nlohmann::json kernels_json(const std::vector<kernels_check_result>& rows) {
   nlohmann::json list = nlohmann::json::array();
   for (const kernels_check_result& r : rows) {
-    nlohmann::json j = {{"op", r.op}, {"device", r.device}, {"dtype", r.dtype}, {"ok", r.ok}, {"applies", r.applies}};
+    nlohmann::json j = {{"op", r.op}, {"device", r.device}, {"dtype", r.dtype},
+                        {"ok", r.ok}, {"applies", r.applies}, {"check_ms", r.check_ms}};
     if (r.applies) {
       j["max_error"] = std::isfinite(r.max_error) ? nlohmann::json(r.max_error) : nlohmann::json(nullptr);
       j["tolerance"] = r.tolerance;
@@ -109,7 +114,7 @@ static int doctor_run(std::string device_flag, double mb, bool check_kernels) {
   // training, eval and serving stop with the same line
   const std::string unusable = device_flag.empty() ? gpu_unusable_reason() : "";
   if (!unusable.empty()) device_flag = "cpu";
-  Compute c = compute_init(device_flag);
+  Compute c = compute_init(device_flag, /*announce_checks=*/check_kernels);  // a kernel that kills the process is named
   std::istringstream version(cli_version_text());
   for (std::string line; std::getline(version, line);) log_info("%s", line.c_str());
   // the driver next to the CUDA the wheel needs: the first thing to compare when the GPU is idle

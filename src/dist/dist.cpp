@@ -9,7 +9,6 @@
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"
-#include "nanochat/kernels.h"
 
 namespace nanochat {
 
@@ -83,10 +82,7 @@ Dist::Dist(const DistEnv& env, const torch::Device& device) : env_(env), device_
   log_debug("process group %s up: rank %d of %d", backend_name().c_str(), env.rank, env.world_size);
 }
 
-// the kernels' self-check verdicts (compute_init) are no longer agreed through this group
-Dist::~Dist() {
-  if (env_.world_size > 1) kernels_set_agreement(nullptr);
-}
+Dist::~Dist() = default;
 
 std::string Dist::backend_name() const { return backend_ ? backend_->getBackendName() : "none"; }
 
@@ -139,8 +135,26 @@ DistWork Dist::all_gather_async(const torch::Tensor& shard, int64_t total_rows) 
   std::vector<int64_t> out_shape = shard.sizes().vec();
   out_shape[0] = chunk * env_.world_size;
   torch::Tensor out = torch::empty(out_shape, shard.options());
+  traffic_.all_gathers++;
+  traffic_.all_gather_bytes += (int64_t)out.nbytes();
   auto work = backend_->_allgather_base(out, padded, c10d::AllgatherOptions());
   return {work, [out, padded, total_rows] { return out.narrow(0, 0, total_rows); }};
+}
+
+DistWork Dist::all_gather_into_async(torch::Tensor full) {
+  check_tensor(*this, "all_gather_into", "output", full, /*reduces=*/false);
+  if (full.dim() < 1 || full.size(0) % env_.world_size != 0 || !full.is_contiguous())
+    fail("dist all_gather_into: its output must be contiguous with rows a multiple of the %d ranks, got %s%s",
+         env_.world_size, c10::str(full.sizes()).c_str(), full.is_contiguous() ? "" : " (not contiguous)");
+  if (!backend_) return {nullptr, [full] { return full; }};
+  auto [begin, end] = dist_shard_range(full.size(0), env_.world_size, env_.rank);
+  traffic_.all_gathers++;
+  traffic_.all_gather_bytes += (int64_t)full.nbytes();
+  // the input a view of the output at this rank's rows: NCCL's in-place all-gather; Gloo
+  // gathers into its own buffer and copies out after
+  torch::Tensor mine = full.narrow(0, begin, end - begin);
+  auto work = backend_->_allgather_base(full, mine, c10d::AllgatherOptions());
+  return {work, [full, mine] { return full; }};
 }
 
 void Dist::broadcast(torch::Tensor tensor, int root) {

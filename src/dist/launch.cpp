@@ -153,6 +153,34 @@ int exit_code_of(int status) {
 
 const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP"; }
 
+// one poll over the signal pipe and every open rank stream (100 ms at most), then each ready
+// stream's bytes out as prefixed lines; a stream at its end is closed
+void pump_streams(std::vector<Rank>& ranks) {
+  std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
+  std::vector<std::pair<Rank*, Stream*>> owners{{nullptr, nullptr}};
+  for (auto& r : ranks)
+    for (auto& st : r.streams)
+      if (st.fd >= 0) {
+        fds.push_back({st.fd, POLLIN, 0});
+        owners.push_back({&r, &st});
+      }
+  int rc = poll(fds.data(), fds.size(), 100);
+  if (rc < 0 && errno != EINTR) fail("launch: poll: %s", std::strerror(errno));
+  for (size_t i = 1; i < fds.size(); i++) {
+    if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+    char buf[65536];
+    ssize_t n = read(fds[i].fd, buf, sizeof buf);
+    auto [r, st] = owners[i];
+    if (n > 0) {
+      emit_lines(*r, *st, buf, (size_t)n, false);
+    } else if (n == 0 || errno != EINTR) {
+      emit_lines(*r, *st, buf, 0, true);
+      close(st->fd);
+      st->fd = -1;
+    }
+  }
+}
+
 }  // namespace
 
 int launch_run(const LaunchOptions& o) {
@@ -234,30 +262,7 @@ int launch_run(const LaunchOptions& o) {
       if (open_streams == 0 || clock.seconds() - reaped_at > 1.0) break;
     }
 
-    std::vector<pollfd> fds{{g_signal_pipe[0], POLLIN, 0}};
-    std::vector<std::pair<Rank*, Stream*>> owners{{nullptr, nullptr}};
-    for (auto& r : ranks)
-      for (auto& st : r.streams)
-        if (st.fd >= 0) {
-          fds.push_back({st.fd, POLLIN, 0});
-          owners.push_back({&r, &st});
-        }
-    int rc = poll(fds.data(), fds.size(), 100);
-    if (rc < 0 && errno != EINTR) fail("launch: poll: %s", std::strerror(errno));
-
-    for (size_t i = 1; i < fds.size(); i++) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      char buf[65536];
-      ssize_t n = read(fds[i].fd, buf, sizeof buf);
-      auto [r, st] = owners[i];
-      if (n > 0) {
-        emit_lines(*r, *st, buf, (size_t)n, false);
-      } else if (n == 0 || errno != EINTR) {
-        emit_lines(*r, *st, buf, 0, true);
-        close(st->fd);
-        st->fd = -1;
-      }
-    }
+    pump_streams(ranks);  // waits up to 100 ms for output or a signal
 
     unsigned char sig;
     while (read(g_signal_pipe[0], &sig, 1) == 1) {

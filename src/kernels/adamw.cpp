@@ -13,7 +13,7 @@
 
 #include <ATen/ATen.h>
 
-#include "kernels_internal.h"
+#include "op_dispatch.h"
 
 namespace nanochat {
 
@@ -77,8 +77,8 @@ std::vector<torch::Tensor> adamw_check(at::Device device, at::ScalarType dtype, 
   if (kernels_check_real_shapes(device)) shapes.push_back({d24::vocab, d24::n_embd});
   std::vector<torch::Tensor> out;
   for (const std::vector<int64_t>& shape : shapes) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(7);
-    auto rand = [&](double scale) { return (at::randn(shape, gen) * scale).to(device, dtype); };
+    auto gen = kernels_check_generator(device, 7);
+    auto rand = [&](double scale) { return (at::randn(shape, gen, at::device(device)) * scale).to(device, dtype); };
     torch::Tensor p = rand(1.0), m = at::zeros_like(p), v = at::zeros_like(p);
     for (int64_t step = 1; step <= 3; step++) {
       const torch::Tensor g = rand(0.1);

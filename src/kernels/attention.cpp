@@ -10,7 +10,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "kernels_internal.h"
+#include "op_dispatch.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -85,12 +85,12 @@ namespace {
 // the self-check: (1, 40, 4, 16) queries on 2 kv heads, causal and with a window of 9, on the
 // CPU in fp32 and bf16 (there is no CUDA kernel: the attention module runs flash there)
 std::vector<Tensor> attention_check(at::Device device, at::ScalarType dtype, bool fused) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(17);
-  Tensor q = at::randn({1, 40, 4, 16}, gen).to(device, dtype).requires_grad_();
-  Tensor k = at::randn({1, 40, 2, 16}, gen).to(device, dtype).requires_grad_();
-  Tensor v = at::randn({1, 40, 2, 16}, gen).to(device, dtype).requires_grad_();
+  auto gen = kernels_check_generator(device, 17);
+  Tensor q = at::randn({1, 40, 4, 16}, gen, at::device(device)).to(device, dtype).requires_grad_();
+  Tensor k = at::randn({1, 40, 2, 16}, gen, at::device(device)).to(device, dtype).requires_grad_();
+  Tensor v = at::randn({1, 40, 2, 16}, gen, at::device(device)).to(device, dtype).requires_grad_();
   if (!q.is_cpu() || !attention_cpu_supported(q)) return {};
-  Tensor dout = at::randn({1, 40, 4, 16}, gen).to(device, dtype);
+  Tensor dout = at::randn({1, 40, 4, 16}, gen, at::device(device)).to(device, dtype);
   std::vector<Tensor> out;
   for (int64_t window : {-1, 9}) {
     Tensor o = fused ? kernels_attention(q, k, v, window) : kernels_attention_reference(q, k, v, window);

@@ -10,7 +10,7 @@
 #include <ATen/Parallel.h>
 
 #include "cpu_helpers.h"
-#include "kernels_internal.h"
+#include "op_dispatch.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {

@@ -7,7 +7,7 @@
 
 #include <ATen/ATen.h>
 
-#include "kernels_internal.h"
+#include "op_dispatch.h"
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/log.h"

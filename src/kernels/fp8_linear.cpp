@@ -1,5 +1,5 @@
 // defines: kernels_fp8_linear, kernels_fp8_linear_shared, kernels_fp8_linear_reference, kernels_fp8_quantize,
-//          kernels_fp8_quantize_transposed, kernels_fp8_mm
+//          kernels_fp8_quantize_transposed, kernels_fp8_mm, kernels_fp8_weights_changed
 // FP8 training's linear layer, as upstream fp8.py's Float8Linear (tensorwise recipe):
 // forward quantizes the input and the weight to e4m3 with one dynamic scale per tensor and
 // multiplies them with at::_scaled_mm (fast accumulation); backward quantizes the output's
@@ -14,11 +14,13 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <mutex>
 #include <tuple>
+#include <unordered_map>
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "kernels_internal.h"
+#include "op_dispatch.h"
 #include "nanochat/common/device.h"
 #include "nanochat/common/error.h"
 
@@ -68,6 +70,34 @@ Fp8Quantized fp8_quantize(const Tensor& x, at::ScalarType fp8, bool transposed, 
   return {q, q_t, fused ? kernels_fault("fp8_quantize", inv) : inv};
 }
 
+// The weights' FP8 copies (e4m3, with the transpose), made once per optimizer step: the masters
+// change there only, so the micro-steps between share one quantisation. An entry holds while the
+// weight lives, its version is the same (ATen's in-place ops move it: a checkpoint load) and no
+// step has come (kernels_fp8_weights_changed: the optimizer's kernels and all-gathers write past
+// the version counter).
+struct WeightFp8 {
+  c10::weak_intrusive_ptr<c10::TensorImpl> owner;
+  int64_t version;
+  Fp8Quantized q;
+};
+std::mutex weight_fp8_mutex;
+std::unordered_map<const c10::TensorImpl*, WeightFp8> weight_fp8;
+
+Fp8Quantized weight_quantized(const Tensor& weight) {
+  std::lock_guard<std::mutex> lock(weight_fp8_mutex);
+  const c10::TensorImpl* impl = weight.unsafeGetTensorImpl();
+  auto it = weight_fp8.find(impl);
+  if (it != weight_fp8.end() && !it->second.owner.expired() && it->second.version == (int64_t)weight._version())
+    return it->second.q;
+  for (auto e = weight_fp8.begin(); e != weight_fp8.end();)  // the self-check's weights, gone
+    e = e->second.owner.expired() ? weight_fp8.erase(e) : std::next(e);
+  WeightFp8 entry{c10::weak_intrusive_ptr<c10::TensorImpl>(weight.getIntrusivePtr()), (int64_t)weight._version(),
+                  kernels_fp8_quantize_transposed(weight, at::kFloat8_e4m3fn)};
+  weight_fp8.erase(impl);  // a dead weight's entry at the same address
+  weight_fp8.emplace(impl, entry);
+  return entry.q;
+}
+
 // x (N, in) in the compute dtype through each fp32 master weight (out_i, in): one output per
 // weight, x quantized once. _scaled_mm wants its second operand column-major: forward reads
 // w8 (out, in) row-major as w8^T; backward reads the transposed copies x8^T and w8^T.
@@ -83,7 +113,7 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
     ctx->saved_data["quantize_fused"] = fused;
     variable_list outs, saved = {xq.q_t, xq.inv};
     for (const Tensor& weight : weights) {
-      const Fp8Quantized wq = kernels_fp8_quantize_transposed(weight, at::kFloat8_e4m3fn);
+      const Fp8Quantized wq = weight_quantized(weight);
       outs.push_back(kernels_fp8_mm(xq.q, wq.q.t(), xq.inv, wq.inv, x.scalar_type(), /*use_fast_accum=*/true));
       saved.insert(saved.end(), {wq.q_t, wq.inv});
     }
@@ -119,6 +149,11 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
 };
 
 }  // namespace
+
+void kernels_fp8_weights_changed() {
+  std::lock_guard<std::mutex> lock(weight_fp8_mutex);
+  weight_fp8.clear();
+}
 
 std::pair<Tensor, Tensor> kernels_fp8_quantize(const Tensor& x, at::ScalarType fp8) {
   Fp8Quantized r = fp8_quantize(x, fp8, /*transposed=*/false, fp8_quantize_fused(x));
@@ -219,13 +254,13 @@ std::vector<Tensor> fp8_linear_check(at::Device device, at::ScalarType dtype, bo
   if (kernels_check_real_shapes(device)) shapes.push_back({1, d24::seq_len, d24::n_embd, {d24::mlp_hidden}});
   std::vector<Tensor> out;
   for (const Shape& s : shapes) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(23);
-    Tensor x = at::randn({s.B, s.T, s.in}, gen).to(device, dtype).requires_grad_();
+    auto gen = kernels_check_generator(device, 23);
+    Tensor x = at::randn({s.B, s.T, s.in}, gen, at::device(device)).to(device, dtype).requires_grad_();
     std::vector<Tensor> ws, ys, gos;
-    for (int64_t f : s.features) ws.push_back((at::randn({f, s.in}, gen) * 0.05).to(device).requires_grad_());
+    for (int64_t f : s.features) ws.push_back((at::randn({f, s.in}, gen, at::device(device)) * 0.05).to(device).requires_grad_());
     if (fused) ys = kernels_fp8_linear_shared(x, ws);
     else for (const Tensor& w : ws) ys.push_back(kernels_fp8_linear_reference(x, w));
-    for (int64_t f : s.features) gos.push_back((at::randn({s.B, s.T, f}, gen) * 1e-3).to(device, dtype));
+    for (int64_t f : s.features) gos.push_back((at::randn({s.B, s.T, f}, gen, at::device(device)) * 1e-3).to(device, dtype));
     std::vector<Tensor> wrt = {x};
     wrt.insert(wrt.end(), ws.begin(), ws.end());
     auto grads = torch::autograd::grad(ys, wrt, gos);
@@ -252,8 +287,8 @@ std::vector<Tensor> fp8_quantize_check(at::Device device, at::ScalarType dtype, 
   if (!device.is_cuda() || dtype == at::kDouble) return {};
   std::vector<Tensor> out;
   for (auto shape : {std::vector<int64_t>{37, 29}, std::vector<int64_t>{d24::seq_len, d24::n_embd}}) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(31);
-    const Tensor x = (at::randn(shape, gen) * 3).to(device, dtype);
+    auto gen = kernels_check_generator(device, 31);
+    const Tensor x = (at::randn(shape, gen, at::device(device)) * 3).to(device, dtype);
     for (at::ScalarType fp8 : {at::kFloat8_e4m3fn, at::kFloat8_e5m2}) {
       if (fused) {
         auto [q, inv] = kernels_fp8_quantize(x, fp8);

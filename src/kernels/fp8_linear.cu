@@ -69,14 +69,17 @@ __global__ void fp8_cast_kernel(const T* __restrict__ x, int64_t n, const int* a
 // pass 2 with the transpose: one 32 x 32 tile of x (rows, cols) per block of 32 x 8 threads,
 // read and written to q along rows, then through shared memory written to q_t (cols, rows) along
 // its rows, so both stores are coalesced. Row tiles on grid x (up to 2^31 - 1), column tiles on
-// grid y (65535 tiles: 2M columns).
-constexpr int kTile = 32, kTileRows = 8;
+// grid y (65535 tiles: 2M columns). The tile's rows are 36 bytes apart: a warp's reads of the
+// transposed phase (4 bytes down a column, 8 row groups) then fall in 8 distinct banks, where 33
+// put two groups in one bank. Each thread stores 4 bytes of q_t at once (one 32-bit store) where
+// the row is long enough and aligned, bytes one by one at a ragged edge.
+constexpr int kTile = 32, kTileRows = 8, kTileStride = kTile + 4;
 template <typename T>
 __global__ void fp8_cast_transpose_kernel(const T* __restrict__ x, int64_t rows, int64_t cols, const int* amax_bits,
                                           double fp8_max, __nv_fp8_interpretation_t kind,
                                           __nv_fp8_storage_t* __restrict__ q, __nv_fp8_storage_t* __restrict__ q_t,
                                           float* __restrict__ inv_scale) {
-  __shared__ __nv_fp8_storage_t tile[kTile][kTile + 1];
+  __shared__ __align__(4) __nv_fp8_storage_t tile[kTile][kTileStride];
   const float scale = fp8_scale(amax_bits, fp8_max), lim = (float)fp8_max;
   if (blockIdx.x == 0 && blockIdx.y == 0 && threadIdx.x == 0 && threadIdx.y == 0) *inv_scale = 1.0f / scale;
   const int64_t r0 = (int64_t)blockIdx.x * kTile, c0 = (int64_t)blockIdx.y * kTile;
@@ -89,9 +92,17 @@ __global__ void fp8_cast_transpose_kernel(const T* __restrict__ x, int64_t rows,
     }
   }
   __syncthreads();
-  for (int i = threadIdx.y; i < kTile; i += kTileRows) {
-    const int64_t c = c0 + i, r = r0 + threadIdx.x;
-    if (r < rows && c < cols) q_t[c * rows + r] = tile[threadIdx.x][i];
+  // thread t writes q_t row c0 + t / 8, its bytes r0 + 4 (t % 8) .. + 3
+  const int t = threadIdx.y * kTile + threadIdx.x, i = t / 8, j = 4 * (t % 8);
+  const int64_t c = c0 + i, r = r0 + j;
+  if (c >= cols) return;
+  __nv_fp8_storage_t* out = q_t + c * rows + r;
+  if (rows % 4 == 0 && r + 3 < rows) {  // 4-byte aligned: rows a multiple of 4, r one of 32
+    const uint32_t packed = (uint32_t)tile[j][i] | ((uint32_t)tile[j + 1][i] << 8) |
+                            ((uint32_t)tile[j + 2][i] << 16) | ((uint32_t)tile[j + 3][i] << 24);
+    *reinterpret_cast<uint32_t*>(out) = packed;
+  } else {
+    for (int k = 0; k < 4 && r + k < rows; k++) out[k] = tile[j + k][i];
   }
 }
 

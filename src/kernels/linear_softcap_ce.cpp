@@ -15,7 +15,7 @@
 #include <torch/autograd.h>
 
 #include "cpu_gemm.h"
-#include "kernels_internal.h"
+#include "op_dispatch.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -253,13 +253,14 @@ std::vector<Tensor> linear_softcap_ce_check(at::Device device, at::ScalarType dt
   else shapes.push_back({4, 32, d24::vocab, d24::vocab, 2});
   std::vector<Tensor> out;
   for (const Shape& s : shapes) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(3);
-    Tensor x = at::randn({s.rows, s.width}, gen).to(device, dtype).requires_grad_();
-    Tensor w = (at::randn({s.padded_vocab, s.width}, gen) * (0.5 * std::sqrt(32.0 / (double)s.width)))
+    auto gen = kernels_check_generator(device, 3);
+    Tensor x = at::randn({s.rows, s.width}, gen, at::device(device)).to(device, dtype).requires_grad_();
+    Tensor w = (at::randn({s.padded_vocab, s.width}, gen, at::device(device)) *
+                (0.5 * std::sqrt(32.0 / (double)s.width)))
                    .to(device, at::kFloat).requires_grad_();
-    Tensor targets = at::randint(0, s.vocab, {s.rows}, gen).index_fill_(0, at::tensor(std::vector<int64_t>{1, s.rows - 2}), -1)
-                         .to(device);
-    Tensor dloss = at::rand({s.rows}, gen).to(device);
+    Tensor targets = at::randint(0, s.vocab, {s.rows}, gen, at::device(device).dtype(at::kLong))
+                         .index_fill_(0, at::tensor(std::vector<int64_t>{1, s.rows - 2}).to(device), -1);
+    Tensor dloss = at::rand({s.rows}, gen, at::device(device)).to(device);
     for (bool mean : {false, true}) {
       Tensor loss = mean ? (fused ? kernels_linear_softcap_ce_mean(x, w, targets, s.vocab, 15.0, s.chunk)
                                   : kernels_linear_softcap_ce_mean_reference(x, w, targets, s.vocab, 15.0))

@@ -9,7 +9,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "kernels_internal.h"
+#include "op_dispatch.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -80,12 +80,12 @@ std::vector<Tensor> mlp_relu_square_check(at::Device device, at::ScalarType dtyp
   if (kernels_check_real_shapes(device)) shapes.push_back({1, d24::seq_len, d24::n_embd, d24::mlp_hidden});
   std::vector<Tensor> out;
   for (auto [B, T, C, H] : shapes) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(5);
-    Tensor x = at::randn({B, T, C}, gen).to(device, dtype).requires_grad_();
-    Tensor w_fc = (at::randn({H, C}, gen) / std::sqrt((double)C)).to(device, dtype).requires_grad_();
-    Tensor w_proj = (at::randn({C, H}, gen) / std::sqrt((double)H)).to(device, dtype).requires_grad_();
+    auto gen = kernels_check_generator(device, 5);
+    Tensor x = at::randn({B, T, C}, gen, at::device(device)).to(device, dtype).requires_grad_();
+    Tensor w_fc = (at::randn({H, C}, gen, at::device(device)) / std::sqrt((double)C)).to(device, dtype).requires_grad_();
+    Tensor w_proj = (at::randn({C, H}, gen, at::device(device)) / std::sqrt((double)H)).to(device, dtype).requires_grad_();
     Tensor y = fused ? kernels_mlp_relu_square(x, w_fc, w_proj) : kernels_mlp_relu_square_reference(x, w_fc, w_proj);
-    auto grads = torch::autograd::grad({y}, {x, w_fc, w_proj}, {at::randn(y.sizes(), gen).to(device, dtype)});
+    auto grads = torch::autograd::grad({y}, {x, w_fc, w_proj}, {at::randn(y.sizes(), gen, at::device(device)).to(device, dtype)});
     out.insert(out.end(), {y, grads[0], grads[1], grads[2]});
   }
   return out;

@@ -14,7 +14,7 @@
 
 #include <ATen/ATen.h>
 
-#include "kernels_internal.h"
+#include "op_dispatch.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -192,13 +192,13 @@ namespace {
 std::vector<Tensor> muon_check(at::Device device, at::ScalarType dtype, bool fused) {
   if (dtype == at::kHalf || (dtype == at::kDouble && !device.is_cpu())) return {};
   const at::ScalarType pdt = dtype == at::kDouble ? at::kDouble : at::kFloat;
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  auto gen = kernels_check_generator(device, 11);
   std::vector<std::pair<int64_t, int64_t>> shapes = {{24, 40}, {40, 24}};
   if (kernels_check_real_shapes(device))
     shapes.insert(shapes.end(), {{d24::n_embd, d24::mlp_hidden}, {d24::mlp_hidden, d24::n_embd}});
   std::vector<Tensor> out;
   for (auto [rows, cols] : shapes) {
-    auto rand = [&](std::vector<int64_t> shape) { return at::randn(shape, gen).to(device, pdt); };
+    auto rand = [&](std::vector<int64_t> shape) { return at::randn(shape, gen, at::device(device)).to(device, pdt); };
     std::vector<Tensor> grads = {rand({rows, cols}), rand({rows, cols})}, params = {rand({rows, cols}), rand({rows, cols})};
     Tensor momentum = rand({2, rows, cols}) * 0.1, second = rand(rows >= cols ? std::vector<int64_t>{2, rows, 1}
                                                                              : std::vector<int64_t>{2, 1, cols}).abs();

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "cpu_gemm.h"
-#include "kernels_internal.h"
+#include "op_dispatch.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -76,10 +76,10 @@ namespace {
 std::vector<torch::Tensor> polar_express_check(at::Device device, at::ScalarType dtype, bool fused) {
   if (!device.is_cpu() || dtype != at::kFloat) return {};
   const std::vector<std::array<double, 3>> coeffs(5, {3.4445, -4.7750, 2.0315});
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(19);
+  auto gen = kernels_check_generator(device, 19);
   std::vector<torch::Tensor> out;
   for (auto shape : {std::vector<int64_t>{4, 24, 40}, std::vector<int64_t>{4, 40, 24}}) {
-    torch::Tensor X = at::randn(shape, gen);
+    torch::Tensor X = at::randn(shape, gen, at::device(device));
     X = X / (at::linalg_vector_norm(X, 2, std::vector<int64_t>{-2, -1}, true, c10::nullopt) * 1.01 + 1e-6);
     out.push_back(fused ? kernels_polar_express(X, coeffs, 5) : kernels_polar_express_reference(X, coeffs, 5));
   }

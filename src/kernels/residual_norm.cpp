@@ -13,7 +13,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "kernels_internal.h"
+#include "op_dispatch.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -106,12 +106,12 @@ std::vector<Tensor> residual_norm_check(at::Device device, at::ScalarType dtype,
   const auto acc = dtype == at::kDouble ? at::kDouble : at::kFloat;
   std::vector<Tensor> out;
   for (const std::vector<int64_t>& shape : shapes) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(13);
-    Tensor x = at::randn(shape, gen).to(device, dtype).requires_grad_();
-    Tensor y = at::randn(shape, gen).to(device, dtype).requires_grad_();
-    Tensor a = (at::rand({}, gen) + 0.5).to(device, acc).requires_grad_();
-    Tensor b = (at::rand({}, gen) * 0.5).to(device, acc).requires_grad_();
-    Tensor dh = at::randn(shape, gen).to(device, dtype), dn = at::randn(shape, gen).to(device, dtype);
+    auto gen = kernels_check_generator(device, 13);
+    Tensor x = at::randn(shape, gen, at::device(device)).to(device, dtype).requires_grad_();
+    Tensor y = at::randn(shape, gen, at::device(device)).to(device, dtype).requires_grad_();
+    Tensor a = (at::rand({}, gen, at::device(device)) + 0.5).to(device, acc).requires_grad_();
+    Tensor b = (at::rand({}, gen, at::device(device)) * 0.5).to(device, acc).requires_grad_();
+    Tensor dh = at::randn(shape, gen, at::device(device)).to(device, dtype), dn = at::randn(shape, gen, at::device(device)).to(device, dtype);
     for (bool lambdas : {true, false}) {
       const Tensor la = lambdas ? a : Tensor(), lb = lambdas ? b : Tensor();
       auto [h, n] = fused ? kernels_residual_norm(x, y, la, lb) : kernels_residual_norm_reference(x, y, la, lb);

@@ -12,7 +12,7 @@
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
-#include "kernels_internal.h"
+#include "op_dispatch.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -101,13 +101,13 @@ std::vector<Tensor> rotary_norm_check(at::Device device, at::ScalarType dtype, b
   if (kernels_check_real_shapes(device)) shapes.push_back({1, d24::seq_len, d24::n_head, d24::head_dim});
   std::vector<Tensor> out;
   for (auto [B, T, H, D] : shapes) {
-    auto gen = at::make_generator<at::CPUGeneratorImpl>(9);
-    Tensor x = at::randn({B, T, H, D}, gen).to(device, dtype).requires_grad_();
+    auto gen = kernels_check_generator(device, 9);
+    Tensor x = at::randn({B, T, H, D}, gen, at::device(device)).to(device, dtype).requires_grad_();
     Tensor freqs = at::outer(at::arange(T, at::kDouble), at::pow(10000.0, -at::arange(0, D, 2, at::kDouble) / (double)D));
     Tensor cos = freqs.cos().view({1, T, 1, D / 2}).to(device, dtype);
     Tensor sin = freqs.sin().view({1, T, 1, D / 2}).to(device, dtype);
     Tensor y = fused ? kernels_rotary_norm(x, cos, sin, 1.2) : kernels_rotary_norm_reference(x, cos, sin, 1.2);
-    auto grads = torch::autograd::grad({y}, {x}, {at::randn(y.sizes(), gen).to(device, dtype)});
+    auto grads = torch::autograd::grad({y}, {x}, {at::randn(y.sizes(), gen, at::device(device)).to(device, dtype)});
     out.insert(out.end(), {y, grads[0]});
   }
   return out;

@@ -22,8 +22,7 @@ struct MuonAdamW::Pending {
   std::vector<DistWork> muon_reduce;  // [group]: this rank's chunk of the averaged stack
   struct Gather {
     DistWork work;
-    std::vector<torch::Tensor> params;
-    bool stacked;  // Muon: row i of the result is params[i]; AdamW: the result is params[0]
+    std::vector<torch::Tensor> params;  // Muon: row i of the result is params[i]; AdamW: none (in place)
   };
   std::vector<Gather> gathers;
 };
@@ -138,7 +137,7 @@ void MuonAdamW::compute_group(size_t g, Pending& pending) {
       st.step++;
       kernels_adamw_step(p_slice, grad_slice, st.exp_avg, st.exp_avg_sq, st.step, grp.lr, grp.betas[0],
                          grp.betas[1], grp.eps, grp.weight_decay);
-      if (sharded) pending.gathers.push_back({dist_->all_gather_async(p_slice, p.size(0)), {p}, false});
+      if (sharded) pending.gathers.push_back({dist_->all_gather_into_async(p), {}});  // p_slice is p's rows
     }
     return;
   }
@@ -168,7 +167,7 @@ void MuonAdamW::compute_group(size_t g, Pending& pending) {
   if (W == 1) return;
   torch::Tensor updated = owned > 0 ? torch::stack(owned_params) : torch::empty({0, rows, cols}, p0.options());
   std::vector<torch::Tensor> params(grp.params.begin(), grp.params.end());
-  pending.gathers.push_back({dist_->all_gather_async(updated, K), params, true});
+  pending.gathers.push_back({dist_->all_gather_async(updated, K), params});
 }
 
 void MuonAdamW::step() {
@@ -179,13 +178,13 @@ void MuonAdamW::step() {
   pending.muon_reduce.resize(groups_.size());
   for (size_t g = 0; g < groups_.size(); g++) launch_reduce(g, pending);
   for (size_t g = 0; g < groups_.size(); g++) compute_group(g, pending);
-  // phase 3: every gather done, then copy the stacked Muon params back (padding ignored)
+  // phase 3: every gather done (AdamW's landed in their params), then each Muon group's stack
+  // copied back in one foreach copy (padding ignored), as upstream
   for (auto& gather : pending.gathers) {
     torch::Tensor result = gather.work.wait();
-    if (!gather.stacked) gather.params[0].copy_(result);
-    else
-      for (size_t i = 0; i < gather.params.size(); i++) gather.params[i].copy_(result[(int64_t)i]);
+    if (!gather.params.empty()) at::_foreach_copy_(gather.params, result.unbind(0));
   }
+  kernels_fp8_weights_changed();  // FP8 training's weight copies: made anew at the next forward
 }
 
 }  // namespace nanochat

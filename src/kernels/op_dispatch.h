@@ -1,9 +1,10 @@
-// defines: KERNELS_CUDA_OR_CPU, kernels_use_fused, kernels_fault, kernels_check_entry, kernels_register_check,
-//          kernels_check_passed, kernels_strict,
+// defines: KERNELS_CUDA_OR_CPU, kernels_use_fused, kernels_fault, kernels_strict,
 //          kernels_cpu_supported, kernels_cuda_built, cast_float_bfloat16_cpu,
 //          cpu_kernel_threads, d24, kernels_check_real_shapes
-// What the ops of the kernels module share: the one rule that picks an op's fused kernel or
-// its reference, the fault switch for drills, the self-check's registry, and a few helpers.
+// How an op of the kernels module picks its path: the one rule that picks its fused kernel or
+// its reference, the build switch, the fault switch for drills, the capability queries, the
+// d24 shapes of the self-check's inputs and the CPU helpers the tests reach (the self-check's
+// registry is public: nanochat/kernels/self_check.h).
 //
 // An op is three files: <op>.cpp (the public function, its autograd function, its ATen
 // `_reference`, the dispatch and the self-check's inputs), <op>_cpu.cpp (the CPU kernel,
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "nanochat/common/tensor.h"
+#include "nanochat/kernels/self_check.h"
 
 // An op's CUDA kernel where its tensor is on a GPU and this build has the CUDA kernels, else its
 // CPU kernel: the one place an op file's forward and backward branch on the build. Without nvcc
@@ -29,7 +31,7 @@ namespace nanochat {
 // on (NANOCHAT_KERNELS is not 0), x's device has the op's kernels in this build (a CPU with
 // AVX2+FMA+F16C; a CUDA device when the .cu files were built) for x's dtype (fp32, bf16, fp16;
 // fp64 on the CPU, for gradient checks), and the op passed its self-check on that device and
-// dtype. The first call for a (device, dtype) runs the self-check of every op (self_check.cpp).
+// dtype (checked at start by compute_init, or by the first call for a (device, dtype) in one process).
 // Otherwise the op runs its own `_reference`, which is also what the check compares against.
 bool kernels_use_fused(const char* op, const torch::Tensor& x);
 // the same, with the verdict of the dtype the op computes in where that is not x's (Muon: fp32
@@ -46,27 +48,6 @@ torch::Tensor kernels_fault(const char* op, const torch::Tensor& out);
 // the same for the ops that update tensors in place (AdamW, Muon): t is perturbed in place
 void kernels_fault_(const char* op, torch::Tensor& t);
 
-// One op's self-check: `run` runs the op forward and backward on small seeded random inputs on
-// `device` in `dtype`, through its fused kernel (fused = true) or its reference, and returns the
-// tensors to compare (outputs, then gradients or updated state) -- empty where the op has no
-// kernel for that device and dtype. Each <op>.cpp registers one at static initialisation.
-struct kernels_check_entry {
-  const char* op;
-  std::vector<torch::Tensor> (*run)(at::Device device, at::ScalarType dtype, bool fused);
-  // the op's own tolerance where the dtype's does not hold (null: the dtype's; self_check.cpp)
-  double (*tolerance)(at::Device device, at::ScalarType dtype) = nullptr;
-  // the op's CUDA path is ATen alone (fp8_linear's _scaled_mm): it runs, and is checked, in a
-  // build without the CUDA kernels too
-  bool cuda_without_nvcc = false;
-};
-bool kernels_register_check(kernels_check_entry entry);
-// the tolerance of the self-check in a dtype (docs/kernels.md says why each holds)
-double kernels_check_tolerance(at::ScalarType dtype);
-// whether `op` runs its kernel on device in dtype: kernels on and its self-check passed there,
-// running every op's check on the first call for that (device, dtype); true for an op without a
-// check there, and inside a check (which compares the kernels even under NANOCHAT_KERNELS=0);
-// false, without waiting, while another thread runs the checks
-bool kernels_check_passed(const char* op, at::Device device, at::ScalarType dtype);
 // NANOCHAT_KERNELS=strict: a failed self-check stops the run instead of falling back
 bool kernels_strict();
 
