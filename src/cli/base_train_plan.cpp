@@ -71,7 +71,7 @@ std::pair<int64_t, std::string> device_batch_of(const BaseTrainFlags& o, const G
            (double)gpt_train_memory(config, rows, dtype, world, fp8).total / (1 << 30), budget.source.c_str(),
            fit == 0 ? "; not even 1 row fits: expect an out-of-memory error" : "");
   return {rows, "the largest power of two up to 32 whose estimate fits in 90% of " + budget.source +
-                    (world > 1 ? ", the smallest over the ranks" : "")};
+                    (dist && world > 1 ? ", the smallest over the ranks" : "")};
 }
 
 }  // namespace
