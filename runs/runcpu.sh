@@ -9,14 +9,23 @@
 # Without internet (the ClimbMix shards cannot be downloaded) it trains on a local English
 # corpus made from this machine's Python docs and manual pages (runs/make_local_corpus.py).
 #
+# Without the chat task data either, SFT learns the spelling tasks, whose words come from
+# words_alpha.txt, Debian's wamerican or, with neither, the trained tokenizer's whole words.
+#
 #   bash runs/runcpu.sh                  # everything, from a fresh Debian 12 machine
 #   NANOCHAT_BASE_DIR=/tmp/nc bash runs/runcpu.sh
+#   NANOCHAT_BIN=build/nanochat bash runs/runcpu.sh   # a built binary: no set-up, no build
+# (the ctest runcpu_offline runs it so: no network, no word lists)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# the binary alone (see docs/building.md for its cost); runs/test.sh builds the tests
-NANOCHAT_BUILD_TARGETS="${NANOCHAT_BUILD_TARGETS:-nanochat}" bash runs/setup.sh
 export NANOCHAT_BASE_DIR="${NANOCHAT_BASE_DIR:-$HOME/.cache/nanochat}"
-NC=build/nanochat
+if [ -n "${NANOCHAT_BIN:-}" ]; then
+  NC="$NANOCHAT_BIN"
+else
+  # the binary alone (see docs/building.md for its cost); runs/test.sh builds the tests
+  NANOCHAT_BUILD_TARGETS="${NANOCHAT_BUILD_TARGETS:-nanochat}" bash runs/setup.sh
+  NC=build/nanochat
+fi
 say() { echo; echo "=== [runcpu] $* ==="; }
 
 # the report card: a new one unless this run is being resumed (rerunning keeps its start time)

@@ -1,6 +1,7 @@
 // `base-train --dry-run` through the real binary: its plan against upstream nanochat's own
 // base_train.py printout for the same flags, the default device batch it plans for an 80 GB
-// card, and one clear error line for a bad size.
+// card, and one clear error line for a bad size; the device batch the ranks agree on (the
+// smallest), over two Gloo ranks in this process.
 //
 // The expected numbers are upstream's printout (scripts/base_train.py at karpathy/nanochat
 // 92d63d4: "Parameter counts", "Estimated FLOPs per token", "Auto-computed optimal batch size",
@@ -10,11 +11,18 @@
 // 32768 and the world size given, copied here by hand.
 #include <gtest/gtest.h>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "cli/base_train.h"
+#include "nanochat/dist.h"
 #include "test_util.h"
 
 namespace {
@@ -115,6 +123,42 @@ TEST(BaseTrainPlan, BadSizeIsOneClearLine) {
   EXPECT_NE(r.rc, 0);
   EXPECT_NE(r.err.find("--gpu-memory '80'"), std::string::npos) << r.err;
   EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+}
+
+// a loopback port nothing listens on now (the kernel's pick for a socket bound to port 0)
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  bind(fd, (sockaddr*)&a, sizeof a);
+  getsockname(fd, (sockaddr*)&a, &n);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// each rank fits its own free memory; they train with the smallest (issue 50: ranks that
+// disagree step out of line: eval step counts, loader state)
+TEST(BaseTrainPlan, RanksAgreeOnTheSmallestDeviceBatch) {
+  const int port = free_port();
+  const int64_t fits[2] = {16, 4};
+  int64_t agreed[2] = {-1, -1};
+  auto rank_main = [&](int rank) {
+    nanochat::DistEnv env;
+    env.rank = rank;
+    env.world_size = 2;
+    env.local_rank = rank;
+    env.local_world_size = 2;
+    env.master_port = port;
+    nanochat::Dist dist(env, torch::Device(torch::kCPU));
+    agreed[rank] = nanochat::base_train_agree_device_batch(fits[rank], dist);
+  };
+  std::thread r1(rank_main, 1);
+  rank_main(0);
+  r1.join();
+  EXPECT_EQ(agreed[0], 4);
+  EXPECT_EQ(agreed[1], 4);
 }
 
 }  // namespace

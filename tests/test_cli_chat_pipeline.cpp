@@ -1,9 +1,11 @@
 // The chat stages end to end through the binary, offline: a tiny base model (tok-train +
 // base-train), a few SFT steps on fixture task data shaped like the hub datasets (placed in
 // $NANOCHAT_BASE_DIR/task_data/ as `download tasks` leaves them), then chat-eval over all
-// five tasks, which must print ChatCORE and write the results JSON.
+// five tasks, which must print ChatCORE and write the results JSON; SFT's last-step evaluation
+// with --eval-every -1.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -205,4 +207,61 @@ TEST(ChatPipeline, SftKilledOrStoppedRunResumesWithTheSameLosses) {
   CommandResult again = run_shell("NANOCHAT_BASE_DIR=" + base + " " + command);
   ASSERT_EQ(again.rc, 0) << command << "\n" << again.out << again.err;
   expect_same_losses("stopped after step " + std::to_string(stop_at));
+}
+
+// `sft --eval-every -1` still measures the val bpb once, at the last step (upstream always
+// evaluates there): in metrics.jsonl, in the final meta and in the report; and it is the number a
+// run with evals on records at that step
+TEST(SftFinalEval, EvalEveryMinusOneStillMeasuresTheLastStep) {
+  const std::string dir = temp_dir(), base = dir + "/base", data = dir + "/text";
+  const std::string nc = "NANOCHAT_BASE_DIR=" + base + " OMP_NUM_THREADS=1 " NANOCHAT_BIN;
+  nanochat::make_dirs(data);
+  std::mt19937 rng(11);
+  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "and", "spelled", "every", "word"};
+  std::ofstream corpus(data + "/part_0.jsonl"), val(data + "/part_1.jsonl");
+  for (int d = 0; d < 300; d++) {
+    std::string doc;
+    for (int w = 0; w < 40; w++) doc += std::string(words[rng() % 10]) + " ";
+    (d < 250 ? corpus : val) << nlohmann::json({{"text", doc}}).dump() << "\n";
+  }
+  corpus.close();
+  val.close();
+  CommandResult tok = run_shell(nc + " tok-train --data " + data + " --vocab-size 290");
+  ASSERT_EQ(tok.rc, 0) << tok.err;
+  CommandResult bt = run_shell(nc + " base-train --data " + data +
+                               " --depth 2 --head-dim 64 --window-pattern L --max-seq-len 64 --device-batch-size 4"
+                               " --total-batch-size 256 --num-iterations 3 --eval-every -1 --sample-every -1"
+                               " --core-metric-every -1 --tokenizer-threads 1 --model-tag d2");
+  ASSERT_EQ(bt.rc, 0) << bt.out << bt.err;
+
+  const std::string sft = nc + " sft --mixture spelling --num-iterations 3 --device-batch-size 2 --max-seq-len 64"
+                               " --total-batch-size 128 --eval-tokens 512 --chatcore-every -1 --save-every -1";
+  const std::string out = base + "/chatsft_checkpoints";
+  auto val_bpb_lines = [&](const std::string& metrics) {
+    std::map<int64_t, double> bpb;
+    std::istringstream in(read_file(metrics));
+    for (std::string line; std::getline(in, line);) {
+      nlohmann::json j = nlohmann::json::parse(line);
+      if (j.contains("val_bpb")) bpb[j["step"].get<int64_t>()] = j["val_bpb"].get<double>();
+    }
+    return bpb;
+  };
+
+  CommandResult off = run_shell(sft + " --eval-every -1");
+  ASSERT_EQ(off.rc, 0) << off.out << off.err;
+  std::map<int64_t, double> at_end = val_bpb_lines(out + "/d2/metrics.jsonl");
+  ASSERT_EQ(at_end.size(), 1u);  // the last step only
+  ASSERT_EQ(at_end.begin()->first, 3);
+  const double final_bpb = at_end.begin()->second;
+  EXPECT_TRUE(std::isfinite(final_bpb) && final_bpb > 0.5 && final_bpb < 20) << final_bpb;
+  nlohmann::json meta = nlohmann::json::parse(read_file(out + "/d2/meta_000003.json"));
+  EXPECT_EQ(meta["val_bpb"].get<double>(), final_bpb);
+  EXPECT_NE(read_file(base + "/report/chat-sft.md").find("- Minimum validation bpb: "), std::string::npos);
+
+  run_shell("mv " + out + "/d2 " + out + "/off");
+  CommandResult on = run_shell(sft + " --eval-every 2");
+  ASSERT_EQ(on.rc, 0) << on.out << on.err;
+  std::map<int64_t, double> evals = val_bpb_lines(out + "/d2/metrics.jsonl");
+  EXPECT_EQ(evals.size(), 3u);  // steps 0, 2 and the last, 3
+  EXPECT_EQ(evals.at(3), final_bpb);  // the same run to that point, the same evaluation
 }

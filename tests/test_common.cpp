@@ -240,6 +240,13 @@ TEST(StopSignal, FirstSignalSetsFlagSecondKills) {
 
 // ---- UTF-8 streaming ----------------------------------------------------------------------
 
+TEST(Utf8, ReplacementOfIllFormedSequences) {
+  EXPECT_EQ(utf8_decode_replace("a\x80" "b"), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(utf8_decode_replace("\xE4\xBD"), "\xEF\xBF\xBD");  // truncated 3-byte: one U+FFFD
+  EXPECT_EQ(utf8_decode_replace("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong: two
+  EXPECT_EQ(utf8_decode_replace("\xF0\x9F\x8C\x8D"), "\xF0\x9F\x8C\x8D");  // valid emoji
+}
+
 TEST(Utf8Stream, HoldsBackIncompleteCharacters) {
   Utf8Stream s;
   EXPECT_EQ(s.push("a\xe2\x82"), "a");

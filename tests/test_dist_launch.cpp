@@ -1,4 +1,6 @@
-// `nanochat launch` under the faults an operator meets: SIGTERM during a 2-rank base-train
+// `nanochat launch`: the torchrun variables and rank prefixes, node ranks, a failing rank
+// stopping the others, a stubborn rank killed after the grace period, SIGTERM forwarded; and
+// the faults an operator meets: SIGTERM during a 2-rank base-train
 // whose checkpoint save is slow (a test hook makes it longer than the old 5 s grace) still ends
 // with a complete checkpoint and a resume command that works; a second SIGTERM kills at once;
 // SIGHUP reaches the ranks; ranks die with a SIGKILLed launcher; a rank that cannot be
@@ -19,6 +21,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "nanochat/common/files.h"
+#include "nanochat/common/progress.h"
 #include "test_util.h"
 
 namespace {
@@ -195,4 +199,79 @@ TEST(LaunchFaults, SigtermDuringASlowSaveEndsWithACompleteCheckpointThatResumes)
   std::snprintf(step, sizeof step, "%06d", saved + 1);
   EXPECT_TRUE(exists(ckpt + "/done_" + step)) << again.out << again.err;
   std::system(("rm -rf " + base).c_str());
+}
+
+// ---- the launcher's basics ----------------------------------------------------------------
+
+TEST(Launch, SetsTorchrunVariablesAndPrefixesEachLineWithTheRank) {
+  auto r = run_shell(kBin + " launch --nproc-per-node 3 --exec -- /bin/sh -c "
+                            "'echo \"$RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE/$MASTER_ADDR\"; echo oops >&2'");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  for (int rank = 0; rank < 3; rank++) {
+    std::string want = "[rank " + std::to_string(rank) + "] " + std::to_string(rank) + "/3/" +
+                       std::to_string(rank) + "/3/127.0.0.1\n";
+    EXPECT_NE(r.out.find(want), std::string::npos) << want << " in\n" << r.out;
+    EXPECT_NE(r.err.find("[rank " + std::to_string(rank) + "] oops\n"), std::string::npos) << r.err;
+  }
+}
+
+TEST(Launch, NodeRankOffsetsGlobalRanks) {
+  auto r = run_shell(kBin + " launch --nproc-per-node 2 --nnodes 3 --node-rank 2 --master-port 29999 --exec -- "
+                            "/bin/sh -c 'echo \"$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_PORT\"'");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("[rank 4] 4 6 0 29999"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[rank 5] 5 6 1 29999"), std::string::npos) << r.out;
+}
+
+TEST(Launch, OneFailingRankStopsTheOthersWithinSeconds) {
+  std::string dir = make_temp_dir();
+  // ranks 0 and 2 would run for a minute; rank 1 fails after writing its pid
+  std::string script = "echo $$ > " + dir + "/pid.$RANK; [ $RANK = 1 ] && { while [ ! -s " + dir + "/pid.0 ] || [ ! -s " + dir +
+                       "/pid.2 ]; do sleep 0.05; done; exit 3; }; exec sleep 60";
+  nanochat::Timer timer;
+  auto r = run_shell(kBin + " launch --nproc-per-node 3 --exec -- /bin/sh -c '" + script + "'");
+  double seconds = timer.seconds();
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_LT(seconds, 15.0);
+  EXPECT_NE(r.err.find("rank 1 exited with code 3"), std::string::npos) << r.err;
+  for (int rank = 0; rank < 3; rank++) {
+    pid_t pid = std::stoi(read_file(dir + "/pid." + std::to_string(rank)));
+    EXPECT_FALSE(alive(pid)) << "rank " << rank << " still running";
+  }
+  nanochat::remove_tree(dir);
+}
+
+TEST(Launch, StubbornRankIsKilledAfterTheGracePeriod) {
+  std::string dir = make_temp_dir();
+  std::string script = "trap \"\" TERM; echo $$ > " + dir + "/pid.$RANK; [ $RANK = 0 ] && { while [ ! -s " + dir + "/pid.1 ]; do sleep 0.05; done; exit 1; }; while :; do sleep 0.1; done";
+  nanochat::Timer timer;
+  auto r = run_shell(kBin + " launch --nproc-per-node 2 --kill-grace 1 --exec -- /bin/sh -c '" + script + "'");
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_LT(timer.seconds(), 15.0);
+  EXPECT_FALSE(alive(std::stoi(read_file(dir + "/pid.1"))));
+  nanochat::remove_tree(dir);
+}
+
+TEST(Launch, ForwardsSigtermToEveryRank) {
+  std::string dir = make_temp_dir();
+  std::string script = "trap \"echo got > " + dir + "/term.\\$RANK; exit 0\" TERM; touch " + dir +
+                       "/ready.$RANK; while :; do sleep 0.1; done";
+  pid_t pid = fork();
+  if (pid == 0) {
+    execl(kBin.c_str(), kBin.c_str(), "launch", "--nproc-per-node", "2", "--exec", "--", "/bin/sh", "-c",
+          script.c_str(), (char*)nullptr);
+    _exit(127);
+  }
+  nanochat::Timer timer;
+  while (!(nanochat::path_exists(dir + "/ready.0") && nanochat::path_exists(dir + "/ready.1")) && timer.seconds() < 20)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(nanochat::path_exists(dir + "/ready.1"));
+  kill(pid, SIGTERM);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);
+  EXPECT_EQ(read_file(dir + "/term.0"), "got\n");
+  EXPECT_EQ(read_file(dir + "/term.1"), "got\n");
+  nanochat::remove_tree(dir);
 }

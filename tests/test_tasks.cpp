@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <map>
 
 #include "http_test_server.h"
 #include "nanochat/common/files.h"
@@ -338,6 +339,23 @@ TEST(Tasks, SpellingBeeMatchesUpstream) {
   SimpleSpellingTask simple(10, "train", TaskSlice(), word_list()), simple_test(5, "test", TaskSlice(), word_list());
   for (int i = 0; i < 10; i++) EXPECT_EQ(simple.at(i), reference()["simple_train"][i]) << i;
   for (int i = 0; i < 5; i++) EXPECT_EQ(simple_test.at(i), reference()["simple_test"][i]) << i;
+}
+
+// the offline word list: only " " + a-z{2,} pieces count, the space dropped, first one kept
+TEST(Tasks, SpellingWordsFromTokenizerPieces) {
+  std::vector<std::string> pieces = {"a", " the", "ing", " The", " a", " cat", " don't", " caf\xc3\xa9", " the",
+                                     " x1", "  two", " strawberry", "\n", " dog "};
+  EXPECT_EQ(spelling_words_from_pieces(pieces), (std::vector<std::string>{"the", "cat", "strawberry"}));
+  EXPECT_TRUE(spelling_words_from_pieces({}).empty());
+  // the words make working tasks: each example spells its word back letter by letter
+  SimpleSpellingTask simple(4, "train", TaskSlice(), spelling_words_from_pieces(pieces));
+  std::map<std::string, std::string> spelled = {{"the", "t,h,e"}, {"cat", "c,a,t"}, {"strawberry", "s,t,r,a,w,b,e,r,r,y"}};
+  for (int i = 0; i < 4; i++) {
+    std::string q = simple.at(i)["messages"][0]["content"], a = simple.at(i)["messages"][1]["content"];
+    std::string w = q.substr(std::string("Spell the word: ").size());
+    ASSERT_EQ(spelled.count(w), 1u) << q;
+    EXPECT_EQ(a, w + ":" + spelled[w]);
+  }
 }
 
 TEST(Tasks, CustomJsonAndIdentitySet) {

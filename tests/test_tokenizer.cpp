@@ -94,13 +94,6 @@ TEST(Encode, SpecialTokensArePlainTextUnlessAllowed) {
   EXPECT_THROW(tok.decode({9999}), Error);
 }
 
-TEST(Utf8, ReplacementOfIllFormedSequences) {
-  EXPECT_EQ(utf8_decode_replace("a\x80" "b"), "a\xEF\xBF\xBD" "b");
-  EXPECT_EQ(utf8_decode_replace("\xE4\xBD"), "\xEF\xBF\xBD");  // truncated 3-byte: one U+FFFD
-  EXPECT_EQ(utf8_decode_replace("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong: two
-  EXPECT_EQ(utf8_decode_replace("\xF0\x9F\x8C\x8D"), "\xF0\x9F\x8C\x8D");  // valid emoji
-}
-
 // ---- equality with rustbpe, regex and tiktoken ---------------------------------------------
 
 struct Reference {

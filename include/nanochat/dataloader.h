@@ -1,26 +1,9 @@
 // defines: DocRef, BestFitPacker, LoaderOptions, LoaderState, loader_state_to_json,
 //          loader_state_upstream_json, loader_state_from_checkpoint,
 //          loader_state_from_json, LoaderBatch, LoaderMetrics, DataLoader
-// The dataloader module (upstream's nanochat/dataloader.py): its BOS-aligned best-fit packing fed by a
-// pipeline of worker threads that runs ahead of the model.
-//
-//   reader thread      reads and decompresses row groups (rank-strided, DocIterator) and cuts them
-//                      into chunks of tokenizer_batch_size documents, in stream order
-//   tokenizer threads  clean (min_doc_chars, invalid UTF-8) and tokenize chunks ([BOS] + ids)
-//   packer thread      takes the chunks back in stream order, packs rows of T+1 tokens and
-//                      writes inputs/targets into the next free slot of a ring of prefetch+1
-//                      host buffers (pinned on CUDA)
-//   consumer (next())  only waits for a ready slot, then issues one non-blocking copy into a
-//                      persistent device buffer on a side stream; the compute stream waits on
-//                      its event. It never reads, cleans or tokenizes.
-//
-// Exact resume (unlike upstream, no document is lost): every batch carries the position of
-// the first unread document and the positions of the documents in the packer's buffer. A
-// loader built from that state re-reads and re-tokenizes the buffered documents and
-// continues the stream, producing the very next batch bit for bit.
-//
-// The worker threads never call into torch (they write plain memory); torch is only used on
-// the consumer's thread.
+// The dataloader module (upstream's nanochat/dataloader.py): BOS-aligned best-fit packing fed by
+// reader, tokenizer and packer threads that run ahead of the model, and batches that resume
+// exactly. The pipeline and the resume rule: docs/architecture.md ("The dataloader's pipeline").
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -1,11 +1,12 @@
-// defines: GPTConfig, gpt_config_from_depth, gpt_config_to_json, gpt_config_from_json,
-//          gpt_padded_vocab, gpt_has_ve, gpt_window_sizes, GPT (GPTImpl), gpt_init_weights,
-//          gpt_to, gpt_loss, gpt_set_fp8, gpt_fp8_eligible, GptFp8Off, gpt_named_parameters, gpt_load_named_tensors, gpt_generate,
-//          ScalingParams, gpt_num_scaling_params, gpt_num_matmul_params, gpt_estimate_flops,
-//          gpt_estimate_decode_flops, gpt_estimate_prefill_flops, gpt_kv_bytes_per_token,
-//          gpt_kv_read_bytes,
-//          gpt_make_generator, gpt_rms_norm, gpt_rotary_tables,
-//          gpt_softcap, gpt_smear, gpt_rotary_norm, gpt_residual_norm, gpt_config_is_current
+// defines: GPTConfig, gpt_config_from_depth, gpt_config_to_json, gpt_config_from_json, gpt_config_validate,
+//          gpt_padded_vocab, gpt_has_ve, gpt_window_sizes, kSmearChannels, kVeGateChannels, kSoftcap, kRopeBase,
+//          gpt_rms_norm, gpt_rotary_tables, gpt_softcap, gpt_smear, gpt_rotary_norm, gpt_residual_norm,
+//          Linear (LinearImpl), Embedding (EmbeddingImpl), CausalSelfAttention (CausalSelfAttentionImpl),
+//          MLP (MLPImpl), Block (BlockImpl), GPT (GPTImpl), gpt_init_weights, gpt_set_fp8, gpt_fp8_eligible,
+//          GptFp8Off, LossReduction, gpt_loss, gpt_named_parameters, gpt_load_named_tensors, gpt_generate,
+//          gpt_make_generator, ScalingParams, gpt_num_scaling_params, gpt_num_matmul_params, gpt_count_params,
+//          gpt_estimate_flops, gpt_estimate_decode_flops, gpt_estimate_prefill_flops, gpt_kv_bytes_per_token,
+//          gpt_kv_read_bytes
 // The gpt module: nanochat's GPT (upstream nanochat/gpt.py) in LibTorch. Parameter names are nanochat's
 // state-dict keys, so checkpoints map one to one. Master weights are fp32; every matmul
 // runs in the activation (compute) dtype; wte and value_embeds are stored in the compute
@@ -50,8 +51,6 @@ struct GPTConfig {
   double norm_eps = 0.0;   // 0: torch's default (the epsilon of the accumulation type)
   int64_t head_dim() const { return n_embd / n_head; }
 };
-// every optional part at its default (the architecture that training builds)
-bool gpt_config_is_current(const GPTConfig& config);
 
 // base_train.build_model_meta: width = ceil(depth*aspect_ratio / head_dim) * head_dim
 GPTConfig gpt_config_from_depth(int64_t depth, int64_t vocab_size, int64_t seq_len = 2048,
@@ -181,8 +180,6 @@ TORCH_MODULE(GPT);
 // gpt.py GPT.init_weights in its exact order, from a generator of the model's device seeded with `seed`
 // (the same numbers as nanochat's init right after torch.manual_seed(seed))
 void gpt_init_weights(GPT& model, uint64_t seed = 42);
-// moves parameters and buffers to `device`, keeping their dtypes
-void gpt_to(GPT& model, torch::Device device);
 
 // FP8 training (upstream fp8.py): every Linear whose dimensions are multiples of 16 and at
 // least 128 runs through kernels_fp8_linear (q, k, v, the projections, the MLP), ve_gate and

@@ -63,8 +63,9 @@ torch::Tensor kernels_mlp_relu_square_reference(const torch::Tensor& x, const to
 // type as at::rms_norm). The fused op saves its output and one fp32 rstd per row.
 torch::Tensor kernels_rotary_norm(const torch::Tensor& x, const torch::Tensor& cos,
                                   const torch::Tensor& sin, double scale);
+// eps > 0: the norm's epsilon (an imported model's; the fused op has the default only)
 torch::Tensor kernels_rotary_norm_reference(const torch::Tensor& x, const torch::Tensor& cos,
-                                            const torch::Tensor& sin, double scale);
+                                            const torch::Tensor& sin, double scale, double eps = 0);
 
 // The residual stream into an RMSNorm: (h, rms_norm(h)) with h = a*x + b*y over the last dim.
 // a and b are 0-dim lambdas (fp32 parameters, or any float dtype) or undefined for 1; x and y of
@@ -75,8 +76,10 @@ torch::Tensor kernels_rotary_norm_reference(const torch::Tensor& x, const torch:
 // before the MLP's norm (a, b undefined) and for the final "backout".
 std::pair<torch::Tensor, torch::Tensor> kernels_residual_norm(const torch::Tensor& x, const torch::Tensor& y,
                                                               const torch::Tensor& a, const torch::Tensor& b);
+// eps > 0: the norm's epsilon (an imported model's; the fused op has the default only)
 std::pair<torch::Tensor, torch::Tensor> kernels_residual_norm_reference(const torch::Tensor& x, const torch::Tensor& y,
-                                                                        const torch::Tensor& a, const torch::Tensor& b);
+                                                                        const torch::Tensor& a, const torch::Tensor& b,
+                                                                        double eps = 0);
 
 // Causal attention with a left window (FA3's semantics: a query at t sees the keys t - window
 // .. t; window < 0 unlimited), q (B,T,H,D), k and v (B,T,Hkv,D), softmax scale 1/sqrt(D).

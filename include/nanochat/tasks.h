@@ -3,8 +3,9 @@
 //          HubDataset, kTaskDataSplits, ArcTask, MmluTask, Gsm8kTask, gsm8k_extract_answer,
 //          gsm8k_answer_parts, HumanEvalTask, humaneval_extract_imports,
 //          humaneval_extract_program, humaneval_program, SmolTalkTask, CustomJsonTask,
-//          kWordListUrl, spelling_word_list_path, spelling_load_words, SpellingBeeTask,
-//          SimpleSpellingTask, task_for_eval, SftMixtureOptions, tasks_sft_mixture
+//          kWordListUrl, spelling_word_list_path, spelling_load_words, spelling_words_from_pieces,
+//          SpellingBeeTask, SimpleSpellingTask, task_for_eval, SftMixtureOptions, tasks_sft_mixture,
+//          gsm8k_style_evaluate
 // The chat tasks of upstream's tasks/: datasets of conversations (JSON {"messages": [...]}, the
 // format render_conversation takes), views over them, mixtures for SFT, and for evaluation
 // the task's kind (generative: sample and check; categorical: pick a letter) and its
@@ -229,9 +230,13 @@ constexpr const char* kWordListUrl =
 // $BASE/words_alpha.txt (from `nanochat download tasks`)
 std::string spelling_word_list_path();
 // words_alpha.txt lines stripped; when it is missing, Debian's wamerican
-// (/usr/share/dict/words) lower-cased, only a-z words, de-duplicated, with a warning;
-// Error when neither exists
+// (/usr/share/dict/words) lower-cased, only a-z words, de-duplicated, with a warning; when
+// that is missing too (offline, no wamerican), the trained tokenizer's whole words
+// (spelling_words_from_pieces of $BASE/tokenizer/tokenizer.tiktoken), with a warning;
+// Error when none exists
 std::vector<std::string> spelling_load_words();
+// the pieces " " + two or more of a-z, without the space, de-duplicated, in order
+std::vector<std::string> spelling_words_from_pieces(const std::vector<std::string>& pieces);
 
 // "How many r are in strawberry?" with a manual count and a python check. Generative.
 class SpellingBeeTask : public Task {

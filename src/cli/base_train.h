@@ -1,17 +1,19 @@
-// defines: BaseTrainFlags, BaseTrainPlan, base_train_plan, base_train_dry_run,
-//          base_train_parse_memory_size, base_train_device_batch_size, base_train_preflight_report,
-//          kDefaultPlanGpu
+// defines: BaseTrainFlags, MemoryBudget, base_train_memory_budget, BaseTrainPlan, base_train_plan,
+//          base_train_agree_device_batch, base_train_plan_print, base_train_plan_fits, base_train_dry_run,
+//          base_train_parse_memory_size, base_train_preflight_report, kDefaultPlanGpu
 // base-train's flags and its plan: everything the run derives from its flags before it
 // touches a device or data (the model's shape and counts, the scaling rules, the horizon,
 // the batch split, the memory estimate). The run and `base-train --dry-run` share it.
 #pragma once
 #include <cstdint>
+#include <ostream>
 #include <string>
 
 #include "nanochat/common/tensor.h"
 
 #include "cli/commands.h"
 #include "nanochat/dataset.h"
+#include "nanochat/dist.h"
 #include "nanochat/gpt.h"
 #include "nanochat/gpt/memory.h"
 #include "nanochat/train_schedule.h"
@@ -61,6 +63,15 @@ struct BaseTrainFlags {
 // a GPU to plan for when neither --gpu-name nor a device says which (upstream's reference)
 constexpr const char* kDefaultPlanGpu = "H100";
 
+// what one GPU can give the run: --gpu-memory, else the device's own; -1 off a GPU
+struct MemoryBudget {
+  int64_t bytes = -1;
+  std::string source;  // "--gpu-memory 80GB", "what NVIDIA H100 can give"
+};
+// gpu_name empty: no GPU here (only --gpu-memory counts)
+MemoryBudget base_train_memory_budget(const BaseTrainFlags& o, const std::string& device_type, torch::Device gpu,
+                                      const std::string& gpu_name);
+
 struct BaseTrainPlan {
   GPTConfig config;
   ScalingParams counts;
@@ -70,23 +81,31 @@ struct BaseTrainPlan {
   double dmodel_lr_scale = 1;   // the AdamW lrs' 1/sqrt(d_model/768)
   int64_t num_iterations = 0, total_tokens = 0;
   int world = 1;
+  torch::ScalarType dtype = torch::kFloat32;
+  bool fp8 = false;             // the block matmuls in FP8 (--fp8 on a GPU)
   int64_t device_batch_size = 0, grad_accum = 0;
+  std::string device_batch_source;  // why that many rows
+  MemoryBudget budget;
   TrainMemory memory;           // one rank's estimate at device_batch_size
 };
 
-// Error (one line naming the flag) on flags that do not make a run
-// fp8: the block matmuls run in FP8 (--fp8 on a GPU), for the memory estimate
-BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int world, int64_t device_batch_size,
-                              torch::ScalarType dtype, bool fp8);
+// The plan of a run on device_type ("cuda", "cpu"): rows per micro-step are --device-batch-size,
+// or on a GPU (when the flag is not given) the largest power of two up to upstream's 32 whose
+// memory estimate fits in 90% of the budget, logged; with dist, the smallest over the ranks
+// (a collective: every rank calls it). Error (one line naming the flag) on flags that do not
+// make a run.
+BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int world, const std::string& device_type,
+                              torch::ScalarType dtype, const MemoryBudget& budget, Dist* dist);
+// the smallest of the ranks' rows (each rank fits its own free memory; the ranks must agree
+// for the same micro-steps, eval steps and loader state); a collective
+int64_t base_train_agree_device_batch(int64_t rows, Dist& dist);
+// upstream's printout of the plan (counts, FLOPs, scaling, horizon, batch split, memory):
+// base-train prints it at its start, `--dry-run` with the wall-clock and a JSON line
+void base_train_plan_print(const BaseTrainPlan& p, const BaseTrainFlags& o, std::ostream& out);
+bool base_train_plan_fits(const BaseTrainPlan& p);  // within 90% of the budget (or none known)
 
 // `base-train --dry-run`: the plan on stdout, its last line one JSON object; no device, no data
 int base_train_dry_run(const BaseTrainFlags& o);
-
-// rows per micro-step: --device-batch-size, or on a GPU (when the flag is not given) the largest
-// power of two up to upstream's 32 whose memory estimate fits in 90% of what the device can give
-// (or of --gpu-memory); logs the choice
-int64_t base_train_device_batch_size(const BaseTrainFlags& o, const GPTConfig& config, torch::Device device,
-                                     torch::ScalarType dtype, int world);
 
 class TrainProgress;
 // --preflight-steps' last word: the steady rate of the steps run, MFU, peak memory against the

@@ -1,9 +1,10 @@
-// defines: base_train_plan, base_train_dry_run, base_train_parse_memory_size, base_train_device_batch_size,
-//          base_train_preflight_report
+// defines: base_train_memory_budget, base_train_agree_device_batch, base_train_plan, base_train_plan_print,
+//          base_train_plan_fits, base_train_dry_run, base_train_parse_memory_size, base_train_preflight_report
 // base-train's plan (upstream base_train.py's set-up arithmetic: parameter counts, FLOPs per
-// token, the d12-referenced batch, lr and weight decay scaling, the horizon, gradient
-// accumulation) plus one rank's memory estimate, and `base-train --dry-run`, which prints it
-// without building the model or reading data: on a laptop, for the node it plans.
+// token, the d12-referenced batch, lr and weight decay scaling, the horizon, the device batch,
+// gradient accumulation) plus one rank's memory estimate, printed by the run at its start and
+// by `base-train --dry-run`, which builds no model and reads no data: on a laptop, for the node
+// it plans.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -11,8 +12,10 @@
 #include <cstdlib>
 #include <iostream>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include <ATen/ATen.h>
 #include <nlohmann/json.hpp>
 
 #include "cli/base_train.h"
@@ -24,8 +27,57 @@
 
 namespace nanochat {
 
-BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int world, int64_t device_batch_size,
-                              torch::ScalarType dtype, bool fp8) {
+MemoryBudget base_train_memory_budget(const BaseTrainFlags& o, const std::string& device_type, torch::Device gpu,
+                                      const std::string& gpu_name) {
+  MemoryBudget b;
+  if (device_type != "cuda") return b;
+  if (!o.gpu_memory.empty()) {
+    b.bytes = base_train_parse_memory_size(o.gpu_memory, "--gpu-memory");
+    b.source = "--gpu-memory " + o.gpu_memory;
+  } else if (!gpu_name.empty()) {
+    b.bytes = gpt_device_memory_budget(gpu);
+    b.source = "what " + gpu_name + " can give";
+  }
+  return b;
+}
+
+int64_t base_train_agree_device_batch(int64_t rows, Dist& dist) {
+  // MIN as MAX of the negation (the collectives have no MIN)
+  at::Tensor t = at::full({1}, -rows, at::TensorOptions().dtype(at::kLong).device(dist.device()));
+  dist.all_reduce(t, ReduceOp::MAX);
+  const int64_t agreed = -t.cpu().item<int64_t>();
+  if (agreed != rows)
+    log_info("device batch size: this rank fits %lld rows, another only %lld: every rank takes %lld", (long long)rows,
+             (long long)agreed, (long long)agreed);
+  return agreed;
+}
+
+namespace {
+
+// rows per micro-step and why: the flag, or on a GPU the largest power of two up to
+// upstream's 32 whose estimate fits in 90% of the budget, the smallest over the ranks
+std::pair<int64_t, std::string> device_batch_of(const BaseTrainFlags& o, const GPTConfig& config,
+                                                const std::string& device_type, torch::ScalarType dtype, int world,
+                                                bool fp8, const MemoryBudget& budget, Dist* dist) {
+  if (o.device_batch_size_given) return {o.device_batch_size, "--device-batch-size"};
+  if (device_type != "cuda") return {o.device_batch_size, "the flag's default"};
+  if (budget.bytes <= 0)
+    return {o.device_batch_size, "upstream's default: no GPU here and no --gpu-memory to plan one by"};
+  const int64_t fit = gpt_train_memory_fit(config, dtype, world, budget.bytes / 10 * 9, 32, fp8);
+  int64_t rows = std::max<int64_t>(1, fit);
+  if (dist) rows = base_train_agree_device_batch(rows, *dist);
+  log_info("device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% of "
+           "%s (--device-batch-size overrides)%s", (long long)rows,
+           (double)gpt_train_memory(config, rows, dtype, world, fp8).total / (1 << 30), budget.source.c_str(),
+           fit == 0 ? "; not even 1 row fits: expect an out-of-memory error" : "");
+  return {rows, "the largest power of two up to 32 whose estimate fits in 90% of " + budget.source +
+                    (dist && world > 1 ? ", the smallest over the ranks" : "")};
+}
+
+}  // namespace
+
+BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int world, const std::string& device_type,
+                              torch::ScalarType dtype, const MemoryBudget& budget, Dist* dist) {
   BaseTrainPlan p;
   p.config = gpt_config_from_depth(o.depth, vocab_size, o.max_seq_len, o.window_pattern, o.aspect_ratio, o.head_dim);
   p.counts = gpt_num_scaling_params(p.config);
@@ -41,25 +93,18 @@ BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int w
                                           o.target_param_data_ratio);
   p.total_tokens = p.scaling.total_batch_size * p.num_iterations;
   p.world = world;
-  p.device_batch_size = device_batch_size;
-  p.grad_accum = train_grad_accum(p.scaling.total_batch_size, device_batch_size, o.max_seq_len, world);
-  p.memory = gpt_train_memory(p.config, device_batch_size, dtype, world, fp8);
+  p.dtype = dtype;
+  p.fp8 = o.fp8 && device_type == "cuda";  // FP8 on a GPU only
+  p.budget = budget;
+  std::tie(p.device_batch_size, p.device_batch_source) =
+      device_batch_of(o, p.config, device_type, dtype, world, p.fp8, budget, dist);
+  if (p.fp8 && p.device_batch_size * o.max_seq_len % 16 != 0)
+    fail("--fp8: a micro-batch's %lld x %lld tokens must be a multiple of 16 (the inner dimension of the weight "
+         "gradient's FP8 matmul): change --device-batch-size or --max-seq-len",
+         (long long)p.device_batch_size, (long long)o.max_seq_len);
+  p.grad_accum = train_grad_accum(p.scaling.total_batch_size, p.device_batch_size, o.max_seq_len, world);
+  p.memory = gpt_train_memory(p.config, p.device_batch_size, dtype, world, p.fp8);
   return p;
-}
-
-int64_t base_train_device_batch_size(const BaseTrainFlags& o, const GPTConfig& config, torch::Device device,
-                                     torch::ScalarType dtype, int world) {
-  if (!device.is_cuda() || o.device_batch_size_given) return o.device_batch_size;
-  const int64_t budget = o.gpu_memory.empty() ? gpt_device_memory_budget(device)
-                                              : base_train_parse_memory_size(o.gpu_memory, "--gpu-memory");
-  const int64_t fit = gpt_train_memory_fit(config, dtype, world, budget / 10 * 9, 32, o.fp8);
-  const int64_t rows = std::max<int64_t>(1, fit);
-  log_info("device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% of "
-           "the %.1f GiB %s (--device-batch-size overrides)%s", (long long)rows,
-           (double)gpt_train_memory(config, rows, dtype, world, o.fp8).total / (1 << 30), (double)budget / (1 << 30),
-           o.gpu_memory.empty() ? "the device can give" : "of --gpu-memory",
-           fit == 0 ? "; not even 1 row fits: expect an out-of-memory error" : "");
-  return rows;
 }
 
 int base_train_preflight_report(const BaseTrainPlan& plan, const TrainProgress& progress, int64_t steps,
@@ -124,63 +169,7 @@ std::string duration_text(double seconds) {
 
 }  // namespace
 
-int base_train_dry_run(const BaseTrainFlags& o) {
-  // what is planned: a GPU unless --device-type cpu says otherwise
-  const std::string device_type = o.device_type.empty() ? "cuda" : o.device_type;
-  const std::vector<CudaDeviceInfo> gpus = device_type == "cuda" ? cuda_device_infos(0, /*with_memory=*/false)
-                                                                 : std::vector<CudaDeviceInfo>();
-  torch::ScalarType dtype = compute_dtype_detect(device_type);
-  if (device_type == "cuda" && gpus.empty() && !std::getenv("NANOCHAT_DTYPE")) dtype = torch::kBFloat16;
-  const int world = o.world_size > 0 ? o.world_size : dist_env_from_environment().world_size;
-  const bool fp8 = o.fp8 && device_type == "cuda";  // as the run: FP8 on a GPU only
-
-  // the vocabulary: the trained tokenizer's, or the speedrun's 32768
-  const std::string tok_dir = base_dir_path("tokenizer");
-  const bool have_tok = path_exists(tok_dir + "/tokenizer.json");
-  const int64_t vocab = have_tok ? tokenizer_load(tok_dir).vocab_size() : 32768;
-
-  // the device batch: the flag, or the largest power of two up to 32 whose estimate fits in
-  // 90% of --gpu-memory (or of this machine's GPU), as the run picks it on a GPU
-  int64_t device_batch = o.device_batch_size;
-  std::string batch_source = o.device_batch_size_given ? "--device-batch-size" : "the flag's default";
-  int64_t budget = -1;
-  std::string budget_source;
-  if (device_type == "cuda" && !o.gpu_memory.empty()) {
-    budget = base_train_parse_memory_size(o.gpu_memory, "--gpu-memory");
-    budget_source = "--gpu-memory " + o.gpu_memory;
-  } else if (device_type == "cuda" && !gpus.empty()) {
-    budget = gpt_device_memory_budget(torch::Device(torch::kCUDA, 0));
-    budget_source = "what " + gpus[0].name + " can give";
-  }
-  if (!o.device_batch_size_given && device_type == "cuda") {
-    if (budget > 0) {
-      const GPTConfig cfg = gpt_config_from_depth(o.depth, vocab, o.max_seq_len, o.window_pattern,
-                                                  o.aspect_ratio, o.head_dim);
-      device_batch = std::max<int64_t>(1, gpt_train_memory_fit(cfg, dtype, world, budget / 10 * 9, 32, fp8));
-      batch_source = "the largest power of two up to 32 whose estimate fits in 90% of " + budget_source;
-    } else {
-      batch_source = "upstream's default: no GPU here and no --gpu-memory to plan one by";
-    }
-  }
-  if (o.fp8 && device_batch * o.max_seq_len % 16 != 0)
-    fail("--fp8: a micro-batch's %lld x %lld tokens must be a multiple of 16: change --device-batch-size or "
-         "--max-seq-len", (long long)device_batch, (long long)o.max_seq_len);
-  const BaseTrainPlan p = base_train_plan(o, vocab, world, device_batch, dtype, fp8);
-
-  // the wall-clock at --mfu of the GPU's peak
-  std::string gpu = o.gpu_name;
-  if (gpu.empty()) gpu = gpus.empty() ? kDefaultPlanGpu : gpus[0].name;
-  double peak = device_type == "cuda" ? peak_flops(gpu, gpus.empty() ? 0 : gpus[0].multiprocessors)
-                                      : peak_flops_measure_cpu(dtype);
-  if (device_type == "cuda" && !o.gpu_name.empty() && std::isinf(peak))
-    fail("--gpu-name '%s' is not in the peak-FLOPS table (e.g. H100, H200, A100, B200, RTX 4090)", o.gpu_name.c_str());
-  const double total_flops = (double)p.flops_per_token * (double)p.total_tokens;
-  const double seconds = total_flops / (o.mfu * peak * (double)world);
-
-  auto& out = std::cout;
-  out << "base-train --dry-run: the plan only; no weights allocated, no data read\n";
-  if (have_tok) out << "Vocab size: " << format_thousands(vocab) << " (" << tok_dir << ")\n";
-  else out << "Vocab size: " << format_thousands(vocab) << " (assumed: no trained tokenizer in " << tok_dir << ")\n";
+void base_train_plan_print(const BaseTrainPlan& p, const BaseTrainFlags& o, std::ostream& out) {
   out << "Model config:\n" << gpt_config_to_json(p.config).dump(2) << "\n";
   out << "Parameter counts:\n";
   const std::pair<const char*, int64_t> rows[] = {{"wte", p.counts.wte}, {"value_embeds", p.counts.value_embeds},
@@ -205,22 +194,22 @@ int base_train_dry_run(const BaseTrainFlags& o) {
   out << format_thousands(p.num_iterations) << "\n";
   out << "Total number of training tokens: " << format_thousands(p.total_tokens) << "\n";
   out << strprintf("Tokens : Scaling params ratio: %.2f\n", (double)p.total_tokens / (double)p.scaling_params);
-  out << strprintf("Total training FLOPs estimate: %e\n", total_flops);
+  out << strprintf("Total training FLOPs estimate: %e\n", (double)p.flops_per_token * (double)p.total_tokens);
   const int64_t per_rank = p.device_batch_size * o.max_seq_len;
   out << strprintf("Tokens / micro-batch / rank: %lld x %lld = %s\n", (long long)p.device_batch_size,
                    (long long)o.max_seq_len, format_thousands(per_rank).c_str());
-  out << "Tokens / micro-batch: " << format_thousands(per_rank * world) << "\n";
+  out << "Tokens / micro-batch: " << format_thousands(per_rank * p.world) << "\n";
   out << "Total batch size " << format_thousands(p.scaling.total_batch_size)
       << " => gradient accumulation steps: " << p.grad_accum << "\n";
-  out << strprintf("World size %d, compute dtype %s%s, device batch %lld (%s)\n", world, dtype_name(dtype).c_str(),
-                   fp8 ? " with FP8 block matmuls" : "", (long long)p.device_batch_size, batch_source.c_str());
-  const bool fits = budget <= 0 || p.memory.total <= budget / 10 * 9;
-  if (!fits)
-    out << "WARNING: the estimate exceeds 90% of " << gib(budget) << " (" << budget_source
+  out << strprintf("World size %d, compute dtype %s%s, device batch %lld (%s)\n", p.world, dtype_name(p.dtype).c_str(),
+                   p.fp8 ? " with FP8 block matmuls" : "", (long long)p.device_batch_size,
+                   p.device_batch_source.c_str());
+  if (!base_train_plan_fits(p))
+    out << "WARNING: the estimate exceeds 90% of " << gib(p.budget.bytes) << " (" << p.budget.source
         << "): expect an out-of-memory error; lower --device-batch-size\n";
   const TrainMemory& m = p.memory;
   out << "Estimated peak memory per rank: " << gib(m.total);
-  if (budget > 0) out << " of " << gib(budget);
+  if (p.budget.bytes > 0) out << " of " << gib(p.budget.bytes);
   out << "\n";
   const std::pair<const char*, int64_t> parts[] = {
       {"weights", m.weights},         {"grads", m.grads},
@@ -229,11 +218,16 @@ int base_train_dry_run(const BaseTrainFlags& o) {
       {"loss (transient)", m.loss_transient}, {"backward (transient)", m.backward},
       {"optimizer step (transient)", m.optimizer_step}};
   for (const auto& [name, n] : parts) out << strprintf("  %-30s %s\n", name, gib(n).c_str());
-  out << strprintf("Wall-clock at %.0f%% MFU of %s (%s per device, %d device(s)): %s\n", 100 * o.mfu,
-                   device_type == "cuda" ? gpu.c_str() : "this CPU's measured matmul peak",
-                   std::isfinite(peak) ? strprintf("%.0f TFLOPS", peak / 1e12).c_str() : "peak unknown", world,
-                   duration_text(seconds).c_str());
+}
 
+bool base_train_plan_fits(const BaseTrainPlan& p) {
+  return p.budget.bytes <= 0 || p.memory.total <= p.budget.bytes / 10 * 9;
+}
+
+namespace {
+
+// the dry run's last line: the plan as one JSON object
+nlohmann::ordered_json plan_json(const BaseTrainPlan& p) {
   nlohmann::ordered_json j;
   j["num_params"] = p.counts.total;
   j["param_counts"] = {{"wte", p.counts.wte}, {"value_embeds", p.counts.value_embeds}, {"lm_head", p.counts.lm_head},
@@ -247,21 +241,64 @@ int base_train_dry_run(const BaseTrainFlags& o) {
   j["dmodel_lr_scale"] = p.dmodel_lr_scale;
   j["num_iterations"] = p.num_iterations;
   j["total_tokens"] = p.total_tokens;
-  j["total_flops"] = total_flops;
-  j["world_size"] = world;
+  j["total_flops"] = (double)p.flops_per_token * (double)p.total_tokens;
+  j["world_size"] = p.world;
   j["device_batch_size"] = p.device_batch_size;
   j["grad_accum_steps"] = p.grad_accum;
-  j["vocab_size"] = vocab;
-  j["vocab_assumed"] = !have_tok;
-  j["compute_dtype"] = dtype_name(dtype);
-  j["fp8"] = fp8;
+  j["vocab_size"] = p.config.vocab_size;
+  j["compute_dtype"] = dtype_name(p.dtype);
+  j["fp8"] = p.fp8;
+  const TrainMemory& m = p.memory;
   j["estimated_peak_memory_bytes"] = m.total;
   j["memory"] = {{"weights", m.weights}, {"grads", m.grads}, {"optimizer", m.optimizer},
                  {"weight_copies", m.weight_copies}, {"activations", m.activations}, {"loss_saved", m.loss_saved},
                  {"loss_transient", m.loss_transient}, {"backward", m.backward},
                  {"optimizer_step", m.optimizer_step}};
-  j["memory_budget_bytes"] = budget > 0 ? nlohmann::json(budget) : nlohmann::json();
-  j["device_batch_fits"] = fits;
+  j["memory_budget_bytes"] = p.budget.bytes > 0 ? nlohmann::json(p.budget.bytes) : nlohmann::json();
+  j["device_batch_fits"] = base_train_plan_fits(p);
+  return j;
+}
+
+}  // namespace
+
+int base_train_dry_run(const BaseTrainFlags& o) {
+  // what is planned: a GPU unless --device-type cpu says otherwise
+  const std::string device_type = o.device_type.empty() ? "cuda" : o.device_type;
+  const std::vector<CudaDeviceInfo> gpus = device_type == "cuda" ? cuda_device_infos(0, /*with_memory=*/false)
+                                                                 : std::vector<CudaDeviceInfo>();
+  torch::ScalarType dtype = compute_dtype_detect(device_type);
+  if (device_type == "cuda" && gpus.empty() && !std::getenv("NANOCHAT_DTYPE")) dtype = torch::kBFloat16;
+  const int world = o.world_size > 0 ? o.world_size : dist_env_from_environment().world_size;
+
+  // the vocabulary: the trained tokenizer's, or the speedrun's 32768
+  const std::string tok_dir = base_dir_path("tokenizer");
+  const bool have_tok = path_exists(tok_dir + "/tokenizer.json");
+  const int64_t vocab = have_tok ? tokenizer_load(tok_dir).vocab_size() : 32768;
+  const MemoryBudget budget =
+      base_train_memory_budget(o, device_type, torch::Device(torch::kCUDA, 0), gpus.empty() ? "" : gpus[0].name);
+  const BaseTrainPlan p = base_train_plan(o, vocab, world, device_type, dtype, budget, nullptr);
+
+  // the wall-clock at --mfu of the GPU's peak
+  std::string gpu = o.gpu_name;
+  if (gpu.empty()) gpu = gpus.empty() ? kDefaultPlanGpu : gpus[0].name;
+  double peak = device_type == "cuda" ? peak_flops(gpu, gpus.empty() ? 0 : gpus[0].multiprocessors)
+                                      : peak_flops_measure_cpu(dtype);
+  if (device_type == "cuda" && !o.gpu_name.empty() && std::isinf(peak))
+    fail("--gpu-name '%s' is not in the peak-FLOPS table (e.g. H100, H200, A100, B200, RTX 4090)", o.gpu_name.c_str());
+  const double total_flops = (double)p.flops_per_token * (double)p.total_tokens;
+  const double seconds = total_flops / (o.mfu * peak * (double)world);
+
+  auto& out = std::cout;
+  out << "base-train --dry-run: the plan only; no weights allocated, no data read\n";
+  if (have_tok) out << "Vocab size: " << format_thousands(vocab) << " (" << tok_dir << ")\n";
+  else out << "Vocab size: " << format_thousands(vocab) << " (assumed: no trained tokenizer in " << tok_dir << ")\n";
+  base_train_plan_print(p, o, out);
+  out << strprintf("Wall-clock at %.0f%% MFU of %s (%s per device, %d device(s)): %s\n", 100 * o.mfu,
+                   device_type == "cuda" ? gpu.c_str() : "this CPU's measured matmul peak",
+                   std::isfinite(peak) ? strprintf("%.0f TFLOPS", peak / 1e12).c_str() : "peak unknown", world,
+                   duration_text(seconds).c_str());
+  nlohmann::ordered_json j = plan_json(p);
+  j["vocab_assumed"] = !have_tok;
   j["gpu"] = device_type == "cuda" ? nlohmann::json(gpu) : nlohmann::json();
   j["peak_flops"] = std::isfinite(peak) ? nlohmann::json(peak) : nlohmann::json();
   j["mfu"] = o.mfu;

@@ -68,8 +68,136 @@ double inherit(double flag, const nlohmann::ordered_json& j, const char* key, do
   return j.contains(key) && j[key].is_number() ? j[key].get<double>() : fallback;
 }
 
-torch::Tensor masked_mean_loss(GPT& model, const torch::Tensor& x, const torch::Tensor& y) {
-  return sft_masked_mean(gpt_loss(model, x, y, LossReduction::none), y);
+// the run's shape: a flag, else the base run's value, else upstream's fallback
+struct SftShape {
+  int64_t T, B, total_batch;
+  double embedding_lr, unembedding_lr, matrix_lr;
+};
+SftShape shape_of(const SftFlags& o, const LoadedGPT& base) {
+  const nlohmann::ordered_json& meta = base.meta;
+  const nlohmann::ordered_json user = meta.value("user_config", nlohmann::ordered_json::object());
+  SftShape s;
+  s.T = inherit(o.max_seq_len, meta, "max_seq_len", 2048);
+  s.B = inherit(o.device_batch_size, meta, "device_batch_size", 32);
+  s.total_batch = inherit(o.total_batch_size, meta, "total_batch_size", 524288);
+  s.embedding_lr = inherit(o.embedding_lr, user, "embedding_lr", 0.3);
+  s.unembedding_lr = inherit(o.unembedding_lr, user, "unembedding_lr", 0.004);
+  s.matrix_lr = inherit(o.matrix_lr, user, "matrix_lr", 0.02);
+  if (s.T > 10 * base.config.sequence_len)
+    fail("--max-seq-len %lld exceeds the model's rotary cache (10 x %lld)", (long long)s.T,
+         (long long)base.config.sequence_len);
+  return s;
+}
+
+TaskPtr mixture_of(const SftFlags& o, const char* split) {
+  SftMixtureOptions mix;
+  mix.mmlu_epochs = o.mmlu_epochs;
+  mix.gsm8k_epochs = o.gsm8k_epochs;
+  mix.identity_path = o.identity_path;
+  mix.identity_epochs = o.identity_epochs;
+  return sft_mixture(o.mixture, split, mix);
+}
+
+// a checkpoint's meta: the model at this run's T, and the loop state a resume continues from
+nlohmann::ordered_json meta_of(const LoadedGPT& base, const SftShape& shape, int64_t step, double val_bpb,
+                               double smooth, double min_val_bpb) {
+  nlohmann::ordered_json meta;
+  GPTConfig cfg = base.config;
+  cfg.sequence_len = shape.T;
+  meta["step"] = step;
+  meta["val_bpb"] = val_bpb;
+  meta["model_config"] = gpt_config_to_json(cfg);
+  meta["user_config"] = {{"argv", cli_argv()}, {"source_checkpoint", base.ref.dir}, {"source_step", base.ref.step}};
+  meta["max_seq_len"] = shape.T;
+  meta["device_batch_size"] = shape.B;
+  meta["total_batch_size"] = shape.total_batch;
+  meta["loop_state"] = {{"smooth_train_loss", smooth}, {"min_val_bpb", min_val_bpb}};
+  return meta;
+}
+
+// the batcher's state saved with this rank's optimizer state
+SftBatcherState batcher_state_of(const OptimCheckpoint& st, const std::string& dir, int64_t step, int rank,
+                                 int64_t conversations) {
+  const std::string where = checkpoint_optim_json_path(dir, step, rank);
+  if (!st.state.contains("sft_batcher_state")) fail("%s: no sft_batcher_state", where.c_str());
+  return sft_batcher_state_from_json(st.state.at("sft_batcher_state"), conversations, where);
+}
+
+void report(const SftFlags& o, const LoadedGPT& base, const SftShape& shape, int64_t final_step, int world,
+            double min_val_bpb) {
+  ReportItem results = {{"Number of iterations", final_step}, {"DDP world size", world}};
+  if (std::isfinite(min_val_bpb)) results["Minimum validation bpb"] = min_val_bpb;
+  report_log("Chat SFT", {ReportItem{{"argv", cli_argv()}, {"mixture", o.mixture}, {"source_checkpoint", base.ref.dir},
+                                     {"source_step", base.ref.step}, {"max_seq_len", shape.T},
+                                     {"device_batch_size", shape.B}, {"total_batch_size", shape.total_batch},
+                                     {"embedding_lr", shape.embedding_lr}, {"unembedding_lr", shape.unembedding_lr},
+                                     {"matrix_lr", shape.matrix_lr}, {"init_lr_frac", o.init_lr_frac}},
+                          results});
+}
+
+// The optimizer's state from a checkpoint: this run's to resume (missing: an error), or the
+// base run's to warm start (missing: a warning), keeping its moments and group fields (momentum,
+// weight decay) but the fresh learning rates; then every lr times init_lr_frac is the initial
+// lr. Returns the state read (its other parts: the batcher's, the grad scaler's).
+std::optional<OptimCheckpoint> load_optimizer(MuonAdamW& opt, const std::string& dir, int64_t step, int rank,
+                                              bool resume, bool warm_start, double init_lr_frac) {
+  std::optional<OptimCheckpoint> st;
+  if (resume || warm_start) st = checkpoint_load_optim(dir, step, rank);
+  if (resume && !st)
+    fail("%s step %lld has no optimizer state for rank %d: resume with the world size it was saved with", dir.c_str(),
+         (long long)step, rank);
+  if (warm_start && st) log_info("optimizer warm-started from the base run's state (rank %d)", rank);
+  if (warm_start && !st)
+    log_warn("the base checkpoint has no optimizer state for rank %d: starting the optimizer fresh", rank);
+  if (st) {
+    std::vector<double> fresh;
+    for (const OptimGroup& g : opt.groups()) fresh.push_back(g.lr);
+    opt.load_state(st->tensors, st->state.at("optimizer"));
+    for (size_t i = 0; i < fresh.size(); i++) opt.groups()[i].lr = fresh[i];
+  }
+  for (OptimGroup& g : opt.groups()) {
+    g.lr *= init_lr_frac;
+    g.initial_lr = g.lr;
+  }
+  return st;
+}
+
+// ChatCORE, as upstream: categorical tasks over all problems, batched by the device batch
+// size; generative ones capped (24), greedy, up to 512 new tokens
+void evaluate_chatcore(GPT& model, const Tokenizer& tok, const SftFlags& o, int64_t B, int64_t step, Dist& dist,
+                       MetricsLog& metrics) {
+  std::vector<TaskEvalResult> results;
+  for (const char* name : {"ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval"}) {
+    TaskPtr task = task_for_eval(name);
+    TaskEvalOptions eo;
+    eo.batch_size = B;
+    eo.max_problems = task->eval_type() == "categorical" ? o.chatcore_max_cat : o.chatcore_max_sample;
+    eo.progress = false;
+    model->eval();
+    results.push_back(task_evaluate(model, tok, *task, eo, &dist));
+  }
+  model->train();
+  double core = 0, core_cat = 0;
+  for (size_t k = 0; k < results.size(); k++) {
+    core += results[k].centered / 5.0;
+    if (k < 3) core_cat += results[k].centered / 3.0;
+  }
+  log_info("Step %05lld | ChatCORE: %.4f | ChatCORE_cat: %.4f", (long long)step, core, core_cat);
+  nlohmann::json line = {{"step", step}, {"chatcore", core}, {"chatcore_cat", core_cat}};
+  for (const auto& t : results) line[t.name] = t.accuracy;
+  metrics.log(line);
+}
+
+// one step's line in the log and in metrics.jsonl; flops_per_peak: FLOPs per token over the peak
+void log_step(MetricsLog& metrics, int64_t step, double progress, double debiased, double loss, double lrm, double dt,
+              double tokens, double flops_per_peak, const std::string& mfu_label, int epoch) {
+  const double tok_per_sec = tokens / dt;
+  const double mfu = 100.0 * flops_per_peak * tok_per_sec;
+  log_info("step %05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | %s: %.2f | epoch: %d",
+           (long long)step, 100.0 * std::min(progress, 1.0), debiased, lrm, dt * 1000,
+           format_thousands((int64_t)tok_per_sec).c_str(), mfu_label.c_str(), mfu, epoch);
+  metrics.log({{"step", step}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", lrm}, {"dt", dt},
+               {"tok_per_sec", tok_per_sec}, {"mfu", mfu}, {"progress", progress}});
 }
 
 }  // namespace
@@ -141,17 +269,8 @@ int sft(const SftFlags& o) {
   LoadedGPT base = checkpoint_load_gpt("base", o.model_tag, o.model_step, c.device, c.dtype, tok.vocab_size());
   GPT model = base.model;
   model->train();
-  const nlohmann::ordered_json& meta = base.meta;
-  const nlohmann::ordered_json user = meta.value("user_config", nlohmann::ordered_json::object());
-  const int64_t T = inherit(o.max_seq_len, meta, "max_seq_len", 2048);
-  const int64_t B = inherit(o.device_batch_size, meta, "device_batch_size", 32);
-  const int64_t total_batch = inherit(o.total_batch_size, meta, "total_batch_size", 524288);
-  const double embedding_lr = inherit(o.embedding_lr, user, "embedding_lr", 0.3);
-  const double unembedding_lr = inherit(o.unembedding_lr, user, "unembedding_lr", 0.004);
-  const double matrix_lr = inherit(o.matrix_lr, user, "matrix_lr", 0.02);
-  if (T > 10 * base.config.sequence_len)
-    fail("--max-seq-len %lld exceeds the model's rotary cache (10 x %lld)", (long long)T,
-         (long long)base.config.sequence_len);
+  const SftShape shape = shape_of(o, base);
+  const int64_t T = shape.T, B = shape.B, total_batch = shape.total_batch;
   const int64_t grad_accum = train_grad_accum(total_batch, B, T, world);
   log_info("SFT of %s step %lld: T %lld, %lld rows per rank, total batch %lld (grad accumulation %lld)",
            base.ref.dir.c_str(), (long long)base.ref.step, (long long)T, (long long)B, (long long)total_batch,
@@ -167,50 +286,22 @@ int sft(const SftFlags& o) {
   // optimizer: no batch-lr scaling, weight decay 0; warm start keeps the base run's moments
   // and group fields (momentum, weight decay) but takes the fresh learning rates; a resumed
   // run takes this run's state the same way
-  MuonAdamW opt(optim_param_groups_gpt(gpt_named_parameters(model), base.config.n_embd, unembedding_lr,
-                                       embedding_lr, matrix_lr, 0.0, 0.5),
+  MuonAdamW opt(optim_param_groups_gpt(gpt_named_parameters(model), base.config.n_embd, shape.unembedding_lr,
+                                       shape.embedding_lr, shape.matrix_lr, 0.0, 0.5),
                 &dist, c.dtype);
-  std::optional<OptimCheckpoint> st;
-  if (resumed) {
-    st = checkpoint_load_optim(out_dir, resume_step, rank);
-    if (!st)
-      fail("%s step %lld has no optimizer state for rank %d: resume with the world size it was saved with",
-           out_dir.c_str(), (long long)resume_step, rank);
-  } else if (o.load_optimizer) {
-    st = checkpoint_load_optim(base.ref.dir, base.ref.step, rank);
-    if (st) log_info("optimizer warm-started from the base run's state (rank %d)", rank);
-    else log_warn("the base checkpoint has no optimizer state for rank %d: starting the optimizer fresh", rank);
-  }
-  if (st) {
-    std::vector<double> fresh;
-    for (const OptimGroup& g : opt.groups()) fresh.push_back(g.lr);
-    opt.load_state(st->tensors, st->state.at("optimizer"));
-    for (size_t i = 0; i < fresh.size(); i++) opt.groups()[i].lr = fresh[i];
-  }
-  for (OptimGroup& g : opt.groups()) {
-    g.lr *= o.init_lr_frac;
-    g.initial_lr = g.lr;
-  }
+  std::optional<OptimCheckpoint> st =
+      resumed ? load_optimizer(opt, out_dir, resume_step, rank, /*resume=*/true, false, o.init_lr_frac)
+              : load_optimizer(opt, base.ref.dir, base.ref.step, rank, false, o.load_optimizer, o.init_lr_frac);
   // fp16: dynamic loss scaling, as upstream chat_sft's GradScaler
   std::optional<GradScaler> scaler;
   if (c.dtype == torch::kHalf) scaler.emplace(c.device);
   if (scaler && resumed && st->state.contains("grad_scaler")) scaler->load_state(st->state["grad_scaler"]);
 
-  SftMixtureOptions mix;
-  mix.mmlu_epochs = o.mmlu_epochs;
-  mix.gsm8k_epochs = o.gsm8k_epochs;
-  mix.identity_path = o.identity_path;
-  mix.identity_epochs = o.identity_epochs;
-  TaskPtr train_data = sft_mixture(o.mixture, "train", mix);
-  TaskPtr val_data = sft_mixture(o.mixture, "val", mix);
+  TaskPtr train_data = mixture_of(o, "train"), val_data = mixture_of(o, "val");
   log_info("train mixture: %lld conversations, val mixture: %lld", (long long)train_data->size(),
            (long long)val_data->size());
   std::optional<SftBatcherState> batcher_resume;
-  if (resumed) {
-    const std::string where = checkpoint_optim_json_path(out_dir, resume_step, rank);
-    if (!st->state.contains("sft_batcher_state")) fail("%s: no sft_batcher_state", where.c_str());
-    batcher_resume = sft_batcher_state_from_json(st->state["sft_batcher_state"], train_data->size(), where);
-  }
+  if (resumed) batcher_resume = batcher_state_of(*st, out_dir, resume_step, rank, train_data->size());
   SftBatcher train_batches(tok, train_data, B, T, rank, world, 100, batcher_resume ? &*batcher_resume : nullptr);
   auto to_device = [&](SftBatch b) {
     return std::make_pair(b.inputs.to(c.device, /*non_blocking=*/true), b.targets.to(c.device, true));
@@ -232,20 +323,7 @@ int sft(const SftFlags& o) {
     smooth = checkpoint_meta_number(ls, "smooth_train_loss", 0.0);
     min_val_bpb = checkpoint_meta_number(ls, "min_val_bpb", INFINITY);  // JSON has no inf: null
   }
-  auto make_meta = [&](int64_t step) {
-    nlohmann::ordered_json out_meta;
-    GPTConfig cfg = base.config;
-    cfg.sequence_len = T;
-    out_meta["step"] = step;
-    out_meta["val_bpb"] = val_bpb;
-    out_meta["model_config"] = gpt_config_to_json(cfg);
-    out_meta["user_config"] = {{"argv", cli_argv()}, {"source_checkpoint", base.ref.dir}, {"source_step", base.ref.step}};
-    out_meta["max_seq_len"] = T;
-    out_meta["device_batch_size"] = B;
-    out_meta["total_batch_size"] = total_batch;
-    out_meta["loop_state"] = {{"smooth_train_loss", smooth}, {"min_val_bpb", min_val_bpb}};
-    return out_meta;
-  };
+  auto make_meta = [&](int64_t step) { return meta_of(base, shape, step, val_bpb, smooth, min_val_bpb); };
   auto save = [&](int64_t step) {
     nlohmann::ordered_json state = {{"optimizer", opt.state_json()},
                                     {"sft_batcher_state", sft_batcher_state_to_json(state_before_batch)}};
@@ -264,9 +342,9 @@ int sft(const SftFlags& o) {
     if (last) save(step);
     // the final val bpb is always measured (upstream too), --eval-every only adds the ones before it
     if (last || (o.eval_every > 0 && step % o.eval_every == 0)) {
-      model->eval();
       SftBatcher val_batches(tok, val_data, B, T, rank, world);
       const int64_t steps = std::max<int64_t>(1, o.eval_tokens / (B * T * world));
+      model->eval();
       val_bpb = evaluate_bpb([&](const torch::Tensor& vx, const torch::Tensor& vy) {
                                return gpt_loss(model, vx, vy, LossReduction::none);
                              },
@@ -278,28 +356,7 @@ int sft(const SftFlags& o) {
       if (last && c.master()) atomic_write_file(checkpoint_meta_path(out_dir, step), make_meta(step).dump(2));
     }
     if (o.mixture == "chat" && o.chatcore_every > 0 && (last || (step > 0 && step % o.chatcore_every == 0))) {
-      // upstream: categorical tasks over all problems, batched by the device batch size;
-      // generative ones capped (24), greedy, up to 512 new tokens
-      std::vector<TaskEvalResult> results;
-      for (const char* name : {"ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval"}) {
-        TaskPtr task = task_for_eval(name);
-        TaskEvalOptions eo;
-        eo.batch_size = B;
-        eo.max_problems = task->eval_type() == "categorical" ? o.chatcore_max_cat : o.chatcore_max_sample;
-        eo.progress = false;
-        model->eval();
-        results.push_back(task_evaluate(model, tok, *task, eo, &dist));
-      }
-      model->train();
-      double core = 0, core_cat = 0;
-      for (size_t k = 0; k < results.size(); k++) {
-        core += results[k].centered / 5.0;
-        if (k < 3) core_cat += results[k].centered / 3.0;
-      }
-      log_info("Step %05lld | ChatCORE: %.4f | ChatCORE_cat: %.4f", (long long)step, core, core_cat);
-      nlohmann::json line = {{"step", step}, {"chatcore", core}, {"chatcore_cat", core_cat}};
-      for (const auto& t : results) line[t.name] = t.accuracy;
-      metrics.log(line);
+      evaluate_chatcore(model, tok, o, B, step, dist, metrics);
     }
     if (last) {
       final_step = step;
@@ -311,10 +368,9 @@ int sft(const SftFlags& o) {
     Timer timer;
     torch::Tensor train_loss;
     for (int64_t micro = 0; micro < grad_accum; micro++) {
-      torch::Tensor loss = masked_mean_loss(model, x, y);
+      torch::Tensor loss = sft_masked_mean(gpt_loss(model, x, y, LossReduction::none), y);
       train_loss = loss.detach();
-      loss = loss / (double)grad_accum;
-      (scaler ? scaler->scale(loss) : loss).backward();
+      (scaler ? scaler->scale(loss / (double)grad_accum) : loss / (double)grad_accum).backward();
       state_before_batch = train_batches.state();
       std::tie(x, y) = to_device(train_batches.next());
     }
@@ -333,16 +389,10 @@ int sft(const SftFlags& o) {
     dist.all_reduce(train_loss, ReduceOp::AVG);
     const double loss = train_loss.item<double>();
     device_synchronize(c.device);
-    const double dt = timer.seconds();
     smooth = 0.9 * smooth + 0.1 * loss;
     const double debiased = smooth / (1.0 - std::pow(0.9, (double)(step + 1)));
-    const double tok_per_sec = (double)total_batch / dt;
-    const double mfu = 100.0 * (double)flops_per_token * tok_per_sec / (peak * world);
-    log_info("step %05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | %s: %.2f | epoch: %d",
-             (long long)step, 100.0 * std::min(progress, 1.0), debiased, lrm, dt * 1000,
-             format_thousands((int64_t)tok_per_sec).c_str(), mfu_label.c_str(), mfu, train_batches.epoch());
-    metrics.log({{"step", step}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", lrm}, {"dt", dt},
-                 {"tok_per_sec", tok_per_sec}, {"mfu", mfu}, {"progress", progress}});
+    log_step(metrics, step, progress, debiased, loss, lrm, timer.seconds(), (double)total_batch,
+             (double)flops_per_token / (peak * world), mfu_label, train_batches.epoch());
 
     // graceful stop: every rank agrees, then the state after this step is saved
     if (dist_any_rank(dist, stop_signal_received())) {
@@ -352,16 +402,7 @@ int sft(const SftFlags& o) {
       return 0;
     }
   }
-  if (c.master()) {
-    ReportItem results = {{"Number of iterations", final_step}, {"DDP world size", world}};
-    if (std::isfinite(min_val_bpb)) results["Minimum validation bpb"] = min_val_bpb;
-    report_log("Chat SFT", {ReportItem{{"argv", cli_argv()}, {"mixture", o.mixture}, {"source_checkpoint", base.ref.dir},
-                                       {"source_step", base.ref.step}, {"max_seq_len", T}, {"device_batch_size", B},
-                                       {"total_batch_size", total_batch}, {"embedding_lr", embedding_lr},
-                                       {"unembedding_lr", unembedding_lr}, {"matrix_lr", matrix_lr},
-                                       {"init_lr_frac", o.init_lr_frac}},
-                            results});
-  }
+  if (c.master()) report(o, base, shape, final_step, world, min_val_bpb);
   return 0;
 }
 

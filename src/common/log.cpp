@@ -11,14 +11,12 @@
 namespace nanochat {
 
 static int g_rank = 0, g_world_size = 1;
-static bool g_all_ranks = false;
 static std::mutex g_mutex;  // one line at a time from worker threads
 
 void log_set_rank(int rank, int world_size) {
   g_rank = rank;
   g_world_size = world_size;
 }
-void log_set_all_ranks(bool on) { g_all_ranks = on; }
 bool log_debug_enabled() {
   static const bool on = env_flag("NANOCHAT_DEBUG");
   return on;
@@ -43,7 +41,7 @@ static void log_line(FILE* out, const char* level, const char* fmt, va_list args
 
 bool log_rank_prints() {
   static const bool env_all = env_flag("NANOCHAT_LOG_ALL_RANKS");
-  return g_rank == 0 || g_all_ranks || env_all;
+  return g_rank == 0 || env_all;
 }
 
 void log_info(const char* fmt, ...) {

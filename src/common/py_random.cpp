@@ -1,5 +1,5 @@
-// defines: PyRandom (see include/nanochat/common/py_random.h): Modules/_randommodule.c and
-// Lib/random.py of CPython 3.10+, transcribed.
+// defines: PyRandom, py_hash_int, py_hash_int_tuple
+// CPython's Modules/_randommodule.c and Lib/random.py (3.10+), transcribed.
 #include "nanochat/common/py_random.h"
 
 #include <cmath>

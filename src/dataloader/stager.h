@@ -20,7 +20,6 @@ class DeviceStager {
   // of the device buffer; host may be reused after wait_host().
   std::pair<torch::Tensor, torch::Tensor> stage(const torch::Tensor& host);
   void wait_host();  // blocks until the last copy has read its host slot
-  bool is_async() const { return side_.has_value(); }
 
  private:
   torch::Device device_;

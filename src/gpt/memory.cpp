@@ -1,50 +1,7 @@
 // defines: gpt_train_memory, gpt_train_memory_fit, gpt_device_memory_budget
-// One rank's training memory, counted from what the model and its fused kernels actually
-// keep (src/gpt/*.cpp, src/kernels/*.cpp, src/optim/muon_adamw.cpp), tensor by tensor, in
-// the dtypes they are stored in. C = n_embd, kv = n_kv_head * head_dim, H = n_head,
-// Hkv = n_kv_head, N = tokens of the micro-batch, e = bytes of the compute dtype.
-//
-// Model state
-//   weights    block matrices, lm_head and the scalars in fp32; wte and the value embeddings
-//              in the compute dtype (fp32 when it is fp16, as gpt_init_weights stores them)
-//   grads      the same bytes (a grad has its parameter's dtype)
-//   optimizer  AdamW: exp_avg and exp_avg_sq in the parameter's dtype, rows / world for a
-//              param of >= 1024 elements when world > 1; Muon, per group of K matrices of
-//              one shape: ceil(K / world) x rows x cols fp32 momentum plus the NorMuon second
-//              moment (rows or cols per matrix)
-// Forward/backward (the micro-batch)
-//   weight_copies  every block matrix cast to the compute dtype (Linear's weight.to(x's
-//              dtype), the MLP's two casts), kept by autograd until its backward; none in fp32
-//   activations    per token, per layer:
-//       e x 13 vectors of width C or kv: the block input (kept by the lambdas' residual_norm
-//         for their gradients; layer 0's is x0, counted once below), the mixed residual and
-//         its norm, q and k after rotary_norm, v, the attention output (also c_proj's
-//         input), the half-way residual h and its norm, and the MLP's 4C pre-activation;
-//       4 bytes x (2 + 2H + Hkv) of per-row fp32: the two residual norms' rstd, q's and k's
-//         rstd per head, the attention's log-sum-exp per query head;
-//       on a layer with a value embedding: the embedding (kv) and its gate's sigmoid and
-//         gate (2 Hkv);
-//     once: the token embedding, its norm, x0 after the smear, the final residual (4C) and
-//       its rstd, and the smear gate's 3 numbers per token
-//   loss_saved     the fused loss computes its gradients in forward: d x (N x C, e) and
-//                  d lm_head (fp32)
-//   loss_transient lm_head cast to the compute dtype, one chunk of logits (1 GiB on a GPU:
-//                  kernels' chunk_rows), 4 fp32 numbers per token (loss, lse, mask, weight)
-//   backward       an allowance for one layer's backward: 8 vectors of width C per token (the
-//                  MLP's 4C gradient and relu^2's 4C recomputation, or the residual stream's
-//                  gradients) and the layer's matrix gradients in e and in fp32
-// Optimizer step (after backward: no activations)
-//   world > 1: the stacked gradients of every Muon group and the gathered results (2 x the
-//   matrices in fp32) plus the gathered AdamW params; one rank: the largest Muon group in
-//   fp32, 3 times (Polar Express's iterates)
-// FP8 (every block matrix eligible: gpt_fp8_eligible): each fp8 Linear keeps its input and
-// weight quantized (1 byte each) instead of the compute-dtype input and weight copy; the
-// normed inputs are then kept only where ve_gate reads them, the MLP runs unfused and keeps
-// relu's 4C output in e besides its fp8 copy. q, k and v keep their shared input once
-// (kernels_fp8_linear_shared). Per token and layer that is 6C + H*hd bytes of fp8 inputs, and
-// 2C + 2kv + 2H*hd + 4C vectors in e (+ C on value-embedding layers).
-// Left out: cuBLAS/NCCL workspaces and the caching allocator's fragmentation; the fit below
-// leaves 10% of the budget for them.
+// One rank's training memory, counted tensor by tensor from what the model, its fused kernels
+// and the optimizer keep, in the dtypes they are stored in; and the device batch that fits a
+// budget. The derivation of each part is in docs/pretraining.md ("The training-memory estimate").
 #include "nanochat/gpt/memory.h"
 
 #include "nanochat/common/device.h"

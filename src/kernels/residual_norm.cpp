@@ -80,9 +80,9 @@ std::optional<Tensor> as_scalar(const Tensor& s, const Tensor& x) {
 }  // namespace
 
 std::pair<Tensor, Tensor> kernels_residual_norm_reference(const Tensor& x, const Tensor& y, const Tensor& a,
-                                                          const Tensor& b) {
+                                                          const Tensor& b, double eps) {
   Tensor h = (a.defined() ? a * x : x) + (b.defined() ? b * y : y);
-  return {h, at::rms_norm(h, {h.size(-1)}, std::nullopt, std::nullopt)};
+  return {h, at::rms_norm(h, {h.size(-1)}, std::nullopt, eps > 0 ? std::optional<double>(eps) : std::nullopt)};
 }
 
 std::pair<Tensor, Tensor> kernels_residual_norm(const Tensor& x, const Tensor& y, const Tensor& a, const Tensor& b) {

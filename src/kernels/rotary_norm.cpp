@@ -72,11 +72,11 @@ struct RotaryNorm : public torch::autograd::Function<RotaryNorm> {
 
 }  // namespace
 
-Tensor kernels_rotary_norm_reference(const Tensor& x, const Tensor& cos, const Tensor& sin, double scale) {
+Tensor kernels_rotary_norm_reference(const Tensor& x, const Tensor& cos, const Tensor& sin, double scale, double eps) {
   const int64_t d = x.size(3) / 2;
   Tensor x1 = x.narrow(3, 0, d), x2 = x.narrow(3, d, d);
   Tensor r = at::cat({x1 * cos + x2 * sin, -x1 * sin + x2 * cos}, 3);
-  return at::rms_norm(r, {r.size(-1)}, std::nullopt, std::nullopt) * scale;
+  return at::rms_norm(r, {r.size(-1)}, std::nullopt, eps > 0 ? std::optional<double>(eps) : std::nullopt) * scale;
 }
 
 Tensor kernels_rotary_norm(const Tensor& x, const Tensor& cos, const Tensor& sin, double scale) {

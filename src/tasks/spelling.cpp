@@ -10,6 +10,7 @@
 #include "nanochat/common/log.h"
 #include "nanochat/common/py_random.h"
 #include "nanochat/tasks.h"
+#include "nanochat/tokenizer.h"
 
 namespace nanochat {
 
@@ -74,24 +75,35 @@ bool parse_split(const std::string& split, const char* task) {
 
 std::string spelling_word_list_path() { return base_dir_path("words_alpha.txt"); }
 
-std::vector<std::string> spelling_load_words() {
+std::vector<std::string> spelling_words_from_pieces(const std::vector<std::string>& pieces) {
   std::vector<std::string> words;
-  std::string path = spelling_word_list_path();
-  if (path_exists(path)) {
-    std::ifstream f(path);
-    std::string line;
-    while (std::getline(f, line)) {  // line.strip()
-      size_t a = line.find_first_not_of(" \t\r\n\f\v"), b = line.find_last_not_of(" \t\r\n\f\v");
-      words.push_back(a == std::string::npos ? std::string() : line.substr(a, b - a + 1));
-    }
-    return words;
+  std::unordered_set<std::string> seen;
+  for (const std::string& p : pieces) {
+    // " word": a whole lower-case word as the split pattern cuts it (a piece without the space
+    // is usually the tail of a longer word)
+    bool ok = p.size() >= 3 && p[0] == ' ';
+    for (size_t i = 1; ok && i < p.size(); i++) ok = p[i] >= 'a' && p[i] <= 'z';
+    if (ok && seen.insert(p.substr(1)).second) words.push_back(p.substr(1));
   }
-  const char* dict = "/usr/share/dict/words";
-  std::ifstream f(dict);
-  if (!f)
-    fail("no word list: %s is missing (run `nanochat download tasks`) and so is %s (apt-get install wamerican)", path.c_str(),
-         dict);
-  log_warn("%s is missing: using %s (a different list than upstream's, so different spelling examples)", path.c_str(), dict);
+  return words;
+}
+
+namespace {
+
+std::vector<std::string> read_word_list(const std::string& path) {
+  std::vector<std::string> words;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {  // line.strip()
+    size_t a = line.find_first_not_of(" \t\r\n\f\v"), b = line.find_last_not_of(" \t\r\n\f\v");
+    words.push_back(a == std::string::npos ? std::string() : line.substr(a, b - a + 1));
+  }
+  return words;
+}
+
+// Debian's wamerican lower-cased, only a-z words, de-duplicated
+std::vector<std::string> read_system_dict(std::ifstream& f) {
+  std::vector<std::string> words;
   std::unordered_set<std::string> seen;
   std::string line;
   while (std::getline(f, line)) {
@@ -104,7 +116,31 @@ std::vector<std::string> spelling_load_words() {
     }
     if (ok && seen.insert(w).second) words.push_back(w);
   }
-  if (words.empty()) fail("%s has no words", dict);
+  return words;
+}
+
+}  // namespace
+
+std::vector<std::string> spelling_load_words() {
+  std::string path = spelling_word_list_path();
+  if (path_exists(path)) return read_word_list(path);
+  const char* dict = "/usr/share/dict/words";
+  if (std::ifstream f(dict); f) {
+    log_warn("%s is missing: using %s (a different list than upstream's, so different spelling examples)", path.c_str(), dict);
+    std::vector<std::string> words = read_system_dict(f);
+    if (words.empty()) fail("%s has no words", dict);
+    return words;
+  }
+  // offline on a machine without wamerican: the words the trained tokenizer learned whole
+  std::string ranks = base_dir_path("tokenizer/tokenizer.tiktoken");
+  if (!path_exists(ranks))
+    fail("no word list: %s is missing (run `nanochat download tasks`), and so are %s (apt-get install wamerican) and %s "
+         "(run `nanochat tok-train`)",
+         path.c_str(), dict, ranks.c_str());
+  std::vector<std::string> words = spelling_words_from_pieces(tiktoken_ranks_read(ranks));
+  if (words.empty()) fail("%s has no whole lower-case words to spell", ranks.c_str());
+  log_warn("%s and %s are missing: spelling the %zu whole words of the tokenizer's vocabulary (%s)", path.c_str(), dict,
+           words.size(), ranks.c_str());
   return words;
 }
 

@@ -1,4 +1,4 @@
-// defines: env_get, env_int, env_flag
+// defines: env_get, env_int, env_flag, parse_int
 // Reading environment variables with errors that name the variable and its bad value.
 #pragma once
 #include <cstdint>

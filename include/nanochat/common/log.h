@@ -1,4 +1,4 @@
-// defines: log_info, log_warn, log_error, log_debug, log_set_rank, log_set_all_ranks,
+// defines: log_info, log_warn, log_error, log_debug, log_set_rank, log_debug_enabled,
 //          log_rank_prints
 // Rank-aware logging. Info lines print on rank 0 only (like nanochat's print0) unless
 // NANOCHAT_LOG_ALL_RANKS=1; warnings and errors print on every rank. Each line starts with
@@ -8,7 +8,6 @@
 namespace nanochat {
 
 void log_set_rank(int rank, int world_size);
-void log_set_all_ranks(bool on);
 bool log_debug_enabled();  // NANOCHAT_DEBUG=1
 bool log_rank_prints();    // does log_info print on this rank?
 
