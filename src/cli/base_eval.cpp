@@ -13,7 +13,7 @@
 #include "nanochat/core_eval.h"
 #include "nanochat/dataloader.h"
 #include "nanochat/dataset.h"
-#include "nanochat/dist/compute.h"
+#include "nanochat/compute.h"
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
 #include "nanochat/loss_eval.h"

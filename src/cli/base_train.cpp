@@ -27,7 +27,7 @@
 #include "nanochat/core_eval/leaderboard.h"
 #include "nanochat/dataloader.h"
 #include "nanochat/dataset.h"
-#include "nanochat/dist/compute.h"
+#include "nanochat/compute.h"
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
 #include "nanochat/loss_eval.h"

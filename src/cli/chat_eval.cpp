@@ -10,7 +10,7 @@
 #include "cli/commands.h"
 #include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common.h"
-#include "nanochat/dist/compute.h"
+#include "nanochat/compute.h"
 #include "nanochat/execution.h"
 #include "nanochat/report.h"
 #include "nanochat/task_eval.h"

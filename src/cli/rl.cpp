@@ -14,7 +14,7 @@
 #include "nanochat/checkpoint.h"
 #include "nanochat/checkpoint/checkpoint_gpt.h"
 #include "nanochat/common.h"
-#include "nanochat/dist/compute.h"
+#include "nanochat/compute.h"
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
 #include "nanochat/optim.h"

@@ -17,7 +17,7 @@
 #include "nanochat/common.h"
 #include "nanochat/common/files.h"
 #include "nanochat/common/stop_signal.h"
-#include "nanochat/dist/compute.h"
+#include "nanochat/compute.h"
 #include "nanochat/gpt.h"
 #include "nanochat/loss_eval.h"
 #include "nanochat/optim.h"
