@@ -73,7 +73,7 @@ TEST(TokenizerHf, SpecialsFirstLayoutGivesTheLibrarysIds) {
   EXPECT_FALSE(tokenizer_read_hf_json(hf_fixtures().dir + "/tok_specials_first/tokenizer.json").identity());
 }
 
-// any layout: every id of the split tokenizer permuted at random, merges as they were
+// any layout: the vocab ids of the split tokenizer permuted at random, merges as they were
 TEST(TokenizerHf, ShuffledIdsGiveTheLibrarysIds) {
   NEEDS_TRANSFORMERS();
   json j = json::parse(read_file(hf_fixtures().dir + "/tok_shuffled/tokenizer.json"));
