@@ -563,9 +563,10 @@ TEST(CheckpointLimits, MetaWithABillionLayersIsRefusedBeforeBuilding) {
     EXPECT_NE(std::string(e.what()).find("n_layer 1000000000"), std::string::npos) << e.what();
   }
   meta["model_config"]["n_layer"] = 3;  // within limits; the tensors hold 2 blocks
-  checkpoint_save_model(checkpoint_dir("base", "d2"), 1, checkpoint_gpt_tensors(m), meta);
+  checkpoint_save_model(checkpoint_dir("base", "d3"), 1, checkpoint_gpt_tensors(m), meta);
+  checkpoint_mark_complete(checkpoint_dir("base", "d3"), 1, 0);
   try {
-    checkpoint_load_gpt("base", "d2", -1, torch::kCPU, torch::kFloat32, -1);
+    checkpoint_load_gpt("base", "d3", -1, torch::kCPU, torch::kFloat32, -1);
     ADD_FAILURE() << "3 layers loaded from 2 layers' tensors";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("block 2"), std::string::npos) << e.what();
