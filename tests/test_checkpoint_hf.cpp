@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <thread>
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
@@ -90,6 +93,24 @@ std::string copy_hf_dir() {
   std::string d = temp_dir() + "/hf";
   EXPECT_EQ(std::system(("cp -r " + fixtures().dir + "/hf_d2 " + d).c_str()), 0);
   return d;
+}
+
+// transformers' generate() on DIR for each prompt (tests/fixtures/hf_fixtures.py generate)
+json hf_generate(const std::string& dir, const std::vector<std::vector<int64_t>>& prompts, int n, bool cache) {
+  const std::string prompts_file = temp_dir() + "/prompts.json";
+  std::ofstream(prompts_file) << json{{"prompts", prompts}}.dump();
+  CommandResult py = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript + " generate " + dir + " " + prompts_file +
+                               " " + std::to_string(n) + (cache ? " cache" : " nocache"));
+  EXPECT_EQ(py.rc, 0) << py.err;
+  return py.rc == 0 ? json::parse(py.out) : json();
+}
+
+// our greedy continuation cut after the first EOS: generate() stops there
+std::vector<int64_t> greedy_until(GPT& model, const std::vector<int64_t>& prompt, int64_t n, int64_t eos) {
+  std::vector<int64_t> out = gpt_generate(model, prompt, n, 0.0);
+  auto it = std::find(out.begin(), out.end(), eos);
+  if (it != out.end()) out.erase(it + 1, out.end());
+  return out;
 }
 
 void expect_one_error_line(const CommandResult& r, const std::vector<std::string>& needles) {
@@ -267,6 +288,35 @@ TEST(HfExport, TransformersLoadsItWithTheSameLogitsAndIds) {
   EXPECT_EQ(tokenizer_load(base + "/tokenizer").encode(text), theirs);
 }
 
+// generate() as a user first calls it (no attention mask) continues the exported model as we
+// do: the pad id is <|assistant_end|>, never the BOS every prompt starts with, and
+// generation_config.json gives the ids a chat model needs
+TEST(HfExport, GenerateEqualsOurGreedy) {
+  NEEDS_TRANSFORMERS();
+  std::string base = temp_dir();
+  import_into(base, fixtures().dir + "/hf_d2");
+  std::string out = base + "/exported";
+  ASSERT_EQ(run_cli(base, "export --format hf --out " + out).rc, 0);
+  Tokenizer tok = tokenizer_load(base + "/tokenizer");
+  const int64_t bos = tok.bos_id(), eos = tok.special_id("<|assistant_end|>");
+  json cfg = json::parse(read_file(out + "/config.json")), gen = json::parse(read_file(out + "/generation_config.json"));
+  EXPECT_EQ(cfg["pad_token_id"], eos);
+  EXPECT_NE(cfg["pad_token_id"], bos);
+  EXPECT_EQ(gen["bos_token_id"], bos);
+  EXPECT_EQ(gen["eos_token_id"], eos);
+  EXPECT_EQ(gen["pad_token_id"], eos);
+  const json& e = fixtures().expected;
+  std::vector<std::vector<int64_t>> prompts;
+  for (auto& p : e["prompts"]) prompts.push_back(p.get<std::vector<int64_t>>());
+  ASSERT_EQ(prompts[0][0], bos);  // the case that went wrong: BOS at position 0
+  json got = hf_generate(out, prompts, 32, true);
+  ASSERT_TRUE(got.is_object());
+  EXPECT_EQ(got["class"], "NanoChatForCausalLM");
+  LoadedGPT l = load(base, "d2");
+  for (size_t i = 0; i < prompts.size(); i++)
+    EXPECT_EQ(got["tokens"][i].get<std::vector<int64_t>>(), greedy_until(l.model, prompts[i], 32, eos)) << "prompt " << i;
+}
+
 // the current architecture (value embeddings, smear, per-layer scalars, windows): our own
 // modeling code beside the weights, loaded with trust_remote_code, gives our logits
 TEST(HfExport, CurrentArchitectureLoadsWithItsRemoteCode) {
@@ -298,6 +348,30 @@ TEST(HfExport, CurrentArchitectureLoadsWithItsRemoteCode) {
   EXPECT_EQ(got["class"], "NanochatCppForCausalLM");
   m->eval();
   EXPECT_LT(max_logit_diff(m, json(prompts), got["logits"]), 1e-5);
+
+  // generate(): 32 tokens through transformers' cache (the prompt once, then one token a
+  // forward; the 200-token prompt runs past the 128 window) and without it, both ours
+  json cfg = json::parse(read_file(out + "/config.json"));
+  EXPECT_EQ(cfg["num_hidden_layers"], 3);
+  EXPECT_EQ(cfg["hidden_size"], c.n_embd);
+  EXPECT_EQ(cfg["num_key_value_heads"], c.n_kv_head);
+  EXPECT_EQ(cfg["max_position_embeddings"], 256);
+  EXPECT_EQ(cfg["layer_types"], json({"sliding_attention", "full_attention", "full_attention"}));  // "SL", the last long
+  EXPECT_EQ(cfg["sliding_window"], 129);
+  const int64_t eos = byte_tokenizer().special_id("<|assistant_end|>");
+  for (bool cache : {true, false}) {
+    json gen = hf_generate(out, prompts, 32, cache);
+    ASSERT_TRUE(gen.is_object());
+    for (size_t i = 0; i < prompts.size(); i++) {
+      std::vector<int64_t> want = greedy_until(m, prompts[i], 32, eos);
+      EXPECT_EQ(gen["tokens"][i].get<std::vector<int64_t>>(), want) << "prompt " << i << (cache ? " (cache)" : "");
+      std::vector<int64_t> lengths = gen["forward_lengths"][i].get<std::vector<int64_t>>();
+      ASSERT_EQ(lengths.size(), want.size());
+      EXPECT_EQ(lengths[0], (int64_t)prompts[i].size());
+      for (size_t k = 1; k < lengths.size(); k++)
+        EXPECT_EQ(lengths[k], cache ? 1 : (int64_t)(prompts[i].size() + k)) << "forward " << k;
+    }
+  }
 }
 
 TEST(HfExport, WithoutItsTokenizerIsOneLineAndWritesNothing) {
@@ -384,4 +458,188 @@ TEST(HfImport, BadDirectoriesAreOneLineAndWriteNothing) {
   d = copy_hf_dir();
   ASSERT_EQ(std::remove((d + "/tokenizer.json").c_str()), 0);
   expect_refused(d, {"tokenizer.json"});
+}
+
+// a transformers directory whose tokenizer has BpeTrainer's layout (specials at ids 0..8):
+// the import permutes the vocab rows into our order, so our greedy continuation, in the
+// file's ids, is transformers' own
+TEST(HfImport, SpecialsFirstLayoutGivesTransformersGreedy) {
+  NEEDS_TRANSFORMERS();
+  const std::string dir = fixtures().dir + "/hf_specials_first";
+  const json e = json::parse(read_file(fixtures().dir + "/expected_specials_first.json"));
+  std::string base = temp_dir();
+  import_into(base, dir);
+  LoadedGPT l = load(base, "d2");
+  const std::vector<int32_t> file_ids = tokenizer_read_hf_json(dir + "/tokenizer.json").file_ids;
+  std::vector<int64_t> ours_of(file_ids.size());
+  for (size_t i = 0; i < file_ids.size(); i++) ours_of[file_ids[i]] = (int64_t)i;
+  Tokenizer tok = tokenizer_load(base + "/tokenizer");
+  EXPECT_EQ(file_ids[tok.bos_id()], 0);  // <|bos|> is the trainer's id 0
+  for (size_t i = 0; i < e["prompts"].size(); i++) {
+    std::vector<int64_t> prompt;
+    for (int64_t id : e["prompts"][i].get<std::vector<int64_t>>()) prompt.push_back(ours_of.at(id));
+    std::vector<int64_t> got;
+    for (int64_t id : gpt_generate(l.model, prompt, 32, 0.0)) got.push_back(file_ids.at(id));
+    EXPECT_EQ(got, e["greedy"][i].get<std::vector<int64_t>>()) << "prompt " << i;
+  }
+}
+
+// hostile imports: each ends with one error line naming the file, in under 5 s and 1 GB RSS,
+// and writes nothing
+TEST(HfImport, HostileFilesEndInOneLineQuickly) {
+  NEEDS_TRANSFORMERS();
+  auto expect_quick_refusal = [](const std::string& dir, const std::vector<std::string>& needles) {
+    std::string base = temp_dir();
+    auto start = std::chrono::steady_clock::now();
+    const std::string rss_file = base + "/rss";
+    CommandResult r = run_shell("timeout 20 /usr/bin/time -o " + rss_file + " -f 'maxrss_kb=%M' env NANOCHAT_BASE_DIR=" +
+                                base + " OMP_NUM_THREADS=1 " + kBin + " import --from " + dir);
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string rss = read_file(rss_file);
+    size_t at = rss.find("maxrss_kb=");
+    ASSERT_NE(at, std::string::npos) << rss;
+    const long rss_kb = std::atol(rss.c_str() + at + 10);
+    const std::string& err = r.err;
+    EXPECT_NE(r.rc, 0);
+    EXPECT_EQ(count_lines(err), 1) << dir << ": " << r.err;
+    for (const auto& n : needles) EXPECT_NE(err.find(n), std::string::npos) << "'" << n << "' not in: " << err;
+    EXPECT_LT(seconds, 5.0) << dir;
+    EXPECT_LT(rss_kb, 1024 * 1024) << dir;
+    EXPECT_FALSE(path_exists(base + "/base_checkpoints")) << dir;
+  };
+  auto edit_config = [](const std::string& dir, const std::function<void(json&)>& edit) {
+    json c = json::parse(read_file(dir + "/config.json"));
+    edit(c);
+    std::ofstream(dir + "/config.json") << c.dump(2);
+  };
+  std::string d = copy_hf_dir();
+  edit_config(d, [](json& c) { c["num_hidden_layers"] = 1000000000; });
+  expect_quick_refusal(d, {"config.json", "n_layer 1000000000"});
+  d = copy_hf_dir();
+  edit_config(d, [](json& c) { c["num_hidden_layers"] = 3; });  // within limits, but the tensors have 2 blocks
+  expect_quick_refusal(d, {"config.json", "n_layer 3", "block 2"});
+  d = copy_hf_dir();
+  edit_config(d, [](json& c) { c["vocab_size"] = 2000000000; });
+  expect_quick_refusal(d, {"config.json", "vocab_size 2000000000"});
+  d = copy_hf_dir();
+  ASSERT_EQ(std::system(("rm " + d + "/config.json && ln -s /dev/zero " + d + "/config.json").c_str()), 0);
+  expect_quick_refusal(d, {"config.json", "a device"});
+  d = copy_hf_dir();
+  ASSERT_EQ(std::system(("rm " + d + "/config.json && mkfifo " + d + "/config.json").c_str()), 0);
+  expect_quick_refusal(d, {"config.json", "a FIFO"});
+  d = copy_hf_dir();
+  ASSERT_EQ(std::system(("rm " + d + "/config.json && mkdir " + d + "/config.json").c_str()), 0);
+  expect_quick_refusal(d, {"config.json", "a directory"});
+  d = copy_hf_dir();  // 2 GB, sparse: costs no disk
+  ASSERT_EQ(std::system(("truncate -s 2G " + d + "/config.json").c_str()), 0);
+  expect_quick_refusal(d, {"config.json", "limit"});
+  d = copy_hf_dir();
+  ASSERT_EQ(std::system(("rm " + d + "/tokenizer.json && mkfifo " + d + "/tokenizer.json").c_str()), 0);
+  expect_quick_refusal(d, {"tokenizer.json", "a FIFO"});
+  d = copy_hf_dir();
+  ASSERT_EQ(std::system(("rm " + d + "/model.safetensors && ln -s /dev/zero " + d + "/model.safetensors").c_str()), 0);
+  expect_quick_refusal(d, {"model.safetensors", "a device"});
+  // links are normal (a Hub snapshot is links into a blob store): a linked regular file imports
+  d = copy_hf_dir();
+  ASSERT_EQ(std::system(("mv " + d + "/config.json " + d + "/blob && ln -s blob " + d + "/config.json").c_str()), 0);
+  EXPECT_EQ(run_cli(temp_dir(), "import --from " + d).rc, 0);
+}
+
+// a checkpoint's own meta is held to the same limits before chat-web or export builds a model
+TEST(CheckpointLimits, MetaWithABillionLayersIsRefusedBeforeBuilding) {
+  std::string base = temp_dir();
+  BaseDirScope scope(base);
+  GPT m = perturbed_gpt(tiny_gpt_config(265), 1, 0.01);
+  nlohmann::ordered_json meta;
+  meta["step"] = 1;
+  meta["model_config"] = gpt_config_to_json(m->config);
+  meta["model_config"]["n_layer"] = 1000000000;
+  checkpoint_save_model(checkpoint_dir("base", "d2"), 1, checkpoint_gpt_tensors(m), meta);
+  checkpoint_mark_complete(checkpoint_dir("base", "d2"), 1, 0);
+  try {
+    checkpoint_load_gpt("base", "d2", -1, torch::kCPU, torch::kFloat32, -1);
+    ADD_FAILURE() << "a billion layers loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n_layer 1000000000"), std::string::npos) << e.what();
+  }
+  meta["model_config"]["n_layer"] = 3;  // within limits; the tensors hold 2 blocks
+  checkpoint_save_model(checkpoint_dir("base", "d3"), 1, checkpoint_gpt_tensors(m), meta);
+  checkpoint_mark_complete(checkpoint_dir("base", "d3"), 1, 0);
+  try {
+    checkpoint_load_gpt("base", "d3", -1, torch::kCPU, torch::kFloat32, -1);
+    ADD_FAILURE() << "3 layers loaded from 2 layers' tensors";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("block 2"), std::string::npos) << e.what();
+  }
+}
+
+// docs/checkpoints.md's walk-through run as written (download, import, chat-web), a local
+// directory standing in for the Hub: `hf` links the repository's files into --local-dir (as a
+// Hub snapshot links into its blob store), `nanochat` is our binary (chat-web on a free port).
+// The repository is the one with BpeTrainer's id layout; the openai client's greedy reply is
+// transformers' greedy continuation of the same chat.
+TEST(HfServe, DocsWalkthroughAnswersTheOpenAIClient) {
+  NEEDS_TRANSFORMERS();
+  if (run_shell(std::string(NANOCHAT_PYTHON) + " -c 'import openai'").rc != 0) GTEST_SKIP() << "missing Python package: openai";
+  const std::string doc = read_file(std::string(NANOCHAT_SOURCE_DIR) + "/docs/checkpoints.md");
+  size_t marker = doc.find("<!-- walkthrough:");
+  ASSERT_NE(marker, std::string::npos);
+  size_t begin = doc.find("```bash\n", marker), end = doc.find("```\n", begin + 8);
+  ASSERT_NE(end, std::string::npos);
+  const std::string block = doc.substr(begin + 8, end - begin - 8);
+  ASSERT_NE(block.find("nanochat chat-web"), std::string::npos) << block;
+
+  const std::string root = temp_dir(), hub = root + "/hub", bin = root + "/bin", home = root + "/home";
+  const std::string base = root + "/base", log = root + "/walkthrough.log";
+  ASSERT_EQ(std::system(("mkdir -p " + hub + "/user " + bin + " " + home + " && cp -r " + fixtures().dir +
+                         "/hf_specials_first " + hub + "/user/name").c_str()), 0);
+  std::ofstream(bin + "/hf") << "#!/bin/sh\n# hf download REPO --local-dir DIR: links to the local hub's files\n"
+                                "[ \"$1\" = download ] && [ \"$3\" = --local-dir ] || exit 2\n"
+                                "mkdir -p \"$4\" && for f in " + hub + "/\"$2\"/*; do ln -s \"$f\" \"$4\"/; done\n";
+  std::ofstream(bin + "/nanochat") << "#!/bin/sh\nif [ \"$1\" = chat-web ]; then exec " + kBin +
+                                          " \"$@\" --port 0 --device-type cpu --workers 1; fi\nexec " + kBin + " \"$@\"\n";
+  std::ofstream(root + "/walkthrough.sh") << "set -e\n" << block;
+  ASSERT_EQ(std::system(("chmod +x " + bin + "/hf " + bin + "/nanochat").c_str()), 0);
+  ASSERT_EQ(std::system(("cd " + root + " && HOME=" + home + " NANOCHAT_BASE_DIR=" + base + " OMP_NUM_THREADS=1 PATH=" +
+                         bin + ":$PATH setsid bash walkthrough.sh > " + log + " 2>&1 & echo $! > " + root + "/pid").c_str()),
+            0);
+  const std::string pid = read_file(root + "/pid");
+  struct Kill {
+    std::string pid;
+    ~Kill() {
+      if (std::system(("kill -9 -- -" + pid + " 2>/dev/null").c_str()) != 0) std::fprintf(stderr, "walkthrough already gone\n");
+    }
+  } kill_group{pid.substr(0, pid.find('\n'))};
+  int port = 0;
+  for (int i = 0; i < 1200 && port == 0; i++) {  // up to 2 minutes: the import, then the model loads
+    std::string text = read_file(log);
+    size_t at = text.find("ready on http://");
+    if (at != std::string::npos) port = std::stoi(text.substr(text.find(':', at + 16) + 1));
+    else std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_GT(port, 0) << read_file(log);
+  EXPECT_NE(read_file(log).find("imported step(s) 0"), std::string::npos) << read_file(log);
+
+  // transformers' greedy reply to the rendered chat, in the file's ids
+  const std::string text = "The caf\xc3\xa9 costs";
+  Tokenizer tok = tokenizer_load(base + "/tokenizer");
+  const std::vector<int32_t> file_ids = tokenizer_read_hf_json(hub + "/user/name/tokenizer.json").file_ids;
+  std::vector<int64_t> ours_of(file_ids.size());
+  for (size_t i = 0; i < file_ids.size(); i++) ours_of[file_ids[i]] = (int64_t)i;
+  json conversation = {{"messages", {{{"role", "user"}, {"content", text}}, {{"role", "assistant"}, {"content", ""}}}}};
+  std::vector<int64_t> prompt;
+  for (int32_t id : render_for_completion(tok, conversation)) prompt.push_back(file_ids.at(id));
+  CommandResult py = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript + " greedy " + hub + "/user/name '" +
+                               json(prompt).dump() + "' 12");
+  ASSERT_EQ(py.rc, 0) << py.err;
+  std::vector<int32_t> reply;
+  for (int64_t file_id : json::parse(py.out).get<std::vector<int64_t>>()) {
+    const int32_t id = (int32_t)ours_of.at(file_id);
+    if (id == tok.special_id("<|assistant_end|>") || id == tok.bos_id()) break;
+    reply.push_back(id);
+  }
+  CommandResult client = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript + " chat http://127.0.0.1:" +
+                                   std::to_string(port) + " '" + text + "' 12");
+  ASSERT_EQ(client.rc, 0) << client.err << read_file(log);
+  EXPECT_EQ(json::parse(client.out).get<std::string>(), tok.decode(reply));
 }

@@ -1,4 +1,5 @@
-// defines: kPatternNanochat, kPatternGpt2, kPatternCl100k, kPatternO200k, pattern_by_name,
+// defines: kPatternNanochat, kPatternGpt2, kPatternCl100k, kPatternO200k, kPatternGpt2ByteLevel,
+//          pattern_is_known, pattern_by_name,
 //          kSpecialTokens, Splitter, Tokenizer, BpeTrainer
 // Byte-level BPE exactly as nanochat uses it (upstream's nanochat/tokenizer.py): pieces from a GPT-4 style split
 // regex (PCRE2 with JIT), tiktoken's merge rule for encoding (lowest rank first, leftmost on
@@ -27,6 +28,10 @@ extern const char* const kPatternNanochat;  // upstream's SPLIT_PATTERN: cl100k 
 extern const char* const kPatternGpt2;
 extern const char* const kPatternCl100k;
 extern const char* const kPatternO200k;
+extern const char* const kPatternGpt2ByteLevel;  // GPT-2's as the tokenizers library's ByteLevel spells it
+// one of the five above: a pattern we know splits in linear time. Any other runs under a PCRE2
+// match limit and a per-text time budget (Splitter::split; ServerError 400 when spent).
+bool pattern_is_known(const std::string& pattern);
 // "nanochat", "gpt2", "cl100k", "o200k" -> the pattern; Error for anything else
 std::string pattern_by_name(const std::string& name);
 
@@ -50,6 +55,7 @@ class Splitter {
   std::string pattern_;
   void* code_;        // pcre2_code* with PCRE2's own Unicode tables
   void* exact_code_;  // the same with tiktoken's \p{L} and \p{N} spelled out
+  bool limited_;      // not a known pattern: match limit and time budget
 };
 
 class Tokenizer {
@@ -68,9 +74,7 @@ class Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const;
   std::string decode_bytes(const std::vector<int32_t>& ids) const;  // raw bytes, no replacement
   const std::string& decode_single_token_bytes(int32_t id) const;   // Error for a bad id
-  std::string id_to_token(int32_t id) const { return decode({id}); }
   int32_t special_id(const std::string& name) const;                // Error if unknown
-  bool is_special(int32_t id) const { return id >= (int32_t)ranks_.size() && id < vocab_size(); }
   // number of raw bytes of each token, 0 for specials (nanochat's token_bytes for bpb)
   std::vector<int32_t> token_byte_counts() const;
 
@@ -106,13 +110,11 @@ class BpeTrainer {
   void add_texts(const std::vector<std::string>& texts);
   std::vector<std::string> train(int32_t vocab_size_no_special, bool show_progress = false);
   int64_t unique_pieces() const { return (int64_t)piece_counts_.size(); }
-  int64_t total_pieces() const { return total_pieces_; }
 
  private:
   Splitter splitter_;
   ThreadPool& pool_;
   std::unordered_map<std::string, int64_t> piece_counts_;
-  int64_t total_pieces_ = 0;
 };
 
 }  // namespace nanochat

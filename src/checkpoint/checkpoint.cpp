@@ -15,6 +15,7 @@
 
 #include "nanochat/common/atomic_file.h"
 #include "nanochat/common/base_dir.h"
+#include "nanochat/checkpoint/regular_file.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
 #include "nanochat/common/log.h"
@@ -51,11 +52,7 @@ std::string step_name(const char* prefix, int64_t step, const char* suffix) {
 }  // namespace
 
 nlohmann::ordered_json checkpoint_read_json(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot open %s: %s", path.c_str(), std::strerror(errno));
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return checkpoint_parse_json(ss.str(), path);
+  return checkpoint_parse_json(read_regular_file(path), path);
 }
 
 namespace {

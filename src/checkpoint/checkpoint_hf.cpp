@@ -7,8 +7,11 @@
 //   model.layers.{i}.self_attn.o_proj       transformer.h.{i}.attn.c_proj
 //   model.layers.{i}.mlp.fc1, fc2           transformer.h.{i}.mlp.c_fc, c_proj
 //   lm_head.weight                          lm_head.weight (rows padded to 64)
-// and its norms carry no weights. In our config it is: no value embeddings, no smear, no
-// per-layer scalars, q/k scale 1, full windows, rope theta, softcap and norm eps as given.
+// and its norms carry no weights. The vocab rows are permuted into our token order when the
+// tokenizer.json's ids are not ours (tokenizer_read_hf_json's file_ids: BpeTrainer puts the
+// specials at 0..8); export writes ours, tokenizer.json and rows alike. In our config it is:
+// no value embeddings, no smear, no per-layer scalars, q/k scale 1, full windows, rope theta,
+// softcap and norm eps as given.
 #include <algorithm>
 #include <cctype>
 #include <cfloat>
@@ -63,6 +66,15 @@ std::string hf_name(const std::string& ours) {
   return it == parts.end() ? "" : "model.layers." + ours.substr(prefix.size(), dot - prefix.size()) + "." + it->second;
 }
 
+// row i of the result is row file_ids[i] of t: the file's vocab order into ours
+torch::Tensor permute_rows(const torch::Tensor& t, const std::vector<int32_t>& file_ids) {
+  bool identity = true;
+  for (size_t i = 0; i < file_ids.size(); i++) identity &= file_ids[i] == (int32_t)i;
+  if (identity) return t;
+  std::vector<int64_t> index(file_ids.begin(), file_ids.end());
+  return t.index_select(0, torch::tensor(index, torch::kLong));
+}
+
 // (vocab, d) -> (padded vocab, d) with zero rows: our embedding and lm_head are padded to 64
 torch::Tensor pad_rows(const torch::Tensor& t, int64_t rows) {
   if (t.size(0) == rows) return t;
@@ -85,6 +97,58 @@ std::vector<std::string> weight_files(const std::string& dir) {
     files.insert(dir + "/" + file.get<std::string>());
   }
   return {files.begin(), files.end()};
+}
+
+// config.json's model part: transformers' nanochat type, or our model_config for the remote code
+nlohmann::ordered_json hf_config_json(const GPTConfig& c, bool remote_code) {
+  nlohmann::ordered_json cfg;
+  if (remote_code) {  // our model_config, every field (the defaults too): the remote code reads them all
+    cfg["architectures"] = {"NanochatCppForCausalLM"};
+    cfg["model_type"] = "nanochat_cpp";
+    cfg["auto_map"] = {{"AutoConfig", "configuration_nanochat_cpp.NanochatCppConfig"},
+                       {"AutoModelForCausalLM", "modeling_nanochat_cpp.NanochatCppForCausalLM"}};
+    const nlohmann::json ours = gpt_config_to_json(c);
+    for (auto& [key, value] : ours.items()) cfg[key] = value;
+    cfg["value_embeds"] = c.value_embeds;
+    cfg["smear"] = c.smear;
+    cfg["layer_scalars"] = c.layer_scalars;
+    cfg["rope_theta"] = c.rope_theta;
+    cfg["softcap"] = c.softcap;
+    cfg["qk_scale"] = c.qk_scale;
+    cfg["norm_eps"] = c.norm_eps;
+    // the standard names, for tools that read config.json (the remote config derives the same)
+    cfg["num_hidden_layers"] = c.n_layer;
+    cfg["hidden_size"] = c.n_embd;
+    cfg["num_attention_heads"] = c.n_head;
+    cfg["num_key_value_heads"] = c.n_kv_head;
+    cfg["head_dim"] = c.n_embd / c.n_head;
+    cfg["max_position_embeddings"] = c.sequence_len;
+    nlohmann::ordered_json layer_types = nlohmann::ordered_json::array();
+    int64_t short_window = -1;  // transformers' sliding window counts the query's own token: ours + 1
+    for (int64_t w : gpt_window_sizes(c)) {
+      layer_types.push_back(w < c.sequence_len ? "sliding_attention" : "full_attention");
+      if (w < c.sequence_len) short_window = short_window < 0 ? w : std::min(short_window, w);
+    }
+    cfg["layer_types"] = layer_types;
+    cfg["sliding_window"] = short_window < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(short_window + 1);
+  } else {
+    cfg["architectures"] = {"NanoChatForCausalLM"};
+    cfg["model_type"] = "nanochat";
+    cfg["vocab_size"] = c.vocab_size;
+    cfg["hidden_size"] = c.n_embd;
+    cfg["intermediate_size"] = 4 * c.n_embd;
+    cfg["num_hidden_layers"] = c.n_layer;
+    cfg["num_attention_heads"] = c.n_head;
+    cfg["num_key_value_heads"] = c.n_kv_head;
+    cfg["max_position_embeddings"] = c.sequence_len;
+    cfg["hidden_act"] = "relu2";
+    cfg["rms_norm_eps"] = c.norm_eps == 0 ? (double)FLT_EPSILON : c.norm_eps;  // torch's default, as a number
+    cfg["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
+    cfg["final_logit_softcapping"] = c.softcap;
+    cfg["attention_bias"] = false;
+    cfg["attention_dropout"] = 0.0;
+  }
+  return cfg;
 }
 
 }  // namespace
@@ -148,6 +212,7 @@ GPTConfig checkpoint_hf_config(const nlohmann::ordered_json& j, const std::strin
   } catch (const Error& e) {
     fail("%s: %s", where.c_str(), e.what());
   }
+  checkpoint_check_config_limits(c, where);
   return c;
 }
 
@@ -157,37 +222,46 @@ ImportResult checkpoint_import_hf(const ImportOptions& opts) {
   const std::string config_path = from + "/config.json", tok_path = from + "/tokenizer.json";
   GPTConfig config = checkpoint_hf_config(checkpoint_read_json(config_path), config_path);
   if (!path_exists(tok_path)) fail("%s is missing (a transformers nanochat directory has its tokenizer.json)", tok_path.c_str());
-  Tokenizer tok = tokenizer_load_hf_json(tok_path);
+  HfTokenizer hf_tok = tokenizer_read_hf_json(tok_path, opts.allow_custom_regex);
+  const Tokenizer& tok = hf_tok.tok;
+  const std::vector<int32_t>& tok_ids = hf_tok.file_ids;  // our id -> the file's (the rows' order)
   if (tok.vocab_size() != config.vocab_size)
     fail("%s: vocab_size %lld but %s has %d tokens", config_path.c_str(), (long long)config.vocab_size, tok_path.c_str(),
          tok.vocab_size());
 
-  // every tensor, renamed and checked against the config, before anything is written
-  const int64_t vp = gpt_padded_vocab(config.vocab_size);
-  GPT shapes(config, torch::Device(torch::kMeta), torch::kFloat32);
-  std::map<std::string, std::vector<int64_t>> want;
-  for (const TensorSpec& s : checkpoint_gpt_tensor_specs(shapes)) want[s.name] = s.shape;
+  // every tensor, renamed; the config's numbers against them before any shape is built
   std::map<std::string, std::string> file_of;  // our name -> the file it came from
+  std::map<std::string, std::string> hf_of;    // our name -> transformers' name
   NamedTensors tensors;
   for (const std::string& file : weight_files(from)) {
     SafetensorsFile st = safetensors_load(file);
     for (auto& [hf, t] : st.tensors) {
       const std::string name = our_name(hf);
-      if (name.empty() || !want.count(name))
-        fail("%s: tensor %s is not part of a nanochat model of this config.json", file.c_str(), hf.c_str());
+      if (name.empty()) fail("%s: tensor %s is not part of a transformers nanochat model", file.c_str(), hf.c_str());
       if (file_of.count(name)) fail("%s: tensor %s appears twice (also in %s)", file.c_str(), hf.c_str(), file_of[name].c_str());
-      std::vector<int64_t> shape = want[name];
-      const bool vocab_rows = name == "transformer.wte.weight" || name == "lm_head.weight";
-      if (vocab_rows) shape[0] = config.vocab_size;  // transformers' tables are not padded
-      if (t.sizes().vec() != shape)
-        fail("%s: tensor %s has shape %s, config.json needs %s", file.c_str(), hf.c_str(), c10::str(t.sizes()).c_str(),
-             c10::str(at::IntArrayRef(shape)).c_str());
-      if (!at::isFloatingType(t.scalar_type()))
-        fail("%s: tensor %s has dtype %s, model weights are floating point", file.c_str(), hf.c_str(),
-             c10::toString(t.scalar_type()));
       file_of[name] = file;
-      tensors.emplace_back(name, vocab_rows ? pad_rows(t, vp) : t);
+      hf_of[name] = hf;
+      tensors.emplace_back(name, t);
     }
+  }
+  checkpoint_check_config_tensors(config, tensors, config_path);
+  const int64_t vp = gpt_padded_vocab(config.vocab_size);
+  GPT shapes(config, torch::Device(torch::kMeta), torch::kFloat32);
+  std::map<std::string, std::vector<int64_t>> want;
+  for (const TensorSpec& s : checkpoint_gpt_tensor_specs(shapes)) want[s.name] = s.shape;
+  for (auto& [name, t] : tensors) {
+    const std::string &file = file_of[name], &hf = hf_of[name];
+    if (!want.count(name)) fail("%s: tensor %s is not part of a nanochat model of this config.json", file.c_str(), hf.c_str());
+    std::vector<int64_t> shape = want[name];
+    const bool vocab_rows = name == "transformer.wte.weight" || name == "lm_head.weight";
+    if (vocab_rows) shape[0] = config.vocab_size;  // transformers' tables are not padded
+    if (t.sizes().vec() != shape)
+      fail("%s: tensor %s has shape %s, config.json needs %s", file.c_str(), hf.c_str(), c10::str(t.sizes()).c_str(),
+           c10::str(at::IntArrayRef(shape)).c_str());
+    if (!at::isFloatingType(t.scalar_type()))
+      fail("%s: tensor %s has dtype %s, model weights are floating point", file.c_str(), hf.c_str(),
+           c10::toString(t.scalar_type()));
+    if (vocab_rows) t = pad_rows(permute_rows(t, tok_ids), vp);
   }
   for (const auto& [name, shape] : want)
     if (!file_of.count(name)) fail("%s: tensor %s is missing", from.c_str(), hf_name(name).c_str());
@@ -268,47 +342,26 @@ ExportResult checkpoint_export_hf(const std::string& source, const std::string& 
       if (n == name) return id;
     return nullptr;
   };
-  nlohmann::ordered_json cfg;
-  if (remote_code) {  // our model_config, every field (the defaults too): the remote code reads them all
-    cfg["architectures"] = {"NanochatCppForCausalLM"};
-    cfg["model_type"] = "nanochat_cpp";
-    cfg["auto_map"] = {{"AutoConfig", "configuration_nanochat_cpp.NanochatCppConfig"},
-                       {"AutoModelForCausalLM", "modeling_nanochat_cpp.NanochatCppForCausalLM"}};
-    const nlohmann::json ours = gpt_config_to_json(c);
-    for (auto& [key, value] : ours.items()) cfg[key] = value;
-    cfg["value_embeds"] = c.value_embeds;
-    cfg["smear"] = c.smear;
-    cfg["layer_scalars"] = c.layer_scalars;
-    cfg["rope_theta"] = c.rope_theta;
-    cfg["softcap"] = c.softcap;
-    cfg["qk_scale"] = c.qk_scale;
-    cfg["norm_eps"] = c.norm_eps;
-  } else {
-    cfg["architectures"] = {"NanoChatForCausalLM"};
-    cfg["model_type"] = "nanochat";
-    cfg["vocab_size"] = c.vocab_size;
-    cfg["hidden_size"] = c.n_embd;
-    cfg["intermediate_size"] = 4 * c.n_embd;
-    cfg["num_hidden_layers"] = c.n_layer;
-    cfg["num_attention_heads"] = c.n_head;
-    cfg["num_key_value_heads"] = c.n_kv_head;
-    cfg["max_position_embeddings"] = c.sequence_len;
-    cfg["hidden_act"] = "relu2";
-    cfg["rms_norm_eps"] = c.norm_eps == 0 ? (double)FLT_EPSILON : c.norm_eps;  // torch's default, as a number
-    cfg["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", c.rope_theta}};
-    cfg["final_logit_softcapping"] = c.softcap;
-    cfg["attention_bias"] = false;
-    cfg["attention_dropout"] = 0.0;
-  }
+  nlohmann::ordered_json cfg = hf_config_json(c, remote_code);
   cfg["tie_word_embeddings"] = false;
+  // EOS ends a chat turn; pad must be a token no prompt holds (a pad id equal to BOS makes
+  // transformers mask every prompt's first token when generate() gets no attention mask), so
+  // it is EOS as in nanochat's own configs: generate() infers no mask when pad == EOS
+  const nlohmann::ordered_json eos = special("<|assistant_end|>").is_null() ? nlohmann::ordered_json(tok.bos_id())
+                                                                            : special("<|assistant_end|>");
   cfg["bos_token_id"] = tok.bos_id();
-  cfg["eos_token_id"] = special("<|assistant_end|>").is_null() ? nlohmann::ordered_json(tok.bos_id()) : special("<|assistant_end|>");
-  cfg["pad_token_id"] = tok.bos_id();
+  cfg["eos_token_id"] = eos;
+  cfg["pad_token_id"] = eos;
+  nlohmann::ordered_json gen_cfg;
+  gen_cfg["bos_token_id"] = tok.bos_id();
+  gen_cfg["eos_token_id"] = eos;
+  gen_cfg["pad_token_id"] = eos;
+  gen_cfg["max_length"] = c.sequence_len;
   nlohmann::ordered_json tok_cfg;
   tok_cfg["tokenizer_class"] = "PreTrainedTokenizerFast";
   tok_cfg["bos_token"] = tok.decode_single_token_bytes(tok.bos_id());
-  tok_cfg["eos_token"] = tok.decode_single_token_bytes(cfg["eos_token_id"].get<int32_t>());
-  tok_cfg["pad_token"] = tok_cfg["bos_token"];
+  tok_cfg["eos_token"] = tok.decode_single_token_bytes(eos.get<int32_t>());
+  tok_cfg["pad_token"] = tok_cfg["eos_token"];
   tok_cfg["model_max_length"] = c.sequence_len;
 
   // everything is built; now the files, each atomically
@@ -319,6 +372,7 @@ ExportResult checkpoint_export_hf(const std::string& source, const std::string& 
   make_dirs(out_dir);
   safetensors_save(r.model_path, out, {{"format", "pt"}, {"nanochat_source", source}});
   atomic_write_file(r.config_path, cfg.dump(2) + "\n");
+  atomic_write_file(out_dir + "/generation_config.json", gen_cfg.dump(2) + "\n");
   atomic_write_file(out_dir + "/tokenizer.json", tok_json);
   atomic_write_file(out_dir + "/tokenizer_config.json", tok_cfg.dump(2) + "\n");
   if (remote_code) {

@@ -17,6 +17,7 @@
 #include <ATen/ops/empty.h>
 
 #include "nanochat/common/atomic_file.h"
+#include "nanochat/checkpoint/regular_file.h"
 #include "nanochat/common/error.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian");
@@ -178,8 +179,7 @@ void safetensors_save(const std::string& path, const NamedTensors& tensors,
 }
 
 SafetensorsFile safetensors_load(const std::string& path) {
-  Fd fd{open(path.c_str(), O_RDONLY)};
-  if (fd.fd < 0) fail("cannot open %s: %s", path.c_str(), std::strerror(errno));
+  Fd fd{open_regular_file(path, -1)};  // no FIFO, device or directory
   struct stat st;
   if (fstat(fd.fd, &st) != 0) fail("cannot stat %s: %s", path.c_str(), std::strerror(errno));
   uint64_t file_size = (uint64_t)st.st_size;

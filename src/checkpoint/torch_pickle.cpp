@@ -22,6 +22,7 @@
 #include <memory>
 #include <unordered_map>
 
+#include "nanochat/checkpoint/regular_file.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {
@@ -412,6 +413,7 @@ void check_record_size(const std::string& path, caffe2::serialize::PyTorchStream
 
 // the unpickled root; its objects live in `arena`
 ObjPtr load_root(const std::string& path, Arena& arena, uint64_t* pickle_bytes) {
+  ::close(open_regular_file(path, -1));  // no FIFO, device or directory
   FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) fail("cannot open %s: %s", path.c_str(), std::strerror(errno));
   unsigned char magic[4] = {0, 0, 0, 0};

@@ -17,6 +17,9 @@ void cli_register_import(CLI::App& app, int& exit_code) {
   sub->add_option("--source", opts.source, "import as: base, sft or rl")->check(CLI::IsMember({"base", "sft", "rl"}));
   sub->add_option("--step", opts.step, "import only this step (default: every step; a transformers directory: 0)")->check(CLI::NonNegativeNumber);
   sub->add_option("--tokenizer", opts.tokenizer_file, "tiktoken rank file (default: DIR/tokenizer.tiktoken)");
+  sub->add_flag("--allow-custom-regex", opts.allow_custom_regex,
+                "accept a tokenizer.json whose split regex is not GPT-2's, cl100k's, o200k's or nanochat's (it then "
+                "runs under PCRE2 match limits and a time budget per text)");
   sub->add_flag("--force", opts.force, "overwrite existing steps and a different tokenizer in $NANOCHAT_BASE_DIR");
   sub->callback([&exit_code] {
     ImportResult r = checkpoint_import(opts);

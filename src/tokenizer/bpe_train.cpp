@@ -66,7 +66,6 @@ void BpeTrainer::add_texts(const std::vector<std::string>& texts) {
   // each worker counts its share of the texts, then the partial tables are merged here
   int chunks = std::max(1, std::min<int>(pool_.size(), (int)texts.size()));
   std::vector<std::unordered_map<std::string, int64_t>> partial(chunks);
-  std::vector<int64_t> totals(chunks, 0);
   std::vector<std::future<void>> done;
   for (int c = 0; c < chunks; c++) {
     done.push_back(pool_.submit([&, c] {
@@ -78,15 +77,12 @@ void BpeTrainer::add_texts(const std::vector<std::string>& texts) {
         pieces.clear();
         splitter_.split(text, pieces);
         for (auto p : pieces) partial[c][std::string(p)]++;
-        totals[c] += (int64_t)pieces.size();
       }
     }));
   }
   for (auto& f : done) f.get();
-  for (int c = 0; c < chunks; c++) {
+  for (int c = 0; c < chunks; c++)
     for (auto& [piece, n] : partial[c]) piece_counts_[piece] += n;
-    total_pieces_ += totals[c];
-  }
 }
 
 std::vector<std::string> BpeTrainer::train(int32_t vocab_size_no_special, bool show_progress) {

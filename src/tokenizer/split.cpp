@@ -3,7 +3,10 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <chrono>
+
 #include "nanochat/common/error.h"
+#include "nanochat/server.h"  // ServerError: a custom pattern's spent budget is the request's fault (400)
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {
@@ -55,6 +58,15 @@ const char* const kPatternCl100k =
     R"('(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+|\s++$|\s*[\r\n]|\s+(?!\S)|\s)";
 const char* const kPatternO200k =
     R"([^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+)";
+
+const char* const kPatternGpt2ByteLevel =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+bool pattern_is_known(const std::string& pattern) {
+  for (const char* known : {kPatternNanochat, kPatternGpt2, kPatternCl100k, kPatternO200k, kPatternGpt2ByteLevel})
+    if (pattern == known) return true;
+  return false;
+}
 
 std::string pattern_by_name(const std::string& name) {
   if (name == "nanochat") return kPatternNanochat;
@@ -140,7 +152,7 @@ static bool needs_exact_tables(std::string_view text) {
   return false;
 }
 
-Splitter::Splitter(const std::string& pattern) : pattern_(pattern) {
+Splitter::Splitter(const std::string& pattern) : pattern_(pattern), limited_(!pattern_is_known(pattern)) {
   // PCRE2's tables with JIT are fast; the spelled-out classes are exact but ~5x slower, so
   // they only split the rare texts with a code point where the two disagree
   code_ = compile_or_fail(pattern);
@@ -169,21 +181,42 @@ struct MatchState {
 };
 }  // namespace
 
+// A pattern that is not one of the known ones may backtrack exponentially ((?:a?){18}a{18}b
+// costs 34 s on 8,000 characters): each match is held to a PCRE2 match limit (the
+// interpreter's depth too; JIT has a fixed stack), and a text to a time budget of 50 ms plus
+// 2 us a byte (the known patterns split ~50 MB/s). Spent: ServerError 400 (chat-web's request error).
+constexpr uint32_t kCustomMatchLimit = 100000, kCustomDepthLimit = 1000;
+constexpr double kCustomBudgetSeconds = 0.05, kCustomBudgetPerByte = 2e-6;
+
+[[noreturn]] static void custom_pattern_spent(size_t offset, const char* what) {
+  throw ServerError(400, strprintf("the tokenizer's custom split pattern (accepted with --allow-custom-regex) spent "
+                                   "its %s at byte %zu of this text", what, offset));
+}
+
 void Splitter::split(std::string_view text, std::vector<std::string_view>& pieces) const {
   thread_local MatchState state;
   auto* code = (const pcre2_code*)(needs_exact_tables(text) ? exact_code_ : code_);
+  pcre2_set_match_limit(state.context, limited_ ? kCustomMatchLimit : 10000000);  // PCRE2's default
+  pcre2_set_depth_limit(state.context, limited_ ? kCustomDepthLimit : 10000000);
+  const auto start = std::chrono::steady_clock::now();
+  const double budget = kCustomBudgetSeconds + kCustomBudgetPerByte * (double)text.size();
   size_t offset = 0;
-  while (offset < text.size()) {
+  for (uint64_t n = 1; offset < text.size(); n++) {
     // NO_UTF_CHECK: callers pass valid UTF-8; otherwise PCRE2 re-validates the rest of the
     // text on every call, which is quadratic
     int rc = pcre2_match(code, (PCRE2_SPTR)text.data(), text.size(), offset, PCRE2_NO_UTF_CHECK,
                          state.data, state.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
+    if (limited_ && (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_JIT_STACKLIMIT))
+      custom_pattern_spent(offset, "match limit");
     if (rc < 0) {
       PCRE2_UCHAR msg[256];
       pcre2_get_error_message(rc, msg, sizeof msg);
       fail("splitting text failed at byte %zu: %s", offset, (const char*)msg);
     }
+    if (limited_ && n % 64 == 0 &&
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > budget)
+      custom_pattern_spent(offset, "time budget");
     PCRE2_SIZE* ov = pcre2_get_ovector_pointer(state.data);
     if (ov[1] == ov[0]) {  // an empty match cannot happen with these patterns; never loop on one
       offset = ov[1] + 1;

@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <climits>
 #include <fstream>
+#include <sstream>
 
+#include "nanochat/checkpoint/regular_file.h"
 #include "nanochat/common/atomic_file.h"
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"
@@ -14,6 +16,8 @@ namespace nanochat {
 
 // how far past the ranks a special-token id may be (o200k's <|endofprompt|> is 21 past them)
 static const int64_t kMaxSpecialIdGap = 4096;
+// a rank file of 2^20 tokens of ~16 bytes is ~32 MB of base64 (o200k's is 3.6 MB)
+static const int64_t kMaxRankFileBytes = 64 << 20;
 
 static const char kB64[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
@@ -60,8 +64,7 @@ std::string base64_decode(std::string_view in) {
 }
 
 std::vector<std::string> tiktoken_ranks_read(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) fail("cannot read tokenizer ranks %s", file.c_str());
+  std::istringstream in(read_regular_file(file, kMaxRankFileBytes));
   std::vector<std::string> ranks;
   std::string line;
   for (size_t lineno = 1; std::getline(in, line); lineno++) {
@@ -109,8 +112,7 @@ Tokenizer tokenizer_load(const std::string& dir) {
     fail("no tokenizer at %s; train one with `nanochat tok-train`", dir.c_str());
   nlohmann::json meta;
   try {
-    std::ifstream in(json_path);
-    meta = nlohmann::json::parse(in);
+    meta = nlohmann::json::parse(read_regular_file(json_path));
     std::vector<std::string> ranks = tiktoken_ranks_read(dir + "/tokenizer.tiktoken");
     // special ids come right after the ranks, maybe past a small gap (cl100k's, o200k's): the
     // Tokenizer allocates an entry per id up to the largest, so an id is checked against the

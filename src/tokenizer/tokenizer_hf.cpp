@@ -1,23 +1,26 @@
-// defines: tokenizer_load_hf_json, tokenizer_hf_json
+// defines: tokenizer_read_hf_json, HfTokenizer::identity, tokenizer_load_hf_json, tokenizer_hf_json
 // Hugging Face's tokenizer.json (the `tokenizers` library) in and out, for a byte-level BPE only.
-// Its vocab spells bytes with GPT-2's byte-to-character table; its ids become our ranks as they
-// are. tiktoken merges by the rank of the merged bytes, HF by the rank of the merge rule; the two
-// agree when merge i creates a token whose id grows with i, which is checked, so an imported
-// tokenizer gives the library's ids (tests/test_tokenizer_hf.cpp checks it on a few MB of text).
+// Its vocab spells bytes with GPT-2's byte-to-character table. tiktoken merges by the rank of
+// the merged bytes, HF by the rank of the merge rule: so our ranks follow the merges (the bytes,
+// then each token in the order of the first merge making it), whatever ids the file gives them,
+// and the specials come after, in the file's order. The file's id of each of ours is kept
+// (HfTokenizer::file_ids): the import permutes the model's vocab rows with it. Then an imported
+// tokenizer gives the library's ids through that table (tests/test_tokenizer_hf.cpp checks it on
+// a few MB of text, also for BpeTrainer's layout with the specials at ids 0..8).
 #include <algorithm>
 #include <climits>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <unordered_map>
 
+#include "nanochat/checkpoint/regular_file.h"
 #include "nanochat/common/error.h"
 #include "nanochat/tokenizer/hf_json.h"
 
 namespace nanochat {
 namespace {
 
-// the regex of the ByteLevel pre-tokenizer (use_regex: true), GPT-2's as the tokenizers library spells it
-const char* const kByteLevelRegex = R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 // GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for U+0100 onwards
 const std::vector<uint32_t>& byte_to_codepoint() {
@@ -97,7 +100,7 @@ std::string split_pattern(const nlohmann::json& pre, const std::string& path) {
     bool regex = r.is_null() || r.get<bool>();  // the library's default is true
     return regex == want_regex;
   };
-  if (byte_level(pre, true)) return kByteLevelRegex;
+  if (byte_level(pre, true)) return kPatternGpt2ByteLevel;
   if (field(pre, "type") == "Sequence") {
     const nlohmann::json& parts = field(pre, "pretokenizers");
     if (parts.is_array() && parts.size() == 2 && field(parts[0], "type") == "Split" && byte_level(parts[1], false)) {
@@ -109,7 +112,7 @@ std::string split_pattern(const nlohmann::json& pre, const std::string& path) {
              field(split, "behavior").dump().c_str(), field(split, "invert").dump().c_str());
       return regex.get<std::string>();
     }
-    if (parts.is_array() && parts.size() == 1 && byte_level(parts[0], true)) return kByteLevelRegex;
+    if (parts.is_array() && parts.size() == 1 && byte_level(parts[0], true)) return kPatternGpt2ByteLevel;
   }
   fail("%s: pre_tokenizer %.200s is not supported (a ByteLevel with its regex, or a Split regex then ByteLevel)",
        path.c_str(), pre.dump().c_str());
@@ -136,16 +139,15 @@ std::vector<std::string> merge_below(const std::string& bytes, const std::unorde
 
 }  // namespace
 
-Tokenizer tokenizer_load_hf_json(const std::string& path) {
+namespace {
+
+nlohmann::json read_tokenizer_json(const std::string& path) {
+  const std::string text = read_regular_file(path);  // Error for a FIFO, device, directory or > 16 MB
   nlohmann::json j;
-  {
-    std::ifstream in(path, std::ios::binary);
-    if (!in) fail("cannot read %s", path.c_str());
-    try {
-      j = nlohmann::json::parse(in);
-    } catch (const nlohmann::json::exception& e) {
-      fail("%s is not valid JSON: %s", path.c_str(), e.what());
-    }
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::exception& e) {
+    fail("%s is not valid JSON: %s", path.c_str(), e.what());
   }
   if (!j.is_object()) fail("%s: expected a JSON object (a tokenizers library tokenizer.json)", path.c_str());
   if (!field(j, "normalizer").is_null())
@@ -158,36 +160,46 @@ Tokenizer tokenizer_load_hf_json(const std::string& path) {
   if (!is_false_or_null(field(model, "byte_fallback"))) fail("%s: model.byte_fallback is not supported", path.c_str());
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
     if (!is_empty_or_null(field(model, key))) fail("%s: model.%s is not supported", path.c_str(), key);
-  const std::string pattern = split_pattern(field(j, "pre_tokenizer"), path);
+  return j;
+}
 
-  // the added tokens: special ones after the ranks
-  std::vector<std::pair<std::string, int32_t>> specials;
-  std::unordered_map<int64_t, std::string> added_by_id;
-  const nlohmann::json& added = field(j, "added_tokens");
-  if (!added.is_null() && !added.is_array()) fail("%s: added_tokens is not a list", path.c_str());
-  for (const auto& a : added.is_array() ? added : nlohmann::json::array()) {
+// the added tokens (all special), by the file's id
+std::map<int64_t, std::string> read_added_tokens(const nlohmann::json& j, const std::string& path) {
+  std::map<int64_t, std::string> added;
+  const nlohmann::json& list = field(j, "added_tokens");
+  if (!list.is_null() && !list.is_array()) fail("%s: added_tokens is not a list", path.c_str());
+  for (const auto& a : list.is_array() ? list : nlohmann::json::array()) {
     const nlohmann::json &content = field(a, "content"), &id = field(a, "id");
-    if (!content.is_string() || !id.is_number_integer())
+    if (!content.is_string() || !id.is_number_integer() || id.get<int64_t>() < 0)
       fail("%s: an added token without a string content and an integer id: %.100s", path.c_str(), a.dump().c_str());
     if (field(a, "special") != true)
       fail("%s: added token %s is not special; only special added tokens are supported", path.c_str(),
            content.dump().c_str());
-    specials.emplace_back(content.get<std::string>(), (int32_t)id.get<int64_t>());
-    added_by_id[id.get<int64_t>()] = content.get<std::string>();
+    if (!added.emplace(id.get<int64_t>(), content.get<std::string>()).second)
+      fail("%s: two added tokens have id %lld", path.c_str(), (long long)id.get<int64_t>());
   }
+  return added;
+}
 
-  // the vocab: ids 0..n-1 without gaps (an added token may be listed there too)
-  const nlohmann::json& vocab = field(model, "vocab");
+// the vocab's bytes by the file's id ("" for an added token's id); every id from 0 to the
+// last is a vocab or an added token, so that the model's rows and the ids agree one to one
+std::vector<std::string> read_vocab(const nlohmann::json& vocab, const std::map<int64_t, std::string>& added,
+                                    const std::string& path) {
   if (!vocab.is_object()) fail("%s: model.vocab is not an object {token: id}", path.c_str());
-  std::vector<std::string> ranks;
-  std::vector<bool> have;
+  const int64_t n = (int64_t)vocab.size() + (int64_t)added.size();
+  std::vector<std::string> bytes_of((size_t)n);
+  std::vector<bool> have((size_t)n, false);
+  for (auto& [id, name] : added) {
+    if (id >= n) fail("%s: added token %s has id %lld, outside the %lld tokens", path.c_str(), name.c_str(), (long long)id, (long long)n);
+    have[id] = true;
+  }
   for (auto& [token, id_json] : vocab.items()) {
-    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 || id_json.get<int64_t>() >= (int64_t)vocab.size() + (int64_t)added_by_id.size())
+    if (!id_json.is_number_integer() || id_json.get<int64_t>() < 0 || id_json.get<int64_t>() >= n)
       fail("%s: vocab token %s has id %s, outside the vocabulary", path.c_str(), nlohmann::json(token).dump().c_str(),
            id_json.dump().c_str());
     const int64_t id = id_json.get<int64_t>();
-    auto a = added_by_id.find(id);
-    if (a != added_by_id.end()) {
+    auto a = added.find(id);
+    if (a != added.end()) {
       if (a->second != token)
         fail("%s: id %lld is vocab token %s and added token %s", path.c_str(), (long long)id,
              nlohmann::json(token).dump().c_str(), nlohmann::json(a->second).dump().c_str());
@@ -197,29 +209,35 @@ Tokenizer tokenizer_load_hf_json(const std::string& path) {
     if (!hf_to_bytes(token, bytes) || bytes.empty())
       fail("%s: vocab token %s is not byte-level (a character outside GPT-2's byte table)", path.c_str(),
            nlohmann::json(token).dump().c_str());
-    if ((size_t)id >= ranks.size()) ranks.resize((size_t)id + 1), have.resize((size_t)id + 1, false);
     if (have[id]) fail("%s: two vocab tokens have id %lld", path.c_str(), (long long)id);
-    ranks[id] = bytes;
+    bytes_of[id] = bytes;
     have[id] = true;
   }
-  for (size_t i = 0; i < ranks.size(); i++)
-    if (!have[i]) fail("%s: no vocab token has id %zu (ids must be 0, 1, 2, ... before the added tokens)", path.c_str(), i);
-  for (auto& [name, id] : specials)
-    if (id < (int32_t)ranks.size())
-      fail("%s: special token %s has id %d among the vocab's %zu ids; only specials after the vocab are supported",
-           path.c_str(), name.c_str(), id, ranks.size());
-  std::unordered_map<std::string, int32_t> rank_of;
-  for (size_t i = 0; i < ranks.size(); i++)
-    if (!rank_of.emplace(ranks[i], (int32_t)i).second)
+  size_t last = have.size();
+  while (last > 0 && !have[last - 1]) last--;  // the ids an added token listed in the vocab too left free
+  for (size_t i = 0; i < last; i++)
+    if (!have[i]) fail("%s: no vocab or added token has id %zu (the ids must have no gaps)", path.c_str(), i);
+  bytes_of.resize(last);
+  return bytes_of;
+}
+
+// the file's ids of the vocab in our rank order: the single bytes, then each token in the
+// order of the first merge that makes it (the merge priority tiktoken's rule then follows),
+// then any token no merge makes, by id
+std::vector<int64_t> rank_order(const nlohmann::json& merges, const std::vector<std::string>& bytes_of,
+                                const std::map<int64_t, std::string>& added, const std::string& path) {
+  std::unordered_map<std::string, int64_t> id_of;
+  for (size_t i = 0; i < bytes_of.size(); i++)
+    if (!added.count((int64_t)i) && !id_of.emplace(bytes_of[i], (int64_t)i).second)
       fail("%s: two vocab tokens spell the same bytes (id %zu)", path.c_str(), i);
   for (int b = 0; b < 256; b++)
-    if (!rank_of.count(std::string(1, (char)b)))
+    if (!id_of.count(std::string(1, (char)b)))
       fail("%s: the vocab has no token for byte 0x%02x (every byte needs one)", path.c_str(), b);
-
-  // the merges: merge i must create a token whose id grows with i (tiktoken's order)
-  const nlohmann::json& merges = field(model, "merges");
+  std::vector<int64_t> order;
+  std::vector<bool> ranked(bytes_of.size(), false);
+  for (size_t i = 0; i < bytes_of.size(); i++)
+    if (!added.count((int64_t)i) && bytes_of[i].size() == 1) order.push_back((int64_t)i), ranked[i] = true;
   if (!merges.is_array()) fail("%s: model.merges is not a list", path.c_str());
-  int32_t last = -1;
   for (size_t i = 0; i < merges.size(); i++) {
     const nlohmann::json& m = merges[i];
     std::string left, right;
@@ -234,28 +252,61 @@ Tokenizer tokenizer_load_hf_json(const std::string& path) {
       fail("%s: merge %zu is not a pair of tokens", path.c_str(), i);
     }
     std::string lb, rb;
-    if (!hf_to_bytes(left, lb) || !hf_to_bytes(right, rb) || !rank_of.count(lb) || !rank_of.count(rb))
+    if (!hf_to_bytes(left, lb) || !hf_to_bytes(right, rb) || !id_of.count(lb) || !id_of.count(rb))
       fail("%s: merge %zu (%s %s) names a token not in the vocab", path.c_str(), i, left.c_str(), right.c_str());
-    auto merged = rank_of.find(lb + rb);
-    if (merged == rank_of.end())
+    auto merged = id_of.find(lb + rb);
+    if (merged == id_of.end())
       fail("%s: merge %zu (%s %s) makes a token not in the vocab", path.c_str(), i, left.c_str(), right.c_str());
-    if (merged->second <= last)
-      fail("%s: merge %zu (%s %s) makes id %d after id %d: merges out of id order cannot be represented exactly",
-           path.c_str(), i, left.c_str(), right.c_str(), merged->second, last);
-    last = merged->second;
+    if (!ranked[merged->second]) order.push_back(merged->second), ranked[merged->second] = true;
   }
+  for (size_t i = 0; i < bytes_of.size(); i++)
+    if (!added.count((int64_t)i) && !ranked[i]) order.push_back((int64_t)i);
+  return order;
+}
 
-  std::sort(specials.begin(), specials.end(), [](auto& a, auto& b) { return a.second < b.second; });
+}  // namespace
+
+HfTokenizer tokenizer_read_hf_json(const std::string& path, bool allow_custom_regex) {
+  const nlohmann::json j = read_tokenizer_json(path);
+  const std::string pattern = split_pattern(field(j, "pre_tokenizer"), path);
+  if (!pattern_is_known(pattern) && !allow_custom_regex)
+    fail("%s: the pre-tokenizer's regex %.200s is not one of the known ones (GPT-2's, cl100k's, o200k's, "
+         "nanochat's); pass --allow-custom-regex to run it under PCRE2 match limits and a per-text time budget",
+         path.c_str(), nlohmann::json(pattern).dump().c_str());
+  const std::map<int64_t, std::string> added = read_added_tokens(j, path);
+  const std::vector<std::string> bytes_of = read_vocab(field(field(j, "model"), "vocab"), added, path);
+  const std::vector<int64_t> order = rank_order(field(field(j, "model"), "merges"), bytes_of, added, path);
+
+  // ours: the ranks, then the specials in the file's id order
+  std::vector<std::string> ranks;
+  std::vector<int32_t> file_ids;
+  for (int64_t id : order) ranks.push_back(bytes_of[id]), file_ids.push_back((int32_t)id);
+  std::vector<std::pair<std::string, int32_t>> specials;
+  for (auto& [id, name] : added) {
+    if (id >= (int64_t)bytes_of.size()) continue;  // cannot happen: read_vocab kept every added id
+    specials.emplace_back(name, (int32_t)file_ids.size());
+    file_ids.push_back((int32_t)id);
+  }
   std::string bos;
   for (const char* name : {"<|bos|>", "<|endoftext|>"})
     for (auto& [n, id] : specials)
       if (bos.empty() && n == name) bos = n;
   if (bos.empty()) fail("%s: no <|bos|> or <|endoftext|> special token to begin documents with", path.c_str());
   try {
-    return Tokenizer(std::move(ranks), pattern, std::move(specials), bos);
+    return HfTokenizer{Tokenizer(std::move(ranks), pattern, std::move(specials), bos), std::move(file_ids)};
   } catch (const Error& e) {
     fail("%s: %s", path.c_str(), e.what());
   }
+}
+
+bool HfTokenizer::identity() const {
+  for (size_t i = 0; i < file_ids.size(); i++)
+    if (file_ids[i] != (int32_t)i) return false;
+  return true;
+}
+
+Tokenizer tokenizer_load_hf_json(const std::string& path, bool allow_custom_regex) {
+  return tokenizer_read_hf_json(path, allow_custom_regex).tok;
 }
 
 std::string tokenizer_hf_json(const Tokenizer& tok) {

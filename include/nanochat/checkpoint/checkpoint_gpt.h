@@ -1,6 +1,6 @@
 // defines: LoadedGPT, checkpoint_gpt_embedding_dtype, checkpoint_gpt_tensor_specs,
 //          checkpoint_gpt_prepare, checkpoint_load_into_gpt, checkpoint_load_gpt,
-//          checkpoint_read_gpt_config, checkpoint_gpt_tensors, checkpoint_resume_gpt, ExportResult, checkpoint_export, ImportOptions,
+//          checkpoint_read_gpt_config, checkpoint_check_config_limits, checkpoint_check_config_tensors, checkpoint_gpt_tensors, checkpoint_resume_gpt, ExportResult, checkpoint_export, ImportOptions,
 //          ImportResult, checkpoint_import, checkpoint_hf_config, checkpoint_import_hf, checkpoint_export_hf
 // The bridge between the checkpoint module (named tensors + JSON) and the gpt module:
 // upstream checkpoint_manager.py's build_model, steps 1-7. A checkpoint from anywhere (ours, or upstream's .pt converted by
@@ -40,8 +40,17 @@ void checkpoint_gpt_prepare(NamedTensors& tensors, const GPTConfig& config, cons
 // gpt_init_weights leaves them. Nothing is written into the model on any error.
 void checkpoint_load_into_gpt(GPT& model, NamedTensors tensors, const std::string& where);
 
-// meta["model_config"] with step 4's patch, as a validated GPTConfig; Error naming `where`
+// meta["model_config"] with step 4's patch, as a validated GPTConfig within
+// checkpoint_check_config_limits; Error naming `where`
 GPTConfig checkpoint_read_gpt_config(nlohmann::ordered_json& meta, const std::string& where);
+
+// a config's numbers against sane limits (layers, widths, heads, vocab, context): checked
+// before any shape is built from them, so a hostile config costs no memory. Error naming `where`.
+void checkpoint_check_config_limits(const GPTConfig& c, const std::string& where);
+// the config against the tensors present, before a model is built: as many blocks as n_layer
+// (transformer.h.<i>.*, i < n_layer, each present) and a wte of (vocab, padded vocab) x n_embd.
+// Error naming `where`.
+void checkpoint_check_config_tensors(const GPTConfig& c, const NamedTensors& tensors, const std::string& where);
 
 struct LoadedGPT {
   GPT model{nullptr};
@@ -92,6 +101,7 @@ struct ImportOptions {
   std::string tokenizer_file;   // "": DIR/tokenizer.tiktoken if present
   int64_t step = -1;            // < 0: every step in DIR
   bool force = false;           // overwrite existing steps / a different $BASE/tokenizer
+  bool allow_custom_regex = false;  // a tokenizer.json whose split regex is not a known one
 };
 struct ImportResult {
   std::string dir;
