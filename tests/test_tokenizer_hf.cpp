@@ -13,7 +13,6 @@
 
 #include "hf_fixtures.h"
 #include "nanochat/common/error.h"
-#include "nanochat/server.h"
 #include "nanochat/tokenizer/hf_json.h"
 
 using namespace nanochat;
@@ -104,8 +103,7 @@ TEST(TokenizerHf, UnknownRegexNeedsTheFlagAndRunsBounded) {
   try {
     tok.encode(hostile);
     ADD_FAILURE() << "the catastrophic pattern finished its 8,000 characters";
-  } catch (const ServerError& e) {
-    EXPECT_EQ(e.status, 400);
+  } catch (const Error& e) {  // chat-web answers 400 for an Error while tokenizing (routes.cpp)
     EXPECT_NE(std::string(e.what()).find("custom split pattern"), std::string::npos) << e.what();
   }
   double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

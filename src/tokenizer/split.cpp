@@ -6,7 +6,6 @@
 #include <chrono>
 
 #include "nanochat/common/error.h"
-#include "nanochat/server.h"  // ServerError: a custom pattern's spent budget is the request's fault (400)
 #include "nanochat/tokenizer.h"
 
 namespace nanochat {
@@ -184,13 +183,14 @@ struct MatchState {
 // A pattern that is not one of the known ones may backtrack exponentially ((?:a?){18}a{18}b
 // costs 34 s on 8,000 characters): each match is held to a PCRE2 match limit (the
 // interpreter's depth too; JIT has a fixed stack), and a text to a time budget of 50 ms plus
-// 2 us a byte (the known patterns split ~50 MB/s). Spent: ServerError 400 (chat-web's request error).
+// 2 us a byte (the known patterns split ~50 MB/s). Spent: an Error (chat-web
+// answers 400 for an Error thrown while tokenizing a prompt).
 constexpr uint32_t kCustomMatchLimit = 100000, kCustomDepthLimit = 1000;
 constexpr double kCustomBudgetSeconds = 0.05, kCustomBudgetPerByte = 2e-6;
 
 [[noreturn]] static void custom_pattern_spent(size_t offset, const char* what) {
-  throw ServerError(400, strprintf("the tokenizer's custom split pattern (accepted with --allow-custom-regex) spent "
-                                   "its %s at byte %zu of this text", what, offset));
+  fail("the tokenizer's custom split pattern (accepted with --allow-custom-regex) spent its %s at byte %zu of "
+       "this text", what, offset);
 }
 
 void Splitter::split(std::string_view text, std::vector<std::string_view>& pieces) const {
