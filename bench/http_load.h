@@ -32,8 +32,11 @@ inline bool bench_stream_chat(int port, const std::string& body, StreamSample& s
   const bench_clock::time_point t0 = bench_clock::now();
   const int fd = raw_connect(port);
   if (fd < 0) return false;
-  raw_send(fd, "POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
-               "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  raw_send(
+      fd,
+      "POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\n"
+      "Content-Length: " +
+          std::to_string(body.size()) + "\r\n\r\n" + body);
   std::string got;
   char buf[8192];
   size_t scanned = 0;

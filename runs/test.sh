@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=runs/apt_packages.sh
 source runs/apt_packages.sh
-apt_install test 1 libgtest-dev                 # the test binaries
+apt_install test 1 libgtest-dev clang-format    # the test binaries; the format check
 apt_install test 0 chromium wamerican           # the browser tests; SpellingBee's word list offline
 NANOCHAT_CMAKE_ARGS="-DNANOCHAT_WERROR=ON ${NANOCHAT_CMAKE_ARGS:-}" NANOCHAT_BUILD_TARGETS=all bash runs/setup.sh
 if .venv/bin/python - <<'PY' 2>/dev/null

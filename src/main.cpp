@@ -69,8 +69,7 @@ int main(int argc, char** argv) {
     return 2;
   } catch (const c10::Error& e) {
     // LibTorch errors carry a C++ backtrace; show it only when asked
-    std::fprintf(stderr, "error: %s\n",
-                 log_debug_enabled() ? e.what() : one_line(e.what_without_backtrace()).c_str());
+    std::fprintf(stderr, "error: %s\n", log_debug_enabled() ? e.what() : one_line(e.what_without_backtrace()).c_str());
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: %s\n", one_line(e.what()).c_str());

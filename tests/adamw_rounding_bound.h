@@ -31,7 +31,9 @@ struct AdamWRoundingBound {
   double store_u = 0;     // unit roundoff of the stored dtype beyond fp32 (bf16: 2^-8)
 
   explicit AdamWRoundingBound(int64_t n, torch::ScalarType dtype)
-      : p(torch::zeros({n}, torch::kDouble)), m(torch::zeros({n}, torch::kDouble)), v(torch::zeros({n}, torch::kDouble)),
+      : p(torch::zeros({n}, torch::kDouble)),
+        m(torch::zeros({n}, torch::kDouble)),
+        v(torch::zeros({n}, torch::kDouble)),
         store_u(dtype == torch::kBFloat16 ? std::ldexp(1.0, -8) : 0.0) {}
 };
 
@@ -50,7 +52,8 @@ inline void adamw_bound_step(AdamWRoundingBound& b, const torch::Tensor& p0, con
                       V1 = d64(v1), G2 = G * G;
 
   const torch::Tensor dm = b.m * (double)b1 + 2 * ulp * (2 * (G - M0).abs() + M1.abs()) + 2 * b.store_u * M1.abs();
-  const torch::Tensor dv = b.v * (double)b2 + 2 * ulp * (G2 + 2 * (G2 - V0).abs() + V1.abs()) + 2 * b.store_u * V1.abs();
+  const torch::Tensor dv = b.v * (double)b2 + 2 * ulp * (G2 + 2 * (G2 - V0).abs() + V1.abs()) +
+                           2 * b.store_u * V1.abs();
 
   const torch::Tensor q = V1 / bias2, sq = q.sqrt(), dq = dv / bias2;
   const torch::Tensor d = sq + (double)(float)eps;
@@ -68,7 +71,8 @@ inline void adamw_bound_step(AdamWRoundingBound& b, const torch::Tensor& p0, con
 // element with its bound
 inline std::string beyond_bound(const torch::Tensor& got, const torch::Tensor& want, const torch::Tensor& bound) {
   const torch::Tensor diff = (got.detach().to(torch::kCPU, torch::kDouble).reshape({-1}) -
-                              want.detach().to(torch::kCPU, torch::kDouble).reshape({-1})).abs();
+                              want.detach().to(torch::kCPU, torch::kDouble).reshape({-1}))
+                                 .abs();
   const int64_t n_out = (diff > bound).sum().item<int64_t>();
   if (n_out == 0) return "";
   const int64_t worst = (diff - bound).argmax().item<int64_t>();

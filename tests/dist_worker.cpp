@@ -196,19 +196,25 @@ int main(int argc, char** argv) {
 
   // tensors the group cannot take (wrong device type, wrong dtype): one clear line, nothing
   // sent, so every rank refuses alone and the group carries on below
-  const std::string takes = "but the process group (Gloo) takes cpu tensors of float32, float64, float16, "
-                            "bfloat16, int8, uint8, int32, int64, bool";
+  const std::string takes =
+      "but the process group (Gloo) takes cpu tensors of float32, float64, float16, "
+      "bfloat16, int8, uint8, int32, int64, bool";
   auto on_meta = torch::ones({4}, f32.device(torch::kMeta));
-  expect_refused("all_reduce of a meta tensor", [&] { d.all_reduce(on_meta, ReduceOp::SUM); },
-                 "dist all_reduce: its input tensor is float32 on meta, " + takes);
-  expect_refused("reduce_scatter of int16", [&] { d.reduce_scatter(torch::ones({4}, torch::kInt16), ReduceOp::SUM); },
-                 "dist reduce_scatter: its input tensor is int16 on cpu, " + takes);
-  expect_refused("all_gather of float8", [&] { d.all_gather(torch::ones({1}).to(c10::ScalarType::Float8_e4m3fn), W); },
-                 "dist all_gather: its shard tensor is Float8_e4m3fn on cpu, " + takes);
-  expect_refused("broadcast of a meta tensor", [&] { d.broadcast(on_meta, 0); },
-                 "dist broadcast: its input tensor is float32 on meta, " + takes);
-  expect_refused("all_reduce of nothing", [&] { d.all_reduce(torch::Tensor(), ReduceOp::SUM); },
-                 "dist all_reduce: its input tensor is undefined");
+  expect_refused(
+      "all_reduce of a meta tensor", [&] { d.all_reduce(on_meta, ReduceOp::SUM); },
+      "dist all_reduce: its input tensor is float32 on meta, " + takes);
+  expect_refused(
+      "reduce_scatter of int16", [&] { d.reduce_scatter(torch::ones({4}, torch::kInt16), ReduceOp::SUM); },
+      "dist reduce_scatter: its input tensor is int16 on cpu, " + takes);
+  expect_refused(
+      "all_gather of float8", [&] { d.all_gather(torch::ones({1}).to(c10::ScalarType::Float8_e4m3fn), W); },
+      "dist all_gather: its shard tensor is Float8_e4m3fn on cpu, " + takes);
+  expect_refused(
+      "broadcast of a meta tensor", [&] { d.broadcast(on_meta, 0); },
+      "dist broadcast: its input tensor is float32 on meta, " + takes);
+  expect_refused(
+      "all_reduce of nothing", [&] { d.all_reduce(torch::Tensor(), ReduceOp::SUM); },
+      "dist all_reduce: its input tensor is undefined");
 
   // two collectives in flight at once, waited in reverse order
   auto a = torch::full({5}, (float)(r + 1)), z = torch::full({4}, (float)(2 * r));

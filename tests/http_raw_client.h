@@ -1,6 +1,6 @@
-// defines: RawResponse, raw_connect, raw_connect_from, raw_http, raw_send, dechunk, SseEvent, sse_parse_strict,
-//          wait_until_healthy, attacker_address, Slowloris, ConnectionFlood,
-//          Legit, legit_traffic
+// defines: RawResponse, raw_connect, raw_connect_from, raw_http, raw_send, dechunk, sse_parse_strict,
+//          wait_until_healthy, attacker_address, Slowloris, ConnectionFlood, Legit, legit_traffic, raw_read_all,
+//          raw_read_response, parse_response
 // A deliberately small HTTP/1.1 client on plain sockets, for server tests that must see the
 // bytes: chunked framing checked strictly, SSE events parsed strictly (every event exactly
 // "data: <payload>\n\n"), raw garbage sent on purpose, connections dropped mid-stream.
@@ -98,8 +98,7 @@ inline std::string raw_read_response(int fd, int timeout_ms = 5000) {
     size_t head_end = out.find("\r\n\r\n");
     if (head_end != std::string::npos) {
       size_t cl = out.find("Content-Length: ");
-      if (cl != std::string::npos && cl < head_end &&
-          out.size() >= head_end + 4 + std::stoul(out.substr(cl + 16)))
+      if (cl != std::string::npos && cl < head_end && out.size() >= head_end + 4 + std::stoul(out.substr(cl + 16)))
         return out;
     }
     pollfd p{fd, POLLIN, 0};
@@ -128,7 +127,8 @@ inline std::string dechunk(const std::string& s) {
       if (pos + 2 != s.size()) throw std::runtime_error("chunked: bytes after the last chunk");
       return out;
     }
-    if (pos + n + 2 > s.size() || s.compare(pos + n, 2, "\r\n") != 0) throw std::runtime_error("chunked: truncated chunk");
+    if (pos + n + 2 > s.size() || s.compare(pos + n, 2, "\r\n") != 0)
+      throw std::runtime_error("chunked: truncated chunk");
     out.append(s, pos, n);
     pos += n + 2;
   }
@@ -185,7 +185,8 @@ inline std::vector<std::string> sse_parse_strict(const std::string& body) {
   std::vector<std::string> events;
   size_t pos = 0;
   while (pos < body.size()) {
-    if (body.compare(pos, 6, "data: ") != 0) throw std::runtime_error("SSE: event does not start with 'data: ' at " + std::to_string(pos));
+    if (body.compare(pos, 6, "data: ") != 0)
+      throw std::runtime_error("SSE: event does not start with 'data: ' at " + std::to_string(pos));
     size_t end = body.find("\n\n", pos);
     if (end == std::string::npos) throw std::runtime_error("SSE: unterminated event");
     std::string payload = body.substr(pos + 6, end - pos - 6);
@@ -261,7 +262,8 @@ class ConnectionFlood {
       }
       opened = (int)conn.size();
       const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
-      while (running_ && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      while (running_ && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
       for (int fd : conn) close(fd);
     });
   }
@@ -311,4 +313,3 @@ inline Legit legit_traffic(int port, double seconds, const std::string& chat_bod
   }
   return l;
 }
-

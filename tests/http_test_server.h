@@ -41,21 +41,23 @@ class TestServer {
   }
 
   int port() const { return port_; }
-  std::string url(const std::string& path = "") const { return scheme_ + "://127.0.0.1:" + std::to_string(port_) + path; }
+  std::string url(const std::string& path = "") const {
+    return scheme_ + "://127.0.0.1:" + std::to_string(port_) + path;
+  }
 
   // what the server does, set before requests arrive
   std::map<std::string, std::string> files;  // path -> body
   std::atomic<int> fail_500{0};              // answer 500 this many times
   std::atomic<int> drops{0};                 // this many times, close the connection at drop_at
   long long drop_at = 0;
-  std::atomic<int> redirects{0};             // this many times, 302 to redirect_base + path
+  std::atomic<int> redirects{0};  // this many times, 302 to redirect_base + path
   std::string redirect_base;
-  int chunk_sleep_ms = 0;                    // pause per 16 KiB chunk (slow server)
-  std::atomic<bool> hold{false};             // bodies wait while set (at most 20 s)
-  bool ignore_range = false;                 // answer every request 200 with the whole file
-  std::string etag = "\"v1\"";               // the files' validators ("": header not sent);
-  std::string last_modified;                 // change them (with the files) between downloads
-  bool chunked = false;                      // bodies without Content-Length (chunked encoding)
+  int chunk_sleep_ms = 0;         // pause per 16 KiB chunk (slow server)
+  std::atomic<bool> hold{false};  // bodies wait while set (at most 20 s)
+  bool ignore_range = false;      // answer every request 200 with the whole file
+  std::string etag = "\"v1\"";    // the files' validators ("": header not sent);
+  std::string last_modified;      // change them (with the files) between downloads
+  bool chunked = false;           // bodies without Content-Length (chunked encoding)
 
   std::vector<Request> requests() {
     std::lock_guard<std::mutex> g(mutex_);

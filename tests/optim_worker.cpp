@@ -108,8 +108,7 @@ static std::unique_ptr<at::ObserverContext> on_op_start(const at::RecordFunction
   if (name == "aten::copy_" && inputs[0].isTensor() && is_param(inputs[0].toTensor())) counted.copies++;
   if (name == "aten::_foreach_copy_" && inputs[0].isTensorList()) {
     bool all = true;
-    for (size_t i = 0; i < inputs[0].toTensorList().size(); i++)
-      all &= is_param(inputs[0].toTensorList().get(i));
+    for (size_t i = 0; i < inputs[0].toTensorList().size(); i++) all &= is_param(inputs[0].toTensorList().get(i));
     if (all) counted.foreach_copies++;
   }
   return nullptr;
@@ -204,7 +203,8 @@ int main(int argc, char** argv) {
     }
   // the sharded moments of the (6, 256) param hold this rank's rows only
   if (saved[0].first != "state.0.exp_avg" || saved[0].second.size(0) != 6 / d.world_size()) {
-    std::fprintf(stderr, "FAIL rank %d: %s has %ld rows\n", d.rank(), saved[0].first.c_str(), (long)saved[0].second.size(0));
+    std::fprintf(stderr, "FAIL rank %d: %s has %ld rows\n", d.rank(), saved[0].first.c_str(),
+                 (long)saved[0].second.size(0));
     failures++;
   }
 
@@ -215,7 +215,8 @@ int main(int argc, char** argv) {
     bad.params = {torch::zeros({5, 300})};
     try {
       MuonAdamW oops({bad}, &d);
-      std::fprintf(stderr, "FAIL rank %d: a (5, 300) AdamW param was accepted over %d ranks\n", d.rank(), d.world_size());
+      std::fprintf(stderr, "FAIL rank %d: a (5, 300) AdamW param was accepted over %d ranks\n", d.rank(),
+                   d.world_size());
       failures++;
     } catch (const Error& e) {
       if (std::string(e.what()).find("multiple of the world size") == std::string::npos) {

@@ -35,8 +35,8 @@
 inline nanochat::Tokenizer tiny_chat_tokenizer() {
   using namespace nanochat;
   std::vector<std::string> texts;
-  const char* words[] = {"hello", "world", "the", "model", "talks", "about", "numbers", "and", "cats",
-                         "what", "is", "two", "plus", "three", "a", "small", "chat", "in", "C++"};
+  const char* words[] = {"hello", "world", "the",  "model", "talks", "about", "numbers", "and", "cats", "what",
+                         "is",    "two",   "plus", "three", "a",     "small", "chat",    "in",  "C++"};
   for (int i = 0; i < 400; i++) {
     std::string s;
     for (int w = 0; w < 8; w++) s += std::string(w ? " " : "") + words[(i * 7 + w * 3 + i / 5) % 19];
@@ -94,7 +94,8 @@ inline std::string tiny_chat_base_dir() {
 
 // upstream's render_for_completion by hand: <|bos|> (<|user_start|> u <|user_end|>
 // <|assistant_start|> a <|assistant_end|>)* ... <|assistant_start|>
-inline std::vector<int64_t> tiny_chat_prompt_by_hand(const nanochat::Tokenizer& tok, const std::vector<std::string>& turns) {
+inline std::vector<int64_t> tiny_chat_prompt_by_hand(const nanochat::Tokenizer& tok,
+                                                     const std::vector<std::string>& turns) {
   std::vector<int64_t> ids = {tok.special_id("<|bos|>")};
   for (size_t i = 0; i < turns.size(); i++) {
     bool user = i % 2 == 0;
@@ -108,9 +109,9 @@ inline std::vector<int64_t> tiny_chat_prompt_by_hand(const nanochat::Tokenizer& 
 
 struct GreedyReference {
   std::string text;
-  int64_t tokens;                // generated, the stop token included
-  bool stopped;                  // hit <|assistant_end|>/<|bos|> within the budget
-  std::vector<int64_t> kept;     // the generated ids before the stop token
+  int64_t tokens;             // generated, the stop token included
+  bool stopped;               // hit <|assistant_end|>/<|bos|> within the budget
+  std::vector<int64_t> kept;  // the generated ids before the stop token
 };
 // greedy with the naive loop (GPT.generate, no KV cache), cut at the first stop token
 inline GreedyReference tiny_chat_greedy_reference(nanochat::GPT& model, const nanochat::Tokenizer& tok,
@@ -140,7 +141,8 @@ class ServerProcess {
     // everything the child needs is built before fork (only async-signal-safe calls after it)
     std::vector<std::string> env = {"NANOCHAT_BASE_DIR=" + base, "OMP_NUM_THREADS=1"};
     for (char** e = environ; *e; e++)
-      if (std::strncmp(*e, "NANOCHAT_BASE_DIR=", 18) != 0 && std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0) env.push_back(*e);
+      if (std::strncmp(*e, "NANOCHAT_BASE_DIR=", 18) != 0 && std::strncmp(*e, "OMP_NUM_THREADS=", 16) != 0)
+        env.push_back(*e);
     std::vector<char*> cargv, cenv;
     for (auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
     for (auto& e : env) cenv.push_back(const_cast<char*>(e.c_str()));
@@ -248,4 +250,3 @@ inline bool raise_fd_limit(rlim_t want) {
   r.rlim_cur = std::max<rlim_t>(r.rlim_cur, want);
   return setrlimit(RLIMIT_NOFILE, &r) == 0;
 }
-

@@ -85,12 +85,14 @@ TEST(AttentionCuda, FlashWindowEqualsMaskedSoftmax) {
   torch::manual_seed(13);
   const int64_t B = 2, T = 512, H = 4, Hkv = 2, D = 128;
   auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
-  Tensor q = torch::randn({B, T, H, D}, opts).requires_grad_(true), k = torch::randn({B, T, Hkv, D}, opts).requires_grad_(true);
+  Tensor q = torch::randn({B, T, H, D}, opts).requires_grad_(true),
+         k = torch::randn({B, T, Hkv, D}, opts).requires_grad_(true);
   Tensor v = torch::randn({B, T, Hkv, D}, opts).requires_grad_(true);
   for (int64_t w : {0, 7, 128, 300}) {
     std::printf("window %lld: %s\n", (long long)w, attention_kernel_name(q, k, w).c_str());
     Tensor y = attention_causal(q, k, v, w);
-    Tensor q64 = q.detach().to(torch::kFloat64).requires_grad_(true), k64 = k.detach().to(torch::kFloat64).requires_grad_(true);
+    Tensor q64 = q.detach().to(torch::kFloat64).requires_grad_(true),
+           k64 = k.detach().to(torch::kFloat64).requires_grad_(true);
     Tensor v64 = v.detach().to(torch::kFloat64).requires_grad_(true);
     Tensor ref = masked_attention(q64, k64, v64, w);
     EXPECT_LT((y.to(torch::kFloat64) - ref).abs().max().item<double>(), 2e-2) << "window " << w;
@@ -98,7 +100,8 @@ TEST(AttentionCuda, FlashWindowEqualsMaskedSoftmax) {
     auto ga = torch::autograd::grad({y}, {q, k, v}, {g});
     auto gb = torch::autograd::grad({ref}, {q64, k64, v64}, {g.to(torch::kFloat64)});
     for (int i = 0; i < 3; i++)
-      EXPECT_LT((ga[i].to(torch::kFloat64) - gb[i]).abs().max().item<double>(), 5e-2 * std::max(1.0, gb[i].abs().max().item<double>()))
+      EXPECT_LT((ga[i].to(torch::kFloat64) - gb[i]).abs().max().item<double>(),
+                5e-2 * std::max(1.0, gb[i].abs().max().item<double>()))
           << "window " << w << " gradient " << i;
   }
 }
@@ -145,7 +148,8 @@ TEST(Attention, RowsAtTheirOwnPositionsEqualEachRowAlone) {
         torch::Tensor kb = kc2.narrow(0, b, 1), vb = vc2.narrow(0, b, 1);
         torch::Tensor want = attention_with_kvcache(q.narrow(0, b, 1), kb, vb, k.narrow(0, b, 1), v.narrow(0, b, 1),
                                                     pos[b], window);
-        EXPECT_TRUE(torch::allclose(y.narrow(0, b, 1), want, 1e-5, 1e-5)) << "row " << b << " window " << window << " T " << T;
+        EXPECT_TRUE(torch::allclose(y.narrow(0, b, 1), want, 1e-5, 1e-5))
+            << "row " << b << " window " << window << " T " << T;
       }
       EXPECT_TRUE(torch::equal(kc, kc2)) << "each row's keys land at its own positions";
       EXPECT_TRUE(torch::equal(vc, vc2));
@@ -175,4 +179,3 @@ TEST(Attention, GradientOfChunkedWindowByFiniteDifferences) {
       EXPECT_NEAR(t->grad().view(-1)[n].item<double>(), (up - down) / (2 * eps), 1e-7);
     }
 }
-

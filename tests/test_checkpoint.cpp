@@ -151,7 +151,7 @@ TEST(Safetensors, OursLoadsInPythonIdentically) {
 TEST(Safetensors, RoundTripKeepsOrderDtypesAndViews) {
   NamedTensors in = cpp_tensors();
   torch::Tensor base = torch::arange(20, torch::kFloat32).reshape({4, 5});
-  in.emplace_back("view.t", base.t());              // non-contiguous
+  in.emplace_back("view.t", base.t());                 // non-contiguous
   in.emplace_back("view.slice", base.slice(1, 1, 4));  // offset + stride
   in.emplace_back("z.f64", torch::tensor({1.0 / 3, -2.0}, torch::kFloat64));
   in.emplace_back("y.i8", torch::tensor({-128, 127}, torch::kInt8));
@@ -183,41 +183,55 @@ TEST(Safetensors, CorruptFilesGiveOneClearError) {
   auto hdr = [](const std::string& entries) { return "{" + entries + "}"; };
   std::string a8 = R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]})";
   // overlapping spans
-  expect_error([&] {
-    safetensors_load(write_raw(d, "overlap", hdr(a8 + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]})"),
-                               std::string(12, '\0')));
-  }, {"overlap", "'b'", "'a'", "/overlap"});
+  expect_error(
+      [&] {
+        safetensors_load(write_raw(d, "overlap", hdr(a8 + R"(,"b":{"dtype":"F32","shape":[2],"data_offsets":[4,12]})"),
+                                   std::string(12, '\0')));
+      },
+      {"overlap", "'b'", "'a'", "/overlap"});
   // span past the end of the file
-  expect_error([&] {
-    safetensors_load(write_raw(d, "past", hdr(R"("a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]})"), f8));
-  }, {"'a'", "past the end", "/past"});
+  expect_error(
+      [&] {
+        safetensors_load(write_raw(d, "past", hdr(R"("a":{"dtype":"F32","shape":[4],"data_offsets":[0,16]})"), f8));
+      },
+      {"'a'", "past the end", "/past"});
   // gap and trailing bytes
-  expect_error([&] {
-    safetensors_load(write_raw(d, "gap", hdr(R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]})"), f8));
-  }, {"'a'", "gap"});
+  expect_error(
+      [&] {
+        safetensors_load(write_raw(d, "gap", hdr(R"("a":{"dtype":"F32","shape":[1],"data_offsets":[4,8]})"), f8));
+      },
+      {"'a'", "gap"});
   expect_error([&] { safetensors_load(write_raw(d, "trail", hdr(a8), f8 + "xx")); }, {"2 bytes after"});
   // bad JSON, not an object, unknown dtype, shape vs span, bad offsets, duplicate name
   expect_error([&] { safetensors_load(write_raw(d, "json", "{\"a\": [1,", f8)); }, {"/json", "not valid JSON"});
   expect_error([&] { safetensors_load(write_raw(d, "arr", "[1, 2]  ", "")); }, {"not a JSON object"});
-  expect_error([&] {
-    safetensors_load(write_raw(d, "dtype", hdr(R"("a":{"dtype":"F31","shape":[2],"data_offsets":[0,8]})"), f8));
-  }, {"/dtype", "'a'", "unknown dtype", "F31"});
-  expect_error([&] {
-    safetensors_load(write_raw(d, "shape", hdr(R"("w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]})"), f8));
-  }, {"'w'", "needs 12 bytes", "span 8"});
-  expect_error([&] {
-    safetensors_load(write_raw(d, "neg", hdr(R"("a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]})"), f8));
-  }, {"'a'", "non-negative"});
-  expect_error([&] {
-    safetensors_load(write_raw(d, "huge_shape",
-                               hdr(R"("a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]})"), f8));
-  }, {"'a'", "too large"});
+  expect_error(
+      [&] {
+        safetensors_load(write_raw(d, "dtype", hdr(R"("a":{"dtype":"F31","shape":[2],"data_offsets":[0,8]})"), f8));
+      },
+      {"/dtype", "'a'", "unknown dtype", "F31"});
+  expect_error(
+      [&] {
+        safetensors_load(write_raw(d, "shape", hdr(R"("w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]})"), f8));
+      },
+      {"'w'", "needs 12 bytes", "span 8"});
+  expect_error(
+      [&] {
+        safetensors_load(write_raw(d, "neg", hdr(R"("a":{"dtype":"F32","shape":[2],"data_offsets":[-8,0]})"), f8));
+      },
+      {"'a'", "non-negative"});
+  expect_error(
+      [&] {
+        safetensors_load(write_raw(
+            d, "huge_shape", hdr(R"("a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]})"), f8));
+      },
+      {"'a'", "too large"});
   expect_error([&] { safetensors_load(write_raw(d, "dup", hdr(a8 + "," + a8), f8)); }, {"'a'", "twice"});
-  expect_error([&] {
-    safetensors_load(write_raw(d, "meta", hdr(R"("__metadata__":{"k":1},)" + a8), f8));
-  }, {"__metadata__", "'k'"});
+  expect_error([&] { safetensors_load(write_raw(d, "meta", hdr(R"("__metadata__":{"k":1},)" + a8), f8)); },
+               {"__metadata__", "'k'"});
   // header length: huge, past the file, and a file shorter than the length field
-  expect_error([&] { safetensors_load(write_raw(d, "hugelen", hdr(a8), f8, uint64_t(1) << 60)); }, {"header length", "/hugelen"});
+  expect_error([&] { safetensors_load(write_raw(d, "hugelen", hdr(a8), f8, uint64_t(1) << 60)); },
+               {"header length", "/hugelen"});
   expect_error([&] { safetensors_load(write_raw(d, "longlen", hdr(a8), f8, 1000)); }, {"does not fit"});
   std::ofstream(d + "/tiny", std::ios::binary) << "abc";
   expect_error([&] { safetensors_load(d + "/tiny"); }, {"/tiny", "truncated"});
@@ -299,7 +313,8 @@ TEST(TorchPickle, OptimizerStateDictAsTreeAndTensors) {
     ASSERT_TRUE(want.contains(name)) << name;
     expect_tensor(name, t, want[name]);
   }
-  expect_error([&] { torch_pickle_load_state_dict(fixtures() + "/optim.pt"); }, {"optim.pt", "'state'", "not a tensor"});
+  expect_error([&] { torch_pickle_load_state_dict(fixtures() + "/optim.pt"); },
+               {"optim.pt", "'state'", "not a tensor"});
 }
 
 TEST(TorchPickle, RefusesCodeExecution) {
@@ -401,8 +416,8 @@ nlohmann::ordered_json meta_for(int64_t step) {
   nlohmann::ordered_json m;
   m["step"] = step;
   m["val_bpb"] = 0.75;
-  m["model_config"] = {{"sequence_len", 64}, {"vocab_size", 300}, {"n_layer", 2}, {"n_head", 1},
-                       {"n_kv_head", 1},     {"n_embd", 128},     {"window_pattern", "SSSL"}};
+  m["model_config"] = {{"sequence_len", 64}, {"vocab_size", 300},       {"n_layer", 2}, {"n_head", 1}, {"n_kv_head", 1},
+                       {"n_embd", 128},      {"window_pattern", "SSSL"}};
   return m;
 }
 
@@ -548,12 +563,21 @@ TEST(Checkpoint, TensorChecksReportTheFirstMismatchByName) {
     copy[i] = s;
     return copy;
   };
-  expect_error([&] { checkpoint_check_tensors(changed(1, {"lm_head.weight", {3, 2}, torch::kFloat32}), loaded, "ck"); },
-               {"ck: tensor 'lm_head.weight' is [2, 3] Float but the model expects [3, 2] Float"});
-  expect_error([&] { checkpoint_check_tensors(changed(0, {"transformer.wte.weight", {3, 2}, torch::kFloat32}), loaded, "ck"); },
-               {"'transformer.wte.weight' is [3, 2] BFloat16"});
-  expect_error([&] { checkpoint_check_tensors(changed(2, {"x0_lambdas", {2}, std::nullopt}), loaded, "ck"); },
-               {"missing tensor 'x0_lambdas'"});
+  expect_error(
+      [&] {
+        checkpoint_check_tensors(changed(1, {"lm_head.weight", {3, 2}, torch::kFloat32}), loaded, "ck");
+      },
+      {"ck: tensor 'lm_head.weight' is [2, 3] Float but the model expects [3, 2] Float"});
+  expect_error(
+      [&] {
+        checkpoint_check_tensors(changed(0, {"transformer.wte.weight", {3, 2}, torch::kFloat32}), loaded, "ck");
+      },
+      {"'transformer.wte.weight' is [3, 2] BFloat16"});
+  expect_error(
+      [&] {
+        checkpoint_check_tensors(changed(2, {"x0_lambdas", {2}, std::nullopt}), loaded, "ck");
+      },
+      {"missing tensor 'x0_lambdas'"});
   loaded.emplace_back("extra.bias", torch::zeros({4}));
   expect_error([&] { checkpoint_check_tensors(spec, loaded, "ck"); }, {"unexpected tensor 'extra.bias' [4]"});
 }
@@ -561,14 +585,16 @@ TEST(Checkpoint, TensorChecksReportTheFirstMismatchByName) {
 TEST(Checkpoint, VocabCheck) {
   checkpoint_check_vocab(meta_for(1), 300, "m");
   expect_error([&] { checkpoint_check_vocab(meta_for(1), 32768, "m"); }, {"vocab_size is 300", "32768"});
-  expect_error([&] { checkpoint_check_vocab(nlohmann::ordered_json::object(), 300, "m"); }, {"model_config.vocab_size"});
+  expect_error([&] { checkpoint_check_vocab(nlohmann::ordered_json::object(), 300, "m"); },
+               {"model_config.vocab_size"});
 }
 
 // upstream writes its meta with Python's json.dump, which writes non-finite floats as the bare
 // words Infinity, -Infinity and NaN (e.g. min_val_bpb before the first evaluation)
 TEST(Checkpoint, MetaWrittenByPythonJsonDumpIsRead) {
   std::string path = temp_dir() + "/meta_000005.json";
-  CommandResult w = run_shell(std::string(NANOCHAT_PYTHON) + " -c 'import json, sys; json.dump({"
+  CommandResult w = run_shell(std::string(NANOCHAT_PYTHON) +
+                              " -c 'import json, sys; json.dump({"
                               "\"step\": 5, \"val_bpb\": float(\"nan\"), \"note\": \"NaN, -Infinity\\\" Infinity\", "
                               "\"loop_state\": {\"min_val_bpb\": float(\"inf\"), \"floor\": float(\"-inf\")}, "
                               "\"series\": [1.5, float(\"inf\")]}, open(sys.argv[1], \"w\"), indent=2)' " +
@@ -652,14 +678,16 @@ TEST(ParserBounds, StorageSizeThatWrapsIsAnError) {
   // numel 2^62 + 2 floats: times 4 bytes it wraps to data/0's 8 bytes
   std::string d = temp_dir();
   std::string pt = write_archive(d + "/wrap.pt", read_file(kFuzzDir + "/torch_pickle/regress-numel-wraps.pkl"));
-  expect_error([&] { torch_pickle_load_state_dict(pt); }, {"wrap.pt", "data/0 holds 8 bytes, not 4611686018427387906 elements"});
+  expect_error([&] { torch_pickle_load_state_dict(pt); },
+               {"wrap.pt", "data/0 holds 8 bytes, not 4611686018427387906 elements"});
 }
 
 TEST(ParserBounds, DeeplyNestedSafetensorsHeaderIsAnError) {
   // a shape nested 20000 deep; its error message's dump and a JSON copy used to recurse per level
   std::string path = kFuzzDir + "/safetensors/regress-deep-header.safetensors";
   expect_error([&] { safetensors_load(path); }, {path, "nests JSON deeper than 8 levels"});
-  std::string d = temp_dir(), header = "{\"__metadata__\":{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}}";
+  std::string d = temp_dir(),
+              header = "{\"__metadata__\":{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}}";
   uint64_t n = header.size();
   std::ofstream(d + "/meta.safetensors", std::ios::binary) << std::string((const char*)&n, 8) << header;
   expect_error([&] { safetensors_load(d + "/meta.safetensors"); }, {"meta.safetensors", "deeper than 8"});

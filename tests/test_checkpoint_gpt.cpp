@@ -205,7 +205,10 @@ TEST(CheckpointGpt, BadTensorsNameTheKeyAndChangeNothing) {
       {with([](NamedTensors& t) { t.emplace_back("transformer.h.0.attn.bias", torch::zeros({3})); }),
        "unexpected tensor 'transformer.h.0.attn.bias'"},
       {with([](NamedTensors& t) { t[5].second = t[5].second.to(torch::kInt64); }), "'transformer.h.0.attn.c_q.weight'"},
-      {with([](NamedTensors& t) { t.back().second = torch::zeros({320, 64}); }), "'value_embeds.1.weight'"},
+      {with([](NamedTensors& t) {
+         t.back().second = torch::zeros({320, 64});
+       }),
+       "'value_embeds.1.weight'"},
   };
   ASSERT_EQ(good[4].first, "transformer.wte.weight");
   ASSERT_EQ(good[5].first, "transformer.h.0.attn.c_q.weight");
@@ -264,7 +267,8 @@ TEST(Import, OldCheckpointIsPatched) {
   // no tokenizer.tiktoken in old/: the one already in $BASE/tokenizer is used
   CommandResult r0 = run_cli(base, "import --from " + fixtures() + "/old");
   expect_one_error_line(r0, "no tokenizer");
-  CommandResult r = run_cli(base, "import --from " + fixtures() + "/old --tokenizer " + fixtures() + "/d2/tokenizer.tiktoken");
+  CommandResult r = run_cli(
+      base, "import --from " + fixtures() + "/old --tokenizer " + fixtures() + "/d2/tokenizer.tiktoken");
   ASSERT_EQ(r.rc, 0) << r.err;
   BaseDirScope scope(base);
   LoadedGPT l = checkpoint_load_gpt("base", "d2", 7, torch::kCPU, torch::kFloat32, 300);  // tag d<n_layer>
@@ -286,7 +290,11 @@ TEST(Import, RefusesToOverwriteWithoutForce) {
   std::string ranks = base + "/other.tiktoken";
   std::string text = read_file(fixtures() + "/d2/tokenizer.tiktoken");
   text = text.substr(0, text.rfind('\n', text.size() - 2) + 1);  // one merge fewer
-  { std::FILE* f = std::fopen(ranks.c_str(), "wb"); std::fwrite(text.data(), 1, text.size(), f); std::fclose(f); }
+  {
+    std::FILE* f = std::fopen(ranks.c_str(), "wb");
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+  }
   CommandResult r2 = run_cli(base, "import --from " + fixtures() + "/d2 --model-tag x --tokenizer " + ranks);
   expect_one_error_line(r2, "different tokenizer");
   EXPECT_EQ(read_file(base + "/tokenizer/tokenizer.json"), tok_json);
@@ -565,7 +573,8 @@ TEST(CheckpointRunDir, RemoveStepsForAFreshStartKeepsLiveTempFilesAndTheRest) {
   EXPECT_EQ(checkpoint_remove_steps(dir), (std::vector<int64_t>{2, 4, 6}));
   std::vector<std::string> left = dir_names(dir);
   std::sort(left.begin(), left.end());
-  EXPECT_EQ(left, (std::vector<std::string>{"metrics.jsonl", "model_000008.safetensors.tmp." + std::to_string(getpid())}));
+  EXPECT_EQ(left,
+            (std::vector<std::string>{"metrics.jsonl", "model_000008.safetensors.tmp." + std::to_string(getpid())}));
   EXPECT_TRUE(checkpoint_saved_steps(dir).empty());
 }
 
@@ -576,14 +585,18 @@ TEST(CheckpointRunDir, BaseTrainKeepLastForceAndStaleFiles) {
   make_dirs(data);
   for (int f = 0; f < 2; f++) {
     std::ofstream out(data + "/part_" + std::to_string(f) + ".jsonl");
-    for (int d = 0; d < 200; d++) out << json({{"text", "the cat sees the dog number " + std::to_string(d)}}).dump() << "\n";
+    for (int d = 0; d < 200; d++)
+      out << json({{"text", "the cat sees the dog number " + std::to_string(d)}}).dump() << "\n";
   }
   const std::string dir = base + "/base_checkpoints/t";
   auto train = [&](int steps, const std::string& extra) {
-    return run_cli(base, "base-train --data " + data + " --depth 2 --aspect-ratio 64 --head-dim 64 --window-pattern L"
-                   " --max-seq-len 32 --device-batch-size 2 --total-batch-size 64 --eval-every -1"
-                   " --core-metric-every -1 --sample-every -1 --tokenizer-threads 1 --save-every 2 --model-tag t"
-                   " --num-iterations " + std::to_string(steps) + " " + extra);
+    return run_cli(base,
+                   "base-train --data " + data +
+                       " --depth 2 --aspect-ratio 64 --head-dim 64 --window-pattern L"
+                       " --max-seq-len 32 --device-batch-size 2 --total-batch-size 64 --eval-every -1"
+                       " --core-metric-every -1 --sample-every -1 --tokenizer-threads 1 --save-every 2 --model-tag t"
+                       " --num-iterations " +
+                       std::to_string(steps) + " " + extra);
   };
   auto complete = [&] {
     std::vector<int64_t> steps;
@@ -628,8 +641,9 @@ TEST(CheckpointRunDir, BaseTrainKeepLastForceAndStaleFiles) {
 TEST(CheckpointRunDir, SftRerunIsRefusedOrResumesAtItsLastStep) {
   std::string base = imported_base();
   const std::string dir = base + "/chatsft_checkpoints/d2";
-  const std::string sft = "sft --mixture spelling --num-iterations 2 --device-batch-size 2 --max-seq-len 64"
-                          " --total-batch-size 256 --eval-every -1 --eval-tokens 256 --save-every 1";
+  const std::string sft =
+      "sft --mixture spelling --num-iterations 2 --device-batch-size 2 --max-seq-len 64"
+      " --total-batch-size 256 --eval-every -1 --eval-tokens 256 --save-every 1";
   CommandResult r = run_cli(base, sft);
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   ASSERT_TRUE(checkpoint_is_complete(dir, 1) && checkpoint_is_complete(dir, 2));
@@ -645,5 +659,6 @@ TEST(CheckpointRunDir, SftRerunIsRefusedOrResumesAtItsLastStep) {
   EXPECT_FALSE(has_suffix_file(dir, ".next"));
   NamedTensors after = checkpoint_load_model(dir, 2).tensors;
   ASSERT_EQ(after.size(), before.size());
-  for (size_t i = 0; i < after.size(); i++) EXPECT_TRUE(torch::equal(after[i].second, before[i].second)) << after[i].first;
+  for (size_t i = 0; i < after.size(); i++)
+    EXPECT_TRUE(torch::equal(after[i].second, before[i].second)) << after[i].first;
 }

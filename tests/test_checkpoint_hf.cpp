@@ -201,8 +201,9 @@ TEST(HfImport, SftKeepsTheArchitectureAndExportsAgain) {
   NEEDS_TRANSFORMERS();
   std::string base = temp_dir();
   import_into(base, fixtures().dir + "/hf_d2");
-  CommandResult r = run_cli(base, "sft --mixture spelling --num-iterations 2 --device-batch-size 2 --max-seq-len 64"
-                                  " --total-batch-size 256 --eval-every -1 --eval-tokens 256");
+  CommandResult r = run_cli(base,
+                            "sft --mixture spelling --num-iterations 2 --device-batch-size 2 --max-seq-len 64"
+                            " --total-batch-size 256 --eval-every -1 --eval-tokens 256");
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   LoadedGPT l = load(base, "d2", "sft");
   EXPECT_FALSE(l.config.value_embeds || l.config.smear || l.config.layer_scalars);
@@ -218,7 +219,9 @@ TEST(HfImport, ChatWebServesTransformersGreedyReply) {
   std::string base = temp_dir();
   import_into(base, fixtures().dir + "/hf_d2", "--source sft");
   Tokenizer tok = tokenizer_load(base + "/tokenizer");
-  json conversation = {{"messages", {{{"role", "user"}, {"content", "The caf\xc3\xa9 costs"}}, {{"role", "assistant"}, {"content", ""}}}}};
+  json conversation = {
+      {"messages",
+       {{{"role", "user"}, {"content", "The caf\xc3\xa9 costs"}}, {{"role", "assistant"}, {"content", ""}}}}};
   std::vector<int32_t> prompt = render_for_completion(tok, conversation);
   CommandResult py = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript + " greedy " + fixtures().dir + "/hf_d2 '" +
                                json(prompt).dump() + "' 12");
@@ -231,7 +234,8 @@ TEST(HfImport, ChatWebServesTransformersGreedyReply) {
   ServerProcess server(kBin, base, {"--source", "sft", "--workers", "1", "-q"});
   ASSERT_GT(server.port(), 0) << server.log();
   wait_until_healthy(server.port());  // the model loads after the port opens
-  json req = {{"messages", {{{"role", "user"}, {"content", "The caf\xc3\xa9 costs"}}}}, {"temperature", 0}, {"max_tokens", 12}};
+  json req = {
+      {"messages", {{{"role", "user"}, {"content", "The caf\xc3\xa9 costs"}}}}, {"temperature", 0}, {"max_tokens", 12}};
   RawResponse r = raw_http(server.port(), "POST", "/v1/chat/completions", req.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   json got = json::parse(r.body);
@@ -268,8 +272,8 @@ TEST(HfExport, TransformersLoadsItWithTheSameLogitsAndIds) {
   ASSERT_EQ(r.rc, 0) << r.err;
   for (const char* f : {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"})
     EXPECT_TRUE(path_exists(out + "/" + f)) << f;
-  CommandResult py = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript + " logits " + out + " " +
-                               fixtures().dir + "/expected.json");
+  CommandResult py = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript + " logits " + out + " " + fixtures().dir +
+                               "/expected.json");
   ASSERT_EQ(py.rc, 0) << py.err;
   json got = json::parse(py.out);
   EXPECT_EQ(got["class"], "NanoChatForCausalLM");
@@ -299,7 +303,8 @@ TEST(HfExport, GenerateEqualsOurGreedy) {
   ASSERT_EQ(run_cli(base, "export --format hf --out " + out).rc, 0);
   Tokenizer tok = tokenizer_load(base + "/tokenizer");
   const int64_t bos = tok.bos_id(), eos = tok.special_id("<|assistant_end|>");
-  json cfg = json::parse(read_file(out + "/config.json")), gen = json::parse(read_file(out + "/generation_config.json"));
+  json cfg = json::parse(read_file(out + "/config.json")),
+       gen = json::parse(read_file(out + "/generation_config.json"));
   EXPECT_EQ(cfg["pad_token_id"], eos);
   EXPECT_NE(cfg["pad_token_id"], bos);
   EXPECT_EQ(gen["bos_token_id"], bos);
@@ -314,7 +319,8 @@ TEST(HfExport, GenerateEqualsOurGreedy) {
   EXPECT_EQ(got["class"], "NanoChatForCausalLM");
   LoadedGPT l = load(base, "d2");
   for (size_t i = 0; i < prompts.size(); i++)
-    EXPECT_EQ(got["tokens"][i].get<std::vector<int64_t>>(), greedy_until(l.model, prompts[i], 32, eos)) << "prompt " << i;
+    EXPECT_EQ(got["tokens"][i].get<std::vector<int64_t>>(), greedy_until(l.model, prompts[i], 32, eos))
+        << "prompt " << i;
 }
 
 // the current architecture (value embeddings, smear, per-layer scalars, windows): our own
@@ -342,7 +348,8 @@ TEST(HfExport, CurrentArchitectureLoadsWithItsRemoteCode) {
   std::vector<std::vector<int64_t>> prompts = {{256, 72, 101, 108, 108, 111}, {}};
   for (int i = 0; i < 200; i++) prompts[1].push_back((i * 37 + 11) % 265);
   std::ofstream(base + "/prompts.json") << json{{"prompts", prompts}}.dump();
-  CommandResult py = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript + " logits " + out + " " + base + "/prompts.json");
+  CommandResult py = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript + " logits " + out + " " + base +
+                               "/prompts.json");
   ASSERT_EQ(py.rc, 0) << py.err;
   json got = json::parse(py.out);
   EXPECT_EQ(got["class"], "NanochatCppForCausalLM");
@@ -356,7 +363,8 @@ TEST(HfExport, CurrentArchitectureLoadsWithItsRemoteCode) {
   EXPECT_EQ(cfg["hidden_size"], c.n_embd);
   EXPECT_EQ(cfg["num_key_value_heads"], c.n_kv_head);
   EXPECT_EQ(cfg["max_position_embeddings"], 256);
-  EXPECT_EQ(cfg["layer_types"], json({"sliding_attention", "full_attention", "full_attention"}));  // "SL", the last long
+  EXPECT_EQ(cfg["layer_types"],
+            json({"sliding_attention", "full_attention", "full_attention"}));  // "SL", the last long
   EXPECT_EQ(cfg["sliding_window"], 129);
   const int64_t eos = byte_tokenizer().special_id("<|assistant_end|>");
   for (bool cache : {true, false}) {
@@ -420,8 +428,9 @@ TEST(HfImport, BadDirectoriesAreOneLineAndWriteNothing) {
 
   d = copy_hf_dir();
   edit_tensors(d, [](NamedTensors& t) {
-    t.erase(std::remove_if(t.begin(), t.end(), [](auto& p) { return p.first == "model.layers.0.self_attn.k_proj.weight"; }),
-            t.end());
+    t.erase(
+        std::remove_if(t.begin(), t.end(), [](auto& p) { return p.first == "model.layers.0.self_attn.k_proj.weight"; }),
+        t.end());
   });
   expect_refused(d, {"model.layers.0.self_attn.k_proj.weight", "missing"});
 
@@ -438,21 +447,26 @@ TEST(HfImport, BadDirectoriesAreOneLineAndWriteNothing) {
   edit_config(d, [](json& c) { c["model_type"] = "llama"; });
   expect_refused(d, {"config.json", "model_type", "llama"});
   const std::vector<std::pair<std::string, json>> unsupported = {{"hidden_act", "gelu"},
-                                                                  {"tie_word_embeddings", true},
-                                                                  {"attention_bias", true},
-                                                                  {"intermediate_size", 100},
-                                                                  {"final_logit_softcapping", nullptr}};
+                                                                 {"tie_word_embeddings", true},
+                                                                 {"attention_bias", true},
+                                                                 {"intermediate_size", 100},
+                                                                 {"final_logit_softcapping", nullptr}};
   for (const auto& field_value : unsupported) {
     d = copy_hf_dir();
     edit_config(d, [&](json& c) { c[field_value.first] = field_value.second; });
     expect_refused(d, {"config.json", field_value.first});
   }
   d = copy_hf_dir();
-  edit_config(d, [](json& c) { c["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}}; });
+  edit_config(d, [](json& c) {
+    c["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 10000.0}, {"factor", 4.0}};
+  });
   expect_refused(d, {"config.json", "rope_parameters"});
 
   d = temp_dir() + "/sharded";
-  ASSERT_EQ(std::system(("cp -r " + fixtures().dir + "/hf_sharded " + d + " && rm " + d + "/model-00003-of-00009.safetensors").c_str()), 0);
+  ASSERT_EQ(
+      std::system(("cp -r " + fixtures().dir + "/hf_sharded " + d + " && rm " + d + "/model-00003-of-00009.safetensors")
+                      .c_str()),
+      0);
   expect_refused(d, {"model.safetensors.index.json", "model-00003-of-00009.safetensors"});
 
   d = copy_hf_dir();
@@ -492,8 +506,9 @@ TEST(HfImport, HostileFilesEndInOneLineQuickly) {
     std::string base = temp_dir();
     auto start = std::chrono::steady_clock::now();
     const std::string rss_file = base + "/rss";
-    CommandResult r = run_shell("timeout 20 /usr/bin/time -o " + rss_file + " -f 'maxrss_kb=%M' env NANOCHAT_BASE_DIR=" +
-                                base + " OMP_NUM_THREADS=1 " + kBin + " import --from " + dir);
+    CommandResult r = run_shell("timeout 20 /usr/bin/time -o " + rss_file +
+                                " -f 'maxrss_kb=%M' env NANOCHAT_BASE_DIR=" + base + " OMP_NUM_THREADS=1 " + kBin +
+                                " import --from " + dir);
     double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::string rss = read_file(rss_file);
     size_t at = rss.find("maxrss_kb=");
@@ -580,7 +595,8 @@ TEST(CheckpointLimits, MetaWithABillionLayersIsRefusedBeforeBuilding) {
 // transformers' greedy continuation of the same chat.
 TEST(HfServe, DocsWalkthroughAnswersTheOpenAIClient) {
   NEEDS_TRANSFORMERS();
-  if (run_shell(std::string(NANOCHAT_PYTHON) + " -c 'import openai'").rc != 0) GTEST_SKIP() << "missing Python package: openai";
+  if (run_shell(std::string(NANOCHAT_PYTHON) + " -c 'import openai'").rc != 0)
+    GTEST_SKIP() << "missing Python package: openai";
   const std::string doc = read_file(std::string(NANOCHAT_SOURCE_DIR) + "/docs/checkpoints.md");
   size_t marker = doc.find("<!-- walkthrough:");
   ASSERT_NE(marker, std::string::npos);
@@ -592,22 +608,28 @@ TEST(HfServe, DocsWalkthroughAnswersTheOpenAIClient) {
   const std::string root = temp_dir(), hub = root + "/hub", bin = root + "/bin", home = root + "/home";
   const std::string base = root + "/base", log = root + "/walkthrough.log";
   ASSERT_EQ(std::system(("mkdir -p " + hub + "/user " + bin + " " + home + " && cp -r " + fixtures().dir +
-                         "/hf_specials_first " + hub + "/user/name").c_str()), 0);
+                         "/hf_specials_first " + hub + "/user/name")
+                            .c_str()),
+            0);
   std::ofstream(bin + "/hf") << "#!/bin/sh\n# hf download REPO --local-dir DIR: links to the local hub's files\n"
                                 "[ \"$1\" = download ] && [ \"$3\" = --local-dir ] || exit 2\n"
-                                "mkdir -p \"$4\" && for f in " + hub + "/\"$2\"/*; do ln -s \"$f\" \"$4\"/; done\n";
+                                "mkdir -p \"$4\" && for f in " +
+                                    hub + "/\"$2\"/*; do ln -s \"$f\" \"$4\"/; done\n";
   std::ofstream(bin + "/nanochat") << "#!/bin/sh\nif [ \"$1\" = chat-web ]; then exec " + kBin +
-                                          " \"$@\" --port 0 --device-type cpu --workers 1; fi\nexec " + kBin + " \"$@\"\n";
+                                          " \"$@\" --port 0 --device-type cpu --workers 1; fi\nexec " + kBin +
+                                          " \"$@\"\n";
   std::ofstream(root + "/walkthrough.sh") << "set -e\n" << block;
   ASSERT_EQ(std::system(("chmod +x " + bin + "/hf " + bin + "/nanochat").c_str()), 0);
   ASSERT_EQ(std::system(("cd " + root + " && HOME=" + home + " NANOCHAT_BASE_DIR=" + base + " OMP_NUM_THREADS=1 PATH=" +
-                         bin + ":$PATH setsid bash walkthrough.sh > " + log + " 2>&1 & echo $! > " + root + "/pid").c_str()),
+                         bin + ":$PATH setsid bash walkthrough.sh > " + log + " 2>&1 & echo $! > " + root + "/pid")
+                            .c_str()),
             0);
   const std::string pid = read_file(root + "/pid");
   struct Kill {
     std::string pid;
     ~Kill() {
-      if (std::system(("kill -9 -- -" + pid + " 2>/dev/null").c_str()) != 0) std::fprintf(stderr, "walkthrough already gone\n");
+      if (std::system(("kill -9 -- -" + pid + " 2>/dev/null").c_str()) != 0)
+        std::fprintf(stderr, "walkthrough already gone\n");
     }
   } kill_group{pid.substr(0, pid.find('\n'))};
   int port = 0;
@@ -638,8 +660,8 @@ TEST(HfServe, DocsWalkthroughAnswersTheOpenAIClient) {
     if (id == tok.special_id("<|assistant_end|>") || id == tok.bos_id()) break;
     reply.push_back(id);
   }
-  CommandResult client = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript + " chat http://127.0.0.1:" +
-                                   std::to_string(port) + " '" + text + "' 12");
+  CommandResult client = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript +
+                                   " chat http://127.0.0.1:" + std::to_string(port) + " '" + text + "' 12");
   ASSERT_EQ(client.rc, 0) << client.err << read_file(log);
   EXPECT_EQ(json::parse(client.out).get<std::string>(), tok.decode(reply));
 }

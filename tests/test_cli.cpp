@@ -18,9 +18,9 @@
 #include "nanochat/common/device.h"  // cuda_built
 #include "test_util.h"
 
-using nanochat::Timer;
 using nanochat::path_exists;
 using nanochat::remove_tree;
+using nanochat::Timer;
 
 static const std::string kBin = NANOCHAT_BIN;
 
@@ -50,11 +50,15 @@ TEST(Cli, EverySubcommandOfHelpIsDocumented) {
   for (std::string line; std::getline(help, line);) {
     std::string lower = line;
     for (char& c : lower) c = (char)std::tolower((unsigned char)c);
-    if (lower.rfind("subcommands:", 0) == 0) { in_list = true; continue; }
+    if (lower.rfind("subcommands:", 0) == 0) {
+      in_list = true;
+      continue;
+    }
     if (!in_list) continue;
     if (line.empty()) break;
     // "  name   description" (a long name's description continues on a deeper-indented line)
-    if (line.size() > 2 && line.compare(0, 2, "  ") == 0 && line[2] != ' ') subs.push_back(line.substr(2, line.find(' ', 2) - 2));
+    if (line.size() > 2 && line.compare(0, 2, "  ") == 0 && line[2] != ' ')
+      subs.push_back(line.substr(2, line.find(' ', 2) - 2));
   }
   ASSERT_GE(subs.size(), 15u) << "no subcommand list in:\n" << r.out;
   std::string headings;  // the text of every heading of docs/*.md, one per line
@@ -96,7 +100,8 @@ TEST(Cli, BadFlagsAndSubcommandsExit2WithOneLine) {
 
 TEST(Cli, RepeatedFlagsTakeTheLastValueLikeArgparse) {
   // launch runs the command on as many ranks as the last --nproc-per-node says
-  auto r = run_shell(kBin + " launch --nproc-per-node 3 --nproc-per-node 2 --exec -- /bin/sh -c 'echo \"ws=$WORLD_SIZE\"'");
+  auto r = run_shell(kBin +
+                     " launch --nproc-per-node 3 --nproc-per-node 2 --exec -- /bin/sh -c 'echo \"ws=$WORLD_SIZE\"'");
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("[rank 1] ws=2\n"), std::string::npos) << r.out;
   EXPECT_EQ(r.out.find("[rank 2]"), std::string::npos) << r.out;
@@ -142,8 +147,7 @@ TEST(Cli, DoctorKernelsChecksEveryOpAndEndsWithJson) {
   }
   std::set<std::string> want;
   for (const std::string& op : kernel_ops()) want.insert(op);
-  for (const std::string& check : kernel_checks_besides_ops(nanochat::cuda_built()))
-    want.insert(check);
+  for (const std::string& check : kernel_checks_besides_ops(nanochat::cuda_built())) want.insert(check);
   EXPECT_EQ(ops, want) << json.dump();
 }
 
@@ -158,8 +162,7 @@ TEST(Cli, DoctorKernelsCatchesAPerturbedKernelOfEveryOp) {
       const bool applies = k["applies"].get<bool>();
       EXPECT_EQ(k["ok"].get<bool>(), k["op"] != op || !applies) << op << ": " << k.dump();
     }
-    EXPECT_NE(r.err.find("kernel self-check: " + op + " on cpu in float32"), std::string::npos)
-        << op << "\n" << r.err;
+    EXPECT_NE(r.err.find("kernel self-check: " + op + " on cpu in float32"), std::string::npos) << op << "\n" << r.err;
   }
   auto s = run_shell("NANOCHAT_KERNELS=strict NANOCHAT_KERNELS_FAULT=rotary_norm " + kBin +
                      " doctor --kernels --device-type cpu");
@@ -213,8 +216,8 @@ TEST(Cli, ADriverWithoutAUsableGpuIsNeverASilentCpuRun) {
          "GCC version:  gcc version 12.2.0 (Debian 12.2.0-14)\n";
   }
   const std::string env = "NANOCHAT_NVIDIA_DRIVER_FILE=" + dir + "/version NANOCHAT_BASE_DIR=" + dir + "/base ";
-  for (const std::string cmd : {"base-train --depth 2 --num-iterations 1 --core-metric-every -1", "base-eval --eval bpb",
-                                "chat-web", "sft", "chat-eval -i sft"}) {
+  for (const std::string cmd : {"base-train --depth 2 --num-iterations 1 --core-metric-every -1",
+                                "base-eval --eval bpb", "chat-web", "sft", "chat-eval -i sft"}) {
     auto r = run_shell(env + kBin + " " + cmd);
     EXPECT_EQ(r.rc, 1) << cmd << "\n" << r.out << r.err;
     EXPECT_EQ(count_lines(r.err), 1) << cmd << "\n" << r.err;

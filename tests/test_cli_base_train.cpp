@@ -82,8 +82,9 @@ std::string train_cmd(const std::string& base, const std::string& data, const st
 TEST(BaseTrain, LossFallsAndRunsAreDeterministic) {
   std::string base = make_temp_dir();
   std::string data = setup_text_corpus(base, 300);
-  std::string flags = "--max-seq-len 64 --device-batch-size 8 --total-batch-size 512 --num-iterations 100"
-                      " --eval-every 50 --eval-tokens 1024";
+  std::string flags =
+      "--max-seq-len 64 --device-batch-size 8 --total-batch-size 512 --num-iterations 100"
+      " --eval-every 50 --eval-tokens 1024";
   CommandResult a = run_shell(train_cmd(base, data, flags + " --model-tag a"));
   ASSERT_EQ(a.rc, 0) << a.err;
   CommandResult b = run_shell(train_cmd(base, data, flags + " --model-tag b"));
@@ -117,15 +118,17 @@ TEST(BaseTrain, LossFallsAndRunsAreDeterministic) {
 TEST(BaseTrain, AKernelThatFailsItsSelfCheckFallsBackToItsReference) {
   std::string base = make_temp_dir();
   std::string data = setup_text_corpus(base, 300);
-  std::string flags = "--max-seq-len 64 --device-batch-size 8 --total-batch-size 512 --num-iterations 10"
-                      " --eval-every -1 --save-every -1";
+  std::string flags =
+      "--max-seq-len 64 --device-batch-size 8 --total-batch-size 512 --num-iterations 10"
+      " --eval-every -1 --save-every -1";
   CommandResult ref = run_shell("NANOCHAT_KERNELS=0 " + train_cmd(base, data, flags + " --model-tag ref"));
   ASSERT_EQ(ref.rc, 0) << ref.err;
-  CommandResult faulty =
-      run_shell("NANOCHAT_KERNELS_FAULT=mlp_relu_square " + train_cmd(base, data, flags + " --model-tag faulty"));
+  CommandResult faulty = run_shell("NANOCHAT_KERNELS_FAULT=mlp_relu_square " +
+                                   train_cmd(base, data, flags + " --model-tag faulty"));
   ASSERT_EQ(faulty.rc, 0) << faulty.err;
   EXPECT_NE(faulty.err.find("kernel self-check: mlp_relu_square on cpu in float32 disagrees with its ATen reference"),
-            std::string::npos) << faulty.err;
+            std::string::npos)
+      << faulty.err;
   auto mr = read_metrics(base + "/base_checkpoints/ref/metrics.jsonl");
   auto mf = read_metrics(base + "/base_checkpoints/faulty/metrics.jsonl");
   ASSERT_EQ(mr.size(), 10u);
@@ -136,8 +139,9 @@ TEST(BaseTrain, AKernelThatFailsItsSelfCheckFallsBackToItsReference) {
 TEST(BaseTrain, PreflightTrainsTheFirstStepsSavesNothingAndProjects) {
   std::string base = make_temp_dir();
   std::string data = setup_text_corpus(base, 300);
-  CommandResult r = run_shell(train_cmd(base, data, "--max-seq-len 64 --device-batch-size 8 --total-batch-size 512 "
-                                                    "--num-iterations 100 --model-tag p --preflight-steps 6"));
+  CommandResult r = run_shell(train_cmd(base, data,
+                                        "--max-seq-len 64 --device-batch-size 8 --total-batch-size 512 "
+                                        "--num-iterations 100 --model-tag p --preflight-steps 6"));
   ASSERT_EQ(r.rc, 0) << r.err;
   std::string out = r.out;
   while (!out.empty() && out.back() == '\n') out.pop_back();
@@ -166,8 +170,9 @@ TEST(BaseTrain, PreflightTrainsTheFirstStepsSavesNothingAndProjects) {
 TEST(BaseTrain, KilledRunResumesWithTheSameLosses) {
   std::string base = make_temp_dir();
   std::string data = setup_text_corpus(base, 300);
-  std::string flags = "--max-seq-len 32 --device-batch-size 4 --total-batch-size 256 --num-iterations 40"
-                      " --eval-every -1 --save-every 5";
+  std::string flags =
+      "--max-seq-len 32 --device-batch-size 4 --total-batch-size 256 --num-iterations 40"
+      " --eval-every -1 --save-every 5";
   CommandResult full = run_shell(train_cmd(base, data, flags + " --model-tag full"));
   ASSERT_EQ(full.rc, 0) << full.err;
   auto reference = read_metrics(base + "/base_checkpoints/full/metrics.jsonl");
@@ -177,10 +182,11 @@ TEST(BaseTrain, KilledRunResumesWithTheSameLosses) {
   std::mt19937 rng(std::random_device{}());
   int kill_at = 12 + (int)(rng() % 19);
   std::string metrics = base + "/base_checkpoints/killed/metrics.jsonl";
-  CommandResult killed = run_shell(
-      "(" + train_cmd(base, data, flags + " --model-tag killed") + ") & pid=$!; "
-      "for i in $(seq 1 1200); do grep -q '\"step\":" + std::to_string(kill_at) + ",' " + metrics +
-      " 2>/dev/null && break; sleep 0.05; done; kill -9 $pid; wait $pid; echo killed");
+  CommandResult killed = run_shell("(" + train_cmd(base, data, flags + " --model-tag killed") +
+                                   ") & pid=$!; "
+                                   "for i in $(seq 1 1200); do grep -q '\"step\":" +
+                                   std::to_string(kill_at) + ",' " + metrics +
+                                   " 2>/dev/null && break; sleep 0.05; done; kill -9 $pid; wait $pid; echo killed");
   ASSERT_NE(killed.out.find("killed"), std::string::npos);
   CommandResult resumed = run_shell(train_cmd(base, data, flags + " --model-tag killed --resume latest"));
   ASSERT_EQ(resumed.rc, 0) << resumed.err;
@@ -196,11 +202,14 @@ TEST(BaseTrain, KilledRunResumesWithTheSameLosses) {
 TEST(BaseTrain, SigtermSavesAndTellsHowToResume) {
   std::string base = make_temp_dir();
   std::string data = setup_text_corpus(base, 300);
-  std::string flags = "--max-seq-len 32 --device-batch-size 4 --total-batch-size 128 --num-iterations 100000"
-                      " --eval-every -1";
+  std::string flags =
+      "--max-seq-len 32 --device-batch-size 4 --total-batch-size 128 --num-iterations 100000"
+      " --eval-every -1";
   std::string metrics = base + "/base_checkpoints/stop/metrics.jsonl";
-  CommandResult r = run_shell("(" + train_cmd(base, data, flags + " --model-tag stop") + ") & pid=$!; "
-                              "for i in $(seq 1 1200); do grep -q '\"step\":3,' " + metrics +
+  CommandResult r = run_shell("(" + train_cmd(base, data, flags + " --model-tag stop") +
+                              ") & pid=$!; "
+                              "for i in $(seq 1 1200); do grep -q '\"step\":3,' " +
+                              metrics +
                               " 2>/dev/null && break; sleep 0.05; done; kill -TERM $pid; wait $pid; echo rc=$?");
   EXPECT_NE(r.out.find("rc=0"), std::string::npos) << r.out << r.err;
   auto lines = read_metrics(metrics);
@@ -225,12 +234,14 @@ TEST(BaseTrain, FullDiskIsOneErrorLineAndTheCheckpointBeforeStaysComplete) {
 
   std::string base = temp_dir();
   std::string data = setup_text_corpus(base, 300);
-  const std::string flags = "--max-seq-len 32 --device-batch-size 4 --total-batch-size 128 --eval-every -1"
-                            " --save-every 5";
+  const std::string flags =
+      "--max-seq-len 32 --device-batch-size 4 --total-batch-size 128 --eval-every -1"
+      " --save-every 5";
   // one checkpoint of this model on the ordinary disk: its files and their total size
   CommandResult sized = run_shell(train_cmd(base, data, flags + " --num-iterations 5 --model-tag sized"));
   ASSERT_EQ(sized.rc, 0) << sized.err;
-  CommandResult files = run_shell("cd " + base + "/base_checkpoints/sized && ls *_000005* && du -cb *_000005* | tail -1");
+  CommandResult files = run_shell("cd " + base +
+                                  "/base_checkpoints/sized && ls *_000005* && du -cb *_000005* | tail -1");
   ASSERT_EQ(files.rc, 0) << files.err;
   const long long one = std::atoll(files.out.substr(files.out.rfind('\n', files.out.size() - 2) + 1).c_str());
   ASSERT_GT(one, 100000) << files.out;
@@ -242,8 +253,9 @@ TEST(BaseTrain, FullDiskIsOneErrorLineAndTheCheckpointBeforeStaysComplete) {
   const std::string dir = base + "/base_checkpoints/full", after = base + "/after";
   run_shell("mkdir -p " + dir + " " + after);
   const long long kib = (one * 3 / 2) / 1024 + 64;
-  CommandResult full = run_shell(ns + " sh -c 'mount -t tmpfs -o size=" + std::to_string(kib) + "k nanochat_full " + dir +
-                                 " || exit 99; " + train_cmd(base, data, flags + " --num-iterations 10 --model-tag full") +
+  CommandResult full = run_shell(ns + " sh -c 'mount -t tmpfs -o size=" + std::to_string(kib) + "k nanochat_full " +
+                                 dir + " || exit 99; " +
+                                 train_cmd(base, data, flags + " --num-iterations 10 --model-tag full") +
                                  "; rc=$?; cp -a " + dir + "/. " + after + "/; exit $rc'");
   ASSERT_NE(full.rc, 99) << "mounting the tmpfs failed: " << full.err;
   EXPECT_EQ(full.rc, 1) << full.out << full.err;
@@ -263,8 +275,10 @@ TEST(BaseTrain, FullDiskIsOneErrorLineAndTheCheckpointBeforeStaysComplete) {
   // the run on the ordinary disk); step 10 not marked complete; no temp file left
   EXPECT_TRUE(std::ifstream(after + "/done_000005").good());
   EXPECT_TRUE(std::ifstream(after + "/meta_000005.json").good());
-  CommandResult same = run_shell("cd " + base + "/base_checkpoints/sized && for f in *_000005*.safetensors; do "
-                                 "[ \"$(stat -c %s $f)\" = \"$(stat -c %s " + after + "/$f)\" ] || echo \"differs: $f\"; done");
+  CommandResult same = run_shell("cd " + base +
+                                 "/base_checkpoints/sized && for f in *_000005*.safetensors; do "
+                                 "[ \"$(stat -c %s $f)\" = \"$(stat -c %s " +
+                                 after + "/$f)\" ] || echo \"differs: $f\"; done");
   EXPECT_EQ(same.out, "") << same.err;
   EXPECT_FALSE(std::ifstream(after + "/done_000010").good());
   CommandResult temps = run_shell("ls " + after + " | grep '\\.tmp\\.' || true");
@@ -286,10 +300,15 @@ TEST(BaseTrain, TwoRanksMatchOneRankOnTheSameGlobalBatch) {
                            "    docs = []\n"
                            "    for d in range(64):\n"
                            "        s = ''\n"
-                           "        while len(s) < " + std::to_string(T) + ": s += random.choice(words) + ' '\n"
-                           "        docs.append(s[:" + std::to_string(T) + "])\n"
-                           "    pq.write_table(pa.table({'text': docs}), f'{sys.argv[1]}/shard_{f:05d}.parquet',"
-                           " row_group_size=" + std::to_string(B) + ")\n";
+                           "        while len(s) < " +
+                               std::to_string(T) +
+                               ": s += random.choice(words) + ' '\n"
+                               "        docs.append(s[:" +
+                               std::to_string(T) +
+                               "])\n"
+                               "    pq.write_table(pa.table({'text': docs}), f'{sys.argv[1]}/shard_{f:05d}.parquet',"
+                               " row_group_size=" +
+                               std::to_string(B) + ")\n";
   CommandResult mk = run_shell(std::string(NANOCHAT_PYTHON) + " " + script + " " + data);
   ASSERT_EQ(mk.rc, 0) << mk.err;
   CommandResult tok = run_shell("NANOCHAT_BASE_DIR=" + base + " " NANOCHAT_BIN " tok-train --data " + data +
@@ -297,12 +316,15 @@ TEST(BaseTrain, TwoRanksMatchOneRankOnTheSameGlobalBatch) {
   ASSERT_EQ(tok.rc, 0) << tok.err;
   std::string flags = "--max-seq-len " + std::to_string(T) + " --total-batch-size " + std::to_string(2 * B * T) +
                       " --num-iterations 20 --eval-every -1";
-  CommandResult one = run_shell(train_cmd(base, data, flags + " --device-batch-size " + std::to_string(2 * B) +
-                                                          " --model-tag one"));
+  CommandResult one = run_shell(
+      train_cmd(base, data, flags + " --device-batch-size " + std::to_string(2 * B) + " --model-tag one"));
   ASSERT_EQ(one.rc, 0) << one.err;
-  CommandResult two = run_shell("NANOCHAT_BASE_DIR=" + base + " " NANOCHAT_BIN " launch --nproc-per-node 2 -- base-train"
-                                " --data " + data + kTinyModel + " " + flags + " --device-batch-size " +
-                                std::to_string(B) + " --model-tag two");
+  CommandResult two = run_shell("NANOCHAT_BASE_DIR=" + base +
+                                " " NANOCHAT_BIN
+                                " launch --nproc-per-node 2 -- base-train"
+                                " --data " +
+                                data + kTinyModel + " " + flags + " --device-batch-size " + std::to_string(B) +
+                                " --model-tag two");
   ASSERT_EQ(two.rc, 0) << two.out << two.err;
   auto m1 = read_metrics(base + "/base_checkpoints/one/metrics.jsonl");
   auto m2 = read_metrics(base + "/base_checkpoints/two/metrics.jsonl");
@@ -337,8 +359,9 @@ TEST(BaseTrain, LossesOfTheRealLoopMatchTheReference) {
   // --matrix-lr: the batch lr scale at 256 tokens, sqrt(256/2^19) = 0.022, would leave Muon's
   // lr at 4.4e-4, where its momentum hardly moves the loss (0.95 for 0.85: 1.5e-6 relative);
   // 1.0 makes it 0.022, about upstream's lr at its reference batch
-  std::string flags = "--max-seq-len 64 --device-batch-size 4 --total-batch-size 256 --num-iterations 8"
-                      " --eval-every -1 --matrix-lr 1.0 --model-tag ref";
+  std::string flags =
+      "--max-seq-len 64 --device-batch-size 4 --total-batch-size 256 --num-iterations 8"
+      " --eval-every -1 --matrix-lr 1.0 --model-tag ref";
   CommandResult run = run_shell(train_cmd(base, data, flags));
   ASSERT_EQ(run.rc, 0) << run.err;
   const std::string ckpt = base + "/base_checkpoints/ref";
@@ -371,15 +394,22 @@ TEST(BaseTrain, LossesOfTheRealLoopMatchTheReference) {
   auto model_config = nlohmann::json::parse(read_file(ckpt + "/meta_000008.json"))["model_config"];
   const std::vector<std::string> grad_params = {"lm_head.weight", "transformer.h.0.attn.c_proj.weight"};
   // base-train's flags as this run set them (kTinyModel, `flags`) or left them at their defaults
-  nlohmann::json train = {{"total_batch_size", 256}, {"warmup_steps", 5}, {"warmdown_ratio", 0.65},
-                          {"final_lr_frac", 0.05}, {"embedding_lr", 0.3}, {"unembedding_lr", 0.008},
-                          {"matrix_lr", 1.0}, {"scalar_lr", 0.5}, {"weight_decay", 0.28},
-                          {"target_param_data_ratio", 12.0}, {"aspect_ratio", 64}, {"head_dim", 64}};
-  nlohmann::json meta = {{"B", B}, {"T", T}, {"steps", steps}, {"model_config", model_config}, {"train", train},
-                         {"final_weights", ckpt + "/model_000008.safetensors"}, {"grad_params", grad_params}};
+  nlohmann::json train = {{"total_batch_size", 256}, {"warmup_steps", 5},
+                          {"warmdown_ratio", 0.65},  {"final_lr_frac", 0.05},
+                          {"embedding_lr", 0.3},     {"unembedding_lr", 0.008},
+                          {"matrix_lr", 1.0},        {"scalar_lr", 0.5},
+                          {"weight_decay", 0.28},    {"target_param_data_ratio", 12.0},
+                          {"aspect_ratio", 64},      {"head_dim", 64}};
+  nlohmann::json meta = {{"B", B},
+                         {"T", T},
+                         {"steps", steps},
+                         {"model_config", model_config},
+                         {"train", train},
+                         {"final_weights", ckpt + "/model_000008.safetensors"},
+                         {"grad_params", grad_params}};
   std::ofstream(dir + "/meta.json") << meta.dump();
-  CommandResult py = run_shell(std::string(NANOCHAT_PYTHON) + " " NANOCHAT_SOURCE_DIR
-                               "/tests/fixtures/train_loop_reference.py " + dir);
+  CommandResult py = run_shell(std::string(NANOCHAT_PYTHON) +
+                               " " NANOCHAT_SOURCE_DIR "/tests/fixtures/train_loop_reference.py " + dir);
   ASSERT_EQ(py.rc, 0) << py.err;
   auto ref = nlohmann::json::parse(read_file(dir + "/ref.json"));
 
@@ -414,8 +444,10 @@ TEST(BaseTrain, LossesOfTheRealLoopMatchTheReference) {
     EXPECT_LT(diff, 0.01 * moved) << name << " moved " << moved;
     max_frac = std::max(max_frac, diff / moved);
   }
-  std::printf("8 steps vs reference: max relative loss diff %.2e; final weights differ by at most %.2f%% of "
-              "their movement\n", max_rel, 100 * max_frac);
+  std::printf(
+      "8 steps vs reference: max relative loss diff %.2e; final weights differ by at most %.2f%% of "
+      "their movement\n",
+      max_rel, 100 * max_frac);
 
   // step 0's gradients, from base-train's model code in this process (init seed 42, as the run)
   nanochat::GPT model(nanochat::gpt_config_from_json(model_config), torch::kCPU, torch::kFloat32);

@@ -47,12 +47,12 @@ const Upstream kUpstream[] = {
     {"--depth 24", 8, 50331648, 603979776, 50331648, 679478976, 74, 1384122122, "4.775226e+09", 1048576, "1.4142",
      "0.059738", "0.707107", 8352, 8757706752, 32, 2},
     // the speedrun's flags
-    {"--depth 24 --target-param-data-ratio 8 --device-batch-size 16", 8, 50331648, 603979776, 50331648, 679478976,
-     74, 1384122122, "4.775226e+09", 1048576, "1.4142", "0.059738", "0.707107", 5568, 5838471168, 16, 4},
+    {"--depth 24 --target-param-data-ratio 8 --device-batch-size 16", 8, 50331648, 603979776, 50331648, 679478976, 74,
+     1384122122, "4.775226e+09", 1048576, "1.4142", "0.059738", "0.707107", 5568, 5838471168, 16, 4},
     {"--depth 26", 8, 54525952, 708837376, 54525952, 863897580, 78, 1681786938, "5.991051e+09", 1048576, "1.4142",
      "0.047470", "0.679366", 10510, 11020533760, 32, 2},
-    {"--depth 12 --num-iterations 20 --total-batch-size 65536 --device-batch-size 8", 1, 25165824, 150994944,
-     25165824, 84935088, 50, 286261730, "7.596960e+08", 65536, "0.3536", "0.098995", "1.000000", 20, 1310720, 8, 4},
+    {"--depth 12 --num-iterations 20 --total-batch-size 65536 --device-batch-size 8", 1, 25165824, 150994944, 25165824,
+     84935088, 50, 286261730, "7.596960e+08", 65536, "0.3536", "0.098995", "1.000000", 20, 1310720, 8, 4},
 };
 
 std::string fmt(const char* f, double v) {
@@ -113,8 +113,8 @@ TEST(BaseTrainPlan, DefaultDeviceBatchForAnEightyGigabyteCard) {
   EXPECT_EQ(d24["grad_accum_steps"].get<int64_t>(), 4);
   EXPECT_LE(d24["estimated_peak_memory_bytes"].get<int64_t>(), 72000000000);
   // the wall-clock: total FLOPs / (MFU x the H100's 989 TFLOPS x 8)
-  EXPECT_NEAR(d24["estimated_seconds"].get<double>(),
-              4.775226e9 * 8757706752.0 / (0.4 * 989e12 * 8), 1e-5 * d24["estimated_seconds"].get<double>());
+  EXPECT_NEAR(d24["estimated_seconds"].get<double>(), 4.775226e9 * 8757706752.0 / (0.4 * 989e12 * 8),
+              1e-5 * d24["estimated_seconds"].get<double>());
 }
 
 TEST(BaseTrainPlan, BadSizeIsOneClearLine) {

@@ -68,17 +68,16 @@ TEST(ChatCli, InteractiveOnAPipe) {
   ids.push_back(sid("<|user_end|>"));
   ids.push_back(sid("<|assistant_start|>"));
   Reference second = greedy_from_ids(ids, 256);
-  CommandResult r = run_shell("printf 'hello world\\nhi\\nclear\\n\\n  hi  \\nquit\\nnever read\\n' | NANOCHAT_BASE_DIR=" + base +
-                              " OMP_NUM_THREADS=1 " + NANOCHAT_BIN + " chat-cli -t 0 --device-type cpu");
+  CommandResult r = run_shell(
+      "printf 'hello world\\nhi\\nclear\\n\\n  hi  \\nquit\\nnever read\\n' | NANOCHAT_BASE_DIR=" + base +
+      " OMP_NUM_THREADS=1 " + NANOCHAT_BIN + " chat-cli -t 0 --device-type cpu");
   ASSERT_EQ(r.rc, 0) << r.err;
   std::string want = "\nNanoChat Interactive Mode\n" + std::string(50, '-') +
                      "\nType 'quit' or 'exit' to end the conversation\nType 'clear' to start a new conversation\n" +
-                     std::string(50, '-') + "\n" +
-                     "\nUser: \nAssistant: " + hello.text + "\n" +   // turn 1
-                     "\nUser: \nAssistant: " + second.text + "\n" +  // turn 2 sees turn 1
-                     "\nUser: Conversation cleared.\n" +
-                     "\nUser: " +                                    // the empty line is skipped
-                     "\nUser: \nAssistant: " + hi.text + "\n" +      // after clear: as if first
+                     std::string(50, '-') + "\n" + "\nUser: \nAssistant: " + hello.text + "\n" +  // turn 1
+                     "\nUser: \nAssistant: " + second.text + "\n" +                               // turn 2 sees turn 1
+                     "\nUser: Conversation cleared.\n" + "\nUser: " +  // the empty line is skipped
+                     "\nUser: \nAssistant: " + hi.text + "\n" +        // after clear: as if first
                      "\nUser: Goodbye!\n";
   EXPECT_EQ(r.out, want);
 }

@@ -67,14 +67,15 @@ CommandResult run_and_signal(const std::string& cmd, const std::string& metrics,
 TEST(ChatPipeline, BaseThenSftThenChatEvalOnFixtures) {
   std::string dir = temp_dir(), base = dir + "/base";
   // 1. fixture task data into task_data/<repo>/<subset>/<split>/ with the manifest written last
-  CommandResult fx = run_shell(std::string(NANOCHAT_PYTHON) + " " NANOCHAT_SOURCE_DIR
-                               "/tests/fixtures/make_task_fixtures.py " + dir + "/src");
+  CommandResult fx = run_shell(std::string(NANOCHAT_PYTHON) +
+                               " " NANOCHAT_SOURCE_DIR "/tests/fixtures/make_task_fixtures.py " + dir + "/src");
   ASSERT_EQ(fx.rc, 0) << fx.err;
   setenv("NANOCHAT_BASE_DIR", base.c_str(), 1);
   json files = json::parse(read_file(dir + "/src/files.json"));
   for (auto& [key, names] : files.items()) {
     size_t a = key.find('|'), b = key.rfind('|');
-    std::string split_dir = nanochat::hub_split_dir({key.substr(0, a), key.substr(a + 1, b - a - 1), key.substr(b + 1)});
+    std::string split_dir = nanochat::hub_split_dir(
+        {key.substr(0, a), key.substr(a + 1, b - a - 1), key.substr(b + 1)});
     nanochat::make_dirs(split_dir);
     json manifest = json::array();
     for (size_t i = 0; i < names.size(); i++) {
@@ -91,7 +92,8 @@ TEST(ChatPipeline, BaseThenSftThenChatEvalOnFixtures) {
   EXPECT_NE(read_file(base + "/report/header.md").find("Run started: "), std::string::npos);
   ASSERT_NO_FATAL_FAILURE(make_tiny_base_model(dir + "/text", nc));
   // 3. SFT on the fixture mixture (SmolTalk + MMLU + GSM8K + identity)
-  CommandResult sft = run_shell(nc + " sft --num-iterations 3 --device-batch-size 2 --max-seq-len 256"
+  CommandResult sft = run_shell(nc +
+                                " sft --num-iterations 3 --device-batch-size 2 --max-seq-len 256"
                                 " --total-batch-size 512 --eval-every 3 --eval-tokens 512 --chatcore-every -1");
   ASSERT_EQ(sft.rc, 0) << sft.out << sft.err;
   EXPECT_NE(sft.out.find("Validation bpb"), std::string::npos) << sft.out;
@@ -115,8 +117,9 @@ TEST(ChatPipeline, BaseThenSftThenChatEvalOnFixtures) {
   EXPECT_NEAR(results["chatcore"].get<double>(), mean, 1e-12);
 
   // 5. RL on the fixture GSM8K (4 train problems: 2 per step, 2 steps), then chat-eval -i rl
-  CommandResult rl = run_shell(nc + " rl --examples-per-step 2 --num-samples 4 --device-batch-size 2"
-                                    " --max-new-tokens 12 --eval-every 1 --eval-examples 2 --save-every -1");
+  CommandResult rl = run_shell(nc +
+                               " rl --examples-per-step 2 --num-samples 4 --device-batch-size 2"
+                               " --max-new-tokens 12 --eval-every 1 --eval-examples 2 --save-every -1");
   ASSERT_EQ(rl.rc, 0) << rl.out << rl.err;
   EXPECT_NE(rl.out.find("Step 1/2 | Average reward: "), std::string::npos) << rl.out;
   EXPECT_NE(rl.out.find("Pass@2: "), std::string::npos) << rl.out;
@@ -145,8 +148,8 @@ TEST(ChatPipeline, BaseThenSftThenChatEvalOnFixtures) {
     expected.insert(at + 2, base + "/report/");
   EXPECT_NE(expected.find("](" + base + "/report/chart-base-"), std::string::npos) << "no base-train chart linked";
   EXPECT_EQ(report, expected);
-  for (const char* section : {"## Tokenizer training", "## Base model training", "## Chat SFT", "## Chat evaluation sft",
-                              "## Chat RL", "## Chat evaluation rl", "## Summary"})
+  for (const char* section : {"## Tokenizer training", "## Base model training", "## Chat SFT",
+                              "## Chat evaluation sft", "## Chat RL", "## Chat evaluation rl", "## Summary"})
     EXPECT_NE(report.find(section), std::string::npos) << section << "\n" << report;
   char row[64];
   std::snprintf(row, sizeof row, "| ChatCORE        | -        | %-8.4f |", results["chatcore"].get<double>());
@@ -155,9 +158,11 @@ TEST(ChatPipeline, BaseThenSftThenChatEvalOnFixtures) {
   EXPECT_NE(bad.rc, 0);
   EXPECT_NE(bad.err.find("--num-samples 3 must be a multiple of --device-batch-size 2"), std::string::npos) << bad.err;
   // 7. RL over 2 Gloo ranks under `launch`: strided problems, rewards and pass@k all-reduced
-  CommandResult rl2 = run_shell(std::string("NANOCHAT_BASE_DIR=") + base + " OMP_NUM_THREADS=1 " NANOCHAT_BIN
-                                " launch --nproc-per-node 2 -- rl --force --examples-per-step 2 --num-samples 2"
-                                " --device-batch-size 2 --max-new-tokens 8 --eval-every 1 --eval-examples 3 --save-every -1");
+  CommandResult rl2 = run_shell(
+      std::string("NANOCHAT_BASE_DIR=") + base +
+      " OMP_NUM_THREADS=1 " NANOCHAT_BIN
+      " launch --nproc-per-node 2 -- rl --force --examples-per-step 2 --num-samples 2"
+      " --device-batch-size 2 --max-new-tokens 8 --eval-every 1 --eval-examples 3 --save-every -1");
   ASSERT_EQ(rl2.rc, 0) << rl2.out << rl2.err;
   const std::string rl2_log = rl2.out + rl2.err;
   EXPECT_NE(rl2_log.find("(2 ranks)"), std::string::npos) << rl2_log;
@@ -172,8 +177,9 @@ TEST(ChatPipeline, SftKilledOrStoppedRunResumesWithTheSameLosses) {
   std::string dir = temp_dir(), base = dir + "/base", out = base + "/chatsft_checkpoints";
   const std::string nc = std::string("NANOCHAT_BASE_DIR=") + base + " " NANOCHAT_BIN;
   ASSERT_NO_FATAL_FAILURE(make_tiny_base_model(dir + "/text", nc));
-  const std::string sft = nc + " sft --mixture spelling --num-iterations 24 --device-batch-size 2 --max-seq-len 64"
-                               " --total-batch-size 256 --eval-every -1 --eval-tokens 256 --save-every 4";
+  const std::string sft = nc +
+                          " sft --mixture spelling --num-iterations 24 --device-batch-size 2 --max-seq-len 64"
+                          " --total-batch-size 256 --eval-every -1 --eval-tokens 256 --save-every 4";
   CommandResult full = run_shell(sft);
   ASSERT_EQ(full.rc, 0) << full.out << full.err;
   auto reference = read_losses(out + "/d2/metrics.jsonl");
@@ -234,8 +240,9 @@ TEST(SftFinalEval, EvalEveryMinusOneStillMeasuresTheLastStep) {
                                " --core-metric-every -1 --tokenizer-threads 1 --model-tag d2");
   ASSERT_EQ(bt.rc, 0) << bt.out << bt.err;
 
-  const std::string sft = nc + " sft --mixture spelling --num-iterations 3 --device-batch-size 2 --max-seq-len 64"
-                               " --total-batch-size 128 --eval-tokens 512 --chatcore-every -1 --save-every -1";
+  const std::string sft = nc +
+                          " sft --mixture spelling --num-iterations 3 --device-batch-size 2 --max-seq-len 64"
+                          " --total-batch-size 128 --eval-tokens 512 --chatcore-every -1 --save-every -1";
   const std::string out = base + "/chatsft_checkpoints";
   auto val_bpb_lines = [&](const std::string& metrics) {
     std::map<int64_t, double> bpb;
@@ -262,6 +269,6 @@ TEST(SftFinalEval, EvalEveryMinusOneStillMeasuresTheLastStep) {
   CommandResult on = run_shell(sft + " --eval-every 2");
   ASSERT_EQ(on.rc, 0) << on.out << on.err;
   std::map<int64_t, double> evals = val_bpb_lines(out + "/d2/metrics.jsonl");
-  EXPECT_EQ(evals.size(), 3u);  // steps 0, 2 and the last, 3
+  EXPECT_EQ(evals.size(), 3u);        // steps 0, 2 and the last, 3
   EXPECT_EQ(evals.at(3), final_bpb);  // the same run to that point, the same evaluation
 }

@@ -164,7 +164,11 @@ TEST(ThreadPool, SubmitReturnsValuesAndExceptions) {
   EXPECT_EQ(sum, 99 * 100 * 199 / 6);  // sum of squares 0..99
   auto bad = pool.submit([]() -> int { throw Error("boom"); });
   EXPECT_THROW(bad.get(), Error);
-  EXPECT_THROW(pool.parallel_for(10, [](int64_t b, int64_t) { if (b == 0) throw Error("x"); }), Error);
+  EXPECT_THROW(pool.parallel_for(10,
+                                 [](int64_t b, int64_t) {
+                                   if (b == 0) throw Error("x");
+                                 }),
+               Error);
 }
 
 TEST(Progress, FormatDuration) {
@@ -241,8 +245,11 @@ TEST(StopSignal, FirstSignalSetsFlagSecondKills) {
 // ---- UTF-8 streaming ----------------------------------------------------------------------
 
 TEST(Utf8, ReplacementOfIllFormedSequences) {
-  EXPECT_EQ(utf8_decode_replace("a\x80" "b"), "a\xEF\xBF\xBD" "b");
-  EXPECT_EQ(utf8_decode_replace("\xE4\xBD"), "\xEF\xBF\xBD");  // truncated 3-byte: one U+FFFD
+  EXPECT_EQ(utf8_decode_replace("a\x80"
+                                "b"),
+            "a\xEF\xBF\xBD"
+            "b");
+  EXPECT_EQ(utf8_decode_replace("\xE4\xBD"), "\xEF\xBF\xBD");              // truncated 3-byte: one U+FFFD
   EXPECT_EQ(utf8_decode_replace("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // overlong: two
   EXPECT_EQ(utf8_decode_replace("\xF0\x9F\x8C\x8D"), "\xF0\x9F\x8C\x8D");  // valid emoji
 }
@@ -256,7 +263,7 @@ TEST(Utf8Stream, HoldsBackIncompleteCharacters) {
   EXPECT_EQ(s.push("\x80!"), "\xf0\x9f\x98\x80!");
   EXPECT_EQ(s.push("\xe0\x80"), "\xef\xbf\xbd\xef\xbf\xbd");  // E0 80 is ill-formed already: no waiting
   EXPECT_EQ(s.push("\xc3"), "");
-  EXPECT_EQ(s.finish(), "\xef\xbf\xbd");  // an unfinished character at the end
+  EXPECT_EQ(s.finish(), "\xef\xbf\xbd");            // an unfinished character at the end
   EXPECT_EQ(utf8_incomplete_tail("\xed\xa0"), 0u);  // a surrogate can never complete
   EXPECT_EQ(utf8_incomplete_tail("\xf4\x8f\xbf"), 3u);
   EXPECT_EQ(utf8_incomplete_tail("\xf4\x90"), 0u);  // above U+10FFFF

@@ -62,7 +62,8 @@ TEST(PyRandom, MatchesCPython) {
     }
     for (const auto& smp : s["samples"]) {
       int64_t n = smp[0], k = smp[1];
-      EXPECT_EQ(PyRandom(seed).sample_indices(n, k), smp[2].get<std::vector<int64_t>>()) << "sample n=" << n << " k=" << k;
+      EXPECT_EQ(PyRandom(seed).sample_indices(n, k), smp[2].get<std::vector<int64_t>>())
+          << "sample n=" << n << " k=" << k;
     }
   }
   for (const auto& c : ref["core"]) {

@@ -34,7 +34,9 @@ torch::Tensor bigram_table() {
   return w;
 }
 CoreLogitsFn table_fn(const torch::Tensor& w) {
-  return [w](const torch::Tensor& idx) { return w.index_select(0, idx.reshape({-1})).view({idx.size(0), idx.size(1), V}); };
+  return [w](const torch::Tensor& idx) {
+    return w.index_select(0, idx.reshape({-1})).view({idx.size(0), idx.size(1), V});
+  };
 }
 // a forced "model": logits[b,t,v] = f(current token, v)
 CoreLogitsFn rule_fn(const std::function<float(int64_t cur, int64_t v)>& f) {
@@ -167,7 +169,8 @@ TEST(CoreEval, BundleLoadsTasksAndBaselines) {
 
 TEST(CoreEval, PyStripMatchesPython) {
   // every code point Python's str.isspace() accepts, and some it does not (U+200B, U+FEFF)
-  auto r = run_shell(kPython + " -c \"import sys,json; print(json.dumps([c for c in map(chr, range(0x3001)) if c.isspace()]))\"");
+  auto r = run_shell(kPython +
+                     " -c \"import sys,json; print(json.dumps([c for c in map(chr, range(0x3001)) if c.isspace()]))\"");
   ASSERT_EQ(r.rc, 0) << r.err;
   auto spaces = nlohmann::json::parse(r.out);
   EXPECT_EQ(spaces.size(), 29u);
@@ -175,7 +178,10 @@ TEST(CoreEval, PyStripMatchesPython) {
     std::string sp = s.get<std::string>();
     EXPECT_EQ(core_py_strip(sp + "a b" + sp + sp), "a b") << "U+" << std::hex << (int)(unsigned char)sp[0];
   }
-  EXPECT_EQ(core_py_strip("\xE2\x80\x8B" "x\xEF\xBB\xBF"), "\xE2\x80\x8B" "x\xEF\xBB\xBF");
+  EXPECT_EQ(core_py_strip("\xE2\x80\x8B"
+                          "x\xEF\xBB\xBF"),
+            "\xE2\x80\x8B"
+            "x\xEF\xBB\xBF");
   EXPECT_EQ(core_py_strip(" \t\n"), "");
   EXPECT_EQ(core_py_strip(""), "");
 }
@@ -201,7 +207,8 @@ TEST(CoreEval, MatchesUpstreamProcedureInPython) {
       ASSERT_EQ(data.size(), rt["prompts"].size());
       for (size_t i = 0; i < data.size(); i++) {
         std::vector<const CoreItem*> fs;
-        for (int64_t j : core_fewshot_indices((int64_t)i, (int64_t)data.size(), tasks[t].num_fewshot)) fs.push_back(&data[j]);
+        for (int64_t j : core_fewshot_indices((int64_t)i, (int64_t)data.size(), tasks[t].num_fewshot))
+          fs.push_back(&data[j]);
         EXPECT_EQ(core_render_prompts(tasks[t], data[i], fs), rt["prompts"][i].get<std::vector<std::string>>()) << i;
       }
       auto flags = core_evaluate_task(table_fn(bigram_table()), tok, tasks[t], data, o);
@@ -219,9 +226,10 @@ TEST(CoreEval, MatchesUpstreamProcedureInPython) {
 // after 'Z' (+5); every other logit is 0.
 TEST(CoreEval, ForcedAnswersScoredByHand) {
   std::string dir = make_temp_dir();
-  write(dir + "/core.yaml", "icl_tasks:\n"
-                            "- {label: mc, dataset_uri: mc.jsonl, num_fewshot: [0], icl_task_type: multiple_choice}\n"
-                            "- {label: sc, dataset_uri: sc.jsonl, num_fewshot: [0], icl_task_type: schema}\n");
+  write(dir + "/core.yaml",
+        "icl_tasks:\n"
+        "- {label: mc, dataset_uri: mc.jsonl, num_fewshot: [0], icl_task_type: multiple_choice}\n"
+        "- {label: sc, dataset_uri: sc.jsonl, num_fewshot: [0], icl_task_type: schema}\n");
   write(dir + "/eval_meta_data.csv", "Eval Task,Random baseline\nmc,25\nsc,50\n");
   // MC: the choice with the most uppercase bytes has the lowest mean loss (the span is the
   // choice: the queries' " " and the BOS are the common prefix). Picks: YES, ABC, xY, OK.
@@ -244,23 +252,24 @@ TEST(CoreEval, ForcedAnswersScoredByHand) {
   o.bundle_dir = dir, o.batch_size = 3;
   CoreResult r = core_evaluate(fn, tok, o, nullptr);
   ASSERT_EQ(r.tasks.size(), 2u);
-  EXPECT_EQ(r.tasks[0].accuracy, 0.75);                                  // 3 of 4
-  EXPECT_DOUBLE_EQ(r.tasks[0].centered, (0.75 - 0.25) / 0.75);           // 2/3
-  EXPECT_EQ(r.tasks[1].accuracy, (double)(2.0f / 3.0f));                 // 2 of 3, a float32 mean
+  EXPECT_EQ(r.tasks[0].accuracy, 0.75);                         // 3 of 4
+  EXPECT_DOUBLE_EQ(r.tasks[0].centered, (0.75 - 0.25) / 0.75);  // 2/3
+  EXPECT_EQ(r.tasks[1].accuracy, (double)(2.0f / 3.0f));        // 2 of 3, a float32 mean
   EXPECT_DOUBLE_EQ(r.tasks[1].centered, ((double)(2.0f / 3.0f) - 0.5) / 0.5);
   EXPECT_DOUBLE_EQ(r.core, (r.tasks[0].centered + r.tasks[1].centered) / 2);
 
   // LM: greedy "next byte = current byte + 1". The scored span starts after the stripped
   // prompt "<context>=", so a continuation is right when it runs on from '>'.
-  write(dir + "/core.yaml", "icl_tasks:\n- label: lm\n  dataset_uri: lm.jsonl\n  num_fewshot: [0]\n"
-                            "  icl_task_type: language_modeling\n  continuation_delimiter: '='\n");
+  write(dir + "/core.yaml",
+        "icl_tasks:\n- label: lm\n  dataset_uri: lm.jsonl\n  num_fewshot: [0]\n"
+        "  icl_task_type: language_modeling\n  continuation_delimiter: '='\n");
   write(dir + "/eval_meta_data.csv", "Eval Task,Random baseline\nlm,0\n");
   write(dir + "/eval_data/lm.jsonl",
-        "{\"context\": \"k<\", \"continuation\": \">?\"}\n"                    // right
-        "{\"context\": \"k<\", \"continuation\": \">A\"}\n"                    // '>'+1 is '?', not 'A': wrong
-        "{\"context\": \"abc<  \", \"continuation\": \">?@AB\"}\n"             // right
-        "{\"context\": \"\\u00a0mn<\\u3000\", \"continuation\": \">\"}\n"      // right (trim itself: the reference test)
-        "{\"context\": \"q;\", \"continuation\": \"?\"}\n");                   // '='+1 is '>', not '?': wrong
+        "{\"context\": \"k<\", \"continuation\": \">?\"}\n"                // right
+        "{\"context\": \"k<\", \"continuation\": \">A\"}\n"                // '>'+1 is '?', not 'A': wrong
+        "{\"context\": \"abc<  \", \"continuation\": \">?@AB\"}\n"         // right
+        "{\"context\": \"\\u00a0mn<\\u3000\", \"continuation\": \">\"}\n"  // right (trim itself: the reference test)
+        "{\"context\": \"q;\", \"continuation\": \"?\"}\n");               // '='+1 is '>', not '?': wrong
   auto next = rule_fn([](int64_t cur, int64_t v) { return v == cur + 1 ? 1.0f : 0.0f; });
   r = core_evaluate(next, tok, o, nullptr);
   EXPECT_EQ(r.tasks[0].accuracy, (double)0.6f);
@@ -280,7 +289,8 @@ TEST(CoreEval, BatchSizeAndRanksDoNotChangeTheResult) {
   o.batch_size = 16;
   CoreResult many = core_evaluate(model, tok, o, nullptr);
   ASSERT_EQ(one.tasks.size(), many.tasks.size());
-  for (size_t t = 0; t < one.tasks.size(); t++) EXPECT_EQ(one.tasks[t].accuracy, many.tasks[t].accuracy) << one.tasks[t].label;
+  for (size_t t = 0; t < one.tasks.size(); t++)
+    EXPECT_EQ(one.tasks[t].accuracy, many.tasks[t].accuracy) << one.tasks[t].label;
   EXPECT_EQ(one.core, many.core);
   // a token budget that splits the batches differently
   o.max_batch_tokens = 100;
@@ -331,8 +341,9 @@ TEST(CoreEval, CsvAndTaskLineLookLikeUpstream) {
             "hellaswag_zeroshot                 , 0.250000  , 0.000000  \n"
             "jeopardy                           , 0.125000  , 0.125000  \n"
             "CORE                               ,           , 0.062500  \n");
-  EXPECT_EQ(core_task_line(r.tasks[1]),
-            "Evaluating: jeopardy (10-shot, type: language_modeling)... accuracy: 0.1250 | centered: 0.1250 | time: 0.50s");
+  EXPECT_EQ(
+      core_task_line(r.tasks[1]),
+      "Evaluating: jeopardy (10-shot, type: language_modeling)... accuracy: 0.1250 | centered: 0.1250 | time: 0.50s");
   setenv("NANOCHAT_BASE_DIR", "/tmp/nc_base", 1);
   EXPECT_EQ(core_csv_path(42), "/tmp/nc_base/base_eval/base_model_000042.csv");
 }
@@ -353,15 +364,20 @@ TEST(CoreEval, BadInputGivesClearErrors) {
   EXPECT_NE(error_of([] { core_eval_bundle_dir(""); }).find("run `nanochat download eval-bundle`"), std::string::npos);
   EXPECT_NE(error_of([&] { core_eval_bundle_dir(base + "/nope"); }).find("--eval-bundle"), std::string::npos);
 
-  write(base + "/t.jsonl", "{\"query\": \"a\", \"choices\": [\"x\"], \"gold\": 0}\n{\"query\": \"b\", \"choices\": [\"x\"], \"gold\": 0\n");
-  EXPECT_NE(error_of([&] { core_load_task_data(base + "/t.jsonl", "multiple_choice"); }).find("t.jsonl:2: not valid JSON"),
-            std::string::npos);
+  write(
+      base + "/t.jsonl",
+      "{\"query\": \"a\", \"choices\": [\"x\"], \"gold\": 0}\n{\"query\": \"b\", \"choices\": [\"x\"], \"gold\": 0\n");
+  EXPECT_NE(
+      error_of([&] { core_load_task_data(base + "/t.jsonl", "multiple_choice"); }).find("t.jsonl:2: not valid JSON"),
+      std::string::npos);
   write(base + "/t.jsonl", "{\"query\": \"a\", \"choices\": [\"x\"], \"gold\": 3}\n");
   EXPECT_NE(error_of([&] { core_load_task_data(base + "/t.jsonl", "multiple_choice"); }).find("t.jsonl:1: gold 3"),
             std::string::npos);
   write(base + "/t.jsonl", "{\"context\": \"a\"}\n");
-  EXPECT_NE(error_of([&] { core_load_task_data(base + "/t.jsonl", "language_modeling"); })
-                .find("t.jsonl:1: no \"continuation\" field"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              core_load_task_data(base + "/t.jsonl", "language_modeling");
+            }).find("t.jsonl:1: no \"continuation\" field"),
+            std::string::npos);
 
   std::string b = base + "/bundle";
   write(b + "/core.yaml", "icl_tasks:\n- {label: x, dataset_uri: x.jsonl, num_fewshot: [0], icl_task_type: ranking}\n");
@@ -375,14 +391,15 @@ TEST(CoreEval, BadInputGivesClearErrors) {
 // ---- the zip ----------------------------------------------------------------------------------
 static std::string zip_of_fixture(const std::string& dir, bool with_core_yaml = true) {
   std::string zip = dir + (with_core_yaml ? "/eval_bundle.zip" : "/other.zip");
-  std::string py = "import zipfile, os, sys\n"
-                   "src = sys.argv[1]\n"
-                   "with zipfile.ZipFile(sys.argv[2], 'w', zipfile.ZIP_DEFLATED) as z:\n"
-                   "    for root, _, files in os.walk(src):\n"
-                   "        for f in files:\n"
-                   "            if f == 'core.yaml' and sys.argv[3] == '0': continue\n"
-                   "            p = os.path.join(root, f)\n"
-                   "            z.write(p, 'eval_bundle/' + os.path.relpath(p, src))\n";
+  std::string py =
+      "import zipfile, os, sys\n"
+      "src = sys.argv[1]\n"
+      "with zipfile.ZipFile(sys.argv[2], 'w', zipfile.ZIP_DEFLATED) as z:\n"
+      "    for root, _, files in os.walk(src):\n"
+      "        for f in files:\n"
+      "            if f == 'core.yaml' and sys.argv[3] == '0': continue\n"
+      "            p = os.path.join(root, f)\n"
+      "            z.write(p, 'eval_bundle/' + os.path.relpath(p, src))\n";
   write(dir + "/mkzip.py", py);
   auto r = run_shell(kPython + " " + dir + "/mkzip.py " + kBundle + " " + zip + " " + (with_core_yaml ? "1" : "0"));
   EXPECT_EQ(r.rc, 0) << r.err;
@@ -422,7 +439,8 @@ TEST(CoreEval, DownloadSubcommandFetchesAndPlacesTheBundle) {
   EXPECT_EQ(read_file(base + "/eval_bundle/core.yaml"), read_file(kBundle + "/core.yaml"));
   EXPECT_EQ(core_bundle_load(core_eval_bundle_dir(base + "/eval_bundle")).size(), 4u);
   // a second run finds it in place
-  r = run_shell("NANOCHAT_BASE_DIR=" + base + " " + kBin + " download eval-bundle --url " + server.url("/b/eval_bundle.zip"));
+  r = run_shell("NANOCHAT_BASE_DIR=" + base + " " + kBin + " download eval-bundle --url " +
+                server.url("/b/eval_bundle.zip"));
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE((r.out + r.err).find("already"), std::string::npos) << r.out << r.err;
   remove_tree(dir);

@@ -54,11 +54,15 @@ TEST(TimeToGpt2, EqualIsNotBeatingAndTheLastPointSaysHowFarBelow) {
 
 TEST(TimeToGpt2, ReadsTheCoreLinesOfAMetricsFile) {
   const std::string path = temp_dir() + "/metrics.jsonl";
-  std::ofstream(path) << R"({"step": 0, "loss": 5.0, "total_training_time": 0})" "\n"
-                      << R"({"step": 0, "core_metric": 0.01})" "\n"  // before the time was recorded: left out
-                      << R"({"step": 100, "core_metric": 0.3, "total_training_time": 42.5, "core/x": 1})" "\n"
+  std::ofstream(path) << R"({"step": 0, "loss": 5.0, "total_training_time": 0})"
+                         "\n"
+                      << R"({"step": 0, "core_metric": 0.01})"
+                         "\n"  // before the time was recorded: left out
+                      << R"({"step": 100, "core_metric": 0.3, "total_training_time": 42.5, "core/x": 1})"
+                         "\n"
                       << "\n"
-                      << R"({"step": 100, "val_bpb": 1.1, "total_training_time": 42.5})" "\n";
+                      << R"({"step": 100, "val_bpb": 1.1, "total_training_time": 42.5})"
+                         "\n";
   std::vector<CorePoint> pts = leaderboard_core_points(path);
   ASSERT_EQ(pts.size(), 1u);
   EXPECT_EQ(pts[0].step, 100);
@@ -68,10 +72,12 @@ TEST(TimeToGpt2, ReadsTheCoreLinesOfAMetricsFile) {
 
 TEST(TimeToGpt2, ReportSummaryCarriesTheLine) {
   std::vector<std::pair<std::string, std::string>> sections = {
-      {"base-model-training.md", "## Base model training\ntimestamp: 2026-01-01 10:50:00\n\n"
-                                 "- Time to GPT-2: 2.91h (10493.0s) at step 14889, CORE 0.2578 > 0.256525\n"}};
+      {"base-model-training.md",
+       "## Base model training\ntimestamp: 2026-01-01 10:50:00\n\n"
+       "- Time to GPT-2: 2.91h (10493.0s) at step 14889, CORE 0.2578 > 0.256525\n"}};
   const std::string s = report_format_summary("", sections);
-  EXPECT_NE(s.find("\nTime to GPT-2: 2.91h (10493.0s) at step 14889, CORE 0.2578 > 0.256525\n"), std::string::npos) << s;
+  EXPECT_NE(s.find("\nTime to GPT-2: 2.91h (10493.0s) at step 14889, CORE 0.2578 > 0.256525\n"), std::string::npos)
+      << s;
   EXPECT_EQ(report_format_summary("", {}).find("Time to GPT-2"), std::string::npos);
 }
 

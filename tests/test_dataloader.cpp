@@ -56,8 +56,8 @@ TEST(BestFit, EndOfDataAndBadSizes) {
 
 TEST(BestFit, MatchesAnIndependentImplementation) {
   std::string dir = make_temp_dir();
-  auto r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR + "/tests/fixtures/bestfit_reference.py " +
-                     dir + "/ref.json");
+  auto r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR +
+                     "/tests/fixtures/bestfit_reference.py " + dir + "/ref.json");
   ASSERT_EQ(r.rc, 0) << r.err;
   auto ref = nlohmann::json::parse(read_file(dir + "/ref.json"));
   auto docs = ref["docs"].get<Docs>();

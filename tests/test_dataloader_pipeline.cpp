@@ -148,8 +148,8 @@ TEST_F(LoaderCorpus, MatchesSynchronousReferenceForSeveralThreadCounts) {
             ASSERT_EQ(b.inputs.size(0), 2);
             ASSERT_EQ(b.inputs.size(1), 48);
             ASSERT_EQ(b.inputs.dtype(), torch::kLong);
-            ASSERT_EQ(to_vec(b), want[(size_t)i]) << "batch " << i << " rank " << rank << "/" << world
-                                                  << " threads " << threads;
+            ASSERT_EQ(to_vec(b), want[(size_t)i])
+                << "batch " << i << " rank " << rank << "/" << world << " threads " << threads;
             for (auto& r : b.state.buffered) ASSERT_EQ(r.row_group % world, rank);
           }
           auto m = loader.metrics();
@@ -205,8 +205,8 @@ TEST_F(LoaderCorpus, ResumeReproducesTheNextBatchesBitForBit) {
           ASSERT_TRUE(s.exact);
           DataLoader resumed(*tok, split, o, &s);
           for (int k = n; k < total; k++)
-            ASSERT_EQ(to_vec(resumed.next()), all[(size_t)k]) << "resumed after " << n << ", batch " << k
-                                                             << ", rank " << rank << "/" << world;
+            ASSERT_EQ(to_vec(resumed.next()), all[(size_t)k])
+                << "resumed after " << n << ", batch " << k << ", rank " << rank << "/" << world;
         }
       }
   });
@@ -350,10 +350,10 @@ TEST(LoaderBadInput, UndecodableRowGroupNamesFileAndRowGroupOrIsSkipped) {
 
 TEST(LoaderBadInput, MissingTextColumnAndEmptySplitAreErrorsNotHangs) {
   std::string dir = make_temp_dir();
-  auto r = run_shell(strprintf("%s %s/tests/fixtures/make_text_parquet.py %s/a.parquet 20 10 a content && "
-                               "%s %s/tests/fixtures/make_text_parquet.py %s/b.parquet 20 10 b content",
-                               NANOCHAT_PYTHON, NANOCHAT_SOURCE_DIR, dir.c_str(), NANOCHAT_PYTHON,
-                               NANOCHAT_SOURCE_DIR, dir.c_str()));
+  auto r = run_shell(
+      strprintf("%s %s/tests/fixtures/make_text_parquet.py %s/a.parquet 20 10 a content && "
+                "%s %s/tests/fixtures/make_text_parquet.py %s/b.parquet 20 10 b content",
+                NANOCHAT_PYTHON, NANOCHAT_SOURCE_DIR, dir.c_str(), NANOCHAT_PYTHON, NANOCHAT_SOURCE_DIR, dir.c_str()));
   ASSERT_EQ(r.rc, 0) << r.err;
   Tokenizer tok = byte_tokenizer(false);
   CorpusOptions co;

@@ -58,8 +58,8 @@ TEST(Climbmix, DirectoryListingAndLegacyFallback) {
                         "shard_00003.parquet.lock"})
     write_file(base + "/base_data_climbmix/" + n, "x");
   EXPECT_EQ(dataset_list_parquet_files(base + "/base_data_climbmix"),
-            std::vector<std::string>({base + "/base_data_climbmix/shard_00000.parquet",
-                                      base + "/base_data_climbmix/shard_00002.parquet"}));
+            std::vector<std::string>(
+                {base + "/base_data_climbmix/shard_00000.parquet", base + "/base_data_climbmix/shard_00002.parquet"}));
   unsetenv("NANOCHAT_BASE_DIR");
   remove_tree(base);
 }
@@ -154,14 +154,16 @@ TEST(DocIterator, BatchesSplitRowGroupsAndKeepTheirPosition) {
   DocBatch b;
   std::vector<std::pair<size_t, Pos>> got;
   while (it.next(b)) got.push_back({b.docs.size(), key(b.pos)});
-  EXPECT_EQ(got, (std::vector<std::pair<size_t, Pos>>{{2, Pos{1, 0, 0}}, {1, Pos{1, 0, 0}}, {2, Pos{1, 0, 1}}, {1, Pos{1, 0, 1}}}));
+  EXPECT_EQ(got, (std::vector<std::pair<size_t, Pos>>{
+                     {2, Pos{1, 0, 0}}, {1, Pos{1, 0, 0}}, {2, Pos{1, 0, 1}}, {1, Pos{1, 0, 1}}}));
 }
 
 TEST(DocIterator, ARankWithNothingToReadIsAnErrorNotAHang) {
   DocIterator it(fake_split({2, 1}), 2, 3, true);
   DocBatch b;
   EXPECT_NE(error_of([&] { it.next(b); }).find("rank 2 of 3 gets no documents"), std::string::npos);
-  EXPECT_NE(error_of([&] { DocIterator bad(fake_split({1}), 3, 3, true); }).find("not a valid rank"), std::string::npos);
+  EXPECT_NE(error_of([&] { DocIterator bad(fake_split({1}), 3, 3, true); }).find("not a valid rank"),
+            std::string::npos);
 }
 
 TEST(DocIterator, OpensEachFileOncePerPass) {
@@ -186,7 +188,8 @@ TEST(Corpus, JsonlRowGroupsTextColumnAndValIsTheLastFile) {
   for (int f = 0; f < 3; f++) {
     std::string s;
     for (int i = 0; i < 2500; i++) {
-      s += "{\"id\": " + std::to_string(i) + ", \"body\": \"f" + std::to_string(f) + " doc " + std::to_string(i) + " \\u00e9\"}\n";
+      s += "{\"id\": " + std::to_string(i) + ", \"body\": \"f" + std::to_string(f) + " doc " + std::to_string(i) +
+           " \\u00e9\"}\n";
       if (i == 7) s += "\n   \n";  // blank lines are skipped
     }
     write_file(dir + "/part" + std::to_string(f) + ".jsonl", s);
@@ -238,7 +241,8 @@ TEST(Corpus, JsonlErrorsNameFileAndLine) {
 
 TEST(Corpus, TxtOneDocumentPerFileStridesOverFiles) {
   std::string dir = make_temp_dir();
-  for (int i = 0; i < 6; i++) write_file(dir + strprintf("/doc%02d.txt", i), strprintf("document %d\n\nsecond paragraph\n", i));
+  for (int i = 0; i < 6; i++)
+    write_file(dir + strprintf("/doc%02d.txt", i), strprintf("document %d\n\nsecond paragraph\n", i));
   write_file(dir + "/doc02.txt", " \n");  // empty files are skipped
   CorpusOptions o;
   o.data_dir = dir;
@@ -247,7 +251,8 @@ TEST(Corpus, TxtOneDocumentPerFileStridesOverFiles) {
   EXPECT_EQ(c.kind, "txt");
   auto train = read_all(corpus_split(c, "train"));  // doc00..doc04 in groups of 2 files
   ASSERT_EQ(train.size(), 3u);
-  EXPECT_EQ(train[0], std::vector<std::string>({"document 0\n\nsecond paragraph\n", "document 1\n\nsecond paragraph\n"}));
+  EXPECT_EQ(train[0],
+            std::vector<std::string>({"document 0\n\nsecond paragraph\n", "document 1\n\nsecond paragraph\n"}));
   EXPECT_EQ(train[1], std::vector<std::string>({"document 3\n\nsecond paragraph\n"}));
   EXPECT_EQ(train[2], std::vector<std::string>({"document 4\n\nsecond paragraph\n"}));
   auto val = read_all(corpus_split(c, "val"));
@@ -310,14 +315,15 @@ TEST(Corpus, FolderErrors) {
 TEST(Corpus, ParquetFilesWrittenByPyarrow) {
   std::string dir = make_temp_dir();
   for (int f = 0; f < 3; f++) {
-    auto r = run_shell(kPython + " " + kFixtures + "/make_text_parquet.py " + dir + strprintf("/shard_%05d.parquet", f) +
-                       " 2500 1024 f" + std::to_string(f) + " body");
+    auto r = run_shell(kPython + " " + kFixtures + "/make_text_parquet.py " + dir +
+                       strprintf("/shard_%05d.parquet", f) + " 2500 1024 f" + std::to_string(f) + " body");
     ASSERT_EQ(r.rc, 0) << r.err;
   }
   CorpusOptions o;
   o.data_dir = dir;
-  EXPECT_NE(error_of([&] { read_all(corpus_split(corpus_open(o), "train")); }).find("has no column 'text' (columns: body)"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { read_all(corpus_split(corpus_open(o), "train")); }).find("has no column 'text' (columns: body)"),
+      std::string::npos);
   o.text_column = "body";
   Corpus c = corpus_open(o);
   EXPECT_EQ(c.kind, "parquet");
@@ -340,8 +346,10 @@ TEST(Corpus, ParquetFilesWrittenByPyarrow) {
   EXPECT_EQ(val[2].back().rfind("f2-2499 ", 0), 0u);
 
   // null values are dropped, the rest keep their order
-  auto r = run_shell(kPython + " -c \"import pyarrow as pa, pyarrow.parquet as pq; pq.write_table(pa.table({'text': "
-                     "['a', None, 'b', None, 'c']}), '" + dir + "/nulls.parquet')\"");
+  auto r = run_shell(kPython +
+                     " -c \"import pyarrow as pa, pyarrow.parquet as pq; pq.write_table(pa.table({'text': "
+                     "['a', None, 'b', None, 'c']}), '" +
+                     dir + "/nulls.parquet')\"");
   ASSERT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(doc_source_open(dir + "/nulls.parquet", CorpusOptions())->read_row_group(0),
             std::vector<std::string>({"a", "b", "c"}));

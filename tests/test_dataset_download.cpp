@@ -37,8 +37,10 @@ static std::string shard_bytes(const std::string& prefix, int rows = 3000) {
 
 // a self-signed certificate for 127.0.0.1 by the openssl command: dir/cert.pem and dir/key.pem
 static CommandResult make_self_signed_cert(const std::string& dir) {
-  return run_shell("openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "
-                   "subjectAltName=IP:127.0.0.1 -keyout " + dir + "/key.pem -out " + dir + "/cert.pem");
+  return run_shell(
+      "openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=127.0.0.1 -addext "
+      "subjectAltName=IP:127.0.0.1 -keyout " +
+      dir + "/key.pem -out " + dir + "/cert.pem");
 }
 
 static int closed_port() {  // a port nobody listens on: bind, read the port, close
@@ -403,7 +405,8 @@ TEST(DownloadRedirect, HttpsToHttpIsRefusedHttpsToHttpsIsFollowed) {
   } catch (const DownloadError& e) {
     EXPECT_NE(std::string(e.what()).find("refusing the redirect from " + secure.url("/shard_00000.parquet") + " to " +
                                          plain.url("/shard_00000.parquet")),
-              std::string::npos) << e.what();
+              std::string::npos)
+        << e.what();
     EXPECT_FALSE(e.unreachable);
   }
   EXPECT_EQ(secure.requests().size(), 1u) << "a refused redirect is not retried";
@@ -431,9 +434,10 @@ TEST(DownloadCap, AFileOverTheLimitIsRefusedWhetherItsSizeIsSaidOrNot) {
       download_file(s.url("/shard_00000.parquet"), path, o);
       ADD_FAILURE() << "a file over the limit was accepted";
     } catch (const DownloadError& e) {
-      std::string want = chunked ? "the server sent more than the limit of " + std::to_string(o.max_file_bytes) + " bytes"
-                                 : "the file is " + std::to_string(body.size()) + " bytes, more than the limit of " +
-                                       std::to_string(o.max_file_bytes) + " bytes";
+      std::string want = chunked
+                             ? "the server sent more than the limit of " + std::to_string(o.max_file_bytes) + " bytes"
+                             : "the file is " + std::to_string(body.size()) + " bytes, more than the limit of " +
+                                   std::to_string(o.max_file_bytes) + " bytes";
       EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
     }
     EXPECT_EQ(s.requests().size(), 1u) << "the same file will not shrink by retrying";
@@ -450,9 +454,11 @@ TEST(DownloadCap, AFileOverTheLimitIsRefusedWhetherItsSizeIsSaidOrNot) {
 
 TEST(DownloadCli, FetchesShardsAndTheValShardThenSkipsThem) {
   TestServer s;
-  for (int id : {0, 1, kClimbmixMaxShard}) s.files["/m/" + climbmix_shard_name(id)] = shard_bytes("s" + std::to_string(id));
+  for (int id : {0, 1, kClimbmixMaxShard})
+    s.files["/m/" + climbmix_shard_name(id)] = shard_bytes("s" + std::to_string(id));
   std::string base = make_temp_dir();
-  std::string cmd = "NANOCHAT_BASE_DIR=" + base + " " + kBin + " download climbmix -n 2 --workers 2 --base-url " + s.url("/m");
+  std::string cmd = "NANOCHAT_BASE_DIR=" + base + " " + kBin + " download climbmix -n 2 --workers 2 --base-url " +
+                    s.url("/m");
   auto r = run_shell(cmd);
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   for (int id : {0, 1, kClimbmixMaxShard}) {
@@ -487,14 +493,15 @@ TEST(DownloadCli, TwoProcessesAtOnceDownloadEachShardOnce) {
   s.hold = true;  // process a's transfer stalls until process b is waiting on the lock
   std::string base = make_temp_dir();
   auto one = [&](const std::string& tag) {
-    return "NANOCHAT_BASE_DIR=" + base + " " + kBin + " download -n 0 --base-url " + s.url() + " >" + base + "/" +
-           tag + ".out 2>&1; echo $? >" + base + "/" + tag + ".rc";
+    return "NANOCHAT_BASE_DIR=" + base + " " + kBin + " download -n 0 --base-url " + s.url() + " >" + base + "/" + tag +
+           ".out 2>&1; echo $? >" + base + "/" + tag + ".rc";
   };
   std::thread ta([&] { run_shell(one("a")); });
   EXPECT_TRUE(wait_for([&] { return s.requests().size() == 1; }));
   std::thread tb([&] { run_shell(one("b")); });
-  EXPECT_TRUE(wait_for([&] { return read_file(base + "/b.out").find("waiting for another process") != std::string::npos; }))
-      << read_file(base + "/b.out");
+  EXPECT_TRUE(wait_for([&] {
+    return read_file(base + "/b.out").find("waiting for another process") != std::string::npos;
+  })) << read_file(base + "/b.out");
   s.hold = false;
   ta.join();
   tb.join();
@@ -508,10 +515,12 @@ TEST(DownloadCli, TwoProcessesAtOnceDownloadEachShardOnce) {
 
 TEST(DownloadCli, RanksUnderLaunchShareTheShardsAndTheResultIsACorpus) {
   TestServer s;
-  for (int id : {0, 1, 2, kClimbmixMaxShard}) s.files["/" + climbmix_shard_name(id)] = shard_bytes("r" + std::to_string(id));
+  for (int id : {0, 1, 2, kClimbmixMaxShard})
+    s.files["/" + climbmix_shard_name(id)] = shard_bytes("r" + std::to_string(id));
   s.chunk_sleep_ms = 5;
   std::string base = make_temp_dir();
-  auto r = run_shell("NANOCHAT_BASE_DIR=" + base + " " + kBin + " launch --nproc-per-node 2 -- download -n 3 --workers 2 --base-url " + s.url());
+  auto r = run_shell("NANOCHAT_BASE_DIR=" + base + " " + kBin +
+                     " launch --nproc-per-node 2 -- download -n 3 --workers 2 --base-url " + s.url());
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   for (auto& kv : s.files) EXPECT_EQ(s.count(kv.first, 200), 1) << kv.first << " downloaded more than once";
   EXPECT_EQ(s.requests().size(), 4u);
@@ -534,7 +543,8 @@ TEST(DownloadCli, MaxFileBytesIsAnErrorAndLeavesNothing) {
   std::string name = climbmix_shard_name(kClimbmixMaxShard);
   s.files["/" + name] = shard_bytes("p");
   std::string base = make_temp_dir();
-  auto r = run_shell("NANOCHAT_BASE_DIR=" + base + " " + kBin + " download -n 0 --max-file-bytes 20KB --base-url " + s.url());
+  auto r = run_shell("NANOCHAT_BASE_DIR=" + base + " " + kBin + " download -n 0 --max-file-bytes 20KB --base-url " +
+                     s.url());
   EXPECT_EQ(r.rc, 1) << r.out << r.err;
   size_t error_at = r.err.rfind("error: ");  // after the shard's own warning line
   ASSERT_NE(error_at, std::string::npos) << r.err;

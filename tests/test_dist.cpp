@@ -17,12 +17,17 @@
 extern char** environ;
 using namespace nanochat;
 
-static const char* kDistVars[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-                                  "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
+static const char* kDistVars[] = {"RANK",          "WORLD_SIZE",           "LOCAL_RANK",   "LOCAL_WORLD_SIZE",
+                                  "MASTER_ADDR",   "MASTER_PORT",          "SLURM_PROCID", "SLURM_NTASKS",
+                                  "SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"};
 
 struct ScopedEnv {
-  ScopedEnv() { for (auto v : kDistVars) unsetenv(v); }
-  ~ScopedEnv() { for (auto v : kDistVars) unsetenv(v); }
+  ScopedEnv() {
+    for (auto v : kDistVars) unsetenv(v);
+  }
+  ~ScopedEnv() {
+    for (auto v : kDistVars) unsetenv(v);
+  }
 };
 
 TEST(DistEnv, NoVariablesMeansOneProcess) {
@@ -51,7 +56,9 @@ TEST(DistEnv, TorchrunVariables) {
 }
 
 TEST(DistEnv, BadValuesAreErrorsNamingTheVariable) {
-  struct Case { const char *rank, *world, *local, *port, *needle; };
+  struct Case {
+    const char *rank, *world, *local, *port, *needle;
+  };
   for (Case c : {Case{"0", "two", "0", "29500", "WORLD_SIZE"}, Case{"2", "2", "0", "29500", "RANK=2"},
                  Case{"-1", "2", "0", "29500", "RANK"}, Case{"0", "2", "0", "70000", "MASTER_PORT"},
                  Case{"0", "2", "x", "29500", "LOCAL_RANK"}, Case{"0", "0", "0", "29500", "WORLD_SIZE"}}) {
@@ -120,8 +127,7 @@ static std::vector<int> run_workers(int world, int port, const std::vector<std::
     std::vector<std::string> env_strings;
     for (char** e = environ; *e; e++) {
       bool overridden = false;  // by extra_env: getenv would find the inherited one first
-      for (const std::string& x : extra_env)
-        overridden |= std::string(*e).rfind(x.substr(0, x.find('=') + 1), 0) == 0;
+      for (const std::string& x : extra_env) overridden |= std::string(*e).rfind(x.substr(0, x.find('=') + 1), 0) == 0;
       if (!overridden) env_strings.push_back(*e);
     }
     if (world > 1) {

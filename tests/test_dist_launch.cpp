@@ -69,8 +69,8 @@ int processes_with(const std::string& marker) {
 // ranks as shell scripts: each writes its pid to dir/pid.$RANK, and on SIGTERM writes
 // dir/term.$RANK and exits 0 after `term_seconds`
 std::string trapping_rank(const std::string& dir, double term_seconds) {
-  return "trap 'echo got > " + dir + "/term.$RANK; sleep " + std::to_string(term_seconds) + "; exit 0' TERM; echo $$ > " +
-         dir + "/pid.$RANK; while :; do sleep 0.05; done";
+  return "trap 'echo got > " + dir + "/term.$RANK; sleep " + std::to_string(term_seconds) +
+         "; exit 0' TERM; echo $$ > " + dir + "/pid.$RANK; while :; do sleep 0.05; done";
 }
 
 pid_t rank_pid(const std::string& dir, int rank) { return std::stoi(read_file(dir + "/pid." + std::to_string(rank))); }
@@ -79,8 +79,8 @@ pid_t rank_pid(const std::string& dir, int rank) { return std::stoi(read_file(di
 
 TEST(LaunchFaults, SecondSigtermKillsAtOnce) {
   std::string dir = make_temp_dir();
-  pid_t pid = start_launcher({"launch", "--nproc-per-node", "2", "--exec", "--", "/bin/sh", "-c", trapping_rank(dir, 120)},
-                             dir);
+  pid_t pid = start_launcher(
+      {"launch", "--nproc-per-node", "2", "--exec", "--", "/bin/sh", "-c", trapping_rank(dir, 120)}, dir);
   ASSERT_TRUE(wait_for([&] { return exists(dir + "/pid.0") && exists(dir + "/pid.1"); }, 20));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));  // the traps are set before the pid files
   kill(pid, SIGTERM);
@@ -99,8 +99,8 @@ TEST(LaunchFaults, SecondSigtermKillsAtOnce) {
 
 TEST(LaunchFaults, SighupReachesTheRanksAsSigterm) {
   std::string dir = make_temp_dir();
-  pid_t pid = start_launcher({"launch", "--nproc-per-node", "2", "--exec", "--", "/bin/sh", "-c", trapping_rank(dir, 0)},
-                             dir);
+  pid_t pid = start_launcher(
+      {"launch", "--nproc-per-node", "2", "--exec", "--", "/bin/sh", "-c", trapping_rank(dir, 0)}, dir);
   ASSERT_TRUE(wait_for([&] { return exists(dir + "/pid.0") && exists(dir + "/pid.1"); }, 20));
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   kill(pid, SIGHUP);
@@ -129,8 +129,8 @@ TEST(LaunchFaults, RanksDieWithAKilledLauncher) {
 TEST(LaunchFaults, SpawnFailureStopsTheRanksAlreadyStarted) {
   // 30 file descriptors: pipes for a few ranks, then pipe2() fails with EMFILE
   const std::string marker = "nanochat_launch_marker_" + std::to_string(getpid());
-  CommandResult r = run_shell("ulimit -n 30; exec " + kBin + " launch --nproc-per-node 64 --exec -- /bin/sh -c 'sleep 60; : " +
-                              marker + "'");
+  CommandResult r = run_shell("ulimit -n 30; exec " + kBin +
+                              " launch --nproc-per-node 64 --exec -- /bin/sh -c 'sleep 60; : " + marker + "'");
   EXPECT_NE(r.rc, 0);
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.err, m, std::regex("cannot start rank (\\d+) \\(pipe\\).*stopped the (\\d+) rank")))
@@ -149,18 +149,33 @@ TEST(LaunchFaults, SigtermDuringASlowSaveEndsWithACompleteCheckpointThatResumes)
   ASSERT_FALSE(data.empty()) << corpus_err;
 
   const int delay_ms = 7000;  // longer than the old fixed 5 s between SIGTERM and SIGKILL
-  std::vector<std::string> args = {"launch", "--nproc-per-node", "2", "--", "base-train", "--data", data,
-                                   "--depth", "2", "--aspect-ratio", "64", "--head-dim", "64", "--window-pattern", "L",
-                                   "--core-metric-every", "-1", "--sample-every", "-1", "--tokenizer-threads", "1",
-                                   "--max-seq-len", "32", "--device-batch-size", "4", "--total-batch-size", "256",
-                                   "--num-iterations", "100000", "--eval-every", "-1", "--model-tag", "graceful"};
-  pid_t pid = start_launcher(args, base, {{"NANOCHAT_BASE_DIR", base}, {"NANOCHAT_TEST_SAVE_DELAY_MS", std::to_string(delay_ms)}});
+  std::vector<std::string> args = {"launch",     "--nproc-per-node",
+                                   "2",          "--",
+                                   "base-train", "--data",
+                                   data,         "--depth",
+                                   "2",          "--aspect-ratio",
+                                   "64",         "--head-dim",
+                                   "64",         "--window-pattern",
+                                   "L",          "--core-metric-every",
+                                   "-1",         "--sample-every",
+                                   "-1",         "--tokenizer-threads",
+                                   "1",          "--max-seq-len",
+                                   "32",         "--device-batch-size",
+                                   "4",          "--total-batch-size",
+                                   "256",        "--num-iterations",
+                                   "100000",     "--eval-every",
+                                   "-1",         "--model-tag",
+                                   "graceful"};
+  pid_t pid = start_launcher(args, base,
+                             {{"NANOCHAT_BASE_DIR", base}, {"NANOCHAT_TEST_SAVE_DELAY_MS", std::to_string(delay_ms)}});
   const std::string ckpt = base + "/base_checkpoints/graceful";
   bool ended = false;  // the launcher exited before the signal (a failed run)
-  wait_for([&] {
-    ended = ended || waitpid(pid, nullptr, WNOHANG) == pid;
-    return ended || read_file(ckpt + "/metrics.jsonl").find("\"step\":2,") != std::string::npos;
-  }, 120);
+  wait_for(
+      [&] {
+        ended = ended || waitpid(pid, nullptr, WNOHANG) == pid;
+        return ended || read_file(ckpt + "/metrics.jsonl").find("\"step\":2,") != std::string::npos;
+      },
+      120);
   ASSERT_FALSE(ended) << "launch ended before the signal:\n" << read_file(base + "/err");
   ASSERT_NE(read_file(ckpt + "/metrics.jsonl").find("\"step\":2,"), std::string::npos) << read_file(base + "/err");
   auto signalled = std::chrono::steady_clock::now();
@@ -174,12 +189,14 @@ TEST(LaunchFaults, SigtermDuringASlowSaveEndsWithACompleteCheckpointThatResumes)
   // the state after the last logged step is saved, completely, by both ranks
   int last = 0;
   std::istringstream lines(read_file(ckpt + "/metrics.jsonl"));
-  for (std::string line; std::getline(lines, line);) last = std::max(last, nlohmann::json::parse(line)["step"].get<int>());
+  for (std::string line; std::getline(lines, line);)
+    last = std::max(last, nlohmann::json::parse(line)["step"].get<int>());
   const int saved = last + 1;
   char step[16];
   std::snprintf(step, sizeof step, "%06d", saved);
   ASSERT_TRUE(exists(ckpt + "/done_" + step)) << "no complete checkpoint at step " << saved << "\n" << out << err;
-  for (const char* f : {"model_%s.safetensors", "meta_%s.json", "optim_%s_rank0.safetensors", "optim_%s_rank1.safetensors"}) {
+  for (const char* f :
+       {"model_%s.safetensors", "meta_%s.json", "optim_%s_rank0.safetensors", "optim_%s_rank1.safetensors"}) {
     char name[64];
     std::snprintf(name, sizeof name, f, step);
     EXPECT_TRUE(exists(ckpt + "/" + name)) << name;
@@ -192,7 +209,8 @@ TEST(LaunchFaults, SigtermDuringASlowSaveEndsWithACompleteCheckpointThatResumes)
   std::string resume = m[1];
   EXPECT_NE(resume.find(" launch --nproc-per-node 2 -- base-train "), std::string::npos) << resume;
   EXPECT_NE(resume.find("--resume latest"), std::string::npos) << resume;
-  CommandResult again = run_shell("NANOCHAT_BASE_DIR=" + base + " " + resume + " --num-iterations " + std::to_string(saved + 1));
+  CommandResult again = run_shell("NANOCHAT_BASE_DIR=" + base + " " + resume + " --num-iterations " +
+                                  std::to_string(saved + 1));
   ASSERT_EQ(again.rc, 0) << again.out << again.err;
   EXPECT_NE((again.out + again.err).find("resuming from"), std::string::npos) << again.out << again.err;
   EXPECT_NE(read_file(ckpt + "/metrics.jsonl").find("\"step\":" + std::to_string(saved) + ","), std::string::npos);
@@ -204,20 +222,22 @@ TEST(LaunchFaults, SigtermDuringASlowSaveEndsWithACompleteCheckpointThatResumes)
 // ---- the launcher's basics ----------------------------------------------------------------
 
 TEST(Launch, SetsTorchrunVariablesAndPrefixesEachLineWithTheRank) {
-  auto r = run_shell(kBin + " launch --nproc-per-node 3 --exec -- /bin/sh -c "
-                            "'echo \"$RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE/$MASTER_ADDR\"; echo oops >&2'");
+  auto r = run_shell(kBin +
+                     " launch --nproc-per-node 3 --exec -- /bin/sh -c "
+                     "'echo \"$RANK/$WORLD_SIZE/$LOCAL_RANK/$LOCAL_WORLD_SIZE/$MASTER_ADDR\"; echo oops >&2'");
   EXPECT_EQ(r.rc, 0) << r.err;
   for (int rank = 0; rank < 3; rank++) {
-    std::string want = "[rank " + std::to_string(rank) + "] " + std::to_string(rank) + "/3/" +
-                       std::to_string(rank) + "/3/127.0.0.1\n";
+    std::string want = "[rank " + std::to_string(rank) + "] " + std::to_string(rank) + "/3/" + std::to_string(rank) +
+                       "/3/127.0.0.1\n";
     EXPECT_NE(r.out.find(want), std::string::npos) << want << " in\n" << r.out;
     EXPECT_NE(r.err.find("[rank " + std::to_string(rank) + "] oops\n"), std::string::npos) << r.err;
   }
 }
 
 TEST(Launch, NodeRankOffsetsGlobalRanks) {
-  auto r = run_shell(kBin + " launch --nproc-per-node 2 --nnodes 3 --node-rank 2 --master-port 29999 --exec -- "
-                            "/bin/sh -c 'echo \"$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_PORT\"'");
+  auto r = run_shell(kBin +
+                     " launch --nproc-per-node 2 --nnodes 3 --node-rank 2 --master-port 29999 --exec -- "
+                     "/bin/sh -c 'echo \"$RANK $WORLD_SIZE $LOCAL_RANK $MASTER_PORT\"'");
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_NE(r.out.find("[rank 4] 4 6 0 29999"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("[rank 5] 5 6 1 29999"), std::string::npos) << r.out;
@@ -226,8 +246,8 @@ TEST(Launch, NodeRankOffsetsGlobalRanks) {
 TEST(Launch, OneFailingRankStopsTheOthersWithinSeconds) {
   std::string dir = make_temp_dir();
   // ranks 0 and 2 would run for a minute; rank 1 fails after writing its pid
-  std::string script = "echo $$ > " + dir + "/pid.$RANK; [ $RANK = 1 ] && { while [ ! -s " + dir + "/pid.0 ] || [ ! -s " + dir +
-                       "/pid.2 ]; do sleep 0.05; done; exit 3; }; exec sleep 60";
+  std::string script = "echo $$ > " + dir + "/pid.$RANK; [ $RANK = 1 ] && { while [ ! -s " + dir +
+                       "/pid.0 ] || [ ! -s " + dir + "/pid.2 ]; do sleep 0.05; done; exit 3; }; exec sleep 60";
   nanochat::Timer timer;
   auto r = run_shell(kBin + " launch --nproc-per-node 3 --exec -- /bin/sh -c '" + script + "'");
   double seconds = timer.seconds();
@@ -243,7 +263,8 @@ TEST(Launch, OneFailingRankStopsTheOthersWithinSeconds) {
 
 TEST(Launch, StubbornRankIsKilledAfterTheGracePeriod) {
   std::string dir = make_temp_dir();
-  std::string script = "trap \"\" TERM; echo $$ > " + dir + "/pid.$RANK; [ $RANK = 0 ] && { while [ ! -s " + dir + "/pid.1 ]; do sleep 0.05; done; exit 1; }; while :; do sleep 0.1; done";
+  std::string script = "trap \"\" TERM; echo $$ > " + dir + "/pid.$RANK; [ $RANK = 0 ] && { while [ ! -s " + dir +
+                       "/pid.1 ]; do sleep 0.05; done; exit 1; }; while :; do sleep 0.1; done";
   nanochat::Timer timer;
   auto r = run_shell(kBin + " launch --nproc-per-node 2 --kill-grace 1 --exec -- /bin/sh -c '" + script + "'");
   EXPECT_EQ(r.rc, 1) << r.err;

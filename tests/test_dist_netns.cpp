@@ -55,9 +55,25 @@ struct TwoNodes {
 pid_t start_node(const TwoNodes& nodes, int node_rank, int port, const std::string& base,
                  const std::vector<std::string>& args, const std::string& dir) {
   const Node& node = node_rank == 0 ? nodes.a : nodes.b;
-  std::vector<std::string> argv = {"ip", "netns", "exec", node.ns, kBin, "launch", "--nnodes", "2", "--node-rank",
-                                   std::to_string(node_rank), "--nproc-per-node", "1", "--master-addr", nodes.a.addr,
-                                   "--master-port", std::to_string(port), "--kill-grace", "2", "--"};
+  std::vector<std::string> argv = {"ip",
+                                   "netns",
+                                   "exec",
+                                   node.ns,
+                                   kBin,
+                                   "launch",
+                                   "--nnodes",
+                                   "2",
+                                   "--node-rank",
+                                   std::to_string(node_rank),
+                                   "--nproc-per-node",
+                                   "1",
+                                   "--master-addr",
+                                   nodes.a.addr,
+                                   "--master-port",
+                                   std::to_string(port),
+                                   "--kill-grace",
+                                   "2",
+                                   "--"};
   argv.insert(argv.end(), args.begin(), args.end());
   const std::string prefix = dir + "/node" + std::to_string(node_rank);
   return spawn_to_files(argv, prefix + ".out", prefix + ".err",
@@ -99,10 +115,21 @@ std::map<int, double> losses(const std::string& metrics) {
 }
 
 std::vector<std::string> train_args(const std::string& data, const std::string& tag, const std::string& iterations) {
-  return {"base-train", "--data", data, "--depth", "2", "--aspect-ratio", "64", "--head-dim", "64",
-          "--window-pattern", "L", "--core-metric-every", "-1", "--sample-every", "-1", "--tokenizer-threads", "1",
-          "--max-seq-len", "32", "--device-batch-size", "4", "--total-batch-size", "256", "--eval-every", "-1",
-          "--num-iterations", iterations, "--model-tag", tag};
+  return {"base-train", "--data",
+          data,         "--depth",
+          "2",          "--aspect-ratio",
+          "64",         "--head-dim",
+          "64",         "--window-pattern",
+          "L",          "--core-metric-every",
+          "-1",         "--sample-every",
+          "-1",         "--tokenizer-threads",
+          "1",          "--max-seq-len",
+          "32",         "--device-batch-size",
+          "4",          "--total-batch-size",
+          "256",        "--eval-every",
+          "-1",         "--num-iterations",
+          iterations,   "--model-tag",
+          tag};
 }
 
 }  // namespace

@@ -190,7 +190,7 @@ TEST(Engine, SamplerTopKTopPAndArgmax) {
   };
   EXPECT_EQ(counts(0.0, 0, 1.0), (std::vector<int64_t>{0, 4000, 0}));
   EXPECT_EQ(counts(1.0, 0, 0.5), (std::vector<int64_t>{0, 4000, 0}));  // 0.6 alone reaches 0.5
-  auto p80 = counts(1.0, 0, 0.8);                                       // 0.6 + 0.3, renormalised
+  auto p80 = counts(1.0, 0, 0.8);                                      // 0.6 + 0.3, renormalised
   EXPECT_EQ(p80[0], 0);
   EXPECT_NEAR(p80[1] / 4000.0, 2.0 / 3, 0.03);
   auto k2 = counts(1.0, 2, 1.0);  // top-2 is the same set
@@ -223,9 +223,14 @@ TEST(Engine, BatchedSamplingDrawsWhatEachRequestDrawsAlone) {
   // nine rows, six requests mixing every kind (two share a top-k with other temperatures, two
   // share the whole vocabulary with other temperatures), rows interleaved; 30 steps, so the
   // generators' streams carry on from step to step
-  struct Ask { std::vector<int64_t> rows; double t; int64_t k; double p; };
-  const std::vector<Ask> asks = {{{0, 7}, 0.0, 0, 1.0},  {{1, 2}, 0.8, 0, 1.0}, {{3}, 1.3, 0, 1.0},
-                                 {{4}, 1.2, 5, 1.0},     {{5, 8}, 0.7, 5, 0.6}, {{6}, 1.0, 0, 0.9}};
+  struct Ask {
+    std::vector<int64_t> rows;
+    double t;
+    int64_t k;
+    double p;
+  };
+  const std::vector<Ask> asks = {{{0, 7}, 0.0, 0, 1.0}, {{1, 2}, 0.8, 0, 1.0}, {{3}, 1.3, 0, 1.0},
+                                 {{4}, 1.2, 5, 1.0},    {{5, 8}, 0.7, 5, 0.6}, {{6}, 1.0, 0, 0.9}};
   std::vector<at::Generator> batched, alone;
   for (size_t i = 0; i < asks.size(); i++) {
     batched.push_back(gpt_make_generator(torch::kCPU, 100 + i));
@@ -235,13 +240,16 @@ TEST(Engine, BatchedSamplingDrawsWhatEachRequestDrawsAlone) {
   for (int step = 0; step < 30; step++) {
     torch::Tensor logits = at::randn({9, 50}, data, torch::kFloat32) * 3;
     std::vector<SampleRequest> requests;
-    for (size_t i = 0; i < asks.size(); i++) requests.push_back({asks[i].rows, asks[i].t, asks[i].k, asks[i].p, &batched[i]});
+    for (size_t i = 0; i < asks.size(); i++)
+      requests.push_back({asks[i].rows, asks[i].t, asks[i].k, asks[i].p, &batched[i]});
     std::vector<int64_t> got = engine_sample_rows(logits, requests);
     for (size_t i = 0; i < asks.size(); i++) {
       const Ask& a = asks[i];
-      torch::Tensor want = upstream_sample(logits.index_select(0, torch::tensor(a.rows)), alone[i], a.t, a.k, a.p).view({-1});
+      torch::Tensor want =
+          upstream_sample(logits.index_select(0, torch::tensor(a.rows)), alone[i], a.t, a.k, a.p).view({-1});
       for (size_t j = 0; j < a.rows.size(); j++)
-        EXPECT_EQ(got[a.rows[j]], want[j].item<int64_t>()) << "step " << step << " request " << i << " row " << a.rows[j];
+        EXPECT_EQ(got[a.rows[j]], want[j].item<int64_t>())
+            << "step " << step << " request " << i << " row " << a.rows[j];
     }
   }
 }
@@ -249,8 +257,9 @@ TEST(Engine, BatchedSamplingDrawsWhatEachRequestDrawsAlone) {
 TEST(Engine, PythonBlockForcesTheCalculatorOutput) {
   ScriptedModel s;
   // "A" <|python_start|> 1 2 + 3 <|python_end|> ... "B" <|assistant_end|>
-  s.script = {{ASSISTANT_START, 'A'}, {'A', PYTHON_START}, {PYTHON_START, '1'}, {'1', '2'},  {'2', '+'},
-              {'+', '3'},           {'3', PYTHON_END},  {PYTHON_END, 'Z'},  {OUTPUT_END, 'B'}, {'B', ASSISTANT_END}};
+  s.script = {
+      {ASSISTANT_START, 'A'}, {'A', PYTHON_START}, {PYTHON_START, '1'}, {'1', '2'},          {'2', '+'}, {'+', '3'},
+      {'3', PYTHON_END},      {PYTHON_END, 'Z'},   {OUTPUT_END, 'B'},   {'B', ASSISTANT_END}};
   Engine engine(scripted(s), byte_tokenizer());
   GenerateOptions opt;
   opt.num_samples = 2;
@@ -261,8 +270,8 @@ TEST(Engine, PythonBlockForcesTheCalculatorOutput) {
     return true;
   });
   // 12 + 3: the forced tokens replace whatever the model samples meanwhile ('Z', '2', ...)
-  const std::vector<int32_t> want = {'A', PYTHON_START, '1', '2', '+', '3', PYTHON_END,
-                                     OUTPUT_START, '1', '5', OUTPUT_END, 'B'};
+  const std::vector<int32_t> want = {'A',        PYTHON_START, '1', '2', '+',        '3',
+                                     PYTHON_END, OUTPUT_START, '1', '5', OUTPUT_END, 'B'};
   const std::vector<uint8_t> want_mask = {1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1};
   for (int row = 0; row < 2; row++) {
     EXPECT_EQ(generated(r, row), want);
@@ -287,8 +296,13 @@ TEST(Engine, PythonBlockForcesTheCalculatorOutput) {
 
 TEST(Engine, FailedCalculationInjectsNothing) {
   ScriptedModel s;  // <|python_start|> 1 / 0 <|python_end|> C <|assistant_end|>
-  s.script = {{ASSISTANT_START, PYTHON_START}, {PYTHON_START, '1'}, {'1', '/'}, {'/', '0'},
-              {'0', PYTHON_END}, {PYTHON_END, 'C'}, {'C', ASSISTANT_END}};
+  s.script = {{ASSISTANT_START, PYTHON_START},
+              {PYTHON_START, '1'},
+              {'1', '/'},
+              {'/', '0'},
+              {'0', PYTHON_END},
+              {PYTHON_END, 'C'},
+              {'C', ASSISTANT_END}};
   Engine engine(scripted(s), byte_tokenizer());
   GenerateResult r = engine.generate_batch(kChatPrompt, GenerateOptions{});
   EXPECT_EQ(generated(r, 0), (std::vector<int32_t>{PYTHON_START, '1', '/', '0', PYTHON_END, 'C'}));

@@ -43,7 +43,8 @@ TEST(InferBench, PromptHasExactlyTheAskedTokensBosFirst) {
 
 TEST(InferBench, CliJsonIsConsistentOnATinyCheckpoint) {
   const std::string base = tiny_chat_base_dir();  // sft d2: 2 layers, 2 KV heads of 64, seq len 128
-  CommandResult r = run_shell("NANOCHAT_BASE_DIR=" + base + " OMP_NUM_THREADS=1 " NANOCHAT_BIN
+  CommandResult r = run_shell("NANOCHAT_BASE_DIR=" + base +
+                              " OMP_NUM_THREADS=1 " NANOCHAT_BIN
                               " infer-bench -i sft -g d2 --device-type cpu --prompt-tokens 200 --decode-tokens 12"
                               " --batch-sizes 1,4");
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
@@ -87,7 +88,8 @@ TEST(InferBench, CliJsonIsConsistentOnATinyCheckpoint) {
     // bytes a step reads: the weights once, each row's KV at the middle context
     const double bytes = (double)p.total * 4 + (double)b * kv_layer_token * (122 + 122);
     EXPECT_DOUBLE_EQ(row["bytes_per_step"].get<double>(), bytes);
-    EXPECT_NEAR(row["mbu_percent"].get<double>(), 100.0 * bytes / tpot / peak_bw, 1e-9 * row["mbu_percent"].get<double>());
+    EXPECT_NEAR(row["mbu_percent"].get<double>(), 100.0 * bytes / tpot / peak_bw,
+                1e-9 * row["mbu_percent"].get<double>());
     EXPECT_GE(row["peak_memory_bytes"].get<int64_t>(), 0);
   }
   run_shell("rm -rf '" + base + "'");
@@ -95,8 +97,8 @@ TEST(InferBench, CliJsonIsConsistentOnATinyCheckpoint) {
 
 TEST(InferBench, BadFlagsGiveOneClearError) {
   const std::string base = tiny_chat_base_dir();
-  CommandResult r = run_shell("NANOCHAT_BASE_DIR=" + base + " " NANOCHAT_BIN
-                              " infer-bench -i sft --device-type cpu --decode-tokens 200");
+  CommandResult r = run_shell("NANOCHAT_BASE_DIR=" + base +
+                              " " NANOCHAT_BIN " infer-bench -i sft --device-type cpu --decode-tokens 200");
   EXPECT_EQ(r.rc, 1);
   EXPECT_NE(r.err.find("leaves no room for a prompt"), std::string::npos) << r.err;
   r = run_shell("NANOCHAT_BASE_DIR=" + base + " " NANOCHAT_BIN " infer-bench -i sft --batch-sizes 1,0");

@@ -87,7 +87,7 @@ TEST(Scheduler, GreedyAloneOrBatchedEqualsEngine) {
   std::vector<GenerateResult> want;
   for (int i = 0; i < 6; i++) {
     prompts.push_back(prompt_of(i, 3 + 5 * i));  // 3..28 tokens: several prefill chunks of 8
-    opts.push_back(greedy(12 + 3 * i));            // different budgets: rows leave at different steps
+    opts.push_back(greedy(12 + 3 * i));          // different budgets: rows leave at different steps
     want.push_back(engine->generate(prompts[i], opts[i]));
   }
   SchedulerOptions so;
@@ -138,9 +138,19 @@ TEST(Scheduler, SeededSamplingIgnoresWhatElseRuns) {
 
 TEST(Scheduler, ToolStopsAndBudgetsAsTheEngine) {
   // the scripted model of test_engine: the next token is a fixed function of the last one
-  std::map<int32_t, int32_t> script = {{ASSISTANT_START, 'A'}, {'A', PYTHON_START}, {PYTHON_START, '1'}, {'1', '2'},
-                                       {'2', '+'}, {'+', '3'}, {'3', PYTHON_END}, {PYTHON_END, 'Z'},
-                                       {OUTPUT_END, 'B'}, {'B', 'a'}, {'a', 'b'}, {'b', 'c'}, {'c', 'a'}};
+  std::map<int32_t, int32_t> script = {{ASSISTANT_START, 'A'},
+                                       {'A', PYTHON_START},
+                                       {PYTHON_START, '1'},
+                                       {'1', '2'},
+                                       {'2', '+'},
+                                       {'+', '3'},
+                                       {'3', PYTHON_END},
+                                       {PYTHON_END, 'Z'},
+                                       {OUTPUT_END, 'B'},
+                                       {'B', 'a'},
+                                       {'a', 'b'},
+                                       {'b', 'c'},
+                                       {'c', 'a'}};
   auto step_ms = std::make_shared<std::atomic<int>>(0);  // a slow model: the caller keeps up
   EngineModel m;
   m.forward = [script, step_ms](const torch::Tensor& ids, KVCache& cache) {

@@ -124,10 +124,11 @@ TEST(Execution, MemoryLimit) {
 TEST(Execution, DestructiveCallsAreDisabled) {
   std::string dir = "/tmp/nanochat_exec_victim_" + std::to_string(getpid());
   make_dirs(dir);
-  for (std::string code : {"import os\nos.rmdir('" + dir + "')", "import shutil\nshutil.rmtree('" + dir + "')",
-                           std::string("import os\nos.system('true')"), std::string("import subprocess\nsubprocess.Popen(['true'])"),
-                           std::string("import os\nos.kill(1, 9)"), std::string("import os\nos.fork()"),
-                           std::string("import os\nos.getcwd()"), std::string("exit(3)"), std::string("import resource")}) {
+  for (std::string code :
+       {"import os\nos.rmdir('" + dir + "')", "import shutil\nshutil.rmtree('" + dir + "')",
+        std::string("import os\nos.system('true')"), std::string("import subprocess\nsubprocess.Popen(['true'])"),
+        std::string("import os\nos.kill(1, 9)"), std::string("import os\nos.fork()"),
+        std::string("import os\nos.getcwd()"), std::string("exit(3)"), std::string("import resource")}) {
     auto r = execute_code(code, opts());
     EXPECT_FALSE(r.success) << code;
     EXPECT_TRUE(r.error.find("TypeError") != std::string::npos || r.error.find("ImportError") != std::string::npos ||
@@ -149,11 +150,12 @@ TEST(Execution, StdinIsEmpty) {
 
 TEST(Execution, WritesStayInAnEmptyTempDirThatIsRemoved) {
   const int before = execution_test::run_dirs_in_tmp();
-  auto r = execute_code("import os\nprint(sorted(os.listdir('.')))\nopen('out.txt', 'w').write('x')\n"
-                        "print(os.readlink('/proc/self/cwd'))",
-                        opts());
+  auto r = execute_code(
+      "import os\nprint(sorted(os.listdir('.')))\nopen('out.txt', 'w').write('x')\n"
+      "print(os.readlink('/proc/self/cwd'))",
+      opts());
   ASSERT_TRUE(r.success) << r.stderr_text;
-  EXPECT_EQ(r.stdout_text, "[]\n/tmp\n");  // the sandbox's own /tmp, empty at the start
+  EXPECT_EQ(r.stdout_text, "[]\n/tmp\n");                // the sandbox's own /tmp, empty at the start
   EXPECT_EQ(execution_test::run_dirs_in_tmp(), before);  // its mount point on the host is gone
   // a file may not grow past the size limit
   ExecutionOptions o = opts();
@@ -181,7 +183,8 @@ TEST(Execution, NetworkIsRefused) {
       "except OSError as e:\n    print('refused', type(e).__name__)\n",
       opts());
   ASSERT_TRUE(r.success) << r.stderr_text;
-  if (!r.network_isolated) GTEST_SKIP() << "no network namespace here (not root, no user namespaces): documented fallback";
+  if (!r.network_isolated)
+    GTEST_SKIP() << "no network namespace here (not root, no user namespaces): documented fallback";
   EXPECT_EQ(r.stdout_text.rfind("refused", 0), 0u) << r.stdout_text;
   // only a loopback device (from /proc/net/dev: netlink, which if_nameindex uses, is refused)
   r = execute_code("print([l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]])", opts());
@@ -240,9 +243,9 @@ TEST(ExecutionUpstream, OneGigabyteAgainstTheDefaultLimit) {
 }
 
 TEST(ExecutionUpstream, DestructiveFunctionsDisabled) {
-  for (const char* evil : {"import os; os.system('echo pwned')", "import shutil; shutil.rmtree('/tmp')",
-                           "import subprocess; subprocess.Popen(['ls'])", "import os; os.kill(1, 9)",
-                           "import os; os.fork()"}) {
+  for (const char* evil :
+       {"import os; os.system('echo pwned')", "import shutil; shutil.rmtree('/tmp')",
+        "import subprocess; subprocess.Popen(['ls'])", "import os; os.kill(1, 9)", "import os; os.fork()"}) {
     auto r = execute_code(evil, opts());
     EXPECT_FALSE(r.success) << evil;
     EXPECT_EQ(r.stdout_text.find("pwned"), std::string::npos) << evil;
@@ -319,10 +322,13 @@ TEST(ExecutionEscape, ForkLoopIsBounded) {
   o.max_processes = 16;
   o.timeout_seconds = 5.0;
   std::string marker = unique_marker();
-  auto r = execute_code("import posix, time\nn = 0\ntry:\n    while n < 1000:\n        if posix.fork() == 0:\n"
-                        "            time.sleep(60)  # " + marker + "\n            posix._exit(0)\n        n += 1\n"
-                        "except OSError as e:\n    print(n, type(e).__name__, flush=True)\n",
-                        o);
+  auto r = execute_code(
+      "import posix, time\nn = 0\ntry:\n    while n < 1000:\n        if posix.fork() == 0:\n"
+      "            time.sleep(60)  # " +
+          marker +
+          "\n            posix._exit(0)\n        n += 1\n"
+          "except OSError as e:\n    print(n, type(e).__name__, flush=True)\n",
+      o);
   EXPECT_EQ(processes_left(marker), 0);
   EXPECT_TRUE(r.isolation & kExecProcessLimit) << execution_isolation_describe(r.isolation);
   EXPECT_TRUE(r.success) << r.stderr_text;
@@ -346,12 +352,15 @@ TEST(ExecutionEscape, FilesOutsideTheTempDirCannotBeChanged) {
     std::vector<std::string> escapes = {
         "import posix\nposix.unlink(" + f + ")",
         "import importlib, os\nimportlib.reload(os)\nassert os.unlink is not None\nos.unlink(" + f + ")",
-        "import importlib, os\nimportlib.reload(os)\nassert os.system('echo gone > " + v.file + "') != 0\n"
-        "raise PermissionError('refused')",
+        "import importlib, os\nimportlib.reload(os)\nassert os.system('echo gone > " + v.file +
+            "') != 0\n"
+            "raise PermissionError('refused')",
         "import ctypes, ctypes.util\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-        "if libc.unlink(" + f + ".encode()) != 0: raise PermissionError(ctypes.get_errno(), 'unlink')",
+        "if libc.unlink(" +
+            f + ".encode()) != 0: raise PermissionError(ctypes.get_errno(), 'unlink')",
         "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\n"
-        "if libc.rename(" + f + ".encode(), b'" + v.dir + "/moved') != 0: raise PermissionError(ctypes.get_errno(), 'rename')",
+        "if libc.rename(" +
+            f + ".encode(), b'" + v.dir + "/moved') != 0: raise PermissionError(ctypes.get_errno(), 'rename')",
         "open(" + f + ", 'w').write('overwritten')",
         "open(" + d + " + '/new.txt', 'w').write('x')",
         "import posix\nposix.rename(" + f + ", " + d + " + '/moved')",
@@ -364,7 +373,8 @@ TEST(ExecutionEscape, FilesOutsideTheTempDirCannotBeChanged) {
       EXPECT_FALSE(r.success) << code;
       // the victim is not even visible: only the interpreter's files are
       const bool hidden = r.error.find("FileNotFoundError") != std::string::npos;
-      EXPECT_TRUE(r.error.find("PermissionError") != std::string::npos || r.error.find("OSError") != std::string::npos || hidden)
+      EXPECT_TRUE(r.error.find("PermissionError") != std::string::npos ||
+                  r.error.find("OSError") != std::string::npos || hidden)
           << code << " -> " << r.error;
       EXPECT_TRUE(v.intact()) << code;
       EXPECT_FALSE(path_exists(v.dir + "/new.txt")) << code;
@@ -372,10 +382,11 @@ TEST(ExecutionEscape, FilesOutsideTheTempDirCannotBeChanged) {
     }
     EXPECT_TRUE(isolation & kExecReadOnlyMounts) << execution_isolation_describe(isolation);
     // inside the temp dir everything still works, the Python guard aside
-    auto r = execute_code("import posix\nopen('a', 'w').write('x')\nposix.rename('a', 'b')\nposix.mkdir('d')\n"
-                          "posix.unlink('b')\nposix.rmdir('d')\n"
-                          "print(sorted(posix.listdir('.')))",
-                          o);
+    auto r = execute_code(
+        "import posix\nopen('a', 'w').write('x')\nposix.rename('a', 'b')\nposix.mkdir('d')\n"
+        "posix.unlink('b')\nposix.rmdir('d')\n"
+        "print(sorted(posix.listdir('.')))",
+        o);
     EXPECT_TRUE(r.success) << r.stderr_text;
     EXPECT_EQ(r.stdout_text, "[]\n");
   }
@@ -510,13 +521,30 @@ def kill_supervisor():
 attempt("kill the supervisor", kill_supervisor)
 )PY";
 
-static const char* const kEscapeNames[] = {
-    "read /etc/shadow", "server environ", "server cmdline", "see other processes", "signal the server",
-    "chmod outside", "chown outside", "touch outside", "create outside", "sethostname", "mknod", "mount", "ptrace",
-    "unshare", "memfd_create", "inherited descriptors", "deep tree", "fill the disk", "fork bomb", "kill the supervisor"};
+static const char* const kEscapeNames[] = {"read /etc/shadow",
+                                           "server environ",
+                                           "server cmdline",
+                                           "see other processes",
+                                           "signal the server",
+                                           "chmod outside",
+                                           "chown outside",
+                                           "touch outside",
+                                           "create outside",
+                                           "sethostname",
+                                           "mknod",
+                                           "mount",
+                                           "ptrace",
+                                           "unshare",
+                                           "memfd_create",
+                                           "inherited descriptors",
+                                           "deep tree",
+                                           "fill the disk",
+                                           "fork bomb",
+                                           "kill the supervisor"};
 
 static std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
   return s;
 }
 
@@ -525,7 +553,8 @@ static std::string escapes_that_worked(const ExecutionOptions& o, const std::str
   const int fd = open(victim.c_str(), O_RDONLY);
   dup2(fd, 5000);
   close(fd);
-  const std::string code = replace_all(replace_all(kEscapes, "@HOSTPID@", std::to_string(getpid())), "@VICTIM@", victim);
+  const std::string code = replace_all(replace_all(kEscapes, "@HOSTPID@", std::to_string(getpid())), "@VICTIM@",
+                                       victim);
   const int run_dirs = execution_test::run_dirs_in_tmp();
   const ExecutionResult r = execute_code(code, o);
   close(5000);
@@ -534,7 +563,8 @@ static std::string escapes_that_worked(const ExecutionOptions& o, const std::str
   const uint32_t jail = kExecUserNamespace | kExecPidNamespace | kExecNetworkNamespace | kExecReadOnlyMounts |
                         kExecTmpfs | kExecFreshProc | kExecCapsDropped | kExecSeccomp | kExecProcessLimit |
                         kExecOwnSession | kExecPrivateDev | kExecHostDirsHidden;
-  if ((r.isolation & jail) != jail) failed += "layers not in force: " + execution_isolation_describe(jail & ~r.isolation) + "; ";
+  if ((r.isolation & jail) != jail)
+    failed += "layers not in force: " + execution_isolation_describe(jail & ~r.isolation) + "; ";
   for (const char* name : kEscapeNames) {
     const std::string want = std::string(name) + ": refused";
     const size_t at = r.stdout_text.find(std::string(name) + ": ");
@@ -543,7 +573,8 @@ static std::string escapes_that_worked(const ExecutionOptions& o, const std::str
       failed += r.stdout_text.substr(at, r.stdout_text.find('\n', at) - at) + "; ";
   }
   // the tree deeper than PATH_MAX went with the run's tmpfs (its mount point on the host too)
-  if (r.stdout_text.find("workdir: /tmp\n") == std::string::npos) failed += "the program's working directory is not /tmp; ";
+  if (r.stdout_text.find("workdir: /tmp\n") == std::string::npos)
+    failed += "the program's working directory is not /tmp; ";
   if (execution_test::run_dirs_in_tmp() != run_dirs) failed += "a run's directory is left in /tmp; ";
   return failed;
 }
@@ -568,7 +599,8 @@ TEST(ExecutionJail, EscapesFailAsAnOrdinaryUser) {
   std::ofstream(dir + "/keep.txt") << "precious";
   ASSERT_EQ(chown(dir.c_str(), 65534, 65534), 0);
   ASSERT_EQ(chown((dir + "/keep.txt").c_str(), 65534, 65534), 0);
-  const std::string failed = execution_test::as_nobody([&] { return escapes_that_worked(system_python_opts(), dir + "/keep.txt"); });
+  const std::string failed = execution_test::as_nobody(
+      [&] { return escapes_that_worked(system_python_opts(), dir + "/keep.txt"); });
   EXPECT_EQ(failed, "");
   EXPECT_EQ(read_file_bytes(dir + "/keep.txt"), "precious");
   remove_tree(dir);

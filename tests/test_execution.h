@@ -11,19 +11,23 @@
 namespace execution_test {
 
 inline std::string replace_all(std::string s, const std::string& from, const std::string& to) {
-  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  for (size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
   return s;
 }
 
 // the system's interpreter, which the run's own uid can run (the venv's may live under a 0700 /root)
-inline std::string system_python() { return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : NANOCHAT_PYTHON; }
+inline std::string system_python() {
+  return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : NANOCHAT_PYTHON;
+}
 
 // how many run directories (nanochat_exec_*: the root run's tmpfs mount point) /tmp holds
 inline int run_dirs_in_tmp() {
   int n = 0;
   DIR* d = opendir("/tmp");
-  for (dirent* e; d && (e = readdir(d));) n += std::string(e->d_name).rfind("nanochat_exec_", 0) == 0 &&
-                                                std::string(e->d_name).rfind("nanochat_exec_victim", 0) != 0;
+  for (dirent* e; d && (e = readdir(d));)
+    n += std::string(e->d_name).rfind("nanochat_exec_", 0) == 0 &&
+         std::string(e->d_name).rfind("nanochat_exec_victim", 0) != 0;
   if (d) closedir(d);
   return n;
 }

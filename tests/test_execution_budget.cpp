@@ -313,8 +313,8 @@ TEST(ExecutionBudget, ForkAndFillStaysWithinTheRunsBudget) {
   sampler.join();
   EXPECT_TRUE(r.isolation & kExecRunBudget) << execution_isolation_describe(r.isolation);
   const int64_t taken = before - lowest;
-  EXPECT_LE(taken, budget + budget / 10) << "MemAvailable fell by " << (taken >> 20) << " MB (budget "
-                                         << (budget >> 20) << " MB); " << r.stdout_text << r.stderr_text;
+  EXPECT_LE(taken, budget + budget / 10) << "MemAvailable fell by " << (taken >> 20) << " MB (budget " << (budget >> 20)
+                                         << " MB); " << r.stdout_text << r.stderr_text;
   // the fill did press against the budget: something was killed or refused memory
   EXPECT_TRUE(r.memory_exceeded) << r.stdout_text << r.stderr_text;
   EXPECT_EQ(r.stdout_text.find("31 filled"), std::string::npos) << r.stdout_text;

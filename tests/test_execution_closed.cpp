@@ -81,7 +81,8 @@ struct ScopedEnv {
 };
 
 // HumanEval's program for one problem, as tasks/humaneval.cpp assembles it: a correct solution
-const char* const kSolvedProblem = "def add(a, b):\n    return a + b\n\ndef check(f):\n    assert f(2, 3) == 5\n\ncheck(add)\n";
+const char* const kSolvedProblem =
+    "def add(a, b):\n    return a + b\n\ndef check(f):\n    assert f(2, 3) == 5\n\ncheck(add)\n";
 
 }  // namespace
 
@@ -111,9 +112,10 @@ TEST(ExecutionClosed, AForkBombBesideCannotWeakenARun) {
   ExecutionOptions bomb = opts();
   bomb.timeout_seconds = 8;
   std::thread bomber([&]() {
-    execute_code("import posix, time\nwhile True:\n    try:\n        posix.fork()\n    except OSError:\n"
-                 "        time.sleep(0.001)\n",
-                 bomb);
+    execute_code(
+        "import posix, time\nwhile True:\n    try:\n        posix.fork()\n    except OSError:\n"
+        "        time.sleep(0.001)\n",
+        bomb);
     bombing = false;
   });
   usleep(1500 * 1000);  // the bomb at its limit

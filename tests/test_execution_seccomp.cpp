@@ -61,8 +61,8 @@ int terminal_ioctls_refused() {
   const int fd = open("/dev/null", O_RDWR);
   if (fd < 0) return 20;
   char c = 'x';
-  const unsigned long refused[] = {TIOCSTI, TIOCLINUX, TIOCSCTTY, TIOCSPGRP, TIOCCONS, TIOCSETD, TCSETS, TIOCNOTTY,
-                                   0x100000000UL | TIOCSTI};
+  const unsigned long refused[] = {
+      TIOCSTI, TIOCLINUX, TIOCSCTTY, TIOCSPGRP, TIOCCONS, TIOCSETD, TCSETS, TIOCNOTTY, 0x100000000UL | TIOCSTI};
   for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
     errno = 0;
     if (syscall(SYS_ioctl, fd, refused[i], &c) != -1 || errno != EPERM) return 21 + (int)i;

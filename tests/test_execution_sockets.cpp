@@ -59,9 +59,9 @@ print("stream pair:", b.recv(2).decode())
 print("ipv4 socket:", socket.socket().family.name)
 )PY";
 
-const std::initializer_list<const char*> kAttempts = {
-    "stream tmp", "datagram tmp", "socketpair tmp", "upper half tmp", "stream run", "datagram run",
-    "socketpair run", "upper half run", "vsock", "netlink route", "netlink uevent", "packet"};
+const std::initializer_list<const char*> kAttempts = {"stream tmp", "datagram tmp",  "socketpair tmp", "upper half tmp",
+                                                      "stream run", "datagram run",  "socketpair run", "upper half run",
+                                                      "vsock",      "netlink route", "netlink uevent", "packet"};
 
 // a 0777 directory holding a stream listener `s` and a datagram socket `d`, both 0777
 struct HostSockets {

@@ -140,8 +140,8 @@ TerminalRun run_from_terminal(const std::string& python, bool as_nobody, const s
     t.c_lflag &= ~(ICANON | ECHO);
     tcsetattr(0, TCSANOW, &t);
     std::string fail;
-    if (as_nobody && (fchown(0, 65534, 65534) != 0 || setgroups(0, nullptr) != 0 || setresgid(65534, 65534, 65534) != 0 ||
-                      setresuid(65534, 65534, 65534) != 0))
+    if (as_nobody && (fchown(0, 65534, 65534) != 0 || setgroups(0, nullptr) != 0 ||
+                      setresgid(65534, 65534, 65534) != 0 || setresuid(65534, 65534, 65534) != 0))
       fail = "cannot become uid 65534";
     (void)!write(1, "\x01", 1);  // ready for the person to type
     char c;
@@ -176,7 +176,8 @@ TerminalRun run_from_terminal(const std::string& python, bool as_nobody, const s
     if (n > 0) shown.append(buf, (size_t)n);
     return n;
   };
-  while (shown.find('\x01') == std::string::npos && std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+  while (shown.find('\x01') == std::string::npos &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
     pollfd p{master, POLLIN, 0};
     if (poll(&p, 1, 100) > 0 && read_master() <= 0) break;
   }
@@ -186,7 +187,8 @@ TerminalRun run_from_terminal(const std::string& python, bool as_nobody, const s
   std::string answer;
   bool out_open = true, report_open = true, master_open = true;
   while ((out_open || report_open) && std::chrono::steady_clock::now() - start < std::chrono::seconds(60)) {
-    pollfd p[3] = {{out[0], (short)(out_open ? POLLIN : 0), 0}, {report[0], (short)(report_open ? POLLIN : 0), 0},
+    pollfd p[3] = {{out[0], (short)(out_open ? POLLIN : 0), 0},
+                   {report[0], (short)(report_open ? POLLIN : 0), 0},
                    {master, (short)(master_open ? POLLIN : 0), 0}};
     if (poll(p, 3, 200) <= 0) continue;
     char buf[4096];
@@ -208,7 +210,8 @@ TerminalRun run_from_terminal(const std::string& python, bool as_nobody, const s
   run.terminal = shown;
   // fail \n status \n fg \n left
   size_t a = answer.find('\n'), b = answer.find('\n', a + 1), c = answer.find('\n', b + 1);
-  if (a == std::string::npos || b == std::string::npos || c == std::string::npos) return run.failure = "no answer from the shell: " + answer, run;
+  if (a == std::string::npos || b == std::string::npos || c == std::string::npos)
+    return run.failure = "no answer from the shell: " + answer, run;
   run.failure = answer.substr(0, a);
   run.driver_status = std::atoi(answer.c_str() + a + 1);
   run.foreground_kept = answer.compare(b + 1, 1, "1") == 0;
@@ -227,8 +230,7 @@ void expect_no_way_back(const std::string& python, bool as_nobody) {
   EXPECT_EQ(not_refused(run.program_out, {"inject", "take the foreground", "read the terminal"}), "")
       << run.program_out << "\nterminal: " << run.terminal;
   // from the terminal's side, whatever the program says
-  EXPECT_EQ(run.input_left.find("touch"), std::string::npos)
-      << "typed into the terminal: " << run.input_left;
+  EXPECT_EQ(run.input_left.find("touch"), std::string::npos) << "typed into the terminal: " << run.input_left;
   EXPECT_EQ(run.input_left, secret) << "the person's input was read or added to";
   EXPECT_TRUE(run.foreground_kept) << "the program took the terminal's foreground";
   EXPECT_EQ(run.program_out.find("hunter2"), std::string::npos) << run.program_out;

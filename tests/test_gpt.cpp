@@ -34,7 +34,9 @@ GPTConfig tiny_config(int64_t seq_len = 512, int64_t n_layer = 3, int64_t n_kv_h
   return c;
 }
 
-GPT tiny_model(const GPTConfig& c, torch::ScalarType dtype = torch::kFloat32) { return perturbed_gpt(c, 42, 0.05, dtype); }
+GPT tiny_model(const GPTConfig& c, torch::ScalarType dtype = torch::kFloat32) {
+  return perturbed_gpt(c, 42, 0.05, dtype);
+}
 
 Tensor random_tokens(int64_t B, int64_t T, int64_t vocab, uint64_t seed) {
   auto gen = gpt_make_generator(torch::kCPU, seed);
@@ -59,7 +61,9 @@ Tensor read_f32(const std::string& path, std::vector<int64_t> shape) {
 
 // ---- configuration and counting ----------------------------------------------------------
 TEST(GptConfig, DepthTableMatchesUpstreamsParameterCounts) {
-  struct Row { int64_t depth, d, heads, ve_layers, total, tm, scaling; };
+  struct Row {
+    int64_t depth, d, heads, ve_layers, total, tm, scaling;
+  };
   const Row rows[] = {{12, 768, 6, 6, 286261730, 84935088, 110100912},
                       {16, 1024, 8, 8, 536871738, 201327360, 234881792},
                       {20, 1280, 10, 10, 896533746, 393217200, 435160240},
@@ -127,8 +131,8 @@ TEST(GptMemory, PartsByHandForOneSmallConfig) {
   // 128x512 K=2 -> 1 x (65536 + 512) each; ve_gate 2x12 K=1 -> 1 x (24 + 12).
   // AdamW, two moments, rows/2 of the big ones: lm_head 2 x 32768 x 4, wte and ve 2 x 32768 x 2;
   // the small ones whole: resid and x0 2 x 2 x 4 each, smear gate 2 x 24 x 4, two lambdas 2 x 4 each
-  EXPECT_EQ(m.optimizer, 4 * (4 * 16512 + 2 * 66048 + 36) + 2 * 32768 * 4 + 2 * (2 * 32768 * 2) +
-                             (16 + 16 + 192 + 8 + 8));
+  EXPECT_EQ(m.optimizer,
+            4 * (4 * 16512 + 2 * 66048 + 36) + 2 * 32768 * 4 + 2 * (2 * 32768 * 2) + (16 + 16 + 192 + 8 + 8));
   EXPECT_EQ(m.weight_copies, 393240 * 2);
   // per token: 12 bf16 vectors of 128 a layer + layer 1's block input; fp32 (2 + 2 + 2 + 2) a
   // layer; the value embedding with its sigmoid and gate (128 + 2 + 2); once 4 vectors, an
@@ -136,7 +140,7 @@ TEST(GptMemory, PartsByHandForOneSmallConfig) {
   const int64_t per_token = 2 * 12 * 128 * 2 + 128 * 2 + 2 * 4 * 8 + (128 + 4) * 2 + (4 * 128 * 2 + 4 + 3 * 2);
   EXPECT_EQ(per_token, 7762);
   EXPECT_EQ(m.activations, 256 * per_token);
-  EXPECT_EQ(m.loss_saved, 256 * 128 * 2 + 512 * 128 * 4);              // d x in bf16, d lm_head in fp32
+  EXPECT_EQ(m.loss_saved, 256 * 128 * 2 + 512 * 128 * 4);                 // d x in bf16, d lm_head in fp32
   EXPECT_EQ(m.loss_transient, 512 * 128 * 2 + 256 * 512 * 2 + 256 * 16);  // lm_head cast, all rows in one chunk
   EXPECT_EQ(m.backward, 256 * 8 * 128 * 2 + (4 * 16384 + 2 * 65536) * 6);
   EXPECT_EQ(m.optimizer_step, 2 * 4 * 393240 + 4 * 65536 + 2 * 131072);
@@ -148,7 +152,8 @@ TEST(GptMemory, PartsByHandForOneSmallConfig) {
   // 4C (mlp c_proj), and layer 1's norm that ve_gate reads
   TrainMemory f = gpt_train_memory(c, 4, torch::kBFloat16, 2, /*fp8=*/true);
   EXPECT_EQ(f.weight_copies, 2 * 196608 + 24 * 2);
-  EXPECT_EQ(f.activations, 256 * (2 * 10 * 128 * 2 + 128 * 2 + 2 * 4 * 8 + (128 + 4) * 2 + 1034 + 2 * 7 * 128 + 128 * 2));
+  EXPECT_EQ(f.activations,
+            256 * (2 * 10 * 128 * 2 + 128 * 2 + 2 * 4 * 8 + (128 + 4) * 2 + 1034 + 2 * 7 * 128 + 128 * 2));
   EXPECT_EQ(f.weights, m.weights);
   EXPECT_EQ(f.optimizer, m.optimizer);
 }
@@ -175,7 +180,8 @@ TEST(GptMemory, ActivationsAreWhatAutogradKeepsOnTheCpu) {
   const int64_t kept = heap_in_use() - before;
   TrainMemory est = gpt_train_memory(c, B, torch::kFloat32, 1);
   const double expected = (double)(est.activations + est.loss_saved);
-  std::printf("forward kept %lld bytes, estimated %.0f (ratio %.4f)\n", (long long)kept, expected, (double)kept / expected);
+  std::printf("forward kept %lld bytes, estimated %.0f (ratio %.4f)\n", (long long)kept, expected,
+              (double)kept / expected);
   EXPECT_NEAR((double)kept / expected, 1.0, 0.05) << "kept " << kept << " bytes, estimated " << expected;
   loss.backward();
 
@@ -348,7 +354,7 @@ TEST(GptInit, ValuesAndOrder) {
   EXPECT_NEAR(m->wte->weight.std().item<double>(), 0.8, 0.01);
   EXPECT_NEAR(m->lm_head->weight.std().item<double>(), 0.001, 0.00002);
   EXPECT_NEAR(m->ve[2]->weight.std().item<double>(), s / std::sqrt(3.0), 0.002);  // U(-s,s) std
-  EXPECT_FALSE(m->ve[1]);  // L=3: VE on layers 0 and 2
+  EXPECT_FALSE(m->ve[1]);                                                         // L=3: VE on layers 0 and 2
   // the same seed gives the same weights; another seed different ones
   GPT m2(c);
   gpt_init_weights(m2);
@@ -462,7 +468,8 @@ TEST(GptKVCache, GreedyDecodeEqualsFullForward) {
   int64_t t0 = last.argmax(-1).item<int64_t>();
   Tensor two = m->forward(torch::full({2, 1}, t0, torch::kLong), &dec);
   EXPECT_TRUE(torch::allclose(two[0], two[1]));
-  Tensor ref = m->forward(torch::tensor(std::vector<int64_t>(seq.begin(), seq.begin() + 121), torch::kLong).unsqueeze(0));
+  Tensor ref = m->forward(
+      torch::tensor(std::vector<int64_t>(seq.begin(), seq.begin() + 121), torch::kLong).unsqueeze(0));
   EXPECT_LT((two[0][0] - ref[0][120]).abs().max().item<double>(), 1e-5);
 }
 

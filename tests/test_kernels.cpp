@@ -21,7 +21,7 @@
 #include "nanochat/kernels.h"
 #include "test_kernels.h"
 #include "test_util.h"
-#include "../src/kernels/cpu_gemm.h"          // MKL's fp32-output GEMMs
+#include "../src/kernels/cpu_gemm.h"     // MKL's fp32-output GEMMs
 #include "../src/kernels/op_dispatch.h"  // kernels_cpu_supported, cast_float_bfloat16_cpu
 
 using namespace nanochat;
@@ -95,7 +95,8 @@ TEST(KernelsSelfCheck, APerturbedKernelFailsItsCheckAndTheOpRunsItsReference) {
   torch::manual_seed(3);
   Tensor x = torch::randn({4, 16}), w_fc = torch::randn({64, 16}) * 0.25, w_proj = torch::randn({16, 64}) * 0.1;
   // the first call checks every op on the CPU in fp32, then runs the reference
-  EXPECT_TRUE(torch::equal(kernels_mlp_relu_square(x, w_fc, w_proj), kernels_mlp_relu_square_reference(x, w_fc, w_proj)));
+  EXPECT_TRUE(
+      torch::equal(kernels_mlp_relu_square(x, w_fc, w_proj), kernels_mlp_relu_square_reference(x, w_fc, w_proj)));
   for (const kernels_check_result& r : kernels_self_check(torch::kCPU, torch::kFloat)) {
     if (r.op == std::string("mlp_relu_square")) {
       EXPECT_FALSE(r.ok);

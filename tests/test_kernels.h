@@ -1,5 +1,5 @@
-// defines: kernels_test::Fn, weighted_sum, grads_of, expect_finite_differences, expect_same,
-//          rotary_tables, targets_with_ignored, CudaDtype, kCudaDtypes
+// defines: Fn, weighted_sum, grads_of, expect_finite_differences, expect_same, rotary_tables, targets_with_ignored,
+//          CudaDtype, kCudaDtypes
 // What the kernels' tests share (test_kernels.cpp and one test_kernels_<op>.cpp per op): an op
 // seen as a function of its inputs, its gradients, finite differences, and fused against
 // reference within a tolerance.
@@ -63,7 +63,7 @@ inline void expect_finite_differences(const Fn& f, const std::vector<Tensor>& in
 
 // fused and reference: outputs and every input gradient within rtol of the reference's scale
 inline void expect_same(const Fn& fused, const Fn& reference, const std::vector<Tensor>& inputs, double rtol,
-                 const char* what, size_t n_diff = 99) {
+                        const char* what, size_t n_diff = 99) {
   Tensor a, b;
   {
     torch::NoGradGuard no_grad;
@@ -99,6 +99,7 @@ struct CudaDtype {
   torch::ScalarType dtype;
   double tol;
 };
-inline const std::vector<CudaDtype> kCudaDtypes = {{torch::kFloat, 1e-4}, {torch::kBFloat16, 3e-2}, {torch::kHalf, 3e-2}};
+inline const std::vector<CudaDtype> kCudaDtypes = {
+    {torch::kFloat, 1e-4}, {torch::kBFloat16, 3e-2}, {torch::kHalf, 3e-2}};
 
 }  // namespace kernels_test

@@ -44,7 +44,9 @@ std::string adamw_beyond_rounding(int64_t n, torch::ScalarType dtype, torch::Dev
   return "";
 }
 
-std::string case_name(torch::ScalarType dtype, int64_t n) { return std::string(c10::toString(dtype)) + " n " + std::to_string(n); }
+std::string case_name(torch::ScalarType dtype, int64_t n) {
+  return std::string(c10::toString(dtype)) + " n " + std::to_string(n);
+}
 
 }  // namespace
 
@@ -53,7 +55,8 @@ std::string case_name(torch::ScalarType dtype, int64_t n) { return std::string(c
 // is not correctly rounded, the kernel's is)
 TEST(AdamWKernel, CpuKernelMatchesTheReferenceWithinRounding) {
   for (auto dtype : {torch::kFloat, torch::kBFloat16})
-    for (int64_t n : {1, 37, 4096 + 5}) EXPECT_EQ(adamw_beyond_rounding(n, dtype, torch::kCPU, 5), "") << case_name(dtype, n);
+    for (int64_t n : {1, 37, 4096 + 5})
+      EXPECT_EQ(adamw_beyond_rounding(n, dtype, torch::kCPU, 5), "") << case_name(dtype, n);
 }
 
 // the bound is no blanket: a learning rate 1e-4 off (one step's worth of 1e-4 relative) leaves it
@@ -82,5 +85,6 @@ TEST(AdamWKernel, FirstStepByHand) {
 TEST(AdamWKernel, CudaMatchesTheReferenceWithinRounding) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   for (auto dtype : {torch::kFloat, torch::kBFloat16})
-    for (int64_t n : {1, 37, (1 << 20) + 5}) EXPECT_EQ(adamw_beyond_rounding(n, dtype, torch::kCUDA, 5), "") << case_name(dtype, n);
+    for (int64_t n : {1, 37, (1 << 20) + 5})
+      EXPECT_EQ(adamw_beyond_rounding(n, dtype, torch::kCUDA, 5), "") << case_name(dtype, n);
 }

@@ -66,7 +66,8 @@ TEST(AttentionKernel, CpuKernelTracksTheSdpaPathInBf16) {
   torch::manual_seed(22);
   const int64_t B = 1, T = 512, H = 2, D = 64;
   for (int64_t w : {-1, 128}) {
-    std::vector<Tensor> in = {torch::randn({B, T, H, D}).to(torch::kBFloat16), torch::randn({B, T, H, D}).to(torch::kBFloat16),
+    std::vector<Tensor> in = {torch::randn({B, T, H, D}).to(torch::kBFloat16),
+                              torch::randn({B, T, H, D}).to(torch::kBFloat16),
                               torch::randn({B, T, H, D}).to(torch::kBFloat16)};
     Fn sdpa = [=](const std::vector<Tensor>& x) { return attention_causal_sdpa(x[0], x[1], x[2], w); };
     expect_same(attention(true, w), sdpa, in, 2e-2, w < 0 ? "causal" : "window 128");

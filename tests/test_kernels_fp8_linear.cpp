@@ -158,8 +158,8 @@ TEST(Fp8Linear, CudaEqualsTheQuantizeDequantizeEmulation) {
   EXPECT_EQ(out.scalar_type(), torch::kBFloat16);
   EXPECT_EQ(w.grad().scalar_type(), torch::kFloat);
   EXPECT_LE(rel_err(out.view({-1, 256}).detach(), torch::mm(xq, wq.t())), 1e-2);  // bf16 output
-  EXPECT_LE(rel_err(xr.grad().view({-1, 128}), torch::mm(gq, wq)), 1e-2);        // bf16 output
-  EXPECT_LE(rel_err(w.grad(), torch::mm(gq.t(), xq)), 1e-5);                     // fp32 output
+  EXPECT_LE(rel_err(xr.grad().view({-1, 128}), torch::mm(gq, wq)), 1e-2);         // bf16 output
+  EXPECT_LE(rel_err(w.grad(), torch::mm(gq.t(), xq)), 1e-5);                      // fp32 output
 }
 
 TEST(Fp8Linear, CpuMatmulEqualsLibTorchScaledMm) {
@@ -169,16 +169,17 @@ TEST(Fp8Linear, CpuMatmulEqualsLibTorchScaledMm) {
   for (auto out : {torch::kFloat, torch::kBFloat16}) {
     Tensor ours = kernels_fp8_mm(a8, b8.t(), a_inv, b_inv, out, false).to(torch::kFloat);
     Tensor theirs = at::_scaled_mm(a8, b8.t(), a_inv, b_inv, std::nullopt, std::nullopt, out, false).to(torch::kFloat);
-    EXPECT_LE((ours - theirs).abs().max().item<double>(), (out == torch::kFloat ? 1e-5 : 1e-2) * theirs.abs().max().item<double>());
+    EXPECT_LE((ours - theirs).abs().max().item<double>(),
+              (out == torch::kFloat ? 1e-5 : 1e-2) * theirs.abs().max().item<double>());
   }
 }
 
 TEST(Fp8Linear, ModelFilterAndTheEvalGuard) {
   EXPECT_TRUE(gpt_fp8_eligible(128, 512));
-  EXPECT_FALSE(gpt_fp8_eligible(64, 512));   // below 128
-  EXPECT_FALSE(gpt_fp8_eligible(136, 520));  // 520 % 16 != 0
+  EXPECT_FALSE(gpt_fp8_eligible(64, 512));                       // below 128
+  EXPECT_FALSE(gpt_fp8_eligible(136, 520));                      // 520 % 16 != 0
   GPTConfig c = gpt_config_from_depth(2, 512, 64, "L", 64, 64);  // width 128
-  GPT model = perturbed_gpt(c, 1, 0.05);  // the init's zero projections would hide every block
+  GPT model = perturbed_gpt(c, 1, 0.05);                         // the init's zero projections would hide every block
   gpt_set_fp8(model, true);
   EXPECT_TRUE(model->blocks[0]->mlp->c_fc->fp8);
   EXPECT_TRUE(model->blocks[1]->attn->c_q->fp8);

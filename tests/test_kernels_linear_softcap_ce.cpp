@@ -68,7 +68,8 @@ TEST(LinearSoftcapCE, MeanEqualsReferenceAndFiniteDifferences) {
   expect_same(softcap_ce_mean(true, vocab, 3.0), softcap_ce_mean(false, vocab, 3.0), in, 1e-12, "fp64 mean");
   expect_finite_differences(softcap_ce_mean(true, vocab, 3.0), in, 1e-6);
   torch::manual_seed(13);
-  std::vector<Tensor> big = {torch::randn({600, 32}), torch::randn({32768, 32}) * 0.5, targets_with_ignored(600, 32700)};
+  std::vector<Tensor> big = {torch::randn({600, 32}), torch::randn({32768, 32}) * 0.5,
+                             targets_with_ignored(600, 32700)};
   expect_same(softcap_ce_mean(true, 32700, 15.0, 256), softcap_ce_mean(false, 32700, 15.0), big, 2e-5, "fp32 mean");
   big[0] = big[0].to(torch::kBFloat16);
   expect_same(softcap_ce_mean(true, 32700, 15.0, 256), softcap_ce_mean(false, 32700, 15.0), big, 2e-2, "bf16 mean");

@@ -13,7 +13,8 @@ namespace {
 
 Fn mlp(bool fused) {
   return [=](const std::vector<Tensor>& in) {
-    return fused ? kernels_mlp_relu_square(in[0], in[1], in[2]) : kernels_mlp_relu_square_reference(in[0], in[1], in[2]);
+    return fused ? kernels_mlp_relu_square(in[0], in[1], in[2])
+                 : kernels_mlp_relu_square_reference(in[0], in[1], in[2]);
   };
 }
 

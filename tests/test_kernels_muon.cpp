@@ -68,7 +68,8 @@ void expect_muon_equal(int64_t K, int64_t rows, int64_t cols, torch::ScalarType 
     ASSERT_EQ(xf.scalar_type(), x_dtype);
     expect_close(xf, xr, rtol_x, at + "X");
     expect_close(f.buf, r.buf, rtol, at + "momentum buffer");
-    for (size_t k = 0; k < f.grads.size(); k++) EXPECT_TRUE(torch::equal(f.grads[k], r.grads[k])) << at << "grads written";
+    for (size_t k = 0; k < f.grads.size(); k++)
+      EXPECT_TRUE(torch::equal(f.grads[k], r.grads[k])) << at << "grads written";
     Tensor polar = (xr + xr.to(torch::kFloat).pow(3).to(x_dtype) * 0.1).contiguous();  // one input for both
     std::vector<Tensor> before;
     for (const Tensor& p : r.params) before.push_back(p.clone());
@@ -109,7 +110,8 @@ TEST(MuonKernels, PrepareGivesEqualRowsOfTheNormalisedMatrix) {
   // scaled matrix has norm ||G||_F and the normalisation leaves every row at 1/(1.01 sqrt(rows))
   // (up to the 1e-6); the Nesterov gradient with a zero buffer and mu = 0.5 is G/2 + G/4
   const int64_t rows = 12, cols = 7;
-  std::vector<Tensor> g = {torch::randn({rows, cols}, torch::kDouble) * torch::arange(1, rows + 1, torch::kDouble).unsqueeze(1)};
+  std::vector<Tensor> g = {torch::randn({rows, cols}, torch::kDouble) *
+                           torch::arange(1, rows + 1, torch::kDouble).unsqueeze(1)};
   Tensor buf = torch::zeros({1, rows, cols}, torch::kDouble);
   Tensor X = kernels_muon_prepare(g, buf, 0.5, torch::kDouble);
   EXPECT_LT((buf[0] - g[0] * 0.5).abs().max().item<double>(), 1e-15);

@@ -20,7 +20,8 @@ enum class Mix { plain, lambdas, backout };
 Fn residual_norm(bool fused, Mix mix) {
   return [=](const std::vector<Tensor>& in) {
     const Tensor a = mix == Mix::lambdas ? in[2] : Tensor(), b = mix == Mix::plain ? Tensor() : in[3];
-    auto [h, n] = fused ? kernels_residual_norm(in[0], in[1], a, b) : kernels_residual_norm_reference(in[0], in[1], a, b);
+    auto [h, n] = fused ? kernels_residual_norm(in[0], in[1], a, b)
+                        : kernels_residual_norm_reference(in[0], in[1], a, b);
     return torch::cat({h.flatten(), n.flatten()});
   };
 }
@@ -66,7 +67,6 @@ TEST(ResidualNorm, HandComputedRowAndEagerRounding) {
   EXPECT_TRUE(torch::equal(kernels_residual_norm(x, y, a, b).first, a * x + b * y));
   EXPECT_TRUE(torch::equal(kernels_residual_norm(x, y, Tensor(), Tensor()).first, x + y));
 }
-
 
 TEST(ResidualNorm, CudaEqualsReference) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";

@@ -14,7 +14,8 @@ namespace {
 
 Fn rotary_norm(bool fused, double scale) {
   return [=](const std::vector<Tensor>& in) {
-    return fused ? kernels_rotary_norm(in[0], in[1], in[2], scale) : kernels_rotary_norm_reference(in[0], in[1], in[2], scale);
+    return fused ? kernels_rotary_norm(in[0], in[1], in[2], scale)
+                 : kernels_rotary_norm_reference(in[0], in[1], in[2], scale);
   };
 }
 

@@ -30,8 +30,8 @@ static float fp32(double x) { return (float)x; }
 // after every step; lerp as torch's vectorised CPU kernel computes it: fma(w, b - a, a) for
 // w < 0.5, else fma(w - 1, b - a, b).
 template <typename T>
-static void plain_adamw(std::vector<T>& p, std::vector<T>& m, std::vector<T>& v, const std::vector<float>& g,
-                        int step, double lr, double b1, double b2, double eps, double wd) {
+static void plain_adamw(std::vector<T>& p, std::vector<T>& m, std::vector<T>& v, const std::vector<float>& g, int step,
+                        double lr, double b1, double b2, double eps, double wd) {
   auto lerp = [](float a, float b, float w) { return w < 0.5f ? std::fma(w, b - a, a) : std::fma(w - 1.0f, b - a, b); };
   const float lr_f = fp32(lr), b1f = fp32(b1), b2f = fp32(b2), eps_f = fp32(eps), wd_f = fp32(wd);
   const float bias1 = 1.0f - std::pow(b1f, (float)step), bias2 = 1.0f - std::pow(b2f, (float)step);
@@ -82,8 +82,8 @@ static void run_adamw_vs_plain(torch::ScalarType dtype, std::vector<int64_t> sha
     opt.step();
     const torch::Tensor p0 = to_tensor(rp, dtype), m0 = to_tensor(rm, dtype), v0 = to_tensor(rv, dtype);
     plain_adamw<T>(rp, rm, rv, to_vec<float>(g.to(torch::kFloat)), step, lr, b1, b2, eps, wd);
-    adamw_bound_step(bound, p0, m0, v0, g, to_tensor(rp, dtype), to_tensor(rm, dtype), to_tensor(rv, dtype), step,
-                     lr, b1, b2, eps, wd);
+    adamw_bound_step(bound, p0, m0, v0, g, to_tensor(rp, dtype), to_tensor(rm, dtype), to_tensor(rv, dtype), step, lr,
+                     b1, b2, eps, wd);
     // moments kept in the param's dtype (zeros_like)
     NamedTensors st = opt.state_tensors();
     ASSERT_EQ(st.size(), 2u);
@@ -330,8 +330,7 @@ struct OptSetup {
 static OptSetup make_setup(const std::vector<torch::Tensor>* from = nullptr) {
   OptSetup s;
   std::vector<std::vector<int64_t>> shapes = {{40, 30}, {5}, {6, 10}, {6, 10}, {10, 6}};
-  for (size_t i = 0; i < shapes.size(); i++)
-    s.params.push_back(from ? (*from)[i].clone() : randn(shapes[i], 50 + i));
+  for (size_t i = 0; i < shapes.size(); i++) s.params.push_back(from ? (*from)[i].clone() : randn(shapes[i], 50 + i));
   OptimGroup a;
   a.name = "adamw";
   a.params = {s.params[0], s.params[1]};
@@ -344,7 +343,8 @@ static OptSetup make_setup(const std::vector<torch::Tensor>* from = nullptr) {
 }
 
 static void step_with_grads(MuonAdamW& opt, OptSetup& s, int step) {
-  for (size_t i = 0; i < s.params.size(); i++) s.params[i].mutable_grad() = randn(s.params[i].sizes().vec(), 7000 + 10 * step + i);
+  for (size_t i = 0; i < s.params.size(); i++)
+    s.params[i].mutable_grad() = randn(s.params[i].sizes().vec(), 7000 + 10 * step + i);
   for (auto& g : opt.groups()) g.lr = g.initial_lr * (1.0 - 0.1 * step);  // a schedule
   opt.step();
 }
@@ -407,7 +407,9 @@ TEST(State, OtherWorldSizeIsAClearError) {
 TEST(Groups, FromNanochatNamesD4) {
   const int64_t L = 4, d = 256, V = 512, H = 2, hd = 128;
   NamedTensors named;
-  auto add = [&](const std::string& name, std::vector<int64_t> shape) { named.emplace_back(name, torch::zeros(shape)); };
+  auto add = [&](const std::string& name, std::vector<int64_t> shape) {
+    named.emplace_back(name, torch::zeros(shape));
+  };
   add("transformer.wte.weight", {V, d});
   for (int64_t i = 0; i < L; i++) {
     std::string b = "transformer.h." + std::to_string(i) + ".";
@@ -436,10 +438,14 @@ TEST(Groups, FromNanochatNamesD4) {
   std::vector<OptimGroup> g = optim_param_groups_gpt(named, d);
   ASSERT_EQ(g.size(), 10u);
   const double dls = 1.0 / std::sqrt(256.0 / 768.0);  // sqrt(3)
-  struct Want { const char* name; double lr, b1, b2, wd; size_t n; };
-  Want want[6] = {{"lm_head", 0.004 * dls, 0.8, 0.96, 0.01, 1}, {"wte", 0.2 * dls, 0.8, 0.995, 0.001, 1},
+  struct Want {
+    const char* name;
+    double lr, b1, b2, wd;
+    size_t n;
+  };
+  Want want[6] = {{"lm_head", 0.004 * dls, 0.8, 0.96, 0.01, 1},     {"wte", 0.2 * dls, 0.8, 0.995, 0.001, 1},
                   {"value_embeds", 0.1 * dls, 0.8, 0.995, 0.01, 2}, {"resid_lambdas", 0.005, 0.8, 0.95, 0.05, 1},
-                  {"x0_lambdas", 0.5, 0.96, 0.95, 0.0, 1}, {"smear", 0.2, 0.8, 0.95, 0.0, 3}};
+                  {"x0_lambdas", 0.5, 0.96, 0.95, 0.0, 1},          {"smear", 0.2, 0.8, 0.95, 0.0, 3}};
   for (int i = 0; i < 6; i++) {
     SCOPED_TRACE(want[i].name);
     EXPECT_EQ(g[i].kind, OptimKind::adamw);
@@ -456,9 +462,15 @@ TEST(Groups, FromNanochatNamesD4) {
   EXPECT_TRUE(g[5].params[0].is_same(param("smear_gate.weight")));
   EXPECT_TRUE(g[5].params[2].is_same(param("backout_lambda")));
   // Muon: shapes sorted (2,12) < (256,256) < (256,1024) < (1024,256); module order inside
-  struct MuonWant { int64_t r, c; size_t n; const char* first; };
-  MuonWant mw[4] = {{2, 12, 2, "transformer.h.1.attn.ve_gate.weight"}, {256, 256, 16, "transformer.h.0.attn.c_q.weight"},
-                    {256, 1024, 4, "transformer.h.0.mlp.c_proj.weight"}, {1024, 256, 4, "transformer.h.0.mlp.c_fc.weight"}};
+  struct MuonWant {
+    int64_t r, c;
+    size_t n;
+    const char* first;
+  };
+  MuonWant mw[4] = {{2, 12, 2, "transformer.h.1.attn.ve_gate.weight"},
+                    {256, 256, 16, "transformer.h.0.attn.c_q.weight"},
+                    {256, 1024, 4, "transformer.h.0.mlp.c_proj.weight"},
+                    {1024, 256, 4, "transformer.h.0.mlp.c_fc.weight"}};
   for (int i = 0; i < 4; i++) {
     const OptimGroup& m = g[6 + i];
     EXPECT_EQ(m.kind, OptimKind::muon);
@@ -491,10 +503,10 @@ static int run_workers(int world, int port, const std::string& out) {
     std::vector<std::string> env_strings;
     for (char** e = environ; *e; e++) env_strings.push_back(*e);
     if (world > 1) {
-      for (std::string kv : {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world),
-                             "LOCAL_RANK=" + std::to_string(rank), "LOCAL_WORLD_SIZE=" + std::to_string(world),
-                             std::string("MASTER_ADDR=127.0.0.1"), "MASTER_PORT=" + std::to_string(port),
-                             std::string("NANOCHAT_DIST_TIMEOUT=60")})
+      for (std::string kv :
+           {"RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world), "LOCAL_RANK=" + std::to_string(rank),
+            "LOCAL_WORLD_SIZE=" + std::to_string(world), std::string("MASTER_ADDR=127.0.0.1"),
+            "MASTER_PORT=" + std::to_string(port), std::string("NANOCHAT_DIST_TIMEOUT=60")})
         env_strings.push_back(kv);
     }
     std::vector<char*> envp;

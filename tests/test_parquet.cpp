@@ -151,7 +151,8 @@ TEST(Parquet, ColumnSelectionAndSchema) {
     EXPECT_EQ(rows[i]["source"], all[70 + i]["source"]);
   }
   std::string schema = f.schema_text();
-  for (const char* needle : {"messages (LIST)", "optional BYTE_ARRAY role (STRING)", "repeated group list", "choices {"})
+  for (const char* needle :
+       {"messages (LIST)", "optional BYTE_ARRAY role (STRING)", "repeated group list", "choices {"})
     EXPECT_NE(schema.find(needle), std::string::npos) << needle << " in\n" << schema;
   EXPECT_EQ(f.columns()[0].logical_type, "STRING");
 }
@@ -271,7 +272,8 @@ TEST_F(ParquetErrors, UnsupportedCodecNamesFileRowGroupColumnAndCodec) {
   for (const char* codec : {"brotli", "lz4"}) {
     std::string path = kDir + "/unsupported_" + codec + ".parquet";
     ParquetFile f(path);  // the footer is fine
-    expect_error([&] { f.read_column_strings(0, "text"); }, {path, "row group 0", "column 'text'", "unsupported compression codec"});
+    expect_error([&] { f.read_column_strings(0, "text"); },
+                 {path, "row group 0", "column 'text'", "unsupported compression codec"});
   }
 }
 
@@ -311,17 +313,17 @@ TEST_F(ParquetErrors, FlippedBytesInFooterAndPageHeaders) {
     std::string path = dir + "/f.parquet";
     int errors = 0;
     for (size_t off : offsets) {
-        const uint8_t flips[] = {0xff, 0x01, 0x80};  // one flip per byte, cycling, to stay fast
-        std::string b = bytes;
-        b[off] = (char)(b[off] ^ flips[off % 3]);
-        write_bytes(path, b);
-        std::string msg = read_everything(path);
-        ASSERT_EQ(msg.find("WRONG EXCEPTION"), std::string::npos) << "byte " << off << ": " << msg;
-        if (!msg.empty()) {
-          errors++;
-          ASSERT_NE(msg.find(path), std::string::npos) << msg;
-        }
+      const uint8_t flips[] = {0xff, 0x01, 0x80};  // one flip per byte, cycling, to stay fast
+      std::string b = bytes;
+      b[off] = (char)(b[off] ^ flips[off % 3]);
+      write_bytes(path, b);
+      std::string msg = read_everything(path);
+      ASSERT_EQ(msg.find("WRONG EXCEPTION"), std::string::npos) << "byte " << off << ": " << msg;
+      if (!msg.empty()) {
+        errors++;
+        ASSERT_NE(msg.find(path), std::string::npos) << msg;
       }
+    }
     EXPECT_GT(errors, (int)offsets.size() / 4);  // many bytes (statistics, the arrow schema blob) may not matter
   }
 }
@@ -427,17 +429,20 @@ TEST(ParquetBounds, DeclaredPageSizeIsBoundedByTheCodec) {
   // a zstd frame of a few bytes under a page header that says 2^30 - 1 bytes
   std::string path = kFuzzDir + "/regress-zstd-page-size.parquet";
   ParquetFile f(path);
-  expect_error([&] { f.read_column_strings(0, "x"); },
-               {path, "column 'x'", "page 0", "page header says 1073741823 bytes", "compressed bytes of ZSTD can hold"});
+  expect_error(
+      [&] { f.read_column_strings(0, "x"); },
+      {path, "column 'x'", "page 0", "page header says 1073741823 bytes", "compressed bytes of ZSTD can hold"});
 }
 
 // the densest files a real writer makes stay inside the bounds: pyarrow, 3 million rows of an
 // all-null column, a constant int and a constant string (a few hundred levels per byte)
 TEST(ParquetBounds, DensestPyarrowColumnsStillRead) {
   std::string dir = make_temp_dir(), path = dir + "/dense.parquet";
-  auto r = run_shell(std::string(NANOCHAT_PYTHON) + " -c \"import pyarrow as pa, pyarrow.parquet as pq; n = 3 * 10**6; "
+  auto r = run_shell(std::string(NANOCHAT_PYTHON) +
+                     " -c \"import pyarrow as pa, pyarrow.parquet as pq; n = 3 * 10**6; "
                      "pq.write_table(pa.table({'x': pa.nulls(n, pa.int64()), 'i': pa.array([7] * n), "
-                     "'s': pa.array(['en'] * n)}), '" + path + "', row_group_size=n)\"");
+                     "'s': pa.array(['en'] * n)}), '" +
+                     path + "', row_group_size=n)\"");
   ASSERT_EQ(r.rc, 0) << r.err;
   ParquetFile f(path);
   ASSERT_EQ(f.row_group(0).num_rows, 3000000);
@@ -462,8 +467,8 @@ TEST(ParquetInspect, SummaryAndRowsAsJsonLines) {
   int64_t total = 0;  // pyarrow's count of the compressed bytes
   for (auto& n : expected()["meta"]["nested_zstd_v1.parquet"]["compressed_bytes"]) total += n.get<int64_t>();
   std::string total_line = "total: " + std::to_string(total) + " B compressed";
-  for (std::string needle : {std::string("rows: 200 in 3 row group(s)"), std::string("row group 2: 60 rows"), total_line,
-                             std::string("parquet-cpp-arrow"), std::string("messages (LIST)"),
+  for (std::string needle : {std::string("rows: 200 in 3 row group(s)"), std::string("row group 2: 60 rows"),
+                             total_line, std::string("parquet-cpp-arrow"), std::string("messages (LIST)"),
                              std::string("grid.list.element.list.element       INT32      -        5/2     ZSTD")})
     EXPECT_NE(r.out.find(needle), std::string::npos) << needle << " in\n" << r.out;
   r = run_shell(kBin + " inspect " + path + " --rows 75 --columns messages,source");
@@ -484,8 +489,8 @@ TEST(ParquetInspect, SummaryAndRowsAsJsonLines) {
 TEST(ParquetInspect, BadFileIsOneErrorLineAndExit1) {
   std::string dir = make_temp_dir();
   write_bytes(dir + "/x.parquet", "PAR1 definitely not");
-  for (std::string args : {dir + "/x.parquet", dir + "/none.parquet",
-                           kDir + "/unsupported_brotli.parquet --rows 1", kDir + "/text_shard.parquet --rows 1 --row-group 9"}) {
+  for (std::string args : {dir + "/x.parquet", dir + "/none.parquet", kDir + "/unsupported_brotli.parquet --rows 1",
+                           kDir + "/text_shard.parquet --rows 1 --row-group 9"}) {
     auto r = run_shell(kBin + " inspect " + args);
     EXPECT_EQ(r.rc, 1) << args;
     EXPECT_EQ(count_lines(r.err), 1) << r.err;

@@ -15,8 +15,8 @@ TEST(Report, SlugIsLowerCaseWithDashes) {
 
 TEST(Report, SectionRendersItemsLikeUpstream) {
   std::vector<ReportItem> items = {
-      ReportItem{{"lr", 1.5}, {"tokens", 12345678}, {"steps", 9999}, {"name", "d20"}, {"fp8", true}},
-      ReportItem(""), ReportItem(), ReportItem::object(), ReportItem("a table\n| x |\n")};
+      ReportItem{{"lr", 1.5}, {"tokens", 12345678}, {"steps", 9999}, {"name", "d20"}, {"fp8", true}}, ReportItem(""),
+      ReportItem(), ReportItem::object(), ReportItem("a table\n| x |\n")};
   EXPECT_EQ(report_render_section("Base model training", items, "2026-01-02 03:04:05"),
             "## Base model training\n"
             "timestamp: 2026-01-02 03:04:05\n"
@@ -36,7 +36,8 @@ TEST(Report, SummaryTableAndWallClock) {
       "# nanochat training report\n\n### Bloat\n- Characters: 1,000\n- Lines: 10\n\nRun started: 2026-01-01 10:00:00\n\n---\n\n";
   std::vector<std::pair<std::string, std::string>> sections = {
       {"base-model-training.md", "## Base model training\ntimestamp: 2026-01-01 10:50:00\n\n- MFU %: 40.00%\n"},
-      {"base-model-evaluation.md", "## Base model evaluation\ntimestamp: 2026-01-01 11:00:00\n\n- model: d20\n- CORE metric: 0.2219\n"},
+      {"base-model-evaluation.md",
+       "## Base model evaluation\ntimestamp: 2026-01-01 11:00:00\n\n- model: d20\n- CORE metric: 0.2219\n"},
       {"chat-evaluation-sft.md",
        "## Chat evaluation sft\ntimestamp: 2026-01-01 12:30:59\n\n- source: sft\n\n- ARC-Easy: 0.3876\n- GSM8K: 0.0455\n\n"
        "- ChatCORE metric: 0.0884\n"},
@@ -108,7 +109,8 @@ TEST(SvgChart, LineSeriesPixelsAndTicks) {
   EXPECT_NEAR(pts[0].second, 370 - 2.5 / 3 * 336, 0.05);
   EXPECT_NEAR(pts[1].second, 370 - 1.5 / 3 * 336, 0.05);
   EXPECT_NEAR(pts[2].second, 370 - 0.5 / 3 * 336, 0.05);
-  for (const char* label : {">0<", ">20<", ">40<", ">60<", ">80<", ">100<", ">0.5<", ">1.0<", ">1.5<", ">2.5<", ">3.5<"})
+  for (const char* label :
+       {">0<", ">20<", ">40<", ">60<", ">80<", ">100<", ">0.5<", ">1.0<", ">1.5<", ">2.5<", ">3.5<"})
     EXPECT_NE(svg.find(label), std::string::npos) << label;
   EXPECT_EQ(count_of(svg, "class=\"mk\""), 3);  // few points: markers too
 }
@@ -135,7 +137,8 @@ TEST(SvgChart, FitIsSampledOnTheCurveInThePointsColor) {
   c.x_log = true;
   c.series.push_back(chart_points("runs", {10, 100, 1000}, {5, 4, 3.2}));
   c.series.back().color = "#123456";
-  c.series.push_back(chart_fit("fit", [](double x) { return 6.0 * std::pow(x, -0.1); }, 0, 0, 50));
+  c.series.push_back(chart_fit(
+      "fit", [](double x) { return 6.0 * std::pow(x, -0.1); }, 0, 0, 50));
   EXPECT_EQ(chart_drawn_count(c, 1), 50);
   const std::string svg = chart_render_svg(c);
   auto pts = polyline_points(svg, "fit");
@@ -169,7 +172,8 @@ TEST(SvgChart, LargeNumbersGetCompactExponentLabels) {
   Chart c;
   c.series.push_back(chart_line("", {0, 2.4e18}, {1, 2}));  // step 5e17 (2.4e18/6 = 4e17 -> 5e17)
   const std::string svg = chart_render_svg(c);
-  for (const char* label : {">0<", ">5e17<", ">1e18<", ">1.5e18<", ">2.5e18<"}) EXPECT_NE(svg.find(label), std::string::npos) << label;
+  for (const char* label : {">0<", ">5e17<", ">1e18<", ">1.5e18<", ">2.5e18<"})
+    EXPECT_NE(svg.find(label), std::string::npos) << label;
 }
 
 // ---- the report's training charts: which runs, which charts, how many points, where embedded --
@@ -217,13 +221,19 @@ TEST(ReportCharts, GenerateDrawsThisRunsMetricsBesideTheReport) {
   struct timeval long_ago[2] = {{1000000000, 0}, {1000000000, 0}};
   ASSERT_EQ(utimes(old_path.c_str(), long_ago), 0);
   atomic_write_file(base + "/report/header.md", "# nanochat training report\n\nRun started: 2026-01-01 10:00:00\n\n");
-  atomic_write_file(base + "/report/base-model-training.md", "## Base model training\ntimestamp: 2026-01-01 11:00:00\n\n- x: 1\n");
+  atomic_write_file(base + "/report/base-model-training.md",
+                    "## Base model training\ntimestamp: 2026-01-01 11:00:00\n\n- x: 1\n");
 
   // d4: 30 training lines (one with mfu null), val bpb at 0, 10, 20, 30, CORE at 30, a torn line
   std::vector<nlohmann::json> d4;
   for (int s = 0; s < 30; s++) {
-    nlohmann::json j = {{"step", s}, {"loss", 5.0 - 0.1 * s}, {"lrm", 1.0}, {"tok_per_sec", 1000 + s}, {"mfu", 1.5},
-                        {"data_wait", 0.02}, {"total_training_flops", 1e12 * (s + 1)}};
+    nlohmann::json j = {{"step", s},
+                        {"loss", 5.0 - 0.1 * s},
+                        {"lrm", 1.0},
+                        {"tok_per_sec", 1000 + s},
+                        {"mfu", 1.5},
+                        {"data_wait", 0.02},
+                        {"total_training_flops", 1e12 * (s + 1)}};
     if (s == 7) j["mfu"] = nullptr;
     d4.push_back(j);
     if (s % 10 == 0) d4.push_back({{"step", s}, {"val_bpb", 2.0 - 0.01 * s}, {"total_training_flops", 1e12 * s}});
@@ -274,7 +284,8 @@ TEST(ReportCharts, GenerateDrawsThisRunsMetricsBesideTheReport) {
 
   // embedded after the base section; the sft charts under their own heading, before the summary
   const std::string md = read_file(path);
-  const size_t section = md.find("## Base model training"), base_chart = md.find("](chart-base-train-loss-vs-step.svg)"),
+  const size_t section = md.find("## Base model training"),
+               base_chart = md.find("](chart-base-train-loss-vs-step.svg)"),
                sft_heading = md.find("## Chat SFT\n\n### Training charts"), sft_chart = md.find("](chart-sft-lrm.svg)"),
                summary = md.find("## Summary");
   ASSERT_NE(section, std::string::npos) << md;
@@ -282,7 +293,7 @@ TEST(ReportCharts, GenerateDrawsThisRunsMetricsBesideTheReport) {
   EXPECT_LT(base_chart, sft_heading);
   EXPECT_LT(sft_heading, sft_chart);
   EXPECT_LT(sft_chart, summary);
-  EXPECT_EQ(count_of(md, "![") , (int)expected.size());
+  EXPECT_EQ(count_of(md, "!["), (int)expected.size());
   EXPECT_EQ(md.find("old/metrics.jsonl"), std::string::npos);
   // the copy in the working directory points into the report dir
   EXPECT_NE(read_file(cwd + "/report.md").find("](" + base + "/report/chart-base-mfu.svg)"), std::string::npos);
@@ -300,7 +311,8 @@ TEST(ReportCharts, GenerateDrawsThisRunsMetricsBesideTheReport) {
 
 // ---- the charts of a generated report in Chromium (tests/browser/report_charts_test.py) --------
 TEST(ReportCharts, RenderInChromiumWithTheirPointCounts) {
-  if (run_shell(std::string(NANOCHAT_PYTHON) + " -c 'import playwright'").rc != 0 || access("/usr/bin/chromium", X_OK) != 0)
+  if (run_shell(std::string(NANOCHAT_PYTHON) + " -c 'import playwright'").rc != 0 ||
+      access("/usr/bin/chromium", X_OK) != 0)
     GTEST_SKIP() << "needs the playwright package and /usr/bin/chromium";
   const std::string work = temp_dir();
   const CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR +
@@ -319,13 +331,15 @@ TEST(ReportGenerate, StagesThatDidNotRunGetOneLine) {
   const std::string env = "cd " + cwd + " && NANOCHAT_BASE_DIR=" + base + " " + NANOCHAT_BIN;
   ASSERT_EQ(run_shell(env + " report reset").rc, 0);
   atomic_write_file(base + "/report/tokenizer-training.md", "## Tokenizer training\ntimestamp: 2026-01-01 10:00:00\n");
-  atomic_write_file(base + "/report/base-model-training.md", "## Base model training\ntimestamp: 2026-01-01 10:10:00\n");
+  atomic_write_file(base + "/report/base-model-training.md",
+                    "## Base model training\ntimestamp: 2026-01-01 10:10:00\n");
   CommandResult r = run_shell(env + " report generate");
   ASSERT_EQ(r.rc, 0) << r.err;
   const std::string all = r.out + r.err;
   // the 7 stages of a full run that wrote nothing, in pipeline order, on one line; no warnings
-  const std::string line = "no section from the stages that did not run (tokenizer-evaluation, base-model-loss, "
-                           "base-model-evaluation, chat-sft, chat-evaluation-sft, chat-rl, chat-evaluation-rl)";
+  const std::string line =
+      "no section from the stages that did not run (tokenizer-evaluation, base-model-loss, "
+      "base-model-evaluation, chat-sft, chat-evaluation-sft, chat-rl, chat-evaluation-rl)";
   EXPECT_EQ(count_of(all, line), 1) << all;
   EXPECT_EQ(count_of(all, "report:"), 1) << all;  // that line; the path line says "report written"
   EXPECT_EQ(all.find("warn"), std::string::npos) << all;

@@ -44,8 +44,8 @@ TEST(Rl, PassAtKCounts) {
 }
 
 TEST(Rl, RolloutSeedsAreCPythonTupleHashes) {
-  std::vector<std::vector<int64_t>> tuples = {{0, 0, 0}, {1, 2, 3}, {466, 7472, 1}, {59, 13, 0},
-                                              {-1, 5, 2}, {1LL << 62, -(1LL << 61), 3}, {}};
+  std::vector<std::vector<int64_t>> tuples = {
+      {0, 0, 0}, {1, 2, 3}, {466, 7472, 1}, {59, 13, 0}, {-1, 5, 2}, {1LL << 62, -(1LL << 61), 3}, {}};
   std::string expr = "print(' '.join(str(hash(t)) for t in [";
   for (const auto& t : tuples) {
     expr += "(";
@@ -97,7 +97,8 @@ TEST(Rl, GradientStepMakesRewardedSamplesMoreLikely) {
     go.use_calculator = false;
     GenerateResult r = engine.generate_batch(prompt, go);
     std::vector<double> rewards;
-    for (const auto& row : r.tokens) rewards.push_back(row[prompt.size()] % 2 == 0 && row[prompt.size()] < 256 ? sign : 0.0);
+    for (const auto& row : r.tokens)
+      rewards.push_back(row[prompt.size()] % 2 == 0 && row[prompt.size()] < 256 ? sign : 0.0);
     RlRollout ro = rl_rollout_batch(r.tokens, r.masks, rewards, 256);
     torch::Tensor losses = gpt_loss(model, ro.inputs, ro.targets, LossReduction::none);
     rl_policy_gradient_loss(losses, ro.targets, ro.advantages, 1, 1).backward();

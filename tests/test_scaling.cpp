@@ -38,8 +38,11 @@ json run_python(const std::string& code_or_script, const json& input, bool scrip
 json numpy_reference(const std::vector<ScalingRun>& runs) {
   json in = {{"runs", json::array()}};
   for (const ScalingRun& r : runs)
-    in["runs"].push_back({{"flops_budget", r.flops_budget}, {"params", r.params}, {"tokens", r.tokens},
-                          {"flops", r.flops}, {"val_bpb", r.val_bpb}});
+    in["runs"].push_back({{"flops_budget", r.flops_budget},
+                          {"params", r.params},
+                          {"tokens", r.tokens},
+                          {"flops", r.flops},
+                          {"val_bpb", r.val_bpb}});
   return run_python(kFixtures + "/scaling_fit_reference.py", in, true);
 }
 
@@ -85,14 +88,16 @@ std::vector<ScalingRun> isoflop_points() {
 
 TEST(ScalingFit, PolyfitMatchesNumpy) {
   const std::vector<double> x = {7.1, 7.45, 7.9, 8.3, 8.35, 9.0}, y = {1.31, 1.12, 1.05, 1.07, 1.02, 1.25};
-  json ref = run_python("import json,sys,numpy as np; d=json.load(open(sys.argv[1]));"
-                        " print(json.dumps([list(np.polyfit(d[\"x\"], d[\"y\"], k)) for k in (1, 2, 3)]))",
-                        {{"x", x}, {"y", y}}, false);
+  json ref = run_python(
+      "import json,sys,numpy as np; d=json.load(open(sys.argv[1]));"
+      " print(json.dumps([list(np.polyfit(d[\"x\"], d[\"y\"], k)) for k in (1, 2, 3)]))",
+      {{"x", x}, {"y", y}}, false);
   for (int degree = 1; degree <= 3; degree++) {
     std::vector<double> p = scaling_polyfit(x, y, degree);
     ASSERT_EQ(p.size(), (size_t)degree + 1);
     for (int k = 0; k <= degree; k++)
-      expect_rel(p[k], ref[degree - 1][k].get<double>(), 1e-8, "degree " + std::to_string(degree) + " coefficient " + std::to_string(k));
+      expect_rel(p[k], ref[degree - 1][k].get<double>(), 1e-8,
+                 "degree " + std::to_string(degree) + " coefficient " + std::to_string(k));
   }
   // a line through two points, by hand: y = 3x - 2
   std::vector<double> line = scaling_polyfit({1, 2}, {1, 4}, 1);
@@ -150,7 +155,8 @@ TEST(ScalingFit, IsoflopVerticesAndPowerLawsByHandAndAgainstNumpy) {
 
 TEST(ScalingFit, IsoflopFallsBackToTheBestRun) {
   // opens downward: the lowest bpb among the runs stands in (here the smallest model)
-  std::vector<ScalingRun> down = {point(1e18, 1000, 10, 1.0), point(1e18, 10000, 20, 3.0), point(1e18, 100000, 30, 2.0)};
+  std::vector<ScalingRun> down = {point(1e18, 1000, 10, 1.0), point(1e18, 10000, 20, 3.0),
+                                  point(1e18, 100000, 30, 2.0)};
   ScalingOptimum o = scaling_isoflop_optimum(down);
   EXPECT_FALSE(o.from_parabola);
   EXPECT_LT(o.a, 0);
@@ -208,8 +214,9 @@ TEST(ScalingFit, MiniseriesLossFitByHand) {
   // the miniseries' charts: the 4 runs and the fitted line, against C and against N; no IsoFLOP
   const std::string dir = temp_dir();
   const std::string md = scaling_write_charts(laws, dir, "miniseries");
-  EXPECT_EQ(md, "![Val bpb against compute](miniseries-loss-vs-flops.svg)\n\n"
-                "![Val bpb against parameters](miniseries-loss-vs-params.svg)\n\n");
+  EXPECT_EQ(md,
+            "![Val bpb against compute](miniseries-loss-vs-flops.svg)\n\n"
+            "![Val bpb against parameters](miniseries-loss-vs-params.svg)\n\n");
   for (const char* name : {"/miniseries-loss-vs-flops.svg", "/miniseries-loss-vs-params.svg"}) {
     const std::string svg = read_file(dir + name);
     EXPECT_NE(svg.find("data-name=\"runs\" data-kind=\"points\" data-n=\"4\""), std::string::npos) << svg;
@@ -234,14 +241,19 @@ TEST(ScalingFit, BinaryFitsFinishedRunDirs) {
     const int64_t step = stop_early ? planned / 2 : planned;
     const std::string dir = base + "/base_checkpoints/" + tag;
     make_dirs(dir);
-    json meta = {{"step", step}, {"val_bpb", bpb}, {"model_config", gpt_config_to_json(config)},
-                 {"user_config", {{"depth", depth}, {"target_flops", budget}, {"target_param_data_ratio", -1.0},
-                                  {"num_iterations", -1}}},
-                 {"total_batch_size", batch}};
+    json meta = {
+        {"step", step},
+        {"val_bpb", bpb},
+        {"model_config", gpt_config_to_json(config)},
+        {"user_config",
+         {{"depth", depth}, {"target_flops", budget}, {"target_param_data_ratio", -1.0}, {"num_iterations", -1}}},
+        {"total_batch_size", batch}};
     std::ofstream(checkpoint_meta_path(dir, step)) << meta.dump(2);
     std::ofstream(checkpoint_model_path(dir, step)) << "weights";
-    json done = {{"step", step}, {"files", {checkpoint_model_path(dir, step).substr(dir.size() + 1),
-                                            checkpoint_meta_path(dir, step).substr(dir.size() + 1)}}};
+    json done = {{"step", step},
+                 {"files",
+                  {checkpoint_model_path(dir, step).substr(dir.size() + 1),
+                   checkpoint_meta_path(dir, step).substr(dir.size() + 1)}}};
     std::ofstream(checkpoint_done_path(dir, step)) << done.dump();
     std::ofstream metrics(dir + "/metrics.jsonl");
     metrics << json({{"step", 0}, {"val_bpb", 3.5}}).dump() << "\n";
@@ -290,7 +302,8 @@ TEST(ScalingFit, BinaryFitsFinishedRunDirs) {
                  "optimum " + std::to_string(i) + " " + key);
   for (const char* fit_name : {"params_vs_flops", "tokens_vs_flops", "loss_vs_flops", "loss_vs_params"})
     for (const char* key : {"slope", "intercept"})
-      expect_rel(got[fit_name][key].get<double>(), ref[fit_name][key].get<double>(), 1e-7, std::string(fit_name) + " " + key);
+      expect_rel(got[fit_name][key].get<double>(), ref[fit_name][key].get<double>(), 1e-7,
+                 std::string(fit_name) + " " + key);
   expect_rel(got["ratio"].get<double>(), ref["ratio"].get<double>(), 1e-7, "ratio");
 
   const std::string section = read_file(base + "/report/scaling-laws.md");
@@ -358,7 +371,8 @@ TEST(ScalingScripts, ToyMiniseriesAndScalingLawsEndToEnd) {
   json m_ref = numpy_reference(runs_of(m));
   for (const char* fit_name : {"loss_vs_flops", "loss_vs_params"})
     for (const char* key : {"slope", "intercept"})
-      expect_rel(m[fit_name][key].get<double>(), m_ref[fit_name][key].get<double>(), 1e-7, std::string("miniseries ") + fit_name);
+      expect_rel(m[fit_name][key].get<double>(), m_ref[fit_name][key].get<double>(), 1e-7,
+                 std::string("miniseries ") + fit_name);
 
   json s = last_json_line(read_file(base + "/scaling_laws_results_jan26/fit.txt"));
   ASSERT_EQ(s["runs"].size(), 6u);

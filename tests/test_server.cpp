@@ -107,7 +107,8 @@ std::string engine_greedy_text(const std::string& user, int64_t budget, bool* st
 
 // a prompt whose greedy reply runs the whole budget (for the long-stream tests)
 std::string long_prompt(int64_t budget) {
-  for (const char* p : {"hello", "what is two plus three", "cats", "the model talks", "numbers and cats", "a small chat"}) {
+  for (const char* p :
+       {"hello", "what is two plus three", "cats", "the model talks", "numbers and cats", "a small chat"}) {
     bool stopped = true;
     engine_greedy_text(p, budget, &stopped);
     if (!stopped) return p;
@@ -115,7 +116,9 @@ std::string long_prompt(int64_t budget) {
   return "";
 }
 
-int64_t stats_field(const char* name) { return parse_json(raw_http(port(), "GET", "/stats").body)[name].get<int64_t>(); }
+int64_t stats_field(const char* name) {
+  return parse_json(raw_http(port(), "GET", "/stats").body)[name].get<int64_t>();
+}
 
 }  // namespace
 
@@ -175,8 +178,9 @@ TEST(ServerApi, HealthStatsModels) {
 
 // many greedy requests at once share the decode batch; each reply is still its own greedy one
 TEST(ServerApi, ConcurrentGreedyRequestsEachMatchTheReference) {
-  const std::vector<std::string> users = {"hello", "cats", "what is two plus three", "the model talks",
-                                          "numbers and cats", "a small chat", "hello world", "two cats"};
+  const std::vector<std::string> users = {
+      "hello",       "cats",    "what is two plus three", "the model talks", "numbers and cats", "a small chat",
+      "hello world", "two cats"};
   std::vector<Reference> refs;
   for (auto& u : users) refs.push_back(greedy_reference({u}, 16));
   std::vector<json> got(users.size());
@@ -223,7 +227,8 @@ TEST(ServerApi, PrefixReuseReportsCachedTokensAndKeepsTheText) {
   json t1 = ask(cached.port(), user_messages("cats"));
   EXPECT_EQ(t1["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
   const std::string reply = t1["choices"][0]["message"]["content"];
-  json turn2 = json::array({{{"role", "user"}, {"content", "cats"}}, {{"role", "assistant"}, {"content", reply}},
+  json turn2 = json::array({{{"role", "user"}, {"content", "cats"}},
+                            {{"role", "assistant"}, {"content", reply}},
                             {{"role", "user"}, {"content", "hello"}}});
   json with = ask(cached.port(), turn2), without = ask(plain.port(), turn2);
   const int64_t first_prompt = (int64_t)prompt_by_hand({"cats"}).size();
@@ -238,7 +243,8 @@ TEST(ServerApi, PrefixReuseReportsCachedTokensAndKeepsTheText) {
   EXPECT_EQ(parse_json(raw_http(plain.port(), "GET", "/stats").body)["prefix_cache"]["enabled"], false);
   // more samples than --max-batch rows: refused, not queued forever
   json many = {{"messages", user_messages("cats")}, {"n", 3}, {"max_tokens", 4}};
-  expect_json_error(raw_http(plain.port(), "POST", "/v1/chat/completions", many.dump()), 400, "--max-batch", "n > max-batch");
+  expect_json_error(raw_http(plain.port(), "POST", "/v1/chat/completions", many.dump()), 400, "--max-batch",
+                    "n > max-batch");
 }
 
 TEST(ServerApi, ServesTheEmbeddedUi) {
@@ -287,7 +293,8 @@ TEST(ServerApi, UpstreamStreamMatchesGreedyReference) {
 
 TEST(ServerApi, OpenAiNonStream) {
   Reference ref = greedy_reference({"what is two plus three"}, 6);
-  json req = {{"model", "d2"}, {"messages", user_messages("what is two plus three")}, {"temperature", 0}, {"max_tokens", 6}};
+  json req = {
+      {"model", "d2"}, {"messages", user_messages("what is two plus three")}, {"temperature", 0}, {"max_tokens", 6}};
   RawResponse r = raw_http(port(), "POST", "/v1/chat/completions", req.dump());
   ASSERT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers["content-type"], "application/json");
@@ -323,7 +330,11 @@ TEST(ServerApi, OpenAiStreamEqualsNonStream) {
                                         {{"role", "user"}, {"content", "hello"}},
                                         {{"role", "assistant"}, {"content", "hello world"}},
                                         {{"role", "user"}, {"content", "numbers and cats"}}})},
-              {"temperature", 0.9}, {"top_p", 0.9}, {"max_tokens", 16}, {"seed", 7}, {"n", 2}};
+              {"temperature", 0.9},
+              {"top_p", 0.9},
+              {"max_tokens", 16},
+              {"seed", 7},
+              {"n", 2}};
   json plain = parse_json(raw_http(port(), "POST", "/v1/chat/completions", req.dump()).body);
   req["stream"] = true;
   req["stream_options"] = {{"include_usage", true}};
@@ -342,7 +353,7 @@ TEST(ServerApi, OpenAiStreamEqualsNonStream) {
     json c = parse_json(events[i]);
     EXPECT_EQ(c["object"], "chat.completion.chunk");
     if (id.empty()) id = c["id"];
-    EXPECT_EQ(c["id"], id);  // one id for the whole stream
+    EXPECT_EQ(c["id"], id);      // one id for the whole stream
     if (c["choices"].empty()) {  // the usage chunk, last
       EXPECT_EQ(i + 2, events.size());
       usage = c["usage"];
@@ -373,7 +384,8 @@ TEST(ServerApi, OpenAiStreamEqualsNonStream) {
   plain["usage"].erase("prompt_tokens_details");
   EXPECT_EQ(usage, plain["usage"]);
   // the system text is merged into the first user turn (as render_conversation)
-  EXPECT_EQ(usage["prompt_tokens"], (int64_t)prompt_by_hand({"be nice\n\nhello", "hello world", "numbers and cats"}).size());
+  EXPECT_EQ(usage["prompt_tokens"],
+            (int64_t)prompt_by_hand({"be nice\n\nhello", "hello world", "numbers and cats"}).size());
 }
 
 TEST(ServerApi, StopStringsCutTheText) {
@@ -430,7 +442,8 @@ TEST(ServerApi, LimitsAndBadInputAre400Json) {
       {msgs(json::array({{{"role", "tool"}, {"content", "x"}}})), "invalid role", true},
       {msgs(json::array({{{"role", "user"}, {"content", ""}}})), "Message 0 has empty content", true},
       {msgs(json::array({{{"role", "user"}}})), "Message 0 has empty content", true},
-      {msgs(json::array({{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}})), "alternate", true},
+      {msgs(json::array({{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}})), "alternate",
+       true},
       {msgs(json::array({{{"role", "assistant"}, {"content", "a"}}})), "alternate", true},
       {R"({"messages": "hi"})", "messages must be a list", true},
       {R"({"messages": [5]})", "must be an object", true},
@@ -444,7 +457,8 @@ TEST(ServerApi, LimitsAndBadInputAre400Json) {
       {"", "not valid JSON", true},
       {"[1,2]", "must be a JSON object", true},
       {"{\"messages\": [{\"role\": \"user\", \"content\": \"\xff\xfe\"}]}", "not valid UTF-8", true},
-      {"{\"messages\": [{\"role\": \"user\", \"content\": \"\xed\xa0\x80\"}]}", "not valid UTF-8", true},  // a surrogate
+      {"{\"messages\": [{\"role\": \"user\", \"content\": \"\xed\xa0\x80\"}]}", "not valid UTF-8",
+       true},  // a surrogate
       {R"({})", "messages is required", true},
       // OpenAI-only fields
       {msgs(hi, {{"n", 9}}), "n must be between 1 and 8", false},
@@ -462,15 +476,18 @@ TEST(ServerApi, LimitsAndBadInputAre400Json) {
        "unsupported content part type", false},
   };
   for (const Case& c : cases) {
-    expect_json_error(raw_http(port(), "POST", "/v1/chat/completions", c.body), 400, c.needle, "v1: " + c.body.substr(0, 80));
+    expect_json_error(raw_http(port(), "POST", "/v1/chat/completions", c.body), 400, c.needle,
+                      "v1: " + c.body.substr(0, 80));
     if (c.upstream_too)
-      expect_json_error(raw_http(port(), "POST", "/chat/completions", c.body), 400, c.needle, "upstream: " + c.body.substr(0, 80));
+      expect_json_error(raw_http(port(), "POST", "/chat/completions", c.body), 400, c.needle,
+                        "upstream: " + c.body.substr(0, 80));
   }
   // upstream's endpoint takes no system message; the OpenAI one only first
   json sys = json::array({{{"role", "system"}, {"content", "s"}}, {{"role", "user"}, {"content", "u"}}});
   expect_json_error(raw_http(port(), "POST", "/chat/completions", msgs(sys)), 400, "invalid role", "upstream system");
   json late_sys = json::array({{{"role", "user"}, {"content", "u"}}, {{"role", "system"}, {"content", "s"}}});
-  expect_json_error(raw_http(port(), "POST", "/v1/chat/completions", msgs(late_sys)), 400, "invalid role", "late system");
+  expect_json_error(raw_http(port(), "POST", "/v1/chat/completions", msgs(late_sys)), 400, "invalid role",
+                    "late system");
   // exactly at the limits is fine: 8000 characters pass the character check (the tiny model's
   // 1280 positions refuse them next), temperature 2 and top_k 200 generate
   expect_json_error(raw_http(port(), "POST", "/v1/chat/completions", msgs(user_messages(std::string(8000, 'c')))), 400,
@@ -480,8 +497,8 @@ TEST(ServerApi, LimitsAndBadInputAre400Json) {
   // a conversation longer than the model's positions (10 x 128) is refused before generating
   std::string words;
   for (int i = 0; i < 1300; i++) words += "\xe2\x9c\x93 ";  // ~1 token each
-  expect_json_error(raw_http(port(), "POST", "/v1/chat/completions", msgs(user_messages(words))), 400, "the model handles at most",
-                    "too many tokens");
+  expect_json_error(raw_http(port(), "POST", "/v1/chat/completions", msgs(user_messages(words))), 400,
+                    "the model handles at most", "too many tokens");
   EXPECT_EQ(raw_http(port(), "GET", "/health").status, 200);
 }
 
@@ -506,7 +523,9 @@ TEST(ServerApi, OversizedBody413) {
   expect_json_error(raw_http(port(), "POST", "/v1/chat/completions", big.dump()), 413, "too large", "1.1 MB body");
   // a Content-Length beyond the cap is refused without reading the body
   int fd = raw_connect(port());
-  raw_send(fd, "POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 50000000\r\n\r\n{");
+  raw_send(
+      fd,
+      "POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 50000000\r\n\r\n{");
   RawResponse r = parse_response(raw_read_response(fd));
   close(fd);
   expect_json_error(r, 413, "too large", "Content-Length 50 MB");
@@ -521,8 +540,9 @@ TEST(ServerApi, ClientDisconnectFreesItsWorker) {
   int fd = raw_connect(port());
   json req = {{"messages", user_messages(prompt)}, {"temperature", 0}, {"max_tokens", budget}};
   std::string body = req.dump();
-  raw_send(fd, "POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
-                   std::to_string(body.size()) + "\r\n\r\n" + body);
+  raw_send(fd,
+           "POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+               std::to_string(body.size()) + "\r\n\r\n" + body);
   std::string got;
   char buf[4096];
   while (got.find("data: ") == std::string::npos) {  // the stream has begun
@@ -532,7 +552,8 @@ TEST(ServerApi, ClientDisconnectFreesItsWorker) {
   }
   close(fd);
   // the worker comes back long before the 1000 tokens would have been generated
-  for (int i = 0; i < 500 && stats_field("available_workers") != 2; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && stats_field("available_workers") != 2; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(stats_field("available_workers"), 2);
   const int64_t generated = stats_field("tokens_generated") - tokens_before;
   EXPECT_LT(generated, budget / 2) << "the generation ran on after the client left";
@@ -549,11 +570,15 @@ TEST(ServerApi, NonStreamingClientDisconnectFreesItsWorker) {
   int fd = raw_connect(port());
   json req = {{"messages", user_messages(prompt)}, {"temperature", 0}, {"max_tokens", budget}};
   std::string body = req.dump();
-  raw_send(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
-                   std::to_string(body.size()) + "\r\n\r\n" + body);
-  for (int i = 0; i < 500 && stats_field("available_workers") == 2; i++) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  raw_send(
+      fd,
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+          std::to_string(body.size()) + "\r\n\r\n" + body);
+  for (int i = 0; i < 500 && stats_field("available_workers") == 2; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   close(fd);
-  for (int i = 0; i < 500 && stats_field("available_workers") != 2; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 500 && stats_field("available_workers") != 2; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_EQ(stats_field("available_workers"), 2);
   // the request went through generation and was counted (its tokens are added when it ends:
   // how many depends on how soon the first decode step saw the closed socket, maybe none)
@@ -570,8 +595,9 @@ TEST(ServerLifecycle, HealthAnswersWhenEverythingIsBusy) {
   const int64_t budget = 1000;
   std::string prompt = long_prompt(budget);
   ASSERT_FALSE(prompt.empty());
-  ServerProcess s(NANOCHAT_BIN, world().base,
-                  {"--workers", "1", "--max-queue", "4", "--max-connections", "4", "--max-connections-per-client", "8", "-q"});
+  ServerProcess s(
+      NANOCHAT_BIN, world().base,
+      {"--workers", "1", "--max-queue", "4", "--max-connections", "4", "--max-connections-per-client", "8", "-q"});
   ASSERT_GT(s.port(), 0) << s.log();
   wait_until_healthy(s.port());
   json req = {{"messages", user_messages(prompt)}, {"temperature", 0}, {"max_tokens", budget}, {"stream", true}};
@@ -579,8 +605,10 @@ TEST(ServerLifecycle, HealthAnswersWhenEverythingIsBusy) {
   std::vector<int> held;
   for (int i = 0; i < 4; i++) {  // generating or queued for the worker: the cap of 4 reached, none idle
     int fd = raw_connect(s.port());
-    raw_send(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
-                     std::to_string(body.size()) + "\r\n\r\n" + body);
+    raw_send(
+        fd,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+            std::to_string(body.size()) + "\r\n\r\n" + body);
     held.push_back(fd);
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -622,8 +650,11 @@ TEST(ServerApi, ThousandBadRequestsInARowThenHealthy) {
       {"GET /" + std::string(20000, 'a') + " HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", true},
       {"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: " + std::string(100000, 'h') + "\r\n\r\n", true},
       {std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11), false},
-      {"POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 19\r\n\r\n{\"messages\":[\"\xc3\x28\"]}", true},
-      {"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1200000\r\n\r\n" + std::string(1200000, '{'), true},
+      {"POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 19\r\n\r\n{\"messages\":[\"\xc3\x28\"]}",
+       true},
+      {"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 1200000\r\n\r\n" +
+           std::string(1200000, '{'),
+       true},
       {"DELETE /v1/models HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", true},
       {"GET /../../etc/passwd HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", true},
   };
@@ -638,7 +669,9 @@ TEST(ServerApi, ThousandBadRequestsInARowThenHealthy) {
     if (!reply_due) continue;
     due++;
     if (resp.rfind("HTTP/1.1 4", 0) == 0 && resp.find("{\"error\":{\"message\":") != std::string::npos) answered++;
-    else ADD_FAILURE() << "request " << i << " (kind " << i % raw_requests.size() << ") answered '" << resp.substr(0, 60) << "'";
+    else
+      ADD_FAILURE() << "request " << i << " (kind " << i % raw_requests.size() << ") answered '" << resp.substr(0, 60)
+                    << "'";
   }
   EXPECT_EQ(answered, due);
   RawResponse h = raw_http(s.port(), "GET", "/health");
@@ -660,8 +693,8 @@ static bool python_has(const std::string& module) {
 TEST(ServerApi, OpenAiPythonClient) {
   if (!python_has("openai")) GTEST_SKIP() << "the openai package is not installed";
   Reference ref = greedy_reference({"hello world"}, 8);
-  CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR + "/tests/fixtures/openai_client.py http://127.0.0.1:" +
-                              std::to_string(port()));
+  CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR +
+                              "/tests/fixtures/openai_client.py http://127.0.0.1:" + std::to_string(port()));
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   json j = parse_json(r.out);
   EXPECT_EQ(j["models"], json::array({"d2"}));
@@ -677,14 +710,15 @@ TEST(ServerApi, BrowserDrivesTheUi) {
     GTEST_SKIP() << "playwright or /usr/bin/chromium is missing (runs/test.sh installs them)";
   const std::string shot = std::string(NANOCHAT_BINARY_DIR) + "/chat_web_ui.png";
   std::remove(shot.c_str());
-  CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR + "/tests/browser/ui_test.py http://127.0.0.1:" +
-                              std::to_string(port()) + " " + shot);
+  CommandResult r = run_shell(std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR +
+                              "/tests/browser/ui_test.py http://127.0.0.1:" + std::to_string(port()) + " " + shot);
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   json j = parse_json(r.out);
   // one shown text per token event (events that add no visible text aside): a reply of two or
   // more events must show at least two
   EXPECT_GE(j["token_events"].get<int>(), 1);
-  EXPECT_GE(j["stream_updates"].get<int>(), std::min(2, j["token_events"].get<int>())) << "the reply did not arrive in pieces";
+  EXPECT_GE(j["stream_updates"].get<int>(), std::min(2, j["token_events"].get<int>()))
+      << "the reply did not arrive in pieces";
   EXPECT_EQ(j["after_edit_user"], json::array({"hello again"}));
   EXPECT_EQ(j["after_regenerate_assistants"], 1);
   EXPECT_EQ(j["after_clear_messages"], 0);
@@ -717,8 +751,10 @@ TEST(ServerLifecycle, SigtermLetsTheInFlightStreamFinish) {
   int fd = raw_connect(s.port());
   json req = {{"messages", user_messages(prompt)}, {"temperature", 0}, {"max_tokens", budget}};
   std::string body = req.dump();
-  raw_send(fd, "POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
-                   std::to_string(body.size()) + "\r\n\r\n" + body);
+  raw_send(
+      fd,
+      "POST /chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: " +
+          std::to_string(body.size()) + "\r\n\r\n" + body);
   std::string got;
   char buf[4096];
   while (got.find("data: ") == std::string::npos) {
@@ -732,8 +768,8 @@ TEST(ServerLifecycle, SigtermLetsTheInFlightStreamFinish) {
   RawResponse h = raw_http(s.port(), "GET", "/health");
   EXPECT_EQ(h.status, 503);
   EXPECT_EQ(parse_json(h.body)["status"], "shutting down");
-  expect_json_error(raw_http(s.port(), "POST", "/chat/completions", json({{"messages", user_messages("x")}}).dump()), 503,
-                    "shutting down", "during drain");
+  expect_json_error(raw_http(s.port(), "POST", "/chat/completions", json({{"messages", user_messages("x")}}).dump()),
+                    503, "shutting down", "during drain");
   got += raw_read_all(fd);
   close(fd);
   RawResponse r = parse_response(got);  // complete and well framed
@@ -764,7 +800,9 @@ TEST(ServerLifecycle, AKVPoolBiggerThanTheMachineExitsWithOneLine) {
   ServerProcess s(NANOCHAT_BIN, world().base, {"--workers", "64", "--max-batch", "1024", "--kv-len", "1048576"});
   EXPECT_EQ(s.wait_exit(60), 1) << s.log();
   std::string log = s.log();
-  EXPECT_NE(log.find("error: chat-web: the KV pool needs 160.0 GiB (64 pools x 1024 rows x 1280 positions x 2.0 KiB each)"),
-            std::string::npos) << log;
+  EXPECT_NE(
+      log.find("error: chat-web: the KV pool needs 160.0 GiB (64 pools x 1024 rows x 1280 positions x 2.0 KiB each)"),
+      std::string::npos)
+      << log;
   EXPECT_NE(log.find("lower --max-batch (1024), --kv-len (1280) or --workers (64)"), std::string::npos) << log;
 }

@@ -49,7 +49,9 @@ const std::string& base_dir() {
 
 struct Server {
   ServerProcess proc;
-  explicit Server(std::vector<std::string> args) : proc(NANOCHAT_BIN, base_dir(), args) { wait_until_healthy(proc.port()); }
+  explicit Server(std::vector<std::string> args) : proc(NANOCHAT_BIN, base_dir(), args) {
+    wait_until_healthy(proc.port());
+  }
   int port() const { return proc.port(); }
 };
 
@@ -70,7 +72,8 @@ void expect_legit_served(const Legit& l, const char* attack) {
   EXPECT_LT(p99, 200.0) << attack << ": /health p99 " << p99 << " ms over " << l.health_ms.size() << " tries ("
                         << l.health_ok << " answered 200)";
   ASSERT_GT(l.chats, 4) << attack;
-  EXPECT_GE(l.chats_ok, (int)std::ceil(0.95 * l.chats)) << attack << ": " << l.chats_ok << " of " << l.chats << " chats succeeded";
+  EXPECT_GE(l.chats_ok, (int)std::ceil(0.95 * l.chats))
+      << attack << ": " << l.chats_ok << " of " << l.chats << " chats succeeded";
 }
 
 }  // namespace
@@ -80,7 +83,8 @@ void expect_legit_served(const Legit& l, const char* attack) {
 TEST(RequestReaderUnits, ContentLengthBodyEndsAtItsLengthAndTheRestIsTheNext) {
   RequestLimits limits;
   RequestReader r(limits);
-  const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n";  // 34 + 2 + 9 + 19 + 2 = 66 bytes
+  const std::string head =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\n";  // 34 + 2 + 9 + 19 + 2 = 66 bytes
   const std::string bytes = head + "hello" + "GET /health HTTP/1.1\r\n";
   ASSERT_EQ(head.size(), 66u);
   EXPECT_EQ(r.feed(bytes.data(), bytes.size()), 71u);  // 66 + 5: the pipelined GET is not its
@@ -129,7 +133,7 @@ TEST(RequestReaderUnits, LimitsRefuseAsTheBytesCome) {
   };
   EXPECT_EQ(judge("GET /0123456789abcdef HTTP/1.1\r\n").first, 414);  // 30 bytes before its CR: past 28
   EXPECT_EQ(judge("GET / HTTP/1.1\r\nX-Long: 0123456789abcdefghijk\r\n").first, 431);  // 29 bytes
-  EXPECT_EQ(judge("GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\n").first, 431);  // a third header line
+  EXPECT_EQ(judge("GET / HTTP/1.1\r\nHost: a\r\nA: 1\r\nB: 2\r\n").first, 431);        // a third header line
   const auto big = judge("POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\n\r\n");  // refused before the body
   EXPECT_EQ(big.first, 413);
   EXPECT_NE(big.second.find("11 bytes"), std::string::npos) << big.second;
@@ -253,9 +257,10 @@ void keyed_chat(KeyedChat& c, int port, const std::string& key, int max_tokens) 
                            std::to_string(max_tokens) + "}";
   c.fd = raw_connect(port);
   if (c.fd < 0) return;
-  raw_send(c.fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Bearer " +
-                     key + "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
-                     "\r\n\r\n" + body);
+  raw_send(c.fd,
+           "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Bearer " +
+               key + "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+               "\r\n\r\n" + body);
   const std::string raw = raw_read_all(c.fd, 30000);
   c.status = raw.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(raw.substr(9, 3)) : 0;
   c.done = Clock::now();
@@ -264,7 +269,8 @@ void keyed_chat(KeyedChat& c, int port, const std::string& key, int max_tokens) 
 int waiting_requests(int port, const std::string& key) {
   const int fd = raw_connect(port);
   if (fd < 0) return -1;
-  raw_send(fd, "GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Bearer " + key + "\r\n\r\n");
+  raw_send(fd,
+           "GET /stats HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Bearer " + key + "\r\n\r\n");
   const RawResponse r = parse_response(raw_read_all(fd, 5000));
   close(fd);
   const json j = json::parse(r.body, nullptr, false);

@@ -57,7 +57,9 @@ const std::string& base_dir() {
 // a running server with extra flags, healthy before the test starts
 struct Server {
   ServerProcess proc;
-  explicit Server(std::vector<std::string> args) : proc(NANOCHAT_BIN, base_dir(), args) { wait_until_healthy(proc.port()); }
+  explicit Server(std::vector<std::string> args) : proc(NANOCHAT_BIN, base_dir(), args) {
+    wait_until_healthy(proc.port());
+  }
   int port() const { return proc.port(); }
 };
 
@@ -77,7 +79,8 @@ int64_t rss_kb(pid_t pid) {
 
 // sends `head` and then `more()` pieces from a thread (the server may refuse midway and
 // close), while this thread reads the whole answer
-std::string send_streaming(int port, const std::string& head, const std::function<std::string(int)>& piece, int pieces) {
+std::string send_streaming(int port, const std::string& head, const std::function<std::string(int)>& piece,
+                           int pieces) {
   int fd = raw_connect(port);
   if (fd < 0) return "";
   std::thread sender([&] {
@@ -135,8 +138,7 @@ TEST(HardeningUnits, ChunkLinesByTheGrammar) {
     bool ok = true;
     if (bytewise)
       for (size_t i = 0; i < body.size() && ok; i++) ok = server_chunk_scan(c, body.data() + i, 1);
-    else
-      ok = server_chunk_scan(c, body.data(), body.size());
+    else ok = server_chunk_scan(c, body.data(), body.size());
     if (!ok) {
       EXPECT_EQ(c.status, 400);
     }
@@ -148,10 +150,10 @@ TEST(HardeningUnits, ChunkLinesByTheGrammar) {
   };
   for (const Case& c : std::vector<Case>{
            {"4a\r\n" + data74 + "\r\n0\r\n\r\n", "done"},
-           {"4A\r\n" + data74 + "\r\n0000\r\n\r\n", "done"},                    // upper case, leading zeros
-           {"4a;a=b;c=\"d e\"\r\n" + data74 + "\r\n0\r\n\r\n", "done"},          // extensions
-           {"4a \t;a\r\n" + data74 + "\r\n0;z\r\n\r\n", "done"},                  // BWS before ";"
-           {"0\r\nX-Check: 1\r\nX-Other:\t2\r\n\r\n", "done"},                   // a trailer section
+           {"4A\r\n" + data74 + "\r\n0000\r\n\r\n", "done"},             // upper case, leading zeros
+           {"4a;a=b;c=\"d e\"\r\n" + data74 + "\r\n0\r\n\r\n", "done"},  // extensions
+           {"4a \t;a\r\n" + data74 + "\r\n0;z\r\n\r\n", "done"},         // BWS before ";"
+           {"0\r\nX-Check: 1\r\nX-Other:\t2\r\n\r\n", "done"},           // a trailer section
            {"4a\r\n" + data74 + "\r\n", "open"},
            {"0\r\nX-Check: 1\r\n", "open"},
            {"0x4a\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
@@ -160,13 +162,13 @@ TEST(HardeningUnits, ChunkLinesByTheGrammar) {
            {"4azz\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
            {"4a zz\r\n" + data74 + "\r\n0\r\n\r\n", "refused"},
            {"-2\r\n", "refused"},
-           {"\r\n", "refused"},                                                 // no digits
-           {"4a\n" + data74 + "\r\n0\r\n\r\n", "refused"},                         // bare LF
-           {"4a\rX" + data74, "refused"},                                        // bare CR
-           {"4a\r\n" + data74 + "X\r\n0\r\n\r\n", "refused"},                       // data longer than its size
-           {"4a\r\n" + data74 + "\r\n0\r\nX-Check: 1\n\r\n", "refused"},           // trailer line in a bare LF
-           {"4a\r\n" + data74 + "\r\n0\r\nX-Check: \x01\r\n\r\n", "refused"},     // control byte in a trailer
-           {"1000000000000000\r\n", "refused"},                                 // 16 hex digits
+           {"\r\n", "refused"},                                                // no digits
+           {"4a\n" + data74 + "\r\n0\r\n\r\n", "refused"},                     // bare LF
+           {"4a\rX" + data74, "refused"},                                      // bare CR
+           {"4a\r\n" + data74 + "X\r\n0\r\n\r\n", "refused"},                  // data longer than its size
+           {"4a\r\n" + data74 + "\r\n0\r\nX-Check: 1\n\r\n", "refused"},       // trailer line in a bare LF
+           {"4a\r\n" + data74 + "\r\n0\r\nX-Check: \x01\r\n\r\n", "refused"},  // control byte in a trailer
+           {"1000000000000000\r\n", "refused"},                                // 16 hex digits
        }) {
     EXPECT_EQ(scan(c.body, false), c.want) << server_log_escape(c.body.substr(0, 40));
     EXPECT_EQ(scan(c.body, true), c.want) << "byte by byte: " << server_log_escape(c.body.substr(0, 40));
@@ -247,12 +249,12 @@ TEST(HardeningUnits, HeadFramingRules) {
       {"GET / HTTP/1.1\r\n" + host + "Content-Length: 5\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\n" + host + "Transfer-Encoding: chunked\r\n\r\n", 400},
       {"GET / HTTP/1.1\r\n" + std::string("Host: localhost") + '\0' + ".evil.com\r\n" + "\r\n", 400},
-      {"GET / HTTP/1.1\r\n" + host + "X-A: a\rb\r\n\r\n", 400},   // bare CR
+      {"GET / HTTP/1.1\r\n" + host + "X-A: a\rb\r\n\r\n", 400},  // bare CR
       {"GET / HTTP/1.1\r\n" + host + "X-A: b\n\r\n", 400},       // bare LF
       {"GET / HTTP/1.1\n" + host + "\r\n", 400},
-      {"GET / HTTP/1.1\r\nHost : a\r\n\r\n", 400},               // space before the colon
+      {"GET / HTTP/1.1\r\nHost : a\r\n\r\n", 400},  // space before the colon
       {"GET / HTTP/1.1\r\n" + host + "Host: b\r\n\r\n", 400},
-      {"GET / HTTP/1.1\r\n\r\n", 400},                             // 1.1 without Host
+      {"GET / HTTP/1.1\r\n\r\n", 400},  // 1.1 without Host
       {"GET / HTTP/1.1\r\n" + host + "X-A: \x1b[2J\r\n\r\n", 400},
       {"GET  / HTTP/1.1\r\n" + host + "\r\n", 400},
       {"GET / HTTP/2.0\r\n" + host + "\r\n", 400},
@@ -264,7 +266,8 @@ TEST(HardeningUnits, HeadFramingRules) {
 }
 
 TEST(HardeningUnits, BearerSchemeInAnyCase) {
-  for (const char* ok : {"Bearer k3y", "bearer k3y", "BEARER k3y", "bEaReR   k3y"}) EXPECT_TRUE(server_bearer_ok(ok, "k3y")) << ok;
+  for (const char* ok : {"Bearer k3y", "bearer k3y", "BEARER k3y", "bEaReR   k3y"})
+    EXPECT_TRUE(server_bearer_ok(ok, "k3y")) << ok;
   for (const char* no : {"", "Bearer", "Bearer ", "Bearerk3y", "Basic k3y", "Bearer k3", "Bearer k3yy", "Bearer K3Y",
                          "Bearer\tk3y", "xBearer k3y", "k3y"})
     EXPECT_FALSE(server_bearer_ok(no, "k3y")) << no;
@@ -272,7 +275,8 @@ TEST(HardeningUnits, BearerSchemeInAnyCase) {
 }
 
 TEST(HardeningUnits, InternalErrorsAreGeneric) {
-  const std::runtime_error e("probability tensor contains inf\nException raised from /root/pytorch/aten/src/x.cpp:12 (0x7f00)");
+  const std::runtime_error e(
+      "probability tensor contains inf\nException raised from /root/pytorch/aten/src/x.cpp:12 (0x7f00)");
   const std::string msg = server_internal_error("unit", e);
   EXPECT_EQ(msg.find("probability"), std::string::npos) << msg;
   EXPECT_EQ(msg.find('/'), std::string::npos) << msg;
@@ -281,7 +285,8 @@ TEST(HardeningUnits, InternalErrorsAreGeneric) {
 
 TEST(HardeningUnits, TinySamplingValues) {
   auto parse = [](const std::string& extra) {
-    return server_parse_chat_request(R"({"messages":[{"role":"user","content":"hi"}])" + extra + "}", true, ChatDefaults{});
+    return server_parse_chat_request(R"({"messages":[{"role":"user","content":"hi"}])" + extra + "}", true,
+                                     ChatDefaults{});
   };
   EXPECT_EQ(parse(R"(,"temperature":1e-40)").temperature, 0.0);  // greedy
   EXPECT_EQ(parse(R"(,"temperature":0.0009)").temperature, 0.0);
@@ -305,12 +310,15 @@ TEST(Hardening, DeepJsonIs400EvenWhileLoadingAndAsTextPlain) {
   // a fresh server, asked at once: loaded or not, the body is refused before any readiness check
   ServerProcess fresh(NANOCHAT_BIN, base_dir(), {"-q"});
   ASSERT_GT(fresh.port(), 0) << fresh.log();
-  expect_json_error(request(fresh.port(), post("/v1/chat/completions", deep)), 400, "nested deeper than 64", "right after start");
+  expect_json_error(request(fresh.port(), post("/v1/chat/completions", deep)), 400, "nested deeper than 64",
+                    "right after start");
   for (const char* path : {"/v1/chat/completions", "/chat/completions"}) {
     expect_json_error(request(shared().port(), post(path, deep)), 400, "nested deeper than 64", path);
     // text/plain is what a web page may send cross-site without a preflight
-    std::string plain = "POST " + std::string(path) + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                        "Content-Type: text/plain\r\nContent-Length: " + std::to_string(deep.size()) + "\r\n\r\n" + deep;
+    std::string plain = "POST " + std::string(path) +
+                        " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                        "Content-Type: text/plain\r\nContent-Length: " +
+                        std::to_string(deep.size()) + "\r\n\r\n" + deep;
     expect_json_error(request(shared().port(), plain), 400, "nested deeper than 64", std::string("text/plain ") + path);
   }
   EXPECT_EQ(raw_http(shared().port(), "GET", "/health").status, 200);
@@ -326,14 +334,15 @@ TEST(Hardening, LongHeaderLineIs431BeforeItIsBuffered) {
   EXPECT_EQ(raw_http(shared().port(), "GET", "/health").status, 200);
   const int64_t before = rss_kb(pid);
   const std::string mb(1 << 20, 'h');
-  std::string resp = send_streaming(shared().port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ",
-                                    [&](int) { return mb; }, 32);
+  std::string resp = send_streaming(
+      shared().port(), "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Big: ", [&](int) { return mb; }, 32);
   ASSERT_EQ(status_of(resp), 431) << resp.substr(0, 200);
   expect_json_error(parse_response(resp), 431, "header line longer than 8192 bytes", "32 MB header line");
   const int64_t after = rss_kb(pid);
   EXPECT_LT(after - before, 8 * 1024) << "RSS grew from " << before << " kB to " << after << " kB";
   // a request line is bounded the same way (414)
-  resp = send_streaming(shared().port(), "GET /", [&](int) { return mb; }, 8);
+  resp = send_streaming(
+      shared().port(), "GET /", [&](int) { return mb; }, 8);
   expect_json_error(parse_response(resp), 414, "request line longer than", "8 MB request line");
   // a line just under the limit is fine
   EXPECT_EQ(request(shared().port(), get("/health", "X-Ok: " + std::string(8000, 'o') + "\r\n")).status, 200);
@@ -355,23 +364,28 @@ TEST(Hardening, ChunkedAndLengthlessBodiesAre413WithoutGrowth) {
   const pid_t pid = shared().proc.pid();
   const int64_t before = rss_kb(pid);
   const std::string chunk = "10000\r\n" + std::string(0x10000, 'a') + "\r\n";  // 64 KiB chunks, no end
-  const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
-  std::string resp = send_streaming(shared().port(), head + "Transfer-Encoding: chunked\r\n\r\n",
-                                    [&](int) { return chunk; }, 1024);  // 64 MiB offered
+  const std::string head =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
+  std::string resp = send_streaming(
+      shared().port(), head + "Transfer-Encoding: chunked\r\n\r\n", [&](int) { return chunk; },
+      1024);  // 64 MiB offered
   expect_json_error(parse_response(resp), 413, "too large", "64 MiB chunked");
   // strtoul("-2") wraps to 2^64-2 in httplib's chunk parser: still capped
-  resp = send_streaming(shared().port(), head + "Transfer-Encoding: chunked\r\n\r\n-2\r\n",
-                        [&](int) { return std::string(0x10000, 'b'); }, 256);
+  resp = send_streaming(
+      shared().port(), head + "Transfer-Encoding: chunked\r\n\r\n-2\r\n",
+      [&](int) { return std::string(0x10000, 'b'); }, 256);
   EXPECT_EQ(status_of(resp) / 100, 4) << resp.substr(0, 200);
   // no Content-Length and not chunked: httplib would read to EOF; refused before any of it
-  resp = send_streaming(shared().port(), head + "\r\n", [&](int) { return std::string(0x10000, 'c'); }, 256);
+  resp = send_streaming(
+      shared().port(), head + "\r\n", [&](int) { return std::string(0x10000, 'c'); }, 256);
   expect_json_error(parse_response(resp), 411, "needs a Content-Length", "16 MiB without a length");
   const int64_t after = rss_kb(pid);
   EXPECT_LT(after - before, 16 * 1024) << "RSS grew from " << before << " kB to " << after << " kB";
   // a well-formed chunked request is still served
-  const std::string ok = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                         "Transfer-Encoding: chunked\r\n\r\n" +
-                         strprintf("%zx\r\n", kHello.size()) + kHello + "\r\n0\r\n\r\n";
+  const std::string ok =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n" +
+      strprintf("%zx\r\n", kHello.size()) + kHello + "\r\n0\r\n\r\n";
   EXPECT_EQ(request(shared().port(), ok).status, 200);
 }
 
@@ -398,7 +412,8 @@ TEST(Hardening, GzipBombIs413AfterDecompression) {
   const pid_t pid = shared().proc.pid();
   const int64_t before = rss_kb(pid);
   for (const char* enc : {"gzip", "deflate"}) {
-    RawResponse r = request(shared().port(), post("/v1/chat/completions", bomb, std::string("Content-Encoding: ") + enc + "\r\n"));
+    RawResponse r = request(shared().port(),
+                            post("/v1/chat/completions", bomb, std::string("Content-Encoding: ") + enc + "\r\n"));
     expect_json_error(r, 413, "after decompression", enc);
   }
   const int64_t after = rss_kb(pid);
@@ -407,8 +422,10 @@ TEST(Hardening, GzipBombIs413AfterDecompression) {
   const std::string small = gzip([&](auto& put) { return put(kHello.data(), kHello.size()); });
   EXPECT_EQ(request(shared().port(), post("/v1/chat/completions", small, "Content-Encoding: gzip\r\n")).status, 200);
   // compressed bodies elsewhere are refused unread (httplib would inflate them without a cap)
-  expect_json_error(request(shared().port(), "POST /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Encoding: gzip\r\n"
-                                             "Content-Length: " + std::to_string(bomb.size()) + "\r\n\r\n" + bomb),
+  expect_json_error(request(shared().port(),
+                            "POST /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Encoding: gzip\r\n"
+                            "Content-Length: " +
+                                std::to_string(bomb.size()) + "\r\n\r\n" + bomb),
                     415, "compressed", "gzip to /health");
 }
 
@@ -421,7 +438,8 @@ TEST(Hardening, ClientSentAddressHeadersAreRefused) {
 
 TEST(Hardening, PercentEncodedCrLfNeverReachesHeadersOrLogs) {
   Server s({"--cors-origin", "http://app.example"});  // logs requests (no -q)
-  RawResponse r = request(s.port(), "GET /x%0D%0ASet-Cookie:%20a=b%0D%0A HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
+  RawResponse r = request(
+      s.port(), "GET /x%0D%0ASet-Cookie:%20a=b%0D%0A HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(r.status, 404);
   EXPECT_EQ(r.headers.count("set-cookie"), 0u) << r.raw;
   // a header value with escaped CR LF: never echoed into a header (not even the allowed origin's)
@@ -463,7 +481,8 @@ TEST(Hardening, RangesOnlyForOneFileRange) {
   RawResponse one = request(shared().port(), get("/", "Range: bytes=0-9\r\n"));
   EXPECT_EQ(one.status, 206);
   EXPECT_EQ(one.body, whole.substr(0, 10));
-  expect_json_error(request(shared().port(), get("/nope", "Range: bytes=0-9\r\n")), 404, "no such path", "404 with a Range");
+  expect_json_error(request(shared().port(), get("/nope", "Range: bytes=0-9\r\n")), 404, "no such path",
+                    "404 with a Range");
 }
 
 // ---- CORS, DNS rebinding, API key --------------------------------------------------------------
@@ -473,9 +492,10 @@ TEST(Hardening, NoCorsByDefaultAndLoopbackHostsOnly) {
   RawResponse r = request(port, get("/health"));
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.headers.count("access-control-allow-origin"), 0u) << "no CORS header by default";
-  expect_json_error(request(port, get("/v1/models", "Origin: http://evil.example\r\n")), 403, "cross-origin", "foreign Origin");
-  expect_json_error(request(port, post("/chat/completions", kHello, "Origin: http://evil.example\r\n")), 403, "cross-origin",
-                    "foreign Origin POST");
+  expect_json_error(request(port, get("/v1/models", "Origin: http://evil.example\r\n")), 403, "cross-origin",
+                    "foreign Origin");
+  expect_json_error(request(port, post("/chat/completions", kHello, "Origin: http://evil.example\r\n")), 403,
+                    "cross-origin", "foreign Origin POST");
   // the UI's own page: same origin
   const std::string self = "http://127.0.0.1:" + std::to_string(port);
   r = request(port, "GET /v1/models HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) + "\r\nOrigin: " + self +
@@ -483,12 +503,15 @@ TEST(Hardening, NoCorsByDefaultAndLoopbackHostsOnly) {
   EXPECT_EQ(r.status, 200) << r.body;
   EXPECT_EQ(r.headers.count("access-control-allow-origin"), 0u);
   // DNS rebinding: evil.example resolved to 127.0.0.1 still says Host: evil.example
-  expect_json_error(request(port, get("/health", "", "evil.example:" + std::to_string(port))), 403, "not a loopback name",
-                    "rebinding");
-  expect_json_error(request(port, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1.nip.io\r\nConnection: close\r\n"
-                                  "Content-Length: " + std::to_string(kHello.size()) + "\r\n\r\n" + kHello),
+  expect_json_error(request(port, get("/health", "", "evil.example:" + std::to_string(port))), 403,
+                    "not a loopback name", "rebinding");
+  expect_json_error(request(port,
+                            "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1.nip.io\r\nConnection: close\r\n"
+                            "Content-Length: " +
+                                std::to_string(kHello.size()) + "\r\n\r\n" + kHello),
                     403, "not a loopback name", "rebinding POST");
-  for (const std::string& host : {std::string("localhost"), "localhost:" + std::to_string(port), "[::1]:" + std::to_string(port)})
+  for (const std::string& host :
+       {std::string("localhost"), "localhost:" + std::to_string(port), "[::1]:" + std::to_string(port)})
     EXPECT_EQ(request(port, get("/health", "", host)).status, 200) << host;
 }
 
@@ -497,13 +520,16 @@ TEST(Hardening, CorsOriginAllowsExactlyOne) {
   RawResponse r = request(s.port(), get("/v1/models", "Origin: https://app.example\r\n"));
   EXPECT_EQ(r.status, 200);
   EXPECT_EQ(r.headers["access-control-allow-origin"], "https://app.example");
-  r = request(s.port(), "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://app.example\r\n"
-                        "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n");
+  r = request(s.port(),
+              "OPTIONS /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: https://app.example\r\n"
+              "Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n");
   EXPECT_EQ(r.status, 204);
   EXPECT_EQ(r.headers["access-control-allow-origin"], "https://app.example");
   EXPECT_EQ(r.headers["access-control-allow-methods"], "POST, OPTIONS");
-  expect_json_error(request(s.port(), get("/v1/models", "Origin: https://app.example.evil\r\n")), 403, "cross-origin", "near miss");
-  expect_json_error(request(s.port(), get("/v1/models", "Origin: http://app.example\r\n")), 403, "cross-origin", "other scheme");
+  expect_json_error(request(s.port(), get("/v1/models", "Origin: https://app.example.evil\r\n")), 403, "cross-origin",
+                    "near miss");
+  expect_json_error(request(s.port(), get("/v1/models", "Origin: http://app.example\r\n")), 403, "cross-origin",
+                    "other scheme");
 }
 
 TEST(Hardening, ApiKeyOnEveryApiRouteButHealth) {
@@ -528,9 +554,10 @@ TEST(Hardening, ApiKeyOnEveryApiRouteButHealth) {
   for (const bool with_key : {false, true}) {
     const int fd = raw_connect(port);
     ASSERT_GE(fd, 0);
-    std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
-                       "Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: " +
-                       std::to_string(kHello.size()) + "\r\n";
+    std::string head =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+        "Content-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: " +
+        std::to_string(kHello.size()) + "\r\n";
     if (with_key) head += "Authorization: Bearer s3cret\r\n";
     raw_send(fd, head + "\r\n");
     std::string first = raw_read_response(fd, 3000);  // what comes before any body byte is sent
@@ -677,14 +704,16 @@ std::string size_hex(const std::string& body) { return strprintf("%zx", body.siz
 // a chat request whose one chunk of kHello comes after `size_line`
 std::string chunked_with_size_line(const std::string& size_line) {
   return "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-         "Transfer-Encoding: chunked\r\n\r\n" + size_line + kHello + "\r\n0\r\n\r\n";
+         "Transfer-Encoding: chunked\r\n\r\n" +
+         size_line + kHello + "\r\n0\r\n\r\n";
 }
 
 }  // namespace
 
 TEST(Hardening, FramingThatCouldSmuggleIsRefusedAndCloses) {
   const int port = shared().port();
-  const std::string head = "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
+  const std::string head =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n";
   const std::string len = "Content-Length: " + std::to_string(kHello.size()) + "\r\n";
   struct Case {
     const char* what;
@@ -723,9 +752,10 @@ TEST(Hardening, FramingThatCouldSmuggleIsRefusedAndCloses) {
     EXPECT_TRUE(x.closed) << c.what << ": the connection stayed open";
   }
   // the controls: well-framed requests keep the connection and the pipelined one is served
-  for (const std::string& good : {head + len + "\r\n" + kHello, head + "Transfer-Encoding: chunked\r\n\r\n" + chunked(kHello),
-                                  chunked_with_size_line(size_hex(kHello) + " ;name=\"v\"\r\n"),  // an extension
-                                  std::string("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n")}) {
+  for (const std::string& good :
+       {head + len + "\r\n" + kHello, head + "Transfer-Encoding: chunked\r\n\r\n" + chunked(kHello),
+        chunked_with_size_line(size_hex(kHello) + " ;name=\"v\"\r\n"),  // an extension
+        std::string("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 0\r\n\r\n")}) {
     const Exchange x = pipelined(port, good);
     EXPECT_EQ(x.responses(), 2) << server_log_escape(x.raw.substr(0, 300));
     EXPECT_EQ(status_of(x.raw), 200) << server_log_escape(x.raw.substr(0, 300));
@@ -744,7 +774,8 @@ TEST(Hardening, FramingThatCouldSmuggleIsRefusedAndCloses) {
 TEST(Hardening, TinySamplingValuesAre400OrGreedyNeverABacktrace) {
   const int port = shared().port();
   auto ask = [&](const std::string& extra) {
-    return request(port, post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hello"}],"max_tokens":3)" + extra + "}"));
+    return request(port, post("/v1/chat/completions",
+                              R"({"messages":[{"role":"user","content":"hello"}],"max_tokens":3)" + extra + "}"));
   };
   expect_json_error(ask(R"(,"top_p":1e-300)"), 400, "top_p must be in", "top_p 1e-300");
   const RawResponse greedy = ask(R"(,"temperature":1e-40)");
@@ -767,7 +798,9 @@ TEST(Hardening, ApiKeyFromFileOrEnvironmentAndAnyCaseScheme) {
     Server s({"-q", "--api-key-file", file});
     expect_json_error(request(s.port(), get("/v1/models")), 401, "API key", "no key");
     for (const char* scheme : {"Bearer", "bearer", "BEARER"})
-      EXPECT_EQ(request(s.port(), get("/v1/models", std::string("Authorization: ") + scheme + " k3y-from-file\r\n")).status, 200)
+      EXPECT_EQ(
+          request(s.port(), get("/v1/models", std::string("Authorization: ") + scheme + " k3y-from-file\r\n")).status,
+          200)
           << scheme;
     std::ifstream cmdline("/proc/" + std::to_string(s.proc.pid()) + "/cmdline");
     const std::string args((std::istreambuf_iterator<char>(cmdline)), std::istreambuf_iterator<char>());
@@ -778,7 +811,8 @@ TEST(Hardening, ApiKeyFromFileOrEnvironmentAndAnyCaseScheme) {
   {
     Server s({"-q"});
     unsetenv("NANOCHAT_API_KEY");
-    expect_json_error(request(s.port(), get("/stats", "Authorization: Bearer k3y-from-file\r\n")), 401, "API key", "other key");
+    expect_json_error(request(s.port(), get("/stats", "Authorization: Bearer k3y-from-file\r\n")), 401, "API key",
+                      "other key");
     EXPECT_EQ(request(s.port(), get("/stats", "Authorization: bearer k3y-from-env\r\n")).status, 200);
   }
   unsetenv("NANOCHAT_API_KEY");
@@ -794,13 +828,15 @@ TEST(Hardening, ApiKeyFromFileOrEnvironmentAndAnyCaseScheme) {
 
 // An HTTP/1.0 client knows no chunked encoding: its stream comes close-delimited
 TEST(Hardening, Http10StreamIsCloseDelimited) {
-  const std::string body = R"({"messages":[{"role":"user","content":"hello"}],"max_tokens":4,"temperature":0,"stream":true})";
+  const std::string body =
+      R"({"messages":[{"role":"user","content":"hello"}],"max_tokens":4,"temperature":0,"stream":true})";
   for (const char* path : {"/chat/completions", "/v1/chat/completions"}) {
     for (const char* connection : {"", "Connection: Keep-Alive\r\n"}) {
       const int fd = raw_connect(shared().port());
       ASSERT_GE(fd, 0);
       raw_send(fd, std::string("POST ") + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n" + connection +
-                       "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+                       "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+                       body);
       const std::string raw = raw_read_all(fd, 10000);  // ends when the server closes
       close(fd);
       RawResponse r = parse_response(raw);
@@ -830,16 +866,20 @@ TEST(Hardening, PrefixCacheIsNoOracleAcrossKeysOrSalts) {
   auto ask = [&](const std::string& key, const std::string& salt, const json& messages) {
     json req = {{"messages", messages}, {"temperature", 0}, {"max_tokens", 2}};
     if (!salt.empty()) req["cache_salt"] = salt;
-    RawResponse r = request(s.port(), post("/v1/chat/completions", req.dump(), "Authorization: Bearer " + key + "\r\n"));
+    RawResponse r = request(s.port(),
+                            post("/v1/chat/completions", req.dump(), "Authorization: Bearer " + key + "\r\n"));
     EXPECT_EQ(r.status, 200) << r.body;
     json j = json::parse(r.body, nullptr, false);
     return j.is_discarded() ? json::object() : j;
   };
-  auto cached = [](const json& j) { return j.value("/usage/prompt_tokens_details/cached_tokens"_json_pointer, int64_t(-1)); };
+  auto cached = [](const json& j) {
+    return j.value("/usage/prompt_tokens_details/cached_tokens"_json_pointer, int64_t(-1));
+  };
   auto says = [](const std::string& pw) {
     return json::array({{{"role", "user"}, {"content", "my banking password is " + pw}}});
   };
-  const std::vector<std::string> guesses = {"aaaaaaa", "zdrtqmm", "qwertyu", "zdrtqmn", "hunter2", "letmein", "zdrtqma", "passwrd"};
+  const std::vector<std::string> guesses = {"aaaaaaa", "zdrtqmm", "qwertyu", "zdrtqmn",
+                                            "hunter2", "letmein", "zdrtqma", "passwrd"};
   struct Case {
     const char* what;
     std::string alice_salt, prober_key;
@@ -849,7 +889,8 @@ TEST(Hardening, PrefixCacheIsNoOracleAcrossKeysOrSalts) {
     const json first = ask("key-alice", c.alice_salt, says(secret));
     EXPECT_EQ(cached(first), 0) << c.what;
     for (size_t i = 0; i < guesses.size(); i++)
-      EXPECT_EQ(cached(ask(c.prober_key, "probe-" + std::to_string(i), says(guesses[i]))), 0) << c.what << ": " << guesses[i];
+      EXPECT_EQ(cached(ask(c.prober_key, "probe-" + std::to_string(i), says(guesses[i]))), 0)
+          << c.what << ": " << guesses[i];
     // Alice's own scope: the secret again (all but the last prompt token), then her next turn
     const json again = ask("key-alice", c.alice_salt, says(secret));
     EXPECT_EQ(cached(again), again["usage"]["prompt_tokens"].get<int64_t>() - 1) << c.what;
@@ -875,10 +916,13 @@ TEST(Hardening, ApiKeyFileHoldsSeveralKeysAndRefusesWhatOpensTheDoor) {
   {
     Server s({"-q", "--api-key-file", file});
     for (const char* key : {"k-one", "k-two"})
-      EXPECT_EQ(request(s.port(), get("/v1/models", std::string("Authorization: Bearer ") + key + "\r\n")).status, 200) << key;
-    expect_json_error(request(s.port(), get("/v1/models", "Authorization: Bearer k-three\r\n")), 401, "API key", "other key");
+      EXPECT_EQ(request(s.port(), get("/v1/models", std::string("Authorization: Bearer ") + key + "\r\n")).status, 200)
+          << key;
+    expect_json_error(request(s.port(), get("/v1/models", "Authorization: Bearer k-three\r\n")), 401, "API key",
+                      "other key");
   }
-  const std::string empty = base_dir() + "/keys_empty", open_file = base_dir() + "/keys_open", repeated = base_dir() + "/keys_rep";
+  const std::string empty = base_dir() + "/keys_empty", open_file = base_dir() + "/keys_open",
+                    repeated = base_dir() + "/keys_rep";
   std::ofstream(empty) << "\n\n";
   std::ofstream(open_file) << "k-one\n";
   std::ofstream(repeated) << "k-one\nk-one\n";
@@ -888,11 +932,12 @@ TEST(Hardening, ApiKeyFileHoldsSeveralKeysAndRefusesWhatOpensTheDoor) {
     const char* env;  // NANOCHAT_API_KEY, or null
     std::string says;
   };
-  for (const Refusal& r : {Refusal{{"--api-key", ""}, nullptr, "error: --api-key: the API key is empty"},
-                           Refusal{{}, "", "error: NANOCHAT_API_KEY: the API key is empty"},
-                           Refusal{{"--api-key-file", empty}, nullptr, "holds no key"},
-                           Refusal{{"--api-key-file", repeated}, nullptr, "line 2: the same key as an earlier line"},
-                           Refusal{{"--api-key-file", open_file}, nullptr, "mode 0640 lets other users read or write"}}) {
+  for (const Refusal& r :
+       {Refusal{{"--api-key", ""}, nullptr, "error: --api-key: the API key is empty"},
+        Refusal{{}, "", "error: NANOCHAT_API_KEY: the API key is empty"},
+        Refusal{{"--api-key-file", empty}, nullptr, "holds no key"},
+        Refusal{{"--api-key-file", repeated}, nullptr, "line 2: the same key as an earlier line"},
+        Refusal{{"--api-key-file", open_file}, nullptr, "mode 0640 lets other users read or write"}}) {
     if (r.env) setenv("NANOCHAT_API_KEY", r.env, 1);
     ServerProcess p(NANOCHAT_BIN, base_dir(), r.args);
     unsetenv("NANOCHAT_API_KEY");
@@ -929,16 +974,19 @@ RawResponse completion_then(int port, const std::string& prompt, int64_t max_tok
   return parse_response(raw.substr(at));
 }
 
-int64_t stats_of(int port, const char* name) { return json::parse(raw_http(port, "GET", "/stats").body)[name].get<int64_t>(); }
+int64_t stats_of(int port, const char* name) {
+  return json::parse(raw_http(port, "GET", "/stats").body)[name].get<int64_t>();
+}
 
 }  // namespace
 
 TEST(Hardening, HalfClosedClientsAreAnsweredClosedOnesCancelled) {
   const int port = shared().port();
   // the reply of a normal connection and of one that shut its sending side are the same
-  const json normal = json::parse(request(port, post("/v1/chat/completions",
-                                                     R"({"messages":[{"role":"user","content":"hello"}],"temperature":0,"max_tokens":24})"))
-                                      .body);
+  const json normal = json::parse(
+      request(port, post("/v1/chat/completions",
+                         R"({"messages":[{"role":"user","content":"hello"}],"temperature":0,"max_tokens":24})"))
+          .body);
   const RawResponse half = completion_then(port, "hello", 24, true);
   ASSERT_EQ(half.status, 200) << half.body;
   const json h = json::parse(half.body);
@@ -978,7 +1026,8 @@ TEST(Hardening, RssFlatUnderRoundsOfDroppedStreams) {
   auto body = [](int i) {
     std::string words;
     for (int w = 0; w <= i % 24; w++) words += "cats and numbers ";
-    return R"({"messages":[{"role":"user","content":")" + words + R"("}],"max_tokens":48,"temperature":0,"stream":true})";
+    return R"({"messages":[{"role":"user","content":")" + words +
+           R"("}],"max_tokens":48,"temperature":0,"stream":true})";
   };
   auto round = [&] {
     std::vector<std::thread> clients;
@@ -1002,7 +1051,8 @@ TEST(Hardening, RssFlatUnderRoundsOfDroppedStreams) {
         close(fd);
       });
     for (auto& t : clients) t.join();
-    for (int i = 0; i < 500 && stats_of(port, "available_workers") != 2; i++) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 500 && stats_of(port, "available_workers") != 2; i++)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // idle connection threads exit after 1 s
     return rss_kb(s.proc.pid());
   };

@@ -29,8 +29,9 @@ struct Conversations : Task {
   std::string name() const override { return "hand-made"; }
   int64_t num_examples() const override { return (int64_t)sizes.size(); }
   nlohmann::json get_example(int64_t i) const override {
-    return {{"messages", {{{"role", "user"}, {"content", std::string(sizes[i].first, 'u')}},
-                          {{"role", "assistant"}, {"content", std::string(sizes[i].second, 'a')}}}}};
+    return {{"messages",
+             {{{"role", "user"}, {"content", std::string(sizes[i].first, 'u')}},
+              {{"role", "assistant"}, {"content", std::string(sizes[i].second, 'a')}}}}};
   }
 };
 

@@ -21,8 +21,8 @@ static const std::string kPython = NANOCHAT_PYTHON;
 static const std::string kFixtures = NANOCHAT_FIXTURES;
 static const std::string kSourceDir = NANOCHAT_SOURCE_DIR;
 
-static const char* kWords[] = {"strawberry", "banana", "apple", "mississippi", "zebra", "queue", "bookkeeper", "rhythm",
-                               "a", "syzygy", "committee", "llama"};
+static const char* kWords[] = {"strawberry", "banana", "apple", "mississippi", "zebra",     "queue",
+                               "bookkeeper", "rhythm", "a",     "syzygy",      "committee", "llama"};
 
 // what NumPy and CPython print (tests/fixtures/task_random_reference.py), once per run
 static const json& reference() {
@@ -117,14 +117,16 @@ TEST(Tasks, HumanEvalProgramAssembly) {
   EXPECT_EQ(humaneval_extract_program("Here:\n```python\ndef f():\n    return 1\n```\nand ```\nx\n```"),
             "def f():\n    return 1");
   EXPECT_EQ(humaneval_extract_program("```\n  y = 2\n```"), "y = 2");
-  EXPECT_EQ(humaneval_extract_program("```\n\n```"), "");             // the regex backtracks into the blank line
+  EXPECT_EQ(humaneval_extract_program("```\n\n```"), "");  // the regex backtracks into the blank line
   // "python x" is no fence (\s*\n must follow), nor is "```" + "python x"; no block at all
   EXPECT_EQ(humaneval_extract_program("```python x\n1\n```"), "```python x\n1\n```");
   EXPECT_EQ(humaneval_extract_program("  def g(): pass \n"), "def g(): pass");
   EXPECT_EQ(humaneval_extract_program("```python\nunclosed"), "```python\nunclosed");
-  json conv = {{"messages", {{{"role", "user"}, {"content", "import math\n\ndef f(x):\n"}}, {{"role", "assistant"}, {"content", ""}}}},
-               {"entry_point", "f"},
-               {"test", "def check(c):\n    assert c(4) == 2\n"}};
+  json conv = {
+      {"messages",
+       {{{"role", "user"}, {"content", "import math\n\ndef f(x):\n"}}, {{"role", "assistant"}, {"content", ""}}}},
+      {"entry_point", "f"},
+      {"test", "def check(c):\n    assert c(4) == 2\n"}};
   EXPECT_EQ(humaneval_program(conv, "```python\ndef f(x):\n    return math.sqrt(x)\n```"),
             "import math\n\ndef f(x):\n    return math.sqrt(x)\n\ndef check(c):\n    assert c(4) == 2\n\ncheck(f)");
 }
@@ -235,7 +237,8 @@ TEST_F(HubFixture, MmluGsm8kHumanEvalSmolTalk) {
   for (int64_t i = 0; i < gtrain.size(); i++) {
     json g = gtrain.at(i);
     if (g["messages"][0]["content"] != "Tom has 1,200 apples and gives away 1,500. What is his balance?") continue;
-    EXPECT_EQ(g["messages"][1]["content"], json::parse(R"([{"type":"text","text":""},{"type":"python","text":"1200-1500"},
+    EXPECT_EQ(g["messages"][1]["content"],
+              json::parse(R"([{"type":"text","text":""},{"type":"python","text":"1200-1500"},
       {"type":"python_output","text":"-300"},{"type":"text","text":"-300 apples.\n#### -300"}])"));
     EXPECT_EQ(gtrain.evaluate(g, "I think... #### -300"), 1);
     EXPECT_EQ(gtrain.evaluate(g, "#### 300"), 0);
@@ -262,7 +265,7 @@ TEST_F(HubFixture, MmluGsm8kHumanEvalSmolTalk) {
 
 TEST_F(HubFixture, ViewsMixtureAndSequence) {
   auto arc = std::make_shared<ArcTask>("ARC-Easy", "test");  // 7 examples
-  ArcTask view("ARC-Easy", "test", TaskSlice{1, 6, 2});       // 1, 3, 5
+  ArcTask view("ARC-Easy", "test", TaskSlice{1, 6, 2});      // 1, 3, 5
   ASSERT_EQ(view.size(), 3);
   for (int i = 0; i < 3; i++) EXPECT_EQ(view.at(i), arc->at(1 + 2 * i));
   EXPECT_EQ(ArcTask("ARC-Easy", "test", TaskSlice{2, -1, 3}).size(), 2);  // 2, 5
@@ -309,7 +312,8 @@ TEST_F(HubFixture, SftMixturesAndEvalTasks) {
   auto with_identity = tasks_sft_mixture("train", o);
   CustomJsonTask identity(o.identity_path);
   EXPECT_EQ(with_identity->size(), train->size() + 2 * identity.size());
-  for (const char* n : {"ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval"}) EXPECT_EQ(task_for_eval(n)->name(), n);
+  for (const char* n : {"ARC-Easy", "ARC-Challenge", "MMLU", "GSM8K", "HumanEval"})
+    EXPECT_EQ(task_for_eval(n)->name(), n);
   EXPECT_THROW(task_for_eval("nope"), Error);
 }
 
@@ -317,8 +321,8 @@ TEST_F(HubFixture, DownloadCommandFetchesEverySplit) {
   std::string base = *dir_ + "/cli_base";
   // the word list's host goes through a proxy that is not there (loopback never does), so
   // the test never reaches the internet: a warning, and SpellingBee would use wamerican
-  auto r = run_shell("https_proxy=http://127.0.0.1:9 HF_ENDPOINT=" + server_->url() + " NANOCHAT_BASE_DIR=" + base + " " + NANOCHAT_BIN +
-                     " download tasks --retry-delay 0 --timeout 2");
+  auto r = run_shell("https_proxy=http://127.0.0.1:9 HF_ENDPOINT=" + server_->url() + " NANOCHAT_BASE_DIR=" + base +
+                     " " + NANOCHAT_BIN + " download tasks --retry-delay 0 --timeout 2");
   ASSERT_EQ(r.rc, 0) << r.out << r.err;
   EXPECT_NE(r.err.find("wamerican"), std::string::npos) << r.err;
   for (auto& s : kTaskDataSplits) {
@@ -343,13 +347,14 @@ TEST(Tasks, SpellingBeeMatchesUpstream) {
 
 // the offline word list: only " " + a-z{2,} pieces count, the space dropped, first one kept
 TEST(Tasks, SpellingWordsFromTokenizerPieces) {
-  std::vector<std::string> pieces = {"a", " the", "ing", " The", " a", " cat", " don't", " caf\xc3\xa9", " the",
-                                     " x1", "  two", " strawberry", "\n", " dog "};
+  std::vector<std::string> pieces = {"a",    " the", "ing",   " The",        " a", " cat", " don't", " caf\xc3\xa9",
+                                     " the", " x1",  "  two", " strawberry", "\n", " dog "};
   EXPECT_EQ(spelling_words_from_pieces(pieces), (std::vector<std::string>{"the", "cat", "strawberry"}));
   EXPECT_TRUE(spelling_words_from_pieces({}).empty());
   // the words make working tasks: each example spells its word back letter by letter
   SimpleSpellingTask simple(4, "train", TaskSlice(), spelling_words_from_pieces(pieces));
-  std::map<std::string, std::string> spelled = {{"the", "t,h,e"}, {"cat", "c,a,t"}, {"strawberry", "s,t,r,a,w,b,e,r,r,y"}};
+  std::map<std::string, std::string> spelled = {
+      {"the", "t,h,e"}, {"cat", "c,a,t"}, {"strawberry", "s,t,r,a,w,b,e,r,r,y"}};
   for (int i = 0; i < 4; i++) {
     std::string q = simple.at(i)["messages"][0]["content"], a = simple.at(i)["messages"][1]["content"];
     std::string w = q.substr(std::string("Spell the word: ").size());
@@ -369,11 +374,14 @@ TEST(Tasks, CustomJsonAndIdentitySet) {
   }
   EXPECT_TRUE(mentions);
   std::string dir = make_temp_dir();
-  std::ofstream(dir + "/ok.jsonl") << "[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hello\"}]\n\n";
+  std::ofstream(dir + "/ok.jsonl")
+      << "[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\",\"content\":\"Hello\"}]\n\n";
   CustomJsonTask ok(dir + "/ok.jsonl");
   ASSERT_EQ(ok.size(), 1);
-  EXPECT_EQ(ok.at(0), json::parse(R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"}]})"));
-  std::ofstream(dir + "/bad.jsonl") << "[{\"role\":\"assistant\",\"content\":\"Hi\"},{\"role\":\"user\",\"content\":\"x\"}]\n";
+  EXPECT_EQ(ok.at(0),
+            json::parse(R"({"messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello"}]})"));
+  std::ofstream(dir + "/bad.jsonl")
+      << "[{\"role\":\"assistant\",\"content\":\"Hi\"},{\"role\":\"user\",\"content\":\"x\"}]\n";
   EXPECT_THROW(CustomJsonTask(dir + "/bad.jsonl"), Error);
   EXPECT_THROW(CustomJsonTask(dir + "/missing.jsonl"), Error);
   remove_tree(dir);

@@ -23,7 +23,7 @@ TEST(MetricsLog, WritesLinesAndResumeDropsLaterSteps) {
     for (int step = 0; step < 4; step++) log.log({{"step", step}, {"loss", 10.0 - step}});
   }
   { std::ofstream(path, std::ios::app) << "{\"step\": 4, \"lo"; }  // torn by a crash
-  EXPECT_EQ(count_lines(read_file(path)), 5);  // 4 whole lines and the torn one
+  EXPECT_EQ(count_lines(read_file(path)), 5);                      // 4 whole lines and the torn one
   {
     MetricsLog resumed(path, 2);  // resume from the checkpoint of step 2
     resumed.log({{"step", 2}, {"loss", 8.5}});
@@ -53,14 +53,14 @@ TEST(PeakFlops, TableMatchesTheDatasheets) {
     double sparsity;  // 2 where the printed figure is "with sparsity"
   };
   const Published published[] = {
-      {"NVIDIA H100 80GB HBM3", 1979e12, 2},  // H100 datasheet, SXM column
-      {"NVIDIA H100 PCIe", 1513e12, 2},       // H100 datasheet, PCIe column
-      {"NVIDIA H100 NVL", 1671e12, 2},        // H100 datasheet, NVL column
-      {"NVIDIA H200", 1979e12, 2},            // H200 datasheet, SXM column
-      {"NVIDIA H200 NVL", 1671e12, 2},        // H200 datasheet, NVL column
-      {"NVIDIA A100-SXM4-80GB", 312e12, 1},   // A100 datasheet, dense
-      {"NVIDIA L40S", 362.05e12, 1},          // L40S datasheet, dense
-      {"NVIDIA L4", 242e12, 2},               // L4 datasheet
+      {"NVIDIA H100 80GB HBM3", 1979e12, 2},     // H100 datasheet, SXM column
+      {"NVIDIA H100 PCIe", 1513e12, 2},          // H100 datasheet, PCIe column
+      {"NVIDIA H100 NVL", 1671e12, 2},           // H100 datasheet, NVL column
+      {"NVIDIA H200", 1979e12, 2},               // H200 datasheet, SXM column
+      {"NVIDIA H200 NVL", 1671e12, 2},           // H200 datasheet, NVL column
+      {"NVIDIA A100-SXM4-80GB", 312e12, 1},      // A100 datasheet, dense
+      {"NVIDIA L40S", 362.05e12, 1},             // L40S datasheet, dense
+      {"NVIDIA L4", 242e12, 2},                  // L4 datasheet
       {"NVIDIA GeForce RTX 4090", 330.4e12, 2},  // Ada whitepaper, bf16 with fp32 accumulate
   };
   for (const Published& p : published) {
@@ -84,8 +84,9 @@ TEST(PeakFlops, TableMatchesTheDatasheets) {
 TEST(MeasuredPeaks, CpuProbesAreWithinWhatTheCoresCanDo) {
   const double cpus = std::thread::hardware_concurrency(), clock_max = 6.2e9, clock_min = 1e9;
   __builtin_cpu_init();
-  const double flop_per_cycle = __builtin_cpu_supports("avx512f") ? 64
-                                : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 32 : 16;
+  const double flop_per_cycle = __builtin_cpu_supports("avx512f")                                   ? 64
+                                : (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) ? 32
+                                                                                                    : 16;
   const double flops = peak_flops_measure_cpu(torch::kFloat, 0.1);
   EXPECT_GT(flops, clock_min * 1);
   EXPECT_LT(flops, cpus * clock_max * flop_per_cycle);
@@ -97,8 +98,8 @@ TEST(MeasuredPeaks, CpuProbesAreWithinWhatTheCoresCanDo) {
 
 TEST(PeakFlops, MfuLabelNamesTheDtypeOfThePeak) {
   EXPECT_EQ(mfu_label_for(c10::Device(c10::kCUDA, 0), torch::kBFloat16), "bf16_mfu");  // upstream's label
-  EXPECT_EQ(mfu_label_for(c10::Device(c10::kCUDA, 0), torch::kFloat), "bf16_mfu");   // the table's peak is bf16
-  EXPECT_EQ(mfu_label_for(c10::Device(c10::kCPU), torch::kFloat), "fp32_mfu");        // measured in the run's dtype
+  EXPECT_EQ(mfu_label_for(c10::Device(c10::kCUDA, 0), torch::kFloat), "bf16_mfu");     // the table's peak is bf16
+  EXPECT_EQ(mfu_label_for(c10::Device(c10::kCPU), torch::kFloat), "fp32_mfu");         // measured in the run's dtype
   EXPECT_EQ(mfu_label_for(c10::Device(c10::kCPU), torch::kBFloat16), "bf16_mfu");
   EXPECT_EQ(mfu_label_for(c10::Device(c10::kCPU), torch::kHalf), "fp16_mfu");
 }
@@ -135,10 +136,16 @@ TEST(TensorBoard, MetricsLogScalarsReadBackByTensorBoard) {
     GTEST_SKIP() << "the tensorboard package is not installed (runs/requirements.txt)";
   const std::string dir = make_temp_dir() + "/run";
   auto train_line = [](int step, double loss) {
-    return nlohmann::json{{"step", step},           {"loss", loss},          {"lrm", 1.0 - 0.1 * step},
-                          {"tok_per_sec", 123456.7 + step}, {"mfu", 0.0123 * step}, {"epoch", 1},
-                          {"data_wait", 1e-4 * step}, {"total_training_flops", 3.1e15 * (step + 1)},
-                          {"note", "not a number"},   {"bad", NAN}};
+    return nlohmann::json{{"step", step},
+                          {"loss", loss},
+                          {"lrm", 1.0 - 0.1 * step},
+                          {"tok_per_sec", 123456.7 + step},
+                          {"mfu", 0.0123 * step},
+                          {"epoch", 1},
+                          {"data_wait", 1e-4 * step},
+                          {"total_training_flops", 3.1e15 * (step + 1)},
+                          {"note", "not a number"},
+                          {"bad", NAN}};
   };
   int first_records = 0, second_records = 0;
   {
@@ -183,7 +190,8 @@ TEST(TensorBoard, MetricsLogScalarsReadBackByTensorBoard) {
   for (std::string line; std::getline(in, line);) {
     const nlohmann::json j = nlohmann::json::parse(line);
     for (const auto& [key, value] : j.items())
-      if (key != "step" && value.is_number()) expected[key].emplace_back(j["step"].get<int64_t>(), (double)value.get<float>());
+      if (key != "step" && value.is_number())
+        expected[key].emplace_back(j["step"].get<int64_t>(), (double)value.get<float>());
   }
   std::map<std::string, std::vector<std::pair<int64_t, double>>> plotted;
   for (const auto& [tag, points] : got["scalars"].items())

@@ -104,8 +104,8 @@ struct Reference {
 static const Reference& reference() {
   static Reference ref = [] {
     std::string dir = make_temp_dir();
-    std::string cmd = std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR + "/tests/fixtures/tokenizer_reference.py " +
-                      dir + "/ref.json 600";
+    std::string cmd = std::string(NANOCHAT_PYTHON) + " " + NANOCHAT_SOURCE_DIR +
+                      "/tests/fixtures/tokenizer_reference.py " + dir + "/ref.json 600";
     auto r = run_shell(cmd);
     EXPECT_EQ(r.rc, 0) << r.err;
     Reference out;
@@ -217,7 +217,10 @@ TEST(Files, SaveLoadRoundTripAndTiktokenFormat) {
 
 TEST(Files, BadRankFilesNameFileAndLine) {
   std::string dir = make_temp_dir();
-  struct Case { const char* text; const char* needle; };
+  struct Case {
+    const char* text;
+    const char* needle;
+  };
   for (Case c : {Case{"AA== 0\nAQ== 0\n", "f.tiktoken:2: duplicate rank 0"},
                  Case{"AA== 0\nAQ== 2\n", "f.tiktoken:2: rank 2 where rank 1 belongs"},
                  Case{"AA== 0\nA!== 1\n", "f.tiktoken:2: bad base64"},
@@ -245,20 +248,23 @@ TEST(Files, SpecialIdsOutsideTheVocabularyAreCleanErrors) {
   auto load_with = [&](const std::string& special_tokens, const std::string& extra) {
     atomic_write_file(dir + "/tokenizer.tiktoken", ranks);
     atomic_write_file(dir + "/tokenizer.json", "{\"pattern\": \"\\\\s+|\\\\S+\", \"bos_token\": \"<|bos|>\", " + extra +
-                                               "\"special_tokens\": " + special_tokens + "}");
+                                                   "\"special_tokens\": " + special_tokens + "}");
     return tokenizer_load(dir);
   };
   EXPECT_EQ(load_with("{\"<|bos|>\": 256, \"<|end|>\": 300}", "").vocab_size(), 301);  // a gap is fine
-  struct Case { std::string specials, extra, needle; };
-  for (const Case& c : {Case{"{\"<|bos|>\": 2147483647}", "", "<|bos|> has id 2147483647, outside the special ids [256, 4352)"},
-                        Case{"{\"<|bos|>\": 256, \"<|x|>\": 4352}", "", "<|x|> has id 4352"},
-                        Case{"{\"<|bos|>\": 256, \"<|x|>\": 258}", "\"vocab_size\": 258, ", "<|x|> has id 258, outside the special ids [256, 258)"},
-                        Case{"{\"<|bos|>\": 256}", "\"vocab_size\": 99999999, ", "vocab_size 99999999 is not between"},
-                        Case{"{\"<|bos|>\": 12}", "", "<|bos|> has id 12"},
-                        Case{"{\"<|bos|>\": -1}", "", "<|bos|> has id -1"},
-                        Case{"{\"<|bos|>\": 1e300}", "", "<|bos|> has id 1e+300"},
-                        Case{"{\"<|bos|>\": \"256\"}", "", "<|bos|> has id \"256\""},
-                        Case{"[256]", "", "special_tokens is not an object"}}) {
+  struct Case {
+    std::string specials, extra, needle;
+  };
+  for (const Case& c :
+       {Case{"{\"<|bos|>\": 2147483647}", "", "<|bos|> has id 2147483647, outside the special ids [256, 4352)"},
+        Case{"{\"<|bos|>\": 256, \"<|x|>\": 4352}", "", "<|x|> has id 4352"},
+        Case{"{\"<|bos|>\": 256, \"<|x|>\": 258}", "\"vocab_size\": 258, ",
+             "<|x|> has id 258, outside the special ids [256, 258)"},
+        Case{"{\"<|bos|>\": 256}", "\"vocab_size\": 99999999, ", "vocab_size 99999999 is not between"},
+        Case{"{\"<|bos|>\": 12}", "", "<|bos|> has id 12"}, Case{"{\"<|bos|>\": -1}", "", "<|bos|> has id -1"},
+        Case{"{\"<|bos|>\": 1e300}", "", "<|bos|> has id 1e+300"},
+        Case{"{\"<|bos|>\": \"256\"}", "", "<|bos|> has id \"256\""},
+        Case{"[256]", "", "special_tokens is not an object"}}) {
     try {
       load_with(c.specials, c.extra);
       ADD_FAILURE() << "accepted " << c.specials;
@@ -285,12 +291,19 @@ class Chat : public ::testing::Test {
 };
 
 TEST_F(Chat, SupervisedTokensAndMask) {
-  auto conv = nlohmann::json::parse(R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello!"},
+  auto conv = nlohmann::json::parse(
+      R"({"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"hello!"},
     {"role":"user","content":"bye"},{"role":"assistant","content":"later"}]})");
   auto r = render_conversation(tok, conv);
-  auto want = cat({{id("<|bos|>"), id("<|user_start|>")}, enc("hi"), {id("<|user_end|>"), id("<|assistant_start|>")},
-                   enc("hello!"), {id("<|assistant_end|>"), id("<|user_start|>")}, enc("bye"),
-                   {id("<|user_end|>"), id("<|assistant_start|>")}, enc("later"), {id("<|assistant_end|>")}});
+  auto want = cat({{id("<|bos|>"), id("<|user_start|>")},
+                   enc("hi"),
+                   {id("<|user_end|>"), id("<|assistant_start|>")},
+                   enc("hello!"),
+                   {id("<|assistant_end|>"), id("<|user_start|>")},
+                   enc("bye"),
+                   {id("<|user_end|>"), id("<|assistant_start|>")},
+                   enc("later"),
+                   {id("<|assistant_end|>")}});
   EXPECT_EQ(r.ids, want);
   std::vector<int32_t> supervised;
   for (size_t i = 0; i < r.ids.size(); i++)
@@ -310,33 +323,52 @@ TEST_F(Chat, ToolPartsAndTheirMasks) {
   auto conv = nlohmann::json::parse(R"({"messages":[{"role":"user","content":"q"},{"role":"assistant","content":[
     {"type":"text","text":"a"},{"type":"python","text":"1+1"},{"type":"python_output","text":"2"},{"type":"text","text":"b"}]}]})");
   auto r = render_conversation(tok, conv);
-  auto want_ids = cat({{id("<|bos|>"), id("<|user_start|>")}, enc("q"), {id("<|user_end|>"), id("<|assistant_start|>")},
-                       enc("a"), {id("<|python_start|>")}, enc("1+1"), {id("<|python_end|>"), id("<|output_start|>")},
-                       enc("2"), {id("<|output_end|>")}, enc("b"), {id("<|assistant_end|>")}});
+  auto want_ids = cat({{id("<|bos|>"), id("<|user_start|>")},
+                       enc("q"),
+                       {id("<|user_end|>"), id("<|assistant_start|>")},
+                       enc("a"),
+                       {id("<|python_start|>")},
+                       enc("1+1"),
+                       {id("<|python_end|>"), id("<|output_start|>")},
+                       enc("2"),
+                       {id("<|output_end|>")},
+                       enc("b"),
+                       {id("<|assistant_end|>")}});
   EXPECT_EQ(r.ids, want_ids);
   std::vector<uint8_t> want_mask = {0, 0, 0, 0, 0, /*a*/ 1, /*python*/ 1, 1, 1, 1, 1, /*output*/ 0, 0, 0, /*b*/ 1, 1};
   EXPECT_EQ(r.mask, want_mask);
 }
 
 TEST_F(Chat, TruncationAndErrors) {
-  auto conv = nlohmann::json::parse(R"({"messages":[{"role":"user","content":"hello there"},{"role":"assistant","content":"hi"}]})");
+  auto conv = nlohmann::json::parse(
+      R"({"messages":[{"role":"user","content":"hello there"},{"role":"assistant","content":"hi"}]})");
   auto r = render_conversation(tok, conv, 5);
   EXPECT_EQ(r.ids.size(), 5u);
   EXPECT_EQ(r.mask.size(), 5u);
   EXPECT_THROW(render_conversation(tok, nlohmann::json::parse(R"({"messages":[]})")), Error);
-  EXPECT_THROW(render_conversation(tok, nlohmann::json::parse(R"({"messages":[{"role":"assistant","content":"x"}]})")), Error);
-  EXPECT_THROW(render_conversation(tok, nlohmann::json::parse(
-                   R"({"messages":[{"role":"user","content":"x"},{"role":"user","content":"y"}]})")), Error);
-  EXPECT_THROW(render_conversation(tok, nlohmann::json::parse(
-                   R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"image","text":"y"}]}]})")), Error);
+  EXPECT_THROW(render_conversation(tok, nlohmann::json::parse(R"({"messages":[{"role":"assistant","content":"x"}]})")),
+               Error);
+  EXPECT_THROW(
+      render_conversation(
+          tok, nlohmann::json::parse(R"({"messages":[{"role":"user","content":"x"},{"role":"user","content":"y"}]})")),
+      Error);
+  EXPECT_THROW(
+      render_conversation(
+          tok,
+          nlohmann::json::parse(
+              R"({"messages":[{"role":"user","content":"x"},{"role":"assistant","content":[{"type":"image","text":"y"}]}]})")),
+      Error);
 }
 
 TEST_F(Chat, RenderForCompletion) {
-  auto conv = nlohmann::json::parse(R"({"messages":[{"role":"user","content":"2+2?"},{"role":"assistant","content":"4"}]})");
+  auto conv = nlohmann::json::parse(
+      R"({"messages":[{"role":"user","content":"2+2?"},{"role":"assistant","content":"4"}]})");
   auto ids = render_for_completion(tok, conv);
-  auto want = cat({{id("<|bos|>"), id("<|user_start|>")}, enc("2+2?"), {id("<|user_end|>"), id("<|assistant_start|>")}});
+  auto want = cat(
+      {{id("<|bos|>"), id("<|user_start|>")}, enc("2+2?"), {id("<|user_end|>"), id("<|assistant_start|>")}});
   EXPECT_EQ(ids, want);
-  EXPECT_THROW(render_for_completion(tok, nlohmann::json::parse(R"({"messages":[{"role":"user","content":"x"}]})")), Error);
+  EXPECT_THROW(render_for_completion(tok, nlohmann::json::parse(R"({"messages":[{"role":"user","content":"x"}]})")),
+               Error);
 }
 
 // ---- tok-eval (scripts/tok_eval.py) ------------------------------------------------------------------
@@ -350,7 +382,8 @@ TEST(TokEval, TableAgainstAByteLevelTokenizer) {
   // a byte-level tokenizer needs one token per byte: 11 tokens, ratio 1.00
   size_t mine = ours.encode("hello hello").size();
   double diff = 100.0 * (11.0 - (double)mine) / 11.0;
-  std::string row = strprintf("%-16s %9d %9d %7.2f %9zu %7.2f %+8.1f%%  ours", "tiny", 11, 11, 1.0, mine, 11.0 / mine, diff);
+  std::string row = strprintf("%-16s %9d %9d %7.2f %9zu %7.2f %+8.1f%%  ours", "tiny", 11, 11, 1.0, mine, 11.0 / mine,
+                              diff);
   EXPECT_NE(table.find(row), std::string::npos) << table << "\nwant: " << row;
   EXPECT_EQ(tok_eval_builtin_texts().size(), 5u);
   for (auto& t : tok_eval_builtin_texts()) EXPECT_EQ(ours.decode(ours.encode(t.text)), t.text) << t.name;
@@ -378,14 +411,16 @@ TEST(TokenizeCli, EncodeLinesAndDecodeWithATiktokenFile) {
     want.push_back(reference().j["ids"]["gpt2"][t].dump());
   }
   atomic_write_file(dir + "/in.txt", input);
-  auto r = run_shell(std::string(NANOCHAT_BIN) + " tokenize --tiktoken " + ranks_file + " --pattern gpt2 --lines < " + dir + "/in.txt");
+  auto r = run_shell(std::string(NANOCHAT_BIN) + " tokenize --tiktoken " + ranks_file + " --pattern gpt2 --lines < " +
+                     dir + "/in.txt");
   ASSERT_EQ(r.rc, 0) << r.err;
   std::string expected;
   for (auto& w : want) expected += w + "\n";
   EXPECT_EQ(r.out, expected);
   // decode: ids back to the exact text
   atomic_write_file(dir + "/ids.json", want[0]);
-  r = run_shell(std::string(NANOCHAT_BIN) + " tokenize --tiktoken " + ranks_file + " --pattern gpt2 --decode < " + dir + "/ids.json");
+  r = run_shell(std::string(NANOCHAT_BIN) + " tokenize --tiktoken " + ranks_file + " --pattern gpt2 --decode < " + dir +
+                "/ids.json");
   EXPECT_EQ(r.out, input.substr(0, input.find('\n')));
   // bad input: one error line, exit 1
   atomic_write_file(dir + "/bad.json", "[1, 2,");
@@ -430,7 +465,8 @@ TEST(TokTrainCli, CropsDocumentsAndStopsAfterMaxChars) {
   for (const char* name : {"news", "korean", "code", "math", "science", "data-train", "data-val"})
     EXPECT_NE(r.out.find(name), std::string::npos) << name << " in\n" << r.out;
   // too small a vocabulary is refused before any work
-  r = run_shell("NANOCHAT_BASE_DIR=" + dir + "/base " + NANOCHAT_BIN + " tok-train --data " + dir + "/data --vocab-size 200");
+  r = run_shell("NANOCHAT_BASE_DIR=" + dir + "/base " + NANOCHAT_BIN + " tok-train --data " + dir +
+                "/data --vocab-size 200");
   EXPECT_EQ(r.rc, 2);
   remove_tree(dir);
 }

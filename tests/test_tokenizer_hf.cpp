@@ -148,7 +148,8 @@ TEST(TokenizerHf, UnrepresentableKindsAreRefusedByName) {
   expect_refused([](json& j) { j["model"]["byte_fallback"] = true; }, "byte_fallback");
   expect_refused([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }, "pre_tokenizer");
   expect_refused([](json& j) { j["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed"; }, "Removed");
-  expect_refused([](json& j) { j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true; }, "add_prefix_space");
+  expect_refused([](json& j) { j["pre_tokenizer"]["pretokenizers"][1]["add_prefix_space"] = true; },
+                 "add_prefix_space");
   expect_refused([](json& j) { j["model"]["merges"][4] = "\xc4\xa0 q\xc3\xa9"; }, "merge 4");
   expect_refused([](json& j) { j["added_tokens"][0]["special"] = false; }, "not special");
   expect_refused([](json& j) { j["added_tokens"][2]["id"] = 5; }, "<|user_end|>");

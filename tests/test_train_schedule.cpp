@@ -13,8 +13,8 @@
 using namespace nanochat;
 
 // scaling params (transformer matrices + lm_head) of upstream's num_scaling_params at each depth, vocab 32768
-constexpr int64_t kScalingD12 = 110100912, kScalingD16 = 234881792, kScalingD20 = 435160240,
-                  kScalingD24 = 729810624, kScalingD26 = 918423532;
+constexpr int64_t kScalingD12 = 110100912, kScalingD16 = 234881792, kScalingD20 = 435160240, kScalingD24 = 729810624,
+                  kScalingD26 = 918423532;
 
 TEST(Schedule, PythonRoundHalvesToEven) {
   EXPECT_EQ(python_round(0.5), 0);
@@ -46,12 +46,18 @@ TEST(Schedule, LeaderboardIterationCounts) {
 }
 
 TEST(Schedule, AutoBatchAndScaledWeightDecay) {
-  struct Row { int64_t params; int64_t batch; double wd; };
+  struct Row {
+    int64_t params;
+    int64_t batch;
+    double wd;
+  };
   // batch: 2^round(log2(2^19 * (D/D_ref)^0.383)); wd: 0.28 * sqrt(B/2^19) * D_ref/D, by hand:
   // d16: 0.28 * 0.46875 = 0.13125; d20: 0.28 * 1.41421 * 0.253013 = 0.100189;
   // d24: 0.28 * 1.41421 * 0.150862 = 0.059738; d26: 0.28 * 1.41421 * 0.119881 = 0.047470
-  const Row rows[] = {{kScalingD12, 1 << 19, 0.28}, {kScalingD16, 1 << 19, 0.13125},
-                      {kScalingD20, 1 << 20, 0.100189}, {kScalingD24, 1 << 20, 0.059738},
+  const Row rows[] = {{kScalingD12, 1 << 19, 0.28},
+                      {kScalingD16, 1 << 19, 0.13125},
+                      {kScalingD20, 1 << 20, 0.100189},
+                      {kScalingD24, 1 << 20, 0.059738},
                       {kScalingD26, 1 << 20, 0.047470}};
   for (const Row& r : rows) {
     for (double ratio : {8.0, 12.0, 20.0}) {  // the ratio cancels out of both

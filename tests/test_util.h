@@ -69,8 +69,8 @@ inline CommandResult run_shell(const std::string& cmd) {
   std::string dir = make_temp_dir();
   std::string full = "(" + cmd + ") >" + dir + "/out 2>" + dir + "/err </dev/null";
   int status = std::system(full.c_str());
-  CommandResult r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
-                  read_file(dir + "/out"), read_file(dir + "/err")};
+  CommandResult r{WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), read_file(dir + "/out"),
+                  read_file(dir + "/err")};
   std::system(("rm -rf " + dir).c_str());
   return r;
 }
@@ -120,16 +120,17 @@ inline int wait_exit(pid_t pid, double seconds) {
 inline std::string make_parquet_corpus(const std::string& python, const std::string& bin, const std::string& base,
                                        int seed, const std::string& words, int vocab, std::string& err) {
   const std::string data = base + "/data";
-  std::ofstream(base + "/make.py") << "import pyarrow as pa, pyarrow.parquet as pq, random, os, sys\n"
-                                   << "random.seed(" << seed << ")\nos.makedirs(sys.argv[1], exist_ok=True)\n"
-                                   << "words = '" << words << "'.split()\n"
-                                   << "for f in range(3):\n"
-                                      "    docs = [' '.join(random.choice(words) for _ in range(40)) for _ in range(256)]\n"
-                                      "    pq.write_table(pa.table({'text': docs}), f'{sys.argv[1]}/shard_{f:05d}.parquet',"
-                                      " row_group_size=8)\n";
-  for (const std::string& cmd : {python + " " + base + "/make.py " + data,
-                                 "NANOCHAT_BASE_DIR=" + base + " " + bin + " tok-train --data " + data +
-                                     " --vocab-size " + std::to_string(vocab)}) {
+  std::ofstream(base + "/make.py")
+      << "import pyarrow as pa, pyarrow.parquet as pq, random, os, sys\n"
+      << "random.seed(" << seed << ")\nos.makedirs(sys.argv[1], exist_ok=True)\n"
+      << "words = '" << words << "'.split()\n"
+      << "for f in range(3):\n"
+         "    docs = [' '.join(random.choice(words) for _ in range(40)) for _ in range(256)]\n"
+         "    pq.write_table(pa.table({'text': docs}), f'{sys.argv[1]}/shard_{f:05d}.parquet',"
+         " row_group_size=8)\n";
+  for (const std::string& cmd :
+       {python + " " + base + "/make.py " + data, "NANOCHAT_BASE_DIR=" + base + " " + bin + " tok-train --data " +
+                                                      data + " --vocab-size " + std::to_string(vocab)}) {
     CommandResult r = run_shell(cmd);
     if (r.rc != 0) {
       err = cmd + " exited " + std::to_string(r.rc) + ": " + r.err;

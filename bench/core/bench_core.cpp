@@ -25,8 +25,8 @@ using namespace nanochat;
 
 // words drawn with CPython's generator so every run writes the same bundle
 static std::string words(PyRandom& r, int n) {
-  static const char* kWords[] = {"the", "a", "river", "stone", "quickly", "green", "under", "music", "seven",
-                                 "light", "after", "window", "falls", "bright", "city", "over", "paper", "sleep"};
+  static const char* kWords[] = {"the",   "a",     "river",  "stone", "quickly", "green", "under", "music", "seven",
+                                 "light", "after", "window", "falls", "bright",  "city",  "over",  "paper", "sleep"};
   std::string s;
   for (int i = 0; i < n; i++) s += (i ? " " : "") + std::string(kWords[r.randbelow(18)]);
   return s;

@@ -56,10 +56,12 @@ int main(int argc, char** argv) {
   CorpusSplit split = one_file_split(shard);
 
   std::unique_ptr<Tokenizer> tok;
-  if (tok_dir.empty() && path_exists(base_dir_path("tokenizer") + "/tokenizer.json")) tok_dir = base_dir_path("tokenizer");
+  if (tok_dir.empty() && path_exists(base_dir_path("tokenizer") + "/tokenizer.json"))
+    tok_dir = base_dir_path("tokenizer");
   auto with_specials = [](std::vector<std::string> ranks) {
     std::vector<std::pair<std::string, int32_t>> specials;
-    for (size_t i = 0; i < kSpecialTokens.size(); i++) specials.push_back({kSpecialTokens[i], (int32_t)(ranks.size() + i)});
+    for (size_t i = 0; i < kSpecialTokens.size(); i++)
+      specials.push_back({kSpecialTokens[i], (int32_t)(ranks.size() + i)});
     return std::make_unique<Tokenizer>(ranks, kPatternNanochat, specials, "<|bos|>");
   };
   if (!ranks_file.empty()) {
@@ -128,8 +130,9 @@ int main(int argc, char** argv) {
   }
   LoaderMetrics m = loader.metrics();
   double wait = m.wait_total_s - wait0;
-  std::printf("\nconsumer sleeping %.0f ms per batch (%d threads): data-wait %.3f ms per step, %.2f%% of the step; "
-              "%d batches ready at the end\n", step_ms, max_threads, 1000 * wait / steps,
-              100 * wait / (steps * step_ms / 1000), m.ready);
+  std::printf(
+      "\nconsumer sleeping %.0f ms per batch (%d threads): data-wait %.3f ms per step, %.2f%% of the step; "
+      "%d batches ready at the end\n",
+      step_ms, max_threads, 1000 * wait / steps, 100 * wait / (steps * step_ms / 1000), m.ready);
   return 0;
 }

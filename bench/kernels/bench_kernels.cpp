@@ -79,8 +79,8 @@ void registry_table(torch::Device device, torch::ScalarType dtype, int reps, nlo
               device.is_cuda() ? "d24's" : "small", std::max(1, reps));
   for (const auto& [op, k] : best) {
     std::printf("%-22s %12.2f %14.2f %9.2fx\n", op.c_str(), k.fused_ms, k.reference_ms, k.reference_ms / k.fused_ms);
-    j["registry"][op] = {{"fused_ms", k.fused_ms}, {"reference_ms", k.reference_ms},
-                         {"speedup", k.reference_ms / k.fused_ms}};
+    j["registry"][op] = {
+        {"fused_ms", k.fused_ms}, {"reference_ms", k.reference_ms}, {"speedup", k.reference_ms / k.fused_ms}};
   }
 }
 
@@ -110,10 +110,12 @@ int main(int argc, char** argv) {
   const torch::ScalarType dtype = dtype_name_flag == "bfloat16" ? torch::kBFloat16 : torch::kFloat;
   GPTConfig c = gpt_config_from_depth(depth, vocab, seq_len, "SSSL", 64, depth <= 8 ? 64 : 128);
   const int64_t B = batch, T = seq_len, C = c.n_embd, H = c.n_head, D = c.head_dim(), N = B * T;
-  std::printf("bench_kernels: %s, %s, %d threads, d%lld (C=%lld, H=%lld, D=%lld), B=%lld T=%lld vocab %lld, "
-              "kernels %s\n\n", device.str().c_str(), dtype_name(dtype).c_str(), threads, (long long)depth,
-              (long long)C, (long long)H, (long long)D, (long long)B, (long long)T, (long long)vocab,
-              kernels_enabled() ? "on" : "off (NANOCHAT_KERNELS=0: both columns run the reference)");
+  std::printf(
+      "bench_kernels: %s, %s, %d threads, d%lld (C=%lld, H=%lld, D=%lld), B=%lld T=%lld vocab %lld, "
+      "kernels %s\n\n",
+      device.str().c_str(), dtype_name(dtype).c_str(), threads, (long long)depth, (long long)C, (long long)H,
+      (long long)D, (long long)B, (long long)T, (long long)vocab,
+      kernels_enabled() ? "on" : "off (NANOCHAT_KERNELS=0: both columns run the reference)");
   auto opts = torch::TensorOptions().device(device);
   torch::manual_seed(0);
 
@@ -130,25 +132,31 @@ int main(int argc, char** argv) {
   const int64_t vp = gpt_padded_vocab(vocab);
   Tensor x = leaf(torch::randn({N, C}, opts).to(dtype)), w = leaf(torch::randn({vp, C}, opts) * 0.05);
   Tensor targets = torch::randint(vocab, {N}, opts.dtype(torch::kLong));
-  compare("lm_head+softcap+CE", [&] { return kernels_linear_softcap_ce(x, w, targets, vocab, kSoftcap); },
-          [&] { return kernels_linear_softcap_ce_reference(x, w, targets, vocab, kSoftcap); });
-  compare("  ... mean (training)", [&] { return kernels_linear_softcap_ce_mean(x, w, targets, vocab, kSoftcap); },
-          [&] { return kernels_linear_softcap_ce_mean_reference(x, w, targets, vocab, kSoftcap); });
+  compare(
+      "lm_head+softcap+CE", [&] { return kernels_linear_softcap_ce(x, w, targets, vocab, kSoftcap); },
+      [&] { return kernels_linear_softcap_ce_reference(x, w, targets, vocab, kSoftcap); });
+  compare(
+      "  ... mean (training)", [&] { return kernels_linear_softcap_ce_mean(x, w, targets, vocab, kSoftcap); },
+      [&] { return kernels_linear_softcap_ce_mean_reference(x, w, targets, vocab, kSoftcap); });
   // MLP with ReLU^2
   Tensor xm = leaf(torch::randn({B, T, C}, opts).to(dtype));
-  Tensor wfc = leaf((torch::randn({4 * C, C}, opts) * 0.05).to(dtype)), wpr = leaf((torch::randn({C, 4 * C}, opts) * 0.05).to(dtype));
-  compare("MLP relu^2", [&] { return kernels_mlp_relu_square(xm, wfc, wpr); },
-          [&] { return kernels_mlp_relu_square_reference(xm, wfc, wpr); });
+  Tensor wfc = leaf((torch::randn({4 * C, C}, opts) * 0.05).to(dtype)),
+         wpr = leaf((torch::randn({C, 4 * C}, opts) * 0.05).to(dtype));
+  compare(
+      "MLP relu^2", [&] { return kernels_mlp_relu_square(xm, wfc, wpr); },
+      [&] { return kernels_mlp_relu_square_reference(xm, wfc, wpr); });
   // rotary + QK norm + x1.2 on q
   auto [cs, sn] = gpt_rotary_tables(T, D, dtype, device);
   Tensor q = leaf(torch::randn({B, T, H, D}, opts).to(dtype));
-  compare("rotary+QKnorm", [&] { return kernels_rotary_norm(q, cs, sn, 1.2); },
-          [&] { return kernels_rotary_norm_reference(q, cs, sn, 1.2); });
+  compare(
+      "rotary+QKnorm", [&] { return kernels_rotary_norm(q, cs, sn, 1.2); },
+      [&] { return kernels_rotary_norm_reference(q, cs, sn, 1.2); });
   // the residual stream into the norm: a*x + b*x0 with the layer's lambdas, and norm of that
   Tensor xr = leaf(torch::randn({B, T, C}, opts).to(dtype)), x0 = leaf(torch::randn({B, T, C}, opts).to(dtype));
   Tensor la = leaf(torch::tensor(0.9f, opts)), lb = leaf(torch::tensor(0.1f, opts));
-  compare("resid mix+RMSNorm", [&] { return both(kernels_residual_norm(xr, x0, la, lb)); },
-          [&] { return both(kernels_residual_norm_reference(xr, x0, la, lb)); });
+  compare(
+      "resid mix+RMSNorm", [&] { return both(kernels_residual_norm(xr, x0, la, lb)); },
+      [&] { return both(kernels_residual_norm_reference(xr, x0, la, lb)); });
 
   // Muon around Polar Express (prepare, then finish on its output) for the stack of the
   // model's MLP input matrices (tall, NorMuon per row) and output matrices (wide, per column)
@@ -162,7 +170,9 @@ int main(int argc, char** argv) {
     Tensor buf = torch::zeros({depth, r, cc}, opts);
     Tensor second = tall ? torch::zeros({depth, r, 1}, opts) : torch::zeros({depth, 1, cc}, opts);
     const auto x_dtype = dtype == torch::kBFloat16 ? torch::kBFloat16 : torch::kFloat;  // Polar Express's dtype
-    auto fused = [&] { kernels_muon_finish(kernels_muon_prepare(grads, buf, 0.95, x_dtype), params, second, 0.02, 0.1, 0.95); };
+    auto fused = [&] {
+      kernels_muon_finish(kernels_muon_prepare(grads, buf, 0.95, x_dtype), params, second, 0.02, 0.1, 0.95);
+    };
     auto ref = [&] {
       kernels_muon_finish_reference(kernels_muon_prepare_reference(grads, buf, 0.95, x_dtype), params, second, 0.02,
                                     0.1, 0.95);
@@ -175,9 +185,12 @@ int main(int argc, char** argv) {
   // k and v as q when there is no GQA), the MLP's inputs (tall) and outputs (wide). Only the CPU
   // in fp32 has a path of its own; elsewhere both sides would be the reference.
   if (device.is_cpu() && dtype == torch::kFloat) {
-    const struct { const char* name; int64_t n, r, cc; } stacks[] = {
-        {"Polar Express, attn", 4 * depth, C, C}, {"Polar Express, MLP in", depth, 4 * C, C},
-        {"Polar Express, MLP out", depth, C, 4 * C}};
+    const struct {
+      const char* name;
+      int64_t n, r, cc;
+    } stacks[] = {{"Polar Express, attn", 4 * depth, C, C},
+                  {"Polar Express, MLP in", depth, 4 * C, C},
+                  {"Polar Express, MLP out", depth, C, 4 * C}};
     for (const auto& st : stacks) {
       Tensor X = torch::randn({st.n, st.r, st.cc}, opts);
       X = X / (X.norm(2, {1, 2}, true) * 1.02);
@@ -199,16 +212,20 @@ int main(int argc, char** argv) {
                       1000 * time_fwd_bwd([&] { return attention_causal_sdpa(qa, ka, va, w); }, reps, device)});
 
   std::printf("%-22s %12s %14s %10s\n", "op (fwd+bwd; Muon: step)", "fused ms", "reference ms", "speed-up");
-  nlohmann::json j = {{"bench", "kernels"}, {"device", device.str()}, {"dtype", dtype_name(dtype)}, {"depth", depth},
-                      {"batch", B}, {"seq_len", T}, {"vocab", vocab}, {"threads", threads}};
+  nlohmann::json j = {
+      {"bench", "kernels"}, {"device", device.str()}, {"dtype", dtype_name(dtype)}, {"depth", depth}, {"batch", B},
+      {"seq_len", T},       {"vocab", vocab},         {"threads", threads}};
   for (const Row& r : rows) {
     std::printf("%-22s %12.2f %14.2f %9.2fx\n", r.op.c_str(), r.fused_ms, r.reference_ms, r.reference_ms / r.fused_ms);
-    j["ops"][r.op] = {{"fused_ms", r.fused_ms}, {"reference_ms", r.reference_ms}, {"speedup", r.reference_ms / r.fused_ms}};
+    j["ops"][r.op] = {
+        {"fused_ms", r.fused_ms}, {"reference_ms", r.reference_ms}, {"speedup", r.reference_ms / r.fused_ms}};
   }
   std::printf("\nattention L (causal):        %8.2f ms   %s\n", attn_l, attention_kernel_name(qa, ka, -1).c_str());
   std::printf("attention S (window %4lld):   %8.2f ms   %s\n", (long long)short_window, attn_s,
               attention_kernel_name(qa, ka, short_window).c_str());
-  j["attention"] = {{"long_ms", attn_l}, {"short_ms", attn_s}, {"short_window", short_window},
+  j["attention"] = {{"long_ms", attn_l},
+                    {"short_ms", attn_s},
+                    {"short_window", short_window},
                     {"long_kernel", attention_kernel_name(qa, ka, -1)},
                     {"short_kernel", attention_kernel_name(qa, ka, short_window)}};
   registry_table(device, dtype, reps, j);

@@ -19,12 +19,12 @@ int main(int argc, char** argv) {
   const int steps = argc > 3 ? std::atoi(argv[3]) : 3;
   const int threads = cpu_threads_setup(1);
   const HostInfo host = host_info();
-  std::printf("bench_model: %s, %d threads, fp32, B=%lld T=%lld, %d timed steps\n", host.cpu_model.c_str(),
-              threads, (long long)B, (long long)T, steps);
+  std::printf("bench_model: %s, %d threads, fp32, B=%lld T=%lld, %d timed steps\n", host.cpu_model.c_str(), threads,
+              (long long)B, (long long)T, steps);
   const double roof = std::max(bench_matmul_roof(1024, 5), bench_matmul_roof(2048, 2));
   std::printf("matmul roof (best of 1024^3 and 2048^3 fp32 mm): %.1f GFLOP/s\n\n", roof / 1e9);
-  std::printf("%-5s %6s %12s %14s %12s %12s %10s\n", "model", "d", "params", "flops/token", "tokens/s",
-              "GFLOP/s", "of roof");
+  std::printf("%-5s %6s %12s %14s %12s %12s %10s\n", "model", "d", "params", "flops/token", "tokens/s", "GFLOP/s",
+              "of roof");
   for (int64_t depth : {4, 12}) {
     GPTConfig c = gpt_config_from_depth(depth, 32768, T);
     GPT m(c);
@@ -41,8 +41,8 @@ int main(int argc, char** argv) {
     const double tok_s = (double)(B * T * steps) / bench_seconds_since(t0);
     const double flops = (double)gpt_estimate_flops(c) * tok_s;
     std::printf("d%-4lld %6lld %12lld %14lld %12.1f %12.1f %9.1f%%\n", (long long)depth, (long long)c.n_embd,
-                (long long)gpt_num_scaling_params(c).total, (long long)gpt_estimate_flops(c), tok_s,
-                flops / 1e9, 100.0 * flops / roof);
+                (long long)gpt_num_scaling_params(c).total, (long long)gpt_estimate_flops(c), tok_s, flops / 1e9,
+                100.0 * flops / roof);
   }
   return 0;
 }

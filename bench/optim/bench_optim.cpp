@@ -26,7 +26,9 @@ int main(int argc, char** argv) {
   }
   if (threads > 0) torch::set_num_threads(threads);
   const bool bf16 = dtype_name == "bfloat16";
-  struct Shape { int64_t rows, cols, count; };
+  struct Shape {
+    int64_t rows, cols, count;
+  };
   const Shape d12[] = {{6, 12, 6}, {768, 768, 48}, {768, 3072, 12}, {3072, 768, 12}};
   std::printf("Muon step, d12 shapes, %s Polar Express, %d threads, %d timed steps\n", dtype_name.c_str(),
               torch::get_num_threads(), steps);
@@ -70,8 +72,8 @@ int main(int argc, char** argv) {
     t.reset();
     for (int i = 0; i < steps; i++) matmuls();
     double mm_s = t.seconds() / steps;
-    std::printf("%5ldx%-6ld %5ld %12.2f %12.2f %8.2f\n", (long)s.rows, (long)s.cols, (long)K, step_s * 1e3,
-                mm_s * 1e3, step_s / mm_s);
+    std::printf("%5ldx%-6ld %5ld %12.2f %12.2f %8.2f\n", (long)s.rows, (long)s.cols, (long)K, step_s * 1e3, mm_s * 1e3,
+                step_s / mm_s);
     total_step += step_s;
     total_mm += mm_s;
   }

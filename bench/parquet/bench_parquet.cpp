@@ -47,7 +47,8 @@ static std::vector<Page> load_pages(const std::string& path) {
   for (const RowGroupMeta& rg : meta.row_groups) {
     const ColumnChunkMeta& m = rg.columns.at(0);
     if (m.codec != kZstd) fail("%s: the bench wants a zstd shard", path.c_str());
-    int64_t start = m.dictionary_page_offset > 0 ? std::min(m.dictionary_page_offset, m.data_page_offset) : m.data_page_offset;
+    int64_t start = m.dictionary_page_offset > 0 ? std::min(m.dictionary_page_offset, m.data_page_offset)
+                                                 : m.data_page_offset;
     std::vector<uint8_t> chunk((size_t)m.total_compressed_size);
     pread_exact(fd, chunk.data(), chunk.size(), start);
     for (size_t pos = 0; pos < chunk.size();) {
@@ -110,7 +111,7 @@ int main(int argc, char** argv) {
   std::printf("%-44s %10s %10s\n", "", "MB/s", "seconds");
   std::printf("%-44s %10.0f %10.3f\n", "floor: libzstd decompress of the pages", floor_mbs, best_floor);
   std::printf("%-44s %10.0f %10.3f\n", "reader: read_column_strings, every group", reader_mbs, best_reader);
-  std::printf("ratio reader/floor: %.2f (goal >= 0.8); %.1f MB of text in %zu bytes of pages\n",
-              reader_mbs / floor_mbs, text_bytes / 1e6, total);
+  std::printf("ratio reader/floor: %.2f (goal >= 0.8); %.1f MB of text in %zu bytes of pages\n", reader_mbs / floor_mbs,
+              text_bytes / 1e6, total);
   return 0;
 }

@@ -67,9 +67,12 @@ int main(int argc, char** argv) {
               1e3 * quantile(without, 0.5), 1e3 * quantile(without, 0.9));
   std::printf("%-44s %8.1f %8.1f %8.1f\n", "bwrap sandbox", 1e3 * quantile(with, 0.25), 1e3 * quantile(with, 0.5),
               1e3 * quantile(with, 0.9));
-  std::printf("bwrap adds %.1f ms per program at the median (%.2fx the baseline), %.1f ms at the quartile; "
-              "target at most 20 ms: %s\n",
-              1e3 * extra, quantile(with, 0.5) / quantile(without, 0.5), 1e3 * extra_q1,
-              extra <= 0.020 ? "met" : extra_q1 <= 0.020 ? "met at the quartile only" : "MISSED");
+  std::printf(
+      "bwrap adds %.1f ms per program at the median (%.2fx the baseline), %.1f ms at the quartile; "
+      "target at most 20 ms: %s\n",
+      1e3 * extra, quantile(with, 0.5) / quantile(without, 0.5), 1e3 * extra_q1,
+      extra <= 0.020      ? "met"
+      : extra_q1 <= 0.020 ? "met at the quartile only"
+                          : "MISSED");
   return 0;
 }

@@ -52,9 +52,10 @@ struct AttackRow {
 
 void print_attack_row(const AttackRow& r, double quiet_p99) {
   const double p50 = percentile(r.legit.health_ms, 0.5), p99 = percentile(r.legit.health_ms, 0.99);
-  std::printf("%-34s %7zu %9.2f %9.2f %10.2f %7d/%-4d %10.1f %9d %8lld %10lld\n", r.what, r.legit.health_ms.size(), p50, p99,
-              quiet_p99 > 0 ? p99 / quiet_p99 : 0.0, r.legit.chats_ok, r.legit.chats, percentile(r.legit.chat_ms, 0.5),
-              r.peak_fds, (long long)r.connections.value("peak", 0), (long long)(r.connections.value("shed_idle", 0) + r.connections.value("shed_partial", 0)));
+  std::printf("%-34s %7zu %9.2f %9.2f %10.2f %7d/%-4d %10.1f %9d %8lld %10lld\n", r.what, r.legit.health_ms.size(), p50,
+              p99, quiet_p99 > 0 ? p99 / quiet_p99 : 0.0, r.legit.chats_ok, r.legit.chats,
+              percentile(r.legit.chat_ms, 0.5), r.peak_fds, (long long)r.connections.value("peak", 0),
+              (long long)(r.connections.value("shed_idle", 0) + r.connections.value("shed_partial", 0)));
   std::fflush(stdout);
 }
 
@@ -83,8 +84,9 @@ std::pair<int, double> keyed_chat(int port, const std::string& key, int max_toke
   const bench_clock::time_point t0 = bench_clock::now();
   const int fd = raw_connect(port);
   if (fd < 0) return {0, 0};
-  raw_send(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Bearer " + key +
-                   "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body);
+  raw_send(fd, "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nAuthorization: Bearer " +
+                   key + "\r\nContent-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+                   "\r\n\r\n" + body);
   const std::string raw = raw_read_all(fd, 60000);
   close(fd);
   return {raw.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(raw.substr(9, 3)) : 0, bench_seconds_since(t0)};
@@ -95,7 +97,8 @@ void fairness(const std::string& base) {
   const std::string keys = base + "/keys_bench";
   std::ofstream(keys) << "key-a\nkey-b\n";
   chmod(keys.c_str(), 0600);
-  ServerProcess server(NANOCHAT_BIN, base, {"--workers", "1", "--max-batch", "1", "--max-queue", "4", "-q", "--api-key-file", keys});
+  ServerProcess server(NANOCHAT_BIN, base,
+                       {"--workers", "1", "--max-batch", "1", "--max-queue", "4", "-q", "--api-key-file", keys});
   wait_until_healthy(server.port());
   const int port = server.port();
   keyed_chat(port, "key-b", 8);  // warm-up
@@ -110,10 +113,11 @@ void fairness(const std::string& base) {
   std::this_thread::sleep_for(std::chrono::milliseconds(500));
   const auto flooded = keyed_chat(port, "key-b", 8);
   for (auto& t : flood) t.join();
-  std::printf("\nfair admission (one row, --max-queue 4): key B's chat alone %.0f ms (%d); while key A sends 12 long requests "
-              "at once %.0f ms (%d), ratio %.1f; A: %d answered, %d refused 503\n",
-              alone.second * 1e3, alone.first, flooded.second * 1e3, flooded.first, flooded.second / alone.second, a_ok.load(),
-              a_refused.load());
+  std::printf(
+      "\nfair admission (one row, --max-queue 4): key B's chat alone %.0f ms (%d); while key A sends 12 long requests "
+      "at once %.0f ms (%d), ratio %.1f; A: %d answered, %d refused 503\n",
+      alone.second * 1e3, alone.first, flooded.second * 1e3, flooded.first, flooded.second / alone.second, a_ok.load(),
+      a_refused.load());
 }
 
 int attacks_main(const std::string& base, const std::string& body) {
@@ -124,10 +128,12 @@ int attacks_main(const std::string& base, const std::string& body) {
   prlimit(server.pid(), RLIMIT_NOFILE, &limit, nullptr);  // the server as under ulimit -n 1024
   const int port = server.port();
   legit_traffic(port, 0.5, body);  // warm-up
-  std::printf("bench_server --attacks: chat-web --workers 1 (--max-connections 256, 64 per client), ulimit -n 1024, "
-              "%u hardware threads\n", std::thread::hardware_concurrency());
-  std::printf("%-34s %7s %9s %9s %10s %12s %10s %9s %8s %10s\n", "attack", "probes", "health50", "health99", "p99/quiet",
-              "chats ok", "chat50 ms", "srv fds", "conns", "shed");
+  std::printf(
+      "bench_server --attacks: chat-web --workers 1 (--max-connections 256, 64 per client), ulimit -n 1024, "
+      "%u hardware threads\n",
+      std::thread::hardware_concurrency());
+  std::printf("%-34s %7s %9s %9s %10s %12s %10s %9s %8s %10s\n", "attack", "probes", "health50", "health99",
+              "p99/quiet", "chats ok", "chat50 ms", "srv fds", "conns", "shed");
   const AttackRow quiet = under_attack("none", port, server.pid(), body, 0);
   const double quiet_p99 = percentile(quiet.legit.health_ms, 0.99);
   print_attack_row(quiet, quiet_p99);
@@ -149,8 +155,10 @@ static int bench_main(int argc, char** argv, std::string& base) {
   app.add_option("--max-tokens", max_tokens, "tokens per reply (greedy)");
   app.add_option("--clients", clients_list, "concurrency levels");
   bool make_base_dir = false, attacks = false;
-  app.add_flag("--attacks", attacks, "the server under slowloris, a connection flood and one key's flood, against no attack");
-  app.add_flag("--make-base-dir", make_base_dir, "only write the tiny model's NANOCHAT_BASE_DIR, print its path, keep it (bench/soak_server.sh)");
+  app.add_flag("--attacks", attacks,
+               "the server under slowloris, a connection flood and one key's flood, against no attack");
+  app.add_flag("--make-base-dir", make_base_dir,
+               "only write the tiny model's NANOCHAT_BASE_DIR, print its path, keep it (bench/soak_server.sh)");
   CLI11_PARSE(app, argc, argv);
 
   base = tiny_chat_base_dir();
@@ -160,7 +168,8 @@ static int bench_main(int argc, char** argv, std::string& base) {
     return 0;
   }
   const std::string prompt = "what is two plus three";
-  nlohmann::json req = {{"messages", {{{"role", "user"}, {"content", prompt}}}}, {"temperature", 0}, {"max_tokens", max_tokens}};
+  nlohmann::json req = {
+      {"messages", {{{"role", "user"}, {"content", prompt}}}}, {"temperature", 0}, {"max_tokens", max_tokens}};
   const std::string body = req.dump();
   if (attacks) return attacks_main(base, body);
 
@@ -198,10 +207,13 @@ static int bench_main(int argc, char** argv, std::string& base) {
   wait_until_healthy(server.port());
   bench_http_load(server.port(), 2, 4, kNoLimit, body);  // warm-up
 
-  std::printf("bench_server: tiny GPT (2 layers, n_embd 128, vocab %d), %lld tokens/reply (greedy), chat-web --workers %d, %u hardware threads\n",
-              tok.vocab_size(), (long long)gen_tokens, workers, std::thread::hardware_concurrency());
-  std::printf("baseline (engine in process, sequential): %.1f req/s, time to first token p50 %.2f ms\n\n", base_rps, base_p50);
-  std::printf("%8s %9s %10s %12s %12s %14s %9s\n", "clients", "requests", "req/s", "ttft p50 ms", "ttft p99 ms", "req/s / base", "failures");
+  std::printf(
+      "bench_server: tiny GPT (2 layers, n_embd 128, vocab %d), %lld tokens/reply (greedy), chat-web --workers %d, %u hardware threads\n",
+      tok.vocab_size(), (long long)gen_tokens, workers, std::thread::hardware_concurrency());
+  std::printf("baseline (engine in process, sequential): %.1f req/s, time to first token p50 %.2f ms\n\n", base_rps,
+              base_p50);
+  std::printf("%8s %9s %10s %12s %12s %14s %9s\n", "clients", "requests", "req/s", "ttft p50 ms", "ttft p99 ms",
+              "req/s / base", "failures");
   std::stringstream ss(clients_list);
   for (std::string item; std::getline(ss, item, ',');) {
     int c = std::stoi(item);

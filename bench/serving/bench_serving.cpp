@@ -80,7 +80,8 @@ int main(int argc, char** argv) {
   double seconds = 60;
   std::string clients_list = "1,4,16,64";
   bool http_only = false, engine_only = false;
-  app.add_option("--requests", requests, "in-process: concurrent greedy requests (and the sequential baseline's count)");
+  app.add_option("--requests", requests,
+                 "in-process: concurrent greedy requests (and the sequential baseline's count)");
   app.add_option("--max-tokens", max_tokens, "tokens per reply");
   app.add_option("--clients", clients_list, "HTTP: concurrency levels");
   app.add_option("--seconds", seconds, "HTTP: at most this long per level and configuration");
@@ -94,10 +95,11 @@ int main(int argc, char** argv) {
   GPTConfig cfg = bench_config(tok.vocab_size(), depth, width);
   GPT model = bench_model(cfg);
   auto engine = std::make_shared<const Engine>(model, tok);
-  std::printf("bench_serving: random GPT %lld layers, n_embd %lld, vocab %d; %lld greedy tokens per reply; %u hardware threads, "
-              "torch threads %d\n",
-              (long long)depth, (long long)width, tok.vocab_size(), (long long)max_tokens, std::thread::hardware_concurrency(),
-              at::get_num_threads());
+  std::printf(
+      "bench_serving: random GPT %lld layers, n_embd %lld, vocab %d; %lld greedy tokens per reply; %u hardware threads, "
+      "torch threads %d\n",
+      (long long)depth, (long long)width, tok.vocab_size(), (long long)max_tokens, std::thread::hardware_concurrency(),
+      at::get_num_threads());
 
   GenerateOptions o;
   o.max_tokens = max_tokens;
@@ -117,7 +119,7 @@ int main(int argc, char** argv) {
     Scheduler sched(engine, so);
     engine->generate(prompt, o);  // warm-up
     sched.generate(prompt, o);
-    GenerateOptions rows = o;     // the bound: one request of N samples (one prefill, rows in step, no scheduler)
+    GenerateOptions rows = o;  // the bound: one request of N samples (one prefill, rows in step, no scheduler)
     rows.num_samples = requests;
     double seq = 1e30, batched = 1e30, uniform = 1e30;
     std::vector<double> ratios;
@@ -143,8 +145,9 @@ int main(int argc, char** argv) {
     std::printf("  one after another (Engine::generate): %7.3f s  %8.1f tokens/s\n", seq, toks / seq);
     std::printf("  together (Scheduler, max_batch %d):  %7.3f s  %8.1f tokens/s\n", requests, batched, toks / batched);
     std::printf("  speed-up: %.2fx (rounds: %.2fx %.2fx %.2fx)\n", seq / batched, ratios[0], ratios[1], ratios[2]);
-    std::printf("  bound: one request of %d samples (Engine::generate, rows in step): %7.3f s  %8.1f tokens/s  (%.2fx)\n",
-                requests, uniform, toks / uniform, seq / uniform);
+    std::printf(
+        "  bound: one request of %d samples (Engine::generate, rows in step): %7.3f s  %8.1f tokens/s  (%.2fx)\n",
+        requests, uniform, toks / uniform, seq / uniform);
     std::fflush(stdout);
   }
   if (engine_only) return 0;
@@ -177,11 +180,13 @@ int main(int argc, char** argv) {
     bench_http_load(servers[k]->port(), 2, 2, seconds, body);  // warm-up
   }
   for (int c : levels)
-    for (int k = 0; k < 2; k++) results[k].push_back(bench_http_load(servers[k]->port(), c, std::max(requests, c), seconds, body));
+    for (int k = 0; k < 2; k++)
+      results[k].push_back(bench_http_load(servers[k]->port(), c, std::max(requests, c), seconds, body));
   servers.clear();
-  std::printf("\nHTTP loopback, chat-web --workers 1 (replies of ~%lld tokens; a token event may carry more than one token "
-              "when a character spans several):\n",
-              (long long)max_tokens);
+  std::printf(
+      "\nHTTP loopback, chat-web --workers 1 (replies of ~%lld tokens; a token event may carry more than one token "
+      "when a character spans several):\n",
+      (long long)max_tokens);
   std::printf("%8s %-14s %6s %10s %11s %11s %12s %12s %9s\n", "clients", "server", "reqs", "tokens/s", "ttft p50 ms",
               "ttft p99 ms", "token p50 ms", "token p99 ms", "failures");
   for (size_t i = 0; i < levels.size(); i++) {

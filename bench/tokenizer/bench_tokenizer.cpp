@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
               strprintf("BPE training %.0f MB, vocab %d", corpus_mb, vocab).c_str(), train_s,
               base["train_seconds"].get<double>(), base["train_seconds"].get<double>() / train_s,
               same_merges ? "yes" : "NO");
-  double ours_mbs = encode_bytes / 1e6 / encode_s, theirs_mbs = encode_bytes / 1e6 / base["encode_seconds"].get<double>();
+  double ours_mbs = encode_bytes / 1e6 / encode_s,
+         theirs_mbs = encode_bytes / 1e6 / base["encode_seconds"].get<double>();
   std::printf("%-36s %9.2fMB/s %9.2fMB/s %9.2fx   (tiktoken; tokens %lld vs %lld)\n", "encode, 1 thread", ours_mbs,
               theirs_mbs, ours_mbs / theirs_mbs, (long long)tokens, base["encode_tokens"].get<long long>());
   std::printf("%-36s %9.2fMB/s   (the floor of encode: PCRE2 JIT split only)\n", "split only, 1 thread",

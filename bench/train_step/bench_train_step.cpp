@@ -1,4 +1,4 @@
-// defines: main (bench_train_step)
+// defines: main (bench_train_step), Options, OursResult
 // One full pretraining step (forward, backward and the MuonAdamW update, as base-train runs it)
 // against the same model and optimizer written in plain PyTorch (reference_step.py beside this
 // file runs the project's reference, tests/fixtures/gpt_reference.py and optim_reference.py), run eagerly and under torch.compile, with the same shapes, threads,
@@ -157,9 +157,16 @@ static OursResult run_ours(const Options& o, int64_t depth, torch::ScalarType dt
     step();
     std::printf("  trace of one step (%.0f ms under the profiler): %s\n", 1000 * bench_seconds_since(t), path.c_str());
   }
-  return {(double)(o.batch * o.seq_len) / step_s, (double)(o.batch * o.seq_len) / best, 1000 * step_s, fwd_bwd_ms,
-          optim_ms, peak_rss_mb(), dev_peak < 0 ? -1.0 : (double)dev_peak / 1048576.0,
-          losses.front(), loss_last, warmup_s};
+  return {(double)(o.batch * o.seq_len) / step_s,
+          (double)(o.batch * o.seq_len) / best,
+          1000 * step_s,
+          fwd_bwd_ms,
+          optim_ms,
+          peak_rss_mb(),
+          dev_peak < 0 ? -1.0 : (double)dev_peak / 1048576.0,
+          losses.front(),
+          loss_last,
+          warmup_s};
 }
 
 // the Python reference as a subprocess; its last line is one JSON object
@@ -167,14 +174,16 @@ static json run_reference(const Options& o, int64_t depth, const std::string& dt
   const std::string err = strprintf("/tmp/bench_train_step_ref_%d.err", (int)getpid());
   // the reference gets the malloc thresholds that our runs set (cpu_malloc_setup), so that the
   // ratio is the code's and not glibc's; --reference-default-malloc runs it as Python runs
-  const std::string malloc_env =
-      o.reference_default_malloc ? "" : "MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 ";
-  const std::string cmd = malloc_env + strprintf(
-      "%s %s --depth %lld --seq-len %lld --batch %lld --vocab %lld --dtype %s --threads %d --steps %d "
-      "--warmup %d --compile %d --device %s --window-pattern %s 2>%s",
-      NANOCHAT_PYTHON, NANOCHAT_BENCH_SCRIPT, (long long)depth, (long long)o.seq_len, (long long)o.batch,
-      (long long)o.vocab, dtype.c_str(), threads, o.steps, o.warmup, compiled ? 1 : 0, o.device.c_str(),
-      o.window_pattern.c_str(), err.c_str());
+  const std::string malloc_env = o.reference_default_malloc
+                                     ? ""
+                                     : "MALLOC_MMAP_THRESHOLD_=1073741824 MALLOC_TRIM_THRESHOLD_=1073741824 ";
+  const std::string cmd =
+      malloc_env + strprintf(
+                       "%s %s --depth %lld --seq-len %lld --batch %lld --vocab %lld --dtype %s --threads %d --steps %d "
+                       "--warmup %d --compile %d --device %s --window-pattern %s 2>%s",
+                       NANOCHAT_PYTHON, NANOCHAT_BENCH_SCRIPT, (long long)depth, (long long)o.seq_len,
+                       (long long)o.batch, (long long)o.vocab, dtype.c_str(), threads, o.steps, o.warmup,
+                       compiled ? 1 : 0, o.device.c_str(), o.window_pattern.c_str(), err.c_str());
   std::fflush(stdout);
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) fail("could not start the reference: %s", cmd.c_str());
@@ -210,7 +219,8 @@ int main(int argc, char** argv) {
   app.add_flag("--no-python", o.no_python, "our step only");
   app.add_flag("--reference-default-malloc", o.reference_default_malloc,
                "run the reference with glibc's default malloc thresholds (ours raises them: cpu_malloc_setup)");
-  app.add_option("--trace", o.trace, "profile one extra step of ours into <prefix>.d<depth>.<dtype>.json (chrome trace)");
+  app.add_option("--trace", o.trace,
+                 "profile one extra step of ours into <prefix>.d<depth>.<dtype>.json (chrome trace)");
   CLI11_PARSE(app, argc, argv);
 
   // thread count for everyone; the children set it themselves (the parent runs no torch op)
@@ -223,10 +233,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> dtypes;
   std::stringstream ss(o.dtypes);
   for (std::string item; std::getline(ss, item, ',');) dtypes.push_back(item);
-  std::printf("bench_train_step: %s, %d threads, %s, B=%lld T=%lld vocab %lld, window %s, %d warm-up + %d timed "
-              "steps\n", device_type == "cpu" ? host_info().cpu_model.c_str() : "cuda", threads, device_type.c_str(),
-              (long long)o.batch, (long long)o.seq_len, (long long)o.vocab, o.window_pattern.c_str(), o.warmup,
-              o.steps);
+  std::printf(
+      "bench_train_step: %s, %d threads, %s, B=%lld T=%lld vocab %lld, window %s, %d warm-up + %d timed "
+      "steps\n",
+      device_type == "cpu" ? host_info().cpu_model.c_str() : "cuda", threads, device_type.c_str(), (long long)o.batch,
+      (long long)o.seq_len, (long long)o.vocab, o.window_pattern.c_str(), o.warmup, o.steps);
 
   struct Row {
     int64_t depth, n_embd, flops_per_token;
@@ -240,13 +251,16 @@ int main(int argc, char** argv) {
   auto total0 = bench_clock::now();
   const double load_start = load_average();
   for (const std::string& dtype_s : dtypes) {
-    if (dtype_s != "float32" && dtype_s != "bfloat16") fail("--dtypes: unknown dtype '%s' (float32, bfloat16)", dtype_s.c_str());
+    if (dtype_s != "float32" && dtype_s != "bfloat16")
+      fail("--dtypes: unknown dtype '%s' (float32, bfloat16)", dtype_s.c_str());
     const torch::ScalarType dtype = dtype_s == "bfloat16" ? torch::kBFloat16 : torch::kFloat32;
-    struct Roof { double flops; };
+    struct Roof {
+      double flops;
+    };
     const double roof = run_in_child<Roof>("matmul roof", [&]() {
-      at::set_num_threads(threads);
-      return Roof{matmul_roof(device, dtype)};
-    }).flops;
+                          at::set_num_threads(threads);
+                          return Roof{matmul_roof(device, dtype)};
+                        }).flops;
     roofs[dtype_s] = roof;
     std::printf("matmul roof %s (best of 1024^3 and 2048^3 mm): %.1f GFLOP/s\n", dtype_s.c_str(), roof / 1e9);
     for (int64_t depth : bench_parse_list(o.depths)) {
@@ -257,14 +271,15 @@ int main(int argc, char** argv) {
         return run_ours(o, depth, dtype, device);
       });
       std::printf("  d%lld %s ours: %.1f tok/s, %.0f ms/step, peak RSS %.0f MB, loss %.4f -> %.4f\n", (long long)depth,
-                  dtype_s.c_str(), r.ours.tok_s, r.ours.step_ms, r.ours.peak_rss_mb, r.ours.loss_first, r.ours.loss_last);
+                  dtype_s.c_str(), r.ours.tok_s, r.ours.step_ms, r.ours.peak_rss_mb, r.ours.loss_first,
+                  r.ours.loss_last);
       if (!o.no_python)
         for (bool compiled : {false, true}) {
           json j = run_reference(o, depth, dtype_s, threads, compiled);
           std::printf("  d%lld %s %s: %.1f tok/s, %.0f ms/step, peak RSS %.0f MB, compile %.1f s, loss %.4f -> %.4f\n",
-                      (long long)depth, dtype_s.c_str(), compiled ? "compiled" : "eager", j["tok_per_sec"].get<double>(),
-                      j["step_ms"].get<double>(), j["peak_rss_mb"].get<double>(), j["compile_s"].get<double>(),
-                      j["loss_first"].get<double>(), j["loss_last"].get<double>());
+                      (long long)depth, dtype_s.c_str(), compiled ? "compiled" : "eager",
+                      j["tok_per_sec"].get<double>(), j["step_ms"].get<double>(), j["peak_rss_mb"].get<double>(),
+                      j["compile_s"].get<double>(), j["loss_first"].get<double>(), j["loss_last"].get<double>());
           (compiled ? r.compiled : r.eager) = j;
         }
       rows.push_back(r);
@@ -285,16 +300,30 @@ int main(int argc, char** argv) {
     const double rss_e = num(r.eager, "peak_rss_mb"), rss_c = num(r.compiled, "peak_rss_mb");
     const double mfu = (double)r.flops_per_token * r.ours.tok_s / r.roof;
     const std::string name = strprintf("d%lld %s", (long long)r.depth, r.dtype == "bfloat16" ? "bf16" : "fp32");
-    std::printf("%-10s %6lld %10.1f %9.0f %9.0f %9.1f %10.1f %9.2fx %6.2fx | %8.0f %8.0f %8.0f %9.2fx | %5.1f%% %6.1f\n",
-                name.c_str(), (long long)r.n_embd, r.ours.tok_s, r.ours.fwd_bwd_ms, r.ours.optim_ms, eager, comp,
-                eager > 0 ? r.ours.tok_s / eager : 0.0, comp > 0 ? r.ours.tok_s / comp : 0.0, r.ours.peak_rss_mb,
-                rss_e, rss_c, rss_c > 0 ? r.ours.peak_rss_mb / rss_c : 0.0, 100 * mfu, num(r.compiled, "compile_s"));
-    json row = {{"depth", r.depth}, {"dtype", r.dtype}, {"n_embd", r.n_embd}, {"flops_per_token", r.flops_per_token},
-                {"roof_flops", r.roof}, {"ours", {{"tok_per_sec", r.ours.tok_s}, {"tok_per_sec_best", r.ours.tok_s_best}, {"step_ms", r.ours.step_ms},
-                {"fwd_bwd_ms", r.ours.fwd_bwd_ms}, {"optim_ms", r.ours.optim_ms}, {"peak_rss_mb", r.ours.peak_rss_mb},
-                {"peak_device_mb", r.ours.peak_dev_mb}, {"mfu", mfu}, {"loss_first", r.ours.loss_first},
-                {"loss_last", r.ours.loss_last}, {"warmup_s", r.ours.warmup_s}}},
-                {"eager", r.eager}, {"compiled", r.compiled}};
+    std::printf(
+        "%-10s %6lld %10.1f %9.0f %9.0f %9.1f %10.1f %9.2fx %6.2fx | %8.0f %8.0f %8.0f %9.2fx | %5.1f%% %6.1f\n",
+        name.c_str(), (long long)r.n_embd, r.ours.tok_s, r.ours.fwd_bwd_ms, r.ours.optim_ms, eager, comp,
+        eager > 0 ? r.ours.tok_s / eager : 0.0, comp > 0 ? r.ours.tok_s / comp : 0.0, r.ours.peak_rss_mb, rss_e, rss_c,
+        rss_c > 0 ? r.ours.peak_rss_mb / rss_c : 0.0, 100 * mfu, num(r.compiled, "compile_s"));
+    json row = {{"depth", r.depth},
+                {"dtype", r.dtype},
+                {"n_embd", r.n_embd},
+                {"flops_per_token", r.flops_per_token},
+                {"roof_flops", r.roof},
+                {"ours",
+                 {{"tok_per_sec", r.ours.tok_s},
+                  {"tok_per_sec_best", r.ours.tok_s_best},
+                  {"step_ms", r.ours.step_ms},
+                  {"fwd_bwd_ms", r.ours.fwd_bwd_ms},
+                  {"optim_ms", r.ours.optim_ms},
+                  {"peak_rss_mb", r.ours.peak_rss_mb},
+                  {"peak_device_mb", r.ours.peak_dev_mb},
+                  {"mfu", mfu},
+                  {"loss_first", r.ours.loss_first},
+                  {"loss_last", r.ours.loss_last},
+                  {"warmup_s", r.ours.warmup_s}}},
+                {"eager", r.eager},
+                {"compiled", r.compiled}};
     if (eager > 0) row["ours_over_eager"] = r.ours.tok_s / eager;
     if (comp > 0) row["ours_over_compiled"] = r.ours.tok_s / comp;
     if (comp > 0) row["ours_over_compiled_best"] = r.ours.tok_s_best / num(r.compiled, "tok_per_sec_best");
@@ -317,12 +346,24 @@ int main(int argc, char** argv) {
                 r.dtype.c_str(), r.ours.loss_first, r.ours.loss_last, num(r.eager, "loss_first"),
                 num(r.eager, "loss_last"), num(r.compiled, "loss_first"), num(r.compiled, "loss_last"));
   const double load_end = load_average();
-  std::printf("target: ours >= 1.2x compiled tok/s and <= its peak RSS; whole bench took %.0f s; load average %.2f at "
-              "the start, %.2f at the end (%d threads per run)\n", total_s, load_start, load_end, threads);
-  json all = {{"bench", "train_step"}, {"device", device_type}, {"threads", threads}, {"batch", o.batch},
-              {"seq_len", o.seq_len}, {"vocab", o.vocab}, {"steps", o.steps}, {"warmup", o.warmup},
-              {"window_pattern", o.window_pattern}, {"roof_flops", roofs}, {"total_s", total_s},
-              {"load_average_start", load_start}, {"load_average_end", load_end}, {"rows", out_rows}};
+  std::printf(
+      "target: ours >= 1.2x compiled tok/s and <= its peak RSS; whole bench took %.0f s; load average %.2f at "
+      "the start, %.2f at the end (%d threads per run)\n",
+      total_s, load_start, load_end, threads);
+  json all = {{"bench", "train_step"},
+              {"device", device_type},
+              {"threads", threads},
+              {"batch", o.batch},
+              {"seq_len", o.seq_len},
+              {"vocab", o.vocab},
+              {"steps", o.steps},
+              {"warmup", o.warmup},
+              {"window_pattern", o.window_pattern},
+              {"roof_flops", roofs},
+              {"total_s", total_s},
+              {"load_average_start", load_start},
+              {"load_average_end", load_end},
+              {"rows", out_rows}};
   std::printf("%s\n", all.dump().c_str());
   return 0;
 }

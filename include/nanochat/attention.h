@@ -31,12 +31,11 @@
 namespace nanochat {
 
 // q (B,T,H,D), k and v (B,T,Hkv,D) with H % Hkv == 0 (GQA); causal; returns (B,T,H,D)
-torch::Tensor attention_causal(const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, int64_t window);
+torch::Tensor attention_causal(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t window);
 // the same through SDPA only (flash, real or chunked windows): what attention_causal runs on
 // CUDA and with kernels off; the benchmark's baseline for the CPU kernel
-torch::Tensor attention_causal_sdpa(const torch::Tensor& q, const torch::Tensor& k,
-                                    const torch::Tensor& v, int64_t window);
+torch::Tensor attention_causal_sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                    int64_t window);
 
 // which kernel runs attention for q (B,T,H,D) and k (B,T,Hkv,D) like these with left window
 // `window`: "nanochat CPU attention, window of 256", "SDPA flash, causal", "flash with a real
@@ -45,14 +44,13 @@ std::string attention_kernel_name(const torch::Tensor& q, const torch::Tensor& k
 
 // the boolean mask (true = attend) of a causal sliding window for Tq queries that are the
 // last Tq of Tk positions: row r is position Tk-Tq+r; shape (Tq, Tk)
-torch::Tensor attention_window_mask(int64_t Tq, int64_t Tk, int64_t window,
-                                    torch::Device device = torch::kCPU);
+torch::Tensor attention_window_mask(int64_t Tq, int64_t Tk, int64_t window, torch::Device device = torch::kCPU);
 
 // the boolean mask (true = attend) of rows at their own positions: row b's query t is at
 // position pos[b] + t and sees the keys first..first+Tk-1 at or before it, within `window`;
 // shape (B, 1, T, Tk)
-torch::Tensor attention_rows_mask(const std::vector<int64_t>& pos, int64_t T, int64_t first, int64_t Tk,
-                                  int64_t window, torch::Device device = torch::kCPU);
+torch::Tensor attention_rows_mask(const std::vector<int64_t>& pos, int64_t T, int64_t first, int64_t Tk, int64_t window,
+                                  torch::Device device = torch::kCPU);
 
 // upstream engine.py's KVCache: k_cache and v_cache (L, B, T_max, Hkv, D) in the compute dtype,
 // cache_seqlens int32 (B,), and the smear's previous (normed, pre-smear) embedding.
@@ -60,8 +58,8 @@ torch::Tensor attention_rows_mask(const std::vector<int64_t>& pos, int64_t T, in
 // (continuous batching: set_row_positions); the positions are also kept on the host so that
 // decoding does not synchronise with the device.
 struct KVCache {
-  KVCache(int64_t batch_size, int64_t num_kv_heads, int64_t max_seq_len, int64_t head_dim,
-          int64_t num_layers, torch::Device device, torch::ScalarType dtype);
+  KVCache(int64_t batch_size, int64_t num_kv_heads, int64_t max_seq_len, int64_t head_dim, int64_t num_layers,
+          torch::Device device, torch::ScalarType dtype);
   torch::Tensor k_cache, v_cache, cache_seqlens;
   torch::Tensor prev_embedding;  // (B,1,C); undefined until the first forward
 
@@ -93,14 +91,12 @@ struct KVCache {
 
 // writes k, v (B,T,Hkv,D) into the layer's cache at `pos` and attends q (B,T,H,D) over the
 // first pos+T cached positions (causal, window); the caller advances the cache
-torch::Tensor attention_with_kvcache(const torch::Tensor& q, const torch::Tensor& k_cache,
-                                     const torch::Tensor& v_cache, const torch::Tensor& k,
-                                     const torch::Tensor& v, int64_t pos, int64_t window);
+torch::Tensor attention_with_kvcache(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
+                                     const torch::Tensor& k, const torch::Tensor& v, int64_t pos, int64_t window);
 // the same for rows at their own positions: row b's k, v go to pos[b].., its queries see
 // its own first pos[b]+t+1 positions (window); q (B,T,H,D)
 torch::Tensor attention_with_kvcache_rows(const torch::Tensor& q, const torch::Tensor& k_cache,
-                                          const torch::Tensor& v_cache, const torch::Tensor& k,
-                                          const torch::Tensor& v, const std::vector<int64_t>& pos,
-                                          int64_t window);
+                                          const torch::Tensor& v_cache, const torch::Tensor& k, const torch::Tensor& v,
+                                          const std::vector<int64_t>& pos, int64_t window);
 
 }  // namespace nanochat

@@ -45,7 +45,8 @@ std::string checkpoint_done_path(const std::string& dir, int64_t step);
 // recently modified subdirectory. Error when `root` has no subdirectory.
 std::string checkpoint_find_largest_tag(const std::string& root);
 // steps S of the files <prefix>S<suffix> in dir, ascending (e.g. "model_", ".pt" for upstream)
-std::vector<int64_t> checkpoint_list_steps(const std::string& dir, const std::string& prefix, const std::string& suffix);
+std::vector<int64_t> checkpoint_list_steps(const std::string& dir, const std::string& prefix,
+                                           const std::string& suffix);
 bool checkpoint_is_complete(const std::string& dir, int64_t step);
 // the largest complete step; Error naming dir (and any incomplete steps) when there is none
 int64_t checkpoint_find_last_step(const std::string& dir);

@@ -34,7 +34,7 @@ struct Compute {
   torch::ScalarType dtype = torch::kFloat;
   int cpu_threads = 1;
   std::unique_ptr<Dist> dist;
-  KernelsAgreement agreement;  // after dist: cleared before the group goes
+  KernelsAgreement agreement;                       // after dist: cleared before the group goes
   std::vector<kernels_check_result> kernel_checks;  // the checks at start (none under NANOCHAT_KERNELS=0)
   bool master() const { return env.rank == 0; }
 };

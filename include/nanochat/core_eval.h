@@ -31,11 +31,11 @@ constexpr const char* kEvalBundleUrl = "https://karpathy-public.s3.us-west-2.ama
 
 // ---- the bundle (upstream's eval_bundle) ---------------------------------------------------------------
 struct CoreTaskSpec {
-  std::string label, type;        // type: multiple_choice, schema or language_modeling
-  std::string dataset_uri;        // relative to <bundle>/eval_data/
-  int64_t num_fewshot = 0;        // num_fewshot[0]
+  std::string label, type;  // type: multiple_choice, schema or language_modeling
+  std::string dataset_uri;  // relative to <bundle>/eval_data/
+  int64_t num_fewshot = 0;  // num_fewshot[0]
   std::string continuation_delimiter = " ";
-  double random_baseline = 0;     // percent, from eval_meta_data.csv
+  double random_baseline = 0;  // percent, from eval_meta_data.csv
 };
 // core.yaml's icl_tasks (in order) joined with eval_meta_data.csv's "Random baseline";
 // Error naming the file (and task) for anything missing or unknown
@@ -91,21 +91,21 @@ CoreSequences core_prepare_example(const CoreTaskSpec& task, const std::vector<C
 using CoreLogitsFn = std::function<torch::Tensor(const torch::Tensor& idx)>;
 
 struct CoreOptions {
-  std::string bundle_dir;        // a directory holding core.yaml (core_eval_bundle_dir())
-  int64_t max_per_task = -1;     // -1: all examples (base_train uses 500)
-  int64_t batch_size = 32;       // rows (prompts) per forward
-  int64_t max_batch_tokens = 0;  // rows * padded length per forward; 0: no limit
-  int64_t max_seq_len = 0;       // truncation rule; 0: none (nanochat's GPT)
-  int threads = 0;               // rendering and tokenizing threads; 0: all cores
+  std::string bundle_dir;               // a directory holding core.yaml (core_eval_bundle_dir())
+  int64_t max_per_task = -1;            // -1: all examples (base_train uses 500)
+  int64_t batch_size = 32;              // rows (prompts) per forward
+  int64_t max_batch_tokens = 0;         // rows * padded length per forward; 0: no limit
+  int64_t max_seq_len = 0;              // truncation rule; 0: none (nanochat's GPT)
+  int threads = 0;                      // rendering and tokenizing threads; 0: all cores
   std::vector<std::string> only_tasks;  // non-empty: just these labels (debugging)
 };
 
 // the correct flags (0/1) of every example of the shuffled, truncated task that `rank`
 // owns (idx = rank, rank+world, ...); other entries 0. Summing the ranks' vectors gives
 // the full vector.
-std::vector<float> core_evaluate_task(const CoreLogitsFn& logits_fn, const Tokenizer& tok,
-                                      const CoreTaskSpec& task, const std::vector<CoreItem>& data,
-                                      const CoreOptions& opts, int rank = 0, int world = 1);
+std::vector<float> core_evaluate_task(const CoreLogitsFn& logits_fn, const Tokenizer& tok, const CoreTaskSpec& task,
+                                      const std::vector<CoreItem>& data, const CoreOptions& opts, int rank = 0,
+                                      int world = 1);
 
 struct CoreTaskResult {
   std::string label, type;
@@ -121,13 +121,13 @@ struct CoreResult {
 
 // every task of the bundle; results summed over ranks (dist may be null: one process).
 // on_task sees each task's result as it finishes (every rank).
-CoreResult core_evaluate(const CoreLogitsFn& logits_fn, const Tokenizer& tok, const CoreOptions& opts,
-                         Dist* dist, const std::function<void(const CoreTaskResult&)>& on_task = nullptr);
+CoreResult core_evaluate(const CoreLogitsFn& logits_fn, const Tokenizer& tok, const CoreOptions& opts, Dist* dist,
+                         const std::function<void(const CoreTaskResult&)>& on_task = nullptr);
 // the model under no_grad on its own device; max_batch_tokens 0 becomes
 // batch_size * sequence_len, and a row longer than the rotary cache is an Error
 CoreLogitsFn core_gpt_logits_fn(GPT& model);
-CoreResult core_evaluate(GPT& model, const Tokenizer& tok, CoreOptions opts,
-                         Dist* dist, const std::function<void(const CoreTaskResult&)>& on_task = nullptr);
+CoreResult core_evaluate(GPT& model, const Tokenizer& tok, CoreOptions opts, Dist* dist,
+                         const std::function<void(const CoreTaskResult&)>& on_task = nullptr);
 
 // "Evaluating: hellaswag (10-shot, type: multiple_choice)... accuracy: 0.2500 | centered: 0.0000 | time: 1.23s"
 std::string core_task_line(const CoreTaskResult& r);

@@ -57,27 +57,27 @@ class BestFitPacker {
 
 // ---- the loader -------------------------------------------------------------------------
 struct LoaderOptions {
-  int64_t batch_size = 32;   // B, rows per batch (per rank)
-  int64_t seq_len = 2048;    // T
+  int64_t batch_size = 32;  // B, rows per batch (per rank)
+  int64_t seq_len = 2048;   // T
   torch::Device device = torch::kCPU;
-  int rank = 0, world = 1;   // row groups rank, rank+world, ... of every file
-  bool infinite = true;      // epochs forever (train, and val for bpb like upstream); else one pass
-  int tokenizer_threads = 0; // 0: all but one core of this rank: cores / local_world - 1, min 1
-  int local_world = 1;       // ranks on this machine (for the default above)
-  int prefetch = 2;          // K: batches staged ahead (the host ring has K + 1 slots)
-  size_t buffer_size = 1000;       // documents in the best-fit buffer (upstream)
-  int tokenizer_batch_size = 128;  // documents per chunk (upstream's refill size)
-  int64_t min_doc_chars = 0;       // cleaning: drop shorter documents (bytes); 0: keep all
-  bool drop_invalid_utf8 = true;   // cleaning: drop rows that are not valid UTF-8 (counted)
+  int rank = 0, world = 1;           // row groups rank, rank+world, ... of every file
+  bool infinite = true;              // epochs forever (train, and val for bpb like upstream); else one pass
+  int tokenizer_threads = 0;         // 0: all but one core of this rank: cores / local_world - 1, min 1
+  int local_world = 1;               // ranks on this machine (for the default above)
+  int prefetch = 2;                  // K: batches staged ahead (the host ring has K + 1 slots)
+  size_t buffer_size = 1000;         // documents in the best-fit buffer (upstream)
+  int tokenizer_batch_size = 128;    // documents per chunk (upstream's refill size)
+  int64_t min_doc_chars = 0;         // cleaning: drop shorter documents (bytes); 0: keep all
+  bool drop_invalid_utf8 = true;     // cleaning: drop rows that are not valid UTF-8 (counted)
   bool skip_bad_row_groups = false;  // a row group that fails to decode: warn and skip it
 };
 
 struct LoaderState {
-  DocRef next;                  // the first document of the stream not read yet
-  std::vector<DocRef> buffered; // the documents in the packer's buffer, in buffer order
-  DocPosition last;             // upstream's pq_idx, rg_idx, epoch (last chunk fetched)
-  int rank = 0, world = 1;      // whose stream this is
-  bool exact = true;            // false: only upstream's fields (resume at row-group granularity)
+  DocRef next;                   // the first document of the stream not read yet
+  std::vector<DocRef> buffered;  // the documents in the packer's buffer, in buffer order
+  DocPosition last;              // upstream's pq_idx, rg_idx, epoch (last chunk fetched)
+  int rank = 0, world = 1;       // whose stream this is
+  bool exact = true;             // false: only upstream's fields (resume at row-group granularity)
 };
 // {"pq_idx", "rg_idx", "epoch", "rank", "world", "next": {...}, "buffer": [[epoch, file,
 // row_group, [[begin, end), ...]], ...]} (the buffer compacted as runs of document indices)
@@ -102,17 +102,17 @@ struct LoaderBatch {
 };
 
 struct LoaderMetrics {
-  int ready = 0;                 // batches staged and waiting for next()
-  int64_t batches = 0;           // handed out by next()
-  double wait_total_s = 0;       // time next() spent waiting for a batch ("data-wait")
-  double wait_last_s = 0;        // ... in the last call
-  double tokens_per_s = 0;       // batch tokens (B*T) packed per second of the loader's life,
-                                 // not counting time the packer waited for a free slot (what
-                                 // the workers can produce, not what the consumer took)
-  double cropped_fraction = 0;   // tokens cropped away / tokens taken from documents
+  int ready = 0;                // batches staged and waiting for next()
+  int64_t batches = 0;          // handed out by next()
+  double wait_total_s = 0;      // time next() spent waiting for a batch ("data-wait")
+  double wait_last_s = 0;       // ... in the last call
+  double tokens_per_s = 0;      // batch tokens (B*T) packed per second of the loader's life,
+                                // not counting time the packer waited for a free slot (what
+                                // the workers can produce, not what the consumer took)
+  double cropped_fraction = 0;  // tokens cropped away / tokens taken from documents
   int64_t docs_tokenized = 0;
   int64_t docs_short = 0, docs_bad_utf8 = 0;  // dropped by cleaning
-  int64_t bad_row_groups = 0;    // skipped (skip_bad_row_groups)
+  int64_t bad_row_groups = 0;                 // skipped (skip_bad_row_groups)
 };
 
 class DataLoader {
@@ -120,8 +120,7 @@ class DataLoader {
   // tok must outlive the loader. resume: a state from a batch of this rank's stream (exact),
   // or upstream's fields (next row group after the saved one, upstream's rule). Errors about the data
   // itself (an unreadable row group, no documents) are thrown from next().
-  DataLoader(const Tokenizer& tok, CorpusSplit split, const LoaderOptions& opts,
-             const LoaderState* resume = nullptr);
+  DataLoader(const Tokenizer& tok, CorpusSplit split, const LoaderOptions& opts, const LoaderState* resume = nullptr);
   ~DataLoader();  // stops and joins all threads promptly, even mid-epoch
   DataLoader(const DataLoader&) = delete;
   DataLoader& operator=(const DataLoader&) = delete;

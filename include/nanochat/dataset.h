@@ -21,8 +21,7 @@
 namespace nanochat {
 
 // ---- ClimbMix shards (upstream's dataset.py) --------------------------------------------------------
-constexpr const char* kClimbmixBaseUrl =
-    "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main";
+constexpr const char* kClimbmixBaseUrl = "https://huggingface.co/datasets/karpathy/climbmix-400b-shuffle/resolve/main";
 constexpr int kClimbmixMaxShard = 6542;  // shards 00000..06542; the last one is always val
 
 std::string climbmix_shard_name(int index);  // "shard_00042.parquet"
@@ -46,7 +45,7 @@ struct DownloadOptions {
   int max_attempts = 5;             // like upstream
   double retry_base_seconds = 2.0;  // waits 2, 4, 8, 16 s between the 5 attempts
   int connect_timeout_seconds = 30;
-  int read_timeout_seconds = 30;    // a stalled transfer gives up after this
+  int read_timeout_seconds = 30;  // a stalled transfer gives up after this
   int max_redirects = 10;
   // a file larger than this is refused (said size or bytes received) and its .tmp removed:
   // a broken or hostile server cannot fill the disk (the shards are ~100 MB). 0: no limit.
@@ -122,8 +121,8 @@ std::unique_ptr<DocSource> doc_source_open(const std::string& path, const Corpus
 struct Corpus {
   CorpusOptions opts;
   std::string dir;
-  std::string kind;                 // "parquet", "jsonl" or "txt"
-  std::vector<std::string> files;   // sorted; the last one is val
+  std::string kind;                // "parquet", "jsonl" or "txt"
+  std::vector<std::string> files;  // sorted; the last one is val
 };
 // lists and checks a corpus directory (one kind of file); Error when empty, mixed, or a
 // flag does not fit
@@ -163,14 +162,14 @@ struct DocBatch {
 // position.
 class DocIterator {
  public:
-  DocIterator(CorpusSplit split, int start, int step, bool infinite,
-              const DocPosition* resume = nullptr, int batch_size = 0);
+  DocIterator(CorpusSplit split, int start, int step, bool infinite, const DocPosition* resume = nullptr,
+              int batch_size = 0);
   // the loader's exact resume: from document `doc` of row group `at` (one of this rank's).
   // full_pass: `at` begins a pass, so a pass without any document is an error (a rank with
   // no row groups) instead of a hang.
   DocIterator(CorpusSplit split, int start, int step, bool infinite, DocPosition at, int doc, bool full_pass,
               int batch_size);
-  bool next(DocBatch& out);  // false at the end of a finite pass
+  bool next(DocBatch& out);                       // false at the end of a finite pass
   DocPosition position() const { return last_; }  // of the last batch returned
   // on: a row group that fails to decode is warned about, counted and skipped (else Error)
   void set_skip_bad_row_groups(bool on) { skip_bad_ = on; }

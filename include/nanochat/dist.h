@@ -1,5 +1,5 @@
 // defines: DistEnv, dist_env_from_environment, ReduceOp, DistWork, Dist, DistTraffic, dist_shard_range,
-//          dist_any_rank, dist_self_test
+//          dist_any_rank, dist_self_test, DistSelfTestResult, dist_gloo_create, dist_nccl_create
 // Data parallelism over PyTorch's c10d: a TCPStore rendezvous and ProcessGroupNCCL on CUDA
 // or ProcessGroupGloo on CPU. nanochat has no DDP wrapper (upstream never wraps the model): the optimizer and
 // the loaders call these collectives themselves. With one process every collective is the
@@ -31,7 +31,7 @@ enum class ReduceOp { SUM, AVG, MAX };
 
 // A collective in flight. wait() blocks until it is done and returns its result.
 struct DistWork {
-  c10::intrusive_ptr<c10d::Work> work;   // null when there was nothing to communicate
+  c10::intrusive_ptr<c10d::Work> work;    // null when there was nothing to communicate
   std::function<torch::Tensor()> finish;  // turns the raw buffers into the result
   torch::Tensor wait();
 };
@@ -97,16 +97,16 @@ bool dist_any_rank(Dist& dist, bool flag);
 struct DistSelfTestResult {
   std::string name;
   bool ok;
-  std::string detail;      // what went wrong, when !ok
-  double bytes, seconds;   // of the timed run; bus bandwidth = bytes * factor / seconds
+  std::string detail;     // what went wrong, when !ok
+  double bytes, seconds;  // of the timed run; bus bandwidth = bytes * factor / seconds
   double bus_gb_per_s;
 };
 std::vector<DistSelfTestResult> dist_self_test(Dist& dist, int64_t timed_bytes);
 
 // backend factories (src/dist/gloo.cpp; src/dist/nccl_cuda.cpp, or nccl_nocuda.cpp where the build has no CUDA)
-c10::intrusive_ptr<c10d::Backend> dist_gloo_create(const c10::intrusive_ptr<c10d::Store>& store,
-                                                   const DistEnv& env, std::chrono::milliseconds timeout);
-c10::intrusive_ptr<c10d::Backend> dist_nccl_create(const c10::intrusive_ptr<c10d::Store>& store,
-                                                   const DistEnv& env, std::chrono::milliseconds timeout);
+c10::intrusive_ptr<c10d::Backend> dist_gloo_create(const c10::intrusive_ptr<c10d::Store>& store, const DistEnv& env,
+                                                   std::chrono::milliseconds timeout);
+c10::intrusive_ptr<c10d::Backend> dist_nccl_create(const c10::intrusive_ptr<c10d::Store>& store, const DistEnv& env,
+                                                   std::chrono::milliseconds timeout);
 
 }  // namespace nanochat

@@ -69,11 +69,11 @@ KVCache engine_cache_select_rows(const KVCache& cache, const torch::Tensor& rows
 
 struct GenerateOptions {
   int64_t num_samples = 1;
-  int64_t max_tokens = -1;   // per row, forced tokens included; < 0: fill the model's sequence_len
-  double temperature = 1.0;  // >= 0
-  int64_t top_k = 0;         // <= 0: off
-  double top_p = 1.0;        // in (0,1]; 1: off
-  uint64_t seed = 42;        // torch.Generator(device).manual_seed(seed), as upstream
+  int64_t max_tokens = -1;     // per row, forced tokens included; < 0: fill the model's sequence_len
+  double temperature = 1.0;    // >= 0
+  int64_t top_k = 0;           // <= 0: off
+  double top_p = 1.0;          // in (0,1]; 1: off
+  uint64_t seed = 42;          // torch.Generator(device).manual_seed(seed), as upstream
   bool use_calculator = true;  // the python tool state machine (upstream's RowState)
   bool logprobs = false;       // report log p(token) under the model (softmax of the raw logits)
   // stop tokens: <|assistant_end|> and <|bos|> (unless default_stops is off: raw completion,
@@ -106,12 +106,12 @@ using TokenCallback = std::function<bool(const TokenColumn&)>;
 
 struct GenerateResult {
   int64_t prompt_len = 0;
-  int64_t steps = 0;                          // token columns produced
-  std::vector<std::vector<int32_t>> tokens;   // per row: prompt + generated, stop token excluded
-  std::vector<std::vector<uint8_t>> masks;    // per row: 0 prompt and forced, 1 sampled
-  std::vector<std::vector<float>> logprobs;   // per row, one per generated token kept (options.logprobs)
+  int64_t steps = 0;                         // token columns produced
+  std::vector<std::vector<int32_t>> tokens;  // per row: prompt + generated, stop token excluded
+  std::vector<std::vector<uint8_t>> masks;   // per row: 0 prompt and forced, 1 sampled
+  std::vector<std::vector<float>> logprobs;  // per row, one per generated token kept (options.logprobs)
   std::vector<FinishReason> finish;
-  std::vector<int32_t> stop_token;            // the token that stopped each row, or -1
+  std::vector<int32_t> stop_token;  // the token that stopped each row, or -1
 };
 
 // the generated part of row `row` as text (the prompt cut off, the stop token already absent)

@@ -42,13 +42,13 @@ enum ExecutionIsolation : uint32_t {
   kExecUserNamespace = 1u << 7,     // user, IPC, UTS and cgroup namespaces too
   kExecTmpfs = 1u << 8,             // /tmp and /dev/shm a private, size-capped tmpfs
   kExecFreshProc = 1u << 9,
-  kExecCapsDropped = 1u << 10,      // --cap-drop ALL
-  kExecSeccomp = 1u << 11,          // the syscall filter
-  kExecOwnSession = 1u << 12,       // no controlling terminal
-  kExecPrivateDev = 1u << 13,       // a /dev of its own (null, zero, full, random, urandom, its own pts)
-  kExecHostDirsHidden = 1u << 14,   // nothing of the host but the interpreter's read-only files
-  kExecRunBudget = 1u << 15,        // one cgroup v2 memory + process budget for the whole run
-  kExecUnsandboxed = 1u << 16,      // the opt-in: none of the above but the rlimits
+  kExecCapsDropped = 1u << 10,     // --cap-drop ALL
+  kExecSeccomp = 1u << 11,         // the syscall filter
+  kExecOwnSession = 1u << 12,      // no controlling terminal
+  kExecPrivateDev = 1u << 13,      // a /dev of its own (null, zero, full, random, urandom, its own pts)
+  kExecHostDirsHidden = 1u << 14,  // nothing of the host but the interpreter's read-only files
+  kExecRunBudget = 1u << 15,       // one cgroup v2 memory + process budget for the whole run
+  kExecUnsandboxed = 1u << 16,     // the opt-in: none of the above but the rlimits
 };
 
 struct ExecutionResult {
@@ -62,8 +62,8 @@ struct ExecutionResult {
   bool network_isolated = false;  // the child ran in its own (empty) network namespace
   bool output_truncated = false;
   bool sandbox_unavailable = false;  // the run did not start: `error` is "sandbox unavailable: ..."
-  uint32_t isolation = 0;  // ExecutionIsolation bits
-  int exit_code = -1;      // -signal when killed by a signal
+  uint32_t isolation = 0;            // ExecutionIsolation bits
+  int exit_code = -1;                // -signal when killed by a signal
 };
 
 // the Python prelude run before the code (upstream's reliability_guard, without the

@@ -47,50 +47,48 @@ struct GPTConfig {
   bool layer_scalars = true;  // resid_lambdas, x0_lambdas, backout_lambda
   double rope_theta = 100000.0;
   double softcap = 15.0;
-  double qk_scale = 1.2;   // q and k times this after their norm ("sharper attention")
-  double norm_eps = 0.0;   // 0: torch's default (the epsilon of the accumulation type)
+  double qk_scale = 1.2;  // q and k times this after their norm ("sharper attention")
+  double norm_eps = 0.0;  // 0: torch's default (the epsilon of the accumulation type)
   int64_t head_dim() const { return n_embd / n_head; }
 };
 
 // base_train.build_model_meta: width = ceil(depth*aspect_ratio / head_dim) * head_dim
 GPTConfig gpt_config_from_depth(int64_t depth, int64_t vocab_size, int64_t seq_len = 2048,
-                                const std::string& window_pattern = "SSSL",
-                                int64_t aspect_ratio = 64, int64_t head_dim = 128);
+                                const std::string& window_pattern = "SSSL", int64_t aspect_ratio = 64,
+                                int64_t head_dim = 128);
 // the meta JSON's model_config object (as checkpoint_manager.py writes it); a missing window_pattern reads as "L" (old
 // checkpoints); the config is validated (Error naming the field)
 nlohmann::json gpt_config_to_json(const GPTConfig& config);
 GPTConfig gpt_config_from_json(const nlohmann::json& j);
 void gpt_config_validate(const GPTConfig& config);
 
-int64_t gpt_padded_vocab(int64_t vocab_size);          // ceil(vocab/64)*64
-bool gpt_has_ve(int64_t layer, int64_t n_layer);       // i % 2 == (L-1) % 2
+int64_t gpt_padded_vocab(int64_t vocab_size);                    // ceil(vocab/64)*64
+bool gpt_has_ve(int64_t layer, int64_t n_layer);                 // i % 2 == (L-1) % 2
 std::vector<int64_t> gpt_window_sizes(const GPTConfig& config);  // left size per layer (gpt.py _compute_window_sizes)
-constexpr int64_t kSmearChannels = 24;   // smear_gate reads the first 24 channels
-constexpr int64_t kVeGateChannels = 12;  // ve_gate reads the first 12 channels
-constexpr double kSoftcap = 15.0;      // the current architecture's (GPTConfig.softcap)
-constexpr double kRopeBase = 100000.0;  // the current architecture's (GPTConfig.rope_theta)
+constexpr int64_t kSmearChannels = 24;                           // smear_gate reads the first 24 channels
+constexpr int64_t kVeGateChannels = 12;                          // ve_gate reads the first 12 channels
+constexpr double kSoftcap = 15.0;                                // the current architecture's (GPTConfig.softcap)
+constexpr double kRopeBase = 100000.0;                           // the current architecture's (GPTConfig.rope_theta)
 
 // ---- the functional pieces (exposed for tests and the engine) ------------------------
 // over the last dim, no weight; eps 0 is torch's default
 torch::Tensor gpt_rms_norm(const torch::Tensor& x, double eps = 0.0);
 // (cos, sin) of shape (1, seq_len, 1, head_dim/2) in `dtype` (gpt.py _precompute_rotary_embeddings)
-std::pair<torch::Tensor, torch::Tensor> gpt_rotary_tables(int64_t seq_len, int64_t head_dim,
-                                                          torch::ScalarType dtype, torch::Device device,
-                                                          double base = kRopeBase);
+std::pair<torch::Tensor, torch::Tensor> gpt_rotary_tables(int64_t seq_len, int64_t head_dim, torch::ScalarType dtype,
+                                                          torch::Device device, double base = kRopeBase);
 // cap * tanh(logits / cap)
 torch::Tensor gpt_softcap(const torch::Tensor& logits, double cap = kSoftcap);
 // scale * rms_norm(rotary(x)) (kernels_rotary_norm); a non-default eps runs the plain ops
-torch::Tensor gpt_rotary_norm(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                              double scale, double eps);
+torch::Tensor gpt_rotary_norm(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, double scale,
+                              double eps);
 // (h, rms_norm(h)) with h = a*x + b*y (kernels_residual_norm); a non-default eps runs the plain ops
 std::pair<torch::Tensor, torch::Tensor> gpt_residual_norm(const torch::Tensor& x, const torch::Tensor& y,
-                                                          const torch::Tensor& a, const torch::Tensor& b,
-                                                          double eps);
+                                                          const torch::Tensor& a, const torch::Tensor& b, double eps);
 // the smear (cheap bigram) on normed embeddings x (B,T,C): position t>0 adds
 // lambda*sigmoid(gate(x_t[:24])) * x_{t-1}; with `prev` (B,1,C) defined and T == 1 (decode)
 // the previous token's embedding comes from `prev`
-torch::Tensor gpt_smear(const torch::Tensor& x, const torch::Tensor& gate_weight,
-                        const torch::Tensor& smear_lambda, const torch::Tensor& prev = torch::Tensor());
+torch::Tensor gpt_smear(const torch::Tensor& x, const torch::Tensor& gate_weight, const torch::Tensor& smear_lambda,
+                        const torch::Tensor& prev = torch::Tensor());
 
 // ---- modules (gpt.py) -----------------------------------------------------------------
 // nanochat's gpt.Linear (no bias): F.linear(x, weight.to(x.dtype))
@@ -110,8 +108,7 @@ struct EmbeddingImpl : torch::nn::Module {
 TORCH_MODULE(Embedding);
 
 struct CausalSelfAttentionImpl : torch::nn::Module {
-  CausalSelfAttentionImpl(const GPTConfig& config, int64_t layer_idx,
-                          const torch::TensorOptions& options);
+  CausalSelfAttentionImpl(const GPTConfig& config, int64_t layer_idx, const torch::TensorOptions& options);
   // x: the normed block input (B,T,C); ve: (B,T,Hkv*hd) or undefined
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& ve, const torch::Tensor& cos,
                         const torch::Tensor& sin, int64_t window, KVCache* kv_cache);
@@ -167,13 +164,13 @@ struct GPTImpl : torch::nn::Module {
   torch::nn::ModuleDict transformer{nullptr};  // wte, h
   Embedding wte{nullptr};
   torch::nn::ModuleList h{nullptr};
-  std::vector<Block> blocks;  // typed views of h
+  std::vector<Block> blocks;                     // typed views of h
   Linear lm_head{nullptr}, smear_gate{nullptr};  // smear_gate: nullptr without the smear
   // undefined where the config leaves the part out
   torch::Tensor resid_lambdas, x0_lambdas, smear_lambda, backout_lambda;
   torch::nn::ModuleDict value_embeds{nullptr};  // nullptr without value embeddings
-  std::vector<Embedding> ve;  // per layer; nullptr where the layer has none
-  torch::Tensor cos, sin;     // buffers (not in named_parameters)
+  std::vector<Embedding> ve;                    // per layer; nullptr where the layer has none
+  torch::Tensor cos, sin;                       // buffers (not in named_parameters)
 };
 TORCH_MODULE(GPT);
 
@@ -207,14 +204,12 @@ std::vector<std::pair<std::string, torch::Tensor>> gpt_named_parameters(const GP
 // copies a named tensor list into the model. Every key must be a parameter name, appear
 // once, and match its shape and dtype; every parameter must be present. Checked in full
 // before anything is written; an Error names the first offending key.
-void gpt_load_named_tensors(GPT& model,
-                            const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
+void gpt_load_named_tensors(GPT& model, const std::vector<std::pair<std::string, torch::Tensor>>& tensors);
 
 // gpt.py GPT.generate, the naive loop: batch 1, no KV cache, the full forward each step. top_k <= 0 means
 // none; temperature 0 is argmax. Returns the new tokens; `on_token` (optional) sees each.
-std::vector<int64_t> gpt_generate(GPT& model, const std::vector<int64_t>& tokens,
-                                  int64_t max_tokens, double temperature = 1.0,
-                                  int64_t top_k = 0, uint64_t seed = 42,
+std::vector<int64_t> gpt_generate(GPT& model, const std::vector<int64_t>& tokens, int64_t max_tokens,
+                                  double temperature = 1.0, int64_t top_k = 0, uint64_t seed = 42,
                                   const std::function<void(int64_t)>& on_token = nullptr);
 // a fresh generator of `device`'s kind seeded with `seed` (torch.Generator(device).manual_seed)
 at::Generator gpt_make_generator(torch::Device device, uint64_t seed);

@@ -53,19 +53,18 @@ torch::Tensor kernels_linear_softcap_ce_mean_reference(const torch::Tensor& x, c
 
 // the MLP: relu(x @ w_fc^T)^2 @ w_proj^T, weights already in x's dtype. The fused op saves x
 // and the pre-activation only, and recomputes relu(h)^2 for w_proj's gradient.
-torch::Tensor kernels_mlp_relu_square(const torch::Tensor& x, const torch::Tensor& w_fc,
-                                      const torch::Tensor& w_proj);
+torch::Tensor kernels_mlp_relu_square(const torch::Tensor& x, const torch::Tensor& w_fc, const torch::Tensor& w_proj);
 torch::Tensor kernels_mlp_relu_square_reference(const torch::Tensor& x, const torch::Tensor& w_fc,
                                                 const torch::Tensor& w_proj);
 
 // scale * rms_norm(rotary(x)) for q or k: x (B,T,H,D) with D even, cos and sin (1,T,1,D/2) in
 // x's dtype (half-split rotary, rms_norm without weight, eps = epsilon of the accumulation
 // type as at::rms_norm). The fused op saves its output and one fp32 rstd per row.
-torch::Tensor kernels_rotary_norm(const torch::Tensor& x, const torch::Tensor& cos,
-                                  const torch::Tensor& sin, double scale);
+torch::Tensor kernels_rotary_norm(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                  double scale);
 // eps > 0: the norm's epsilon (an imported model's; the fused op has the default only)
-torch::Tensor kernels_rotary_norm_reference(const torch::Tensor& x, const torch::Tensor& cos,
-                                            const torch::Tensor& sin, double scale, double eps = 0);
+torch::Tensor kernels_rotary_norm_reference(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
+                                            double scale, double eps = 0);
 
 // The residual stream into an RMSNorm: (h, rms_norm(h)) with h = a*x + b*y over the last dim.
 // a and b are 0-dim lambdas (fp32 parameters, or any float dtype) or undefined for 1; x and y of
@@ -91,8 +90,7 @@ std::pair<torch::Tensor, torch::Tensor> kernels_residual_norm_reference(const to
 // reference materialises the (B, H, T, T) scores (tests, small shapes). No CUDA kernel: on a GPU
 // the attention module uses LibTorch's flash kernels.
 bool kernels_attention_available(const torch::Tensor& q);
-torch::Tensor kernels_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                int64_t window);
+torch::Tensor kernels_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t window);
 torch::Tensor kernels_attention_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                           int64_t window);
 

@@ -45,8 +45,8 @@ struct OptimGroup {
   double eps = 1e-10;
   // Muon (all params of a group share one shape of >= 2 dims)
   double momentum = 0.95;
-  int ns_steps = 5;     // Polar Express iterations, 1..5
-  double beta2 = 0.9;   // NorMuon second moment
+  int ns_steps = 5;    // Polar Express iterations, 1..5
+  double beta2 = 0.9;  // NorMuon second moment
 };
 
 class MuonAdamW {
@@ -55,8 +55,7 @@ class MuonAdamW {
   // in bf16 only when it is kBFloat16. Errors (nanochat::Error) for a Muon group with mixed
   // shapes or < 2 dims, and for an AdamW param with numel >= 1024 whose shape[0] is not a
   // multiple of the world size.
-  MuonAdamW(std::vector<OptimGroup> groups, Dist* dist = nullptr,
-            torch::ScalarType compute_dtype = torch::kFloat);
+  MuonAdamW(std::vector<OptimGroup> groups, Dist* dist = nullptr, torch::ScalarType compute_dtype = torch::kFloat);
 
   // one update from the params' .grad() (averaged over ranks here). On one rank, AdamW params
   // without a grad are skipped (as upstream); with several ranks every param needs one.
@@ -147,8 +146,8 @@ std::vector<OptimGroup> optim_param_groups_gpt(const NamedTensors& named_paramet
                                                double matrix_lr = 0.02, double weight_decay = 0.0,
                                                double scalar_lr = 0.5);
 std::vector<OptimGroup> optim_param_groups_gpt(const torch::OrderedDict<std::string, torch::Tensor>& named_parameters,
-                                               int64_t n_embd, double unembedding_lr = 0.004,
-                                               double embedding_lr = 0.2, double matrix_lr = 0.02,
-                                               double weight_decay = 0.0, double scalar_lr = 0.5);
+                                               int64_t n_embd, double unembedding_lr = 0.004, double embedding_lr = 0.2,
+                                               double matrix_lr = 0.02, double weight_decay = 0.0,
+                                               double scalar_lr = 0.5);
 
 }  // namespace nanochat

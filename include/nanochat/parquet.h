@@ -30,7 +30,7 @@ struct ParquetColumn {        // one leaf column
 struct ParquetRowGroup {
   int64_t num_rows = 0;
   int64_t uncompressed_bytes = 0, compressed_bytes = 0;
-  std::vector<std::string> codecs;  // one per leaf column, e.g. "ZSTD"
+  std::vector<std::string> codecs;                                          // one per leaf column, e.g. "ZSTD"
   std::vector<int64_t> column_compressed_bytes, column_uncompressed_bytes;  // one per leaf column
 };
 
@@ -49,7 +49,7 @@ class ParquetFile {
   int num_row_groups() const;
   const ParquetRowGroup& row_group(int index) const;
   const std::vector<ParquetColumn>& columns() const;  // leaves, in file order
-  std::vector<std::string> top_level_names() const;    // e.g. {"text"} or {"messages", "source"}
+  std::vector<std::string> top_level_names() const;   // e.g. {"text"} or {"messages", "source"}
   std::string schema_text() const;                    // human-readable schema tree
 
   // a top-level primitive column of one row group, each value as a string (numbers in

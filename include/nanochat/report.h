@@ -22,7 +22,7 @@ namespace nanochat {
 // integers >= 10000 with thousands separators); null, "", {} are skipped
 using ReportItem = nlohmann::ordered_json;
 
-std::string report_dir();                           // $NANOCHAT_BASE_DIR/report
+std::string report_dir();                             // $NANOCHAT_BASE_DIR/report
 std::string report_slug(const std::string& section);  // lower case, spaces -> '-'
 // "## <section>\ntimestamp: <now>\n\n" then each item followed by a blank line
 std::string report_render_section(const std::string& section, const std::vector<ReportItem>& items,

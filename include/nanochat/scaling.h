@@ -24,18 +24,18 @@
 namespace nanochat {
 
 struct ScalingRun {
-  std::string dir, tag;      // the checkpoint dir and its last path component
+  std::string dir, tag;  // the checkpoint dir and its last path component
   int64_t depth = 0;
-  int64_t params = 0;        // effective N: transformer matrices + lm_head
-  int64_t params_total = 0;  // every parameter (embeddings and scalars too)
-  int64_t step = 0;          // the last saved step
-  int64_t planned_steps = 0; // the horizon base-train computed from its flags
-  int64_t tokens = 0;        // total batch x step
-  double flops = 0;          // FLOPs per token x tokens
-  double flops_budget = 0;   // --target-flops, 0 when the horizon came from elsewhere
-  double val_bpb = -1;       // the val bpb logged at the last step, -1 when none was
-  double core = -1;          // the CORE metric logged at the last step, -1 when none was
-  bool finished = false;     // the last checkpoint is the planned horizon and has its val bpb
+  int64_t params = 0;         // effective N: transformer matrices + lm_head
+  int64_t params_total = 0;   // every parameter (embeddings and scalars too)
+  int64_t step = 0;           // the last saved step
+  int64_t planned_steps = 0;  // the horizon base-train computed from its flags
+  int64_t tokens = 0;         // total batch x step
+  double flops = 0;           // FLOPs per token x tokens
+  double flops_budget = 0;    // --target-flops, 0 when the horizon came from elsewhere
+  double val_bpb = -1;        // the val bpb logged at the last step, -1 when none was
+  double core = -1;           // the CORE metric logged at the last step, -1 when none was
+  bool finished = false;      // the last checkpoint is the planned horizon and has its val bpb
 };
 // reads <dir>/meta_<last complete step>.json and <dir>/metrics.jsonl; Error naming the file
 // when the dir has no complete checkpoint or a file is malformed
@@ -48,7 +48,7 @@ std::vector<double> scaling_polyfit(const std::vector<double>& x, const std::vec
 // log10(y) = slope * log10(x) + intercept: y = 10^intercept x^slope
 struct ScalingLine {
   double slope = 0, intercept = 0;
-  int points = 0;  // 0: not fitted (fewer than 2 points)
+  int points = 0;             // 0: not fitted (fewer than 2 points)
   double at(double x) const;  // 10^intercept x^slope
 };
 ScalingLine scaling_line_fit(const std::vector<double>& x, const std::vector<double>& y);
@@ -64,12 +64,12 @@ struct ScalingOptimum {
 ScalingOptimum scaling_isoflop_optimum(const std::vector<ScalingRun>& runs);
 
 struct ScalingLaws {
-  std::vector<ScalingRun> runs;             // finished runs with a val bpb, by budget then size
-  std::vector<ScalingOptimum> optima;       // one per budget, budgets ascending
+  std::vector<ScalingRun> runs;                  // finished runs with a val bpb, by budget then size
+  std::vector<ScalingOptimum> optima;            // one per budget, budgets ascending
   ScalingLine params_vs_flops, tokens_vs_flops;  // N* and D* against C over the optima
-  double ratio_flops = 0, ratio = 0;        // D*/N* predicted at the budgets' geometric mean
-  ScalingLine loss_vs_flops;                // bpb against C: optima, or runs when no budgets
-  ScalingLine loss_vs_params;               // bpb against N over the same points
+  double ratio_flops = 0, ratio = 0;             // D*/N* predicted at the budgets' geometric mean
+  ScalingLine loss_vs_flops;                     // bpb against C: optima, or runs when no budgets
+  ScalingLine loss_vs_params;                    // bpb against N over the same points
 };
 // the runs that are not finished or have no val bpb are left out (the caller says so)
 ScalingLaws scaling_fit_laws(const std::vector<ScalingRun>& runs);

@@ -1,6 +1,8 @@
-// defines: kServerLimits, ServerLimits, ServerError, ChatRequest, server_parse_chat_request,
-//          server_prompt_tokens, server_api_keys_resolve, server_bearer_key, server_cache_scope, server_queue_key,
-//          ServerOptions, server_run, server_max_per_client, WebAsset, server_web_asset, server_web_assets
+// defines: kServerLimits, ServerLimits, ServerError, ChatRequest, server_parse_chat_request, server_prompt_tokens,
+//          server_api_keys_resolve, server_bearer_key, server_cache_scope, server_queue_key, ServerOptions,
+//          server_run, server_max_per_client, WebAsset, server_web_asset, server_web_assets, ChatDefaults,
+//          server_json_depth, server_host_is_loopback_name, server_bind_is_loopback, server_log_escape,
+//          server_bearer_ok, server_internal_error
 // The server module (upstream's scripts/chat_web.py): `nanochat chat-web`. One HTTP server (cpp-httplib) with
 //   GET  /                      the chat UI (web/, embedded into the binary at build time)
 //   POST /chat/completions      upstream's SSE stream: {"token","gpu"} ... {"done":true}
@@ -31,18 +33,18 @@ namespace nanochat {
 // upstream chat_web.py's module constants plus the API's own caps
 struct ServerLimits {
   int64_t max_messages = 500;
-  int64_t max_message_chars = 8000;         // Unicode code points, like Python's len()
+  int64_t max_message_chars = 8000;  // Unicode code points, like Python's len()
   int64_t max_total_chars = 32000;
   double max_temperature = 2.0;
-  int64_t max_top_k = 200;                  // 0 = the full vocabulary
+  int64_t max_top_k = 200;  // 0 = the full vocabulary
   int64_t max_max_tokens = 4096;
-  int64_t max_choices = 8;                  // OpenAI's n
-  int64_t max_stop_strings = 4;             // OpenAI's limit
+  int64_t max_choices = 8;       // OpenAI's n
+  int64_t max_stop_strings = 4;  // OpenAI's limit
   int64_t max_stop_chars = 256;
-  int64_t max_body_bytes = 1 << 20;         // 413 beyond (after decompression too)
-  int64_t max_json_depth = 64;              // 400 beyond, checked before parsing
-  int64_t max_header_line = 8192;           // bytes of the request line (414) or a header line (431)
-  int64_t max_headers = 100;                // header lines (431 beyond)
+  int64_t max_body_bytes = 1 << 20;  // 413 beyond (after decompression too)
+  int64_t max_json_depth = 64;       // 400 beyond, checked before parsing
+  int64_t max_header_line = 8192;    // bytes of the request line (414) or a header line (431)
+  int64_t max_headers = 100;         // header lines (431 beyond)
 };
 extern const ServerLimits kServerLimits;
 
@@ -53,7 +55,7 @@ struct ServerError : std::runtime_error {
 };
 
 struct ChatRequest {
-  nlohmann::json messages;         // validated: roles alternate user/assistant, starting with user
+  nlohmann::json messages;  // validated: roles alternate user/assistant, starting with user
   double temperature = 0.8;
   int64_t top_k = 50;
   double top_p = 1.0;
@@ -61,10 +63,10 @@ struct ChatRequest {
   int64_t n = 1;
   bool seed_given = false;
   uint64_t seed = 0;
-  std::vector<std::string> stop;   // stop strings (OpenAI); the text stops before them
-  bool stream = false;             // OpenAI only; /chat/completions always streams
-  bool include_usage = false;      // stream_options.include_usage
-  std::string cache_salt;          // vLLM's field: the prefix cache is shared only with requests of the same salt
+  std::vector<std::string> stop;  // stop strings (OpenAI); the text stops before them
+  bool stream = false;            // OpenAI only; /chat/completions always streams
+  bool include_usage = false;     // stream_options.include_usage
+  std::string cache_salt;         // vLLM's field: the prefix cache is shared only with requests of the same salt
 };
 struct ChatDefaults {
   double temperature = 0.8;
@@ -118,21 +120,22 @@ struct ServerOptions {
   int port = 8000;
   std::string source = "sft", model_tag, device_type;
   int64_t step = -1;
-  int num_gpus = 1;        // CUDA: one model copy per GPU
-  int workers = 1;         // CPU: decode threads (sharing one model copy)
-  int max_batch = 0;       // rows decoded together per worker (continuous batching); 0: 8 on CPU, 32 on CUDA
-  int64_t kv_len = 0;      // KV positions per row; 0: CPU the model's limit (10 x sequence_len) within a 2 GiB pool, CUDA sequence_len
+  int num_gpus = 1;   // CUDA: one model copy per GPU
+  int workers = 1;    // CPU: decode threads (sharing one model copy)
+  int max_batch = 0;  // rows decoded together per worker (continuous batching); 0: 8 on CPU, 32 on CUDA
+  int64_t kv_len =
+      0;  // KV positions per row; 0: CPU the model's limit (10 x sequence_len) within a 2 GiB pool, CUDA sequence_len
   bool prefix_cache = true;  // reuse the KV of a finished conversation's tokens
-  int max_queue = 64;      // requests waiting for rows, per API key (or client address) per worker; beyond this 503
+  int max_queue = 64;        // requests waiting for rows, per API key (or client address) per worker; beyond this 503
   ChatDefaults defaults;
   ServerLimits limits;
-  bool quiet = false;      // no per-request log lines
-  std::string cors_origin; // the one Origin allowed to read replies cross-origin (none by default)
-  std::vector<std::string> api_keys;  // when set: Authorization: Bearer <one of them> on every API route but
-                                     // /health; each key is its own prefix-cache scope
-  int max_connections = 256;    // open connections; beyond, one without a request is shed (docs/serving.md)
+  bool quiet = false;                  // no per-request log lines
+  std::string cors_origin;             // the one Origin allowed to read replies cross-origin (none by default)
+  std::vector<std::string> api_keys;   // when set: Authorization: Bearer <one of them> on every API route but
+                                       // /health; each key is its own prefix-cache scope
+  int max_connections = 256;           // open connections; beyond, one without a request is shed (docs/serving.md)
   int max_connections_per_client = 0;  // open connections from one client address; 0: max_connections / 4
-  double request_deadline = 10; // seconds for a request's head and body to arrive (408 after)
+  double request_deadline = 10;        // seconds for a request's head and body to arrive (408 after)
 };
 // Binds, serves the UI and /health at once (503 until the models are loaded), loads one model
 // per device in the background, then serves until SIGINT/SIGTERM: the listener closes,

@@ -38,9 +38,9 @@ struct SftBatcherState {
 class SftBatcher {
  public:
   // resume: continue from a state() of a batcher over the same dataset and shape
-  SftBatcher(const Tokenizer& tok, TaskPtr dataset, int64_t batch_size, int64_t seq_len, int rank,
-             int world, size_t buffer_size = 100, const SftBatcherState* resume = nullptr);
-  SftBatch next();  // on the CPU; the caller moves it to the device
+  SftBatcher(const Tokenizer& tok, TaskPtr dataset, int64_t batch_size, int64_t seq_len, int rank, int world,
+             size_t buffer_size = 100, const SftBatcherState* resume = nullptr);
+  SftBatch next();                // on the CPU; the caller moves it to the device
   SftBatcherState state() const;  // the state that makes the next next() reproducible
 
   int64_t consumed() const { return consumed_; }  // conversations placed, over all ranks (upstream's count)

@@ -32,7 +32,7 @@ struct TaskEvalOptions {
   int64_t batch_size = 8;     // categorical problems per forward
   int64_t max_problems = -1;  // per task; -1: all
   uint64_t seed = 42;
-  bool progress = true;       // a progress line per task (rank 0)
+  bool progress = true;  // a progress line per task (rank 0)
 };
 
 struct TaskEvalResult {

@@ -45,8 +45,8 @@ class Task {
   double reward(const nlohmann::json& conversation, const std::string& completion) const {
     return (double)evaluate(conversation, completion);
   }
-  int64_t size() const;                  // ceil((min(stop, num_examples()) - start) / step)
-  nlohmann::json at(int64_t i) const;    // get_example(start + i*step); Error when out of range
+  int64_t size() const;                // ceil((min(stop, num_examples()) - start) / step)
+  nlohmann::json at(int64_t i) const;  // get_example(start + i*step); Error when out of range
   const TaskSlice& slice() const { return slice_; }
 
  private:
@@ -194,7 +194,7 @@ class HumanEvalTask : public Task {
  private:
   HubDataset ds_;
 };
-std::string humaneval_extract_imports(const std::string& prompt);  // leading import/from lines
+std::string humaneval_extract_imports(const std::string& prompt);      // leading import/from lines
 std::string humaneval_extract_program(const std::string& completion);  // first ``` block, stripped
 // imports + "\n\n" + code + "\n\n" + test + "\n" + "check(entry_point)"
 std::string humaneval_program(const nlohmann::json& conversation, const std::string& completion);
@@ -242,8 +242,7 @@ std::vector<std::string> spelling_words_from_pieces(const std::vector<std::strin
 class SpellingBeeTask : public Task {
  public:
   // words empty: spelling_load_words()
-  SpellingBeeTask(int64_t size, std::string split, TaskSlice slice = TaskSlice(),
-                  std::vector<std::string> words = {});
+  SpellingBeeTask(int64_t size, std::string split, TaskSlice slice = TaskSlice(), std::vector<std::string> words = {});
   std::string name() const override { return "SpellingBee"; }
   std::string eval_type() const override { return "generative"; }
   int64_t num_examples() const override { return size_; }
@@ -285,7 +284,8 @@ struct SftMixtureOptions {
 // split "train": SmolTalk(train) + MMLU(all, auxiliary_train) x mmlu_epochs + GSM8K(main,
 // train) x gsm8k_epochs [+ identity]; "val": SmolTalk(test) + MMLU(all, test, stop 5200) +
 // GSM8K(main, test, stop 420). Shuffled with Random(42) (or `permutation`).
-std::shared_ptr<TaskMixture> tasks_sft_mixture(const std::string& split, const SftMixtureOptions& opts = SftMixtureOptions(),
+std::shared_ptr<TaskMixture> tasks_sft_mixture(const std::string& split,
+                                               const SftMixtureOptions& opts = SftMixtureOptions(),
                                                PermutationFn permutation = PermutationFn());
 
 }  // namespace nanochat

@@ -1,6 +1,8 @@
-// defines: kPatternNanochat, kPatternGpt2, kPatternCl100k, kPatternO200k, kPatternGpt2ByteLevel,
-//          pattern_is_known, pattern_by_name,
-//          kSpecialTokens, Splitter, Tokenizer, BpeTrainer
+// defines: kPatternNanochat, kPatternGpt2, kPatternCl100k, kPatternO200k, kPatternGpt2ByteLevel, pattern_is_known,
+//          pattern_by_name, kSpecialTokens, Splitter, Tokenizer, BpeTrainer, tokenizer_save, tokenizer_load,
+//          tokenizer_load_tiktoken, tiktoken_ranks_read, base64_encode, base64_decode, RenderedConversation,
+//          render_conversation, render_for_completion, TokEvalText, tok_eval_builtin_texts, tok_eval_report,
+//          DocBatchSource, TokTrainOptions, TokTrainStats, tok_train
 // Byte-level BPE exactly as nanochat uses it (upstream's nanochat/tokenizer.py): pieces from a GPT-4 style split
 // regex (PCRE2 with JIT), tiktoken's merge rule for encoding (lowest rank first, leftmost on
 // ties) and rustbpe's rule for training (highest pair count first, smallest pair on ties).
@@ -37,7 +39,6 @@ std::string pattern_by_name(const std::string& name);
 
 // nanochat's 9 special tokens, in id order (upstream's SPECIAL_TOKENS); <|bos|> first
 extern const std::vector<std::string> kSpecialTokens;
-
 
 // Splits text into the pieces the pattern matches, left to right (like regex.findall).
 // Thread-safe: each calling thread gets its own match data and JIT stack.
@@ -84,7 +85,9 @@ class Tokenizer {
   const std::vector<std::pair<std::string, int32_t>>& specials() const { return specials_; }
   const std::string& pattern() const { return splitter_->pattern(); }
   // the same tokens, ids, specials and split pattern: one encodes as the other does
-  bool same_as(const Tokenizer& o) const { return ranks() == o.ranks() && specials() == o.specials() && pattern() == o.pattern(); }
+  bool same_as(const Tokenizer& o) const {
+    return ranks() == o.ranks() && specials() == o.specials() && pattern() == o.pattern();
+  }
 
   // the pieces of one split, BPE-merged (exposed for tests and benches)
   void encode_piece(std::string_view piece, std::vector<int32_t>& out) const;
@@ -92,10 +95,10 @@ class Tokenizer {
  private:
   void encode_ordinary_into(std::string_view valid_utf8, std::vector<int32_t>& out) const;
 
-  std::vector<std::string> ranks_;  // rank -> bytes
+  std::vector<std::string> ranks_;            // rank -> bytes
   std::shared_ptr<const RankTable> rank_of_;  // bytes -> rank
   std::vector<std::pair<std::string, int32_t>> specials_;
-  std::vector<std::string> id_bytes_;                      // id -> bytes (specials: literal text)
+  std::vector<std::string> id_bytes_;  // id -> bytes (specials: literal text)
   std::shared_ptr<Splitter> splitter_;
   int32_t bos_id_ = -1;
 };
@@ -173,6 +176,7 @@ struct TokTrainStats {
   double count_seconds = 0, total_seconds = 0;
 };
 // trains nanochat's tokenizer (its pattern and special tokens) on the documents
-Tokenizer tok_train(const DocBatchSource& next_docs, const TokTrainOptions& opts, ThreadPool& pool, TokTrainStats* stats = nullptr);
+Tokenizer tok_train(const DocBatchSource& next_docs, const TokTrainOptions& opts, ThreadPool& pool,
+                    TokTrainStats* stats = nullptr);
 
 }  // namespace nanochat

@@ -22,9 +22,8 @@ struct TrainScaling {
 // scaling_params: transformer matrices + lm_head of this model (num_scaling_params);
 // scaling_params_d12: the same for depth 12 built with the same flags; total_batch_size
 // -1 means auto
-TrainScaling train_scaling(int64_t scaling_params, int64_t scaling_params_d12,
-                           double target_param_data_ratio, int64_t total_batch_size,
-                           double weight_decay);
+TrainScaling train_scaling(int64_t scaling_params, int64_t scaling_params_d12, double target_param_data_ratio,
+                           int64_t total_batch_size, double weight_decay);
 
 // precedence: --num-iterations > 0, then --target-flops > 0, then the data ratio; Error
 // when none is set
@@ -32,16 +31,15 @@ int64_t train_num_iterations(int64_t num_iterations, double target_flops, double
                              const TrainScaling& scaling, double target_param_data_ratio);
 
 // micro-steps per optimizer step; Error naming the flags when the batch does not divide
-int64_t train_grad_accum(int64_t total_batch_size, int64_t device_batch_size, int64_t max_seq_len,
-                         int world_size);
+int64_t train_grad_accum(int64_t total_batch_size, int64_t device_batch_size, int64_t max_seq_len, int world_size);
 
 // Python's round(): to the nearest integer, halves to even (round(6.5) == 6)
 int64_t python_round(double x);
 
 // learning-rate multiplier: linear warmup over warmup_steps, flat, then a linear warmdown
 // over round(warmdown_ratio*N) steps to final_lr_frac
-double lr_multiplier(int64_t it, int64_t num_iterations, int64_t warmup_steps = 40,
-                     double warmdown_ratio = 0.65, double final_lr_frac = 0.05);
+double lr_multiplier(int64_t it, int64_t num_iterations, int64_t warmup_steps = 40, double warmdown_ratio = 0.65,
+                     double final_lr_frac = 0.05);
 // Muon momentum: 0.85 -> 0.97 over 400 steps, 0.97 -> 0.90 across the warmdown
 double muon_momentum(int64_t it, int64_t num_iterations, double warmdown_ratio = 0.65);
 // Muon weight decay: cosine from weight_decay to 0 over the run

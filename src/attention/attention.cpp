@@ -1,5 +1,5 @@
 // defines: attention_causal, attention_causal_sdpa, attention_with_kvcache, attention_with_kvcache_rows,
-//          attention_window_mask, attention_rows_mask
+//          attention_window_mask, attention_rows_mask, attention_kernel_name
 // Device-generic attention on top of at::scaled_dot_product_attention (see attention.h for
 // the choice of kernels). SDPA wants (B,H,T,D); the interface is FA3's (B,T,H,D).
 #include "nanochat/attention.h"
@@ -20,8 +20,7 @@ namespace {
 using torch::Tensor;
 
 // q (B,H,Tq,D), k and v (B,Hkv,Tk,D); mask broadcastable to (B,H,Tq,Tk), true = attend
-Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask,
-            bool is_causal) {
+Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask, bool is_causal) {
   bool gqa = q.size(1) != k.size(1);
   return at::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, std::nullopt, gqa);
 }
@@ -76,9 +75,8 @@ Tensor chunked_window(const Tensor& q, const Tensor& k, const Tensor& v, int64_t
 }
 
 void check_shapes(const Tensor& q, const Tensor& k, const Tensor& v, const char* where) {
-  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.size(1) != v.size(1) ||
-      k.size(2) != v.size(2) || q.size(0) != k.size(0) || q.size(3) != k.size(3) ||
-      k.size(2) == 0 || q.size(2) % k.size(2) != 0)
+  if (q.dim() != 4 || k.dim() != 4 || v.dim() != 4 || k.size(1) != v.size(1) || k.size(2) != v.size(2) ||
+      q.size(0) != k.size(0) || q.size(3) != k.size(3) || k.size(2) == 0 || q.size(2) % k.size(2) != 0)
     fail("%s: q, k, v must be (B,T,H,D) with H a multiple of the kv heads", where);
 }
 
@@ -102,8 +100,8 @@ Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64
 
 Tensor attention_causal_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
   check_shapes(q, k, v, "attention_causal");
-  if (q.size(1) != k.size(1)) fail("attention_causal: q has %lld positions, k %lld",
-                                   (long long)q.size(1), (long long)k.size(1));
+  if (q.size(1) != k.size(1))
+    fail("attention_causal: q has %lld positions, k %lld", (long long)q.size(1), (long long)k.size(1));
   const int64_t T = q.size(1);
   const bool full = window < 0 || window >= T - 1;
   if (!full && attention_flash_window_supported(q, k) && attention_flash_window_checked(q))
@@ -133,13 +131,13 @@ std::string attention_kernel_name(const Tensor& q, const Tensor& k, int64_t wind
   return "chunked windows of " + std::to_string(blk) + " over " + sdpa_name(qb, kb, mask, false) + " (cached mask)";
 }
 
-Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
-                              const Tensor& k, const Tensor& v, int64_t pos, int64_t window) {
+Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& k,
+                              const Tensor& v, int64_t pos, int64_t window) {
   check_shapes(q, k, v, "attention_with_kvcache");
   const int64_t T = q.size(1), Tk = pos + T;
   if (Tk > k_cache.size(1))
-    fail("KV cache overflow: position %lld + %lld tokens exceeds its %lld positions",
-         (long long)pos, (long long)T, (long long)k_cache.size(1));
+    fail("KV cache overflow: position %lld + %lld tokens exceeds its %lld positions", (long long)pos, (long long)T,
+         (long long)k_cache.size(1));
   k_cache.narrow(1, pos, T).copy_(k);
   v_cache.narrow(1, pos, T).copy_(v);
   if (pos == 0) return attention_causal(q, k, v, window);  // prefill: the training path

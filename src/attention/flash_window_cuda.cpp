@@ -43,10 +43,10 @@ struct FlashWindow : public torch::autograd::Function<FlashWindow> {
     const Tensor q = unit_last_stride(q_in), k = unit_last_stride(k_in), v = unit_last_stride(v_in);
     const int64_t left = window < 0 ? -1 : window;
     const double scale = 1.0 / std::sqrt((double)q.size(3));
-    auto [out, lse, rng_state, rng_unused, debug_mask] =
-        at::_flash_attention_forward(q, k, v, std::nullopt, std::nullopt, q.size(1), k.size(1), /*dropout_p=*/0.0,
-                                     /*is_causal=*/true, /*return_debug_mask=*/false, scale, left,
-                                     /*window_size_right=*/0);
+    auto [out, lse, rng_state, rng_unused, debug_mask] = at::_flash_attention_forward(
+        q, k, v, std::nullopt, std::nullopt, q.size(1), k.size(1), /*dropout_p=*/0.0,
+        /*is_causal=*/true, /*return_debug_mask=*/false, scale, left,
+        /*window_size_right=*/0);
     ctx->save_for_backward({q, k, v, out, lse, rng_state, rng_unused});
     ctx->saved_data["left"] = left;
     return out;
@@ -90,7 +90,9 @@ namespace {
 // (40 queries on 4 heads of 16, 2 kv heads, window 9) and at d24's (2048 queries on 12 heads of
 // 128, the short window of 512). The model then uses the real window only where it passed.
 std::vector<Tensor> flash_window_check(at::Device device, at::ScalarType dtype, bool fused) {
-  struct Shape { int64_t T, H, Hkv, D, window; };
+  struct Shape {
+    int64_t T, H, Hkv, D, window;
+  };
   std::vector<Shape> shapes = {{40, 4, 2, 16, 9}, {2048, 12, 12, 128, 512}};
   std::vector<Tensor> out;
   for (const Shape& s : shapes) {
@@ -118,8 +120,9 @@ bool attention_flash_window_checked(const Tensor& q) {
 Tensor attention_flash_window(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
   if (!attention_flash_window_supported(q, k) || v.dim() != 4 || v.sizes() != k.sizes() ||
       v.scalar_type() != q.scalar_type() || v.device() != q.device() || q.size(0) != k.size(0))
-    fail("attention_flash_window: needs q (B,T,H,D) and k, v (B,T,Hkv,D) in bf16/fp16 on an sm80+ GPU, "
-         "D <= 256 a multiple of 8, H a multiple of Hkv (check attention_flash_window_supported first)");
+    fail(
+        "attention_flash_window: needs q (B,T,H,D) and k, v (B,T,Hkv,D) in bf16/fp16 on an sm80+ GPU, "
+        "D <= 256 a multiple of 8, H a multiple of Hkv (check attention_flash_window_supported first)");
   return FlashWindow::apply(q, k, v, window);
 }
 

@@ -71,7 +71,9 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 }
 
 // done_<S>.next: the marker of a re-save past its commit point (see checkpoint.h)
-std::string pending_marker_path(const std::string& dir, int64_t step) { return checkpoint_done_path(dir, step) + ".next"; }
+std::string pending_marker_path(const std::string& dir, int64_t step) {
+  return checkpoint_done_path(dir, step) + ".next";
+}
 
 // a step already marked (or mid-swap) is re-saved beside its files, not over them
 bool is_resave(const std::string& dir, int64_t step) {
@@ -158,17 +160,25 @@ std::string checkpoint_source_subdir(const std::string& source) {
 }
 
 std::string checkpoint_root(const std::string& source) { return base_dir() + "/" + checkpoint_source_subdir(source); }
-std::string checkpoint_dir(const std::string& source, const std::string& tag) { return checkpoint_root(source) + "/" + tag; }
+std::string checkpoint_dir(const std::string& source, const std::string& tag) {
+  return checkpoint_root(source) + "/" + tag;
+}
 
-std::string checkpoint_model_path(const std::string& dir, int64_t step) { return dir + "/" + step_name("model_", step, ".safetensors"); }
-std::string checkpoint_meta_path(const std::string& dir, int64_t step) { return dir + "/" + step_name("meta_", step, ".json"); }
+std::string checkpoint_model_path(const std::string& dir, int64_t step) {
+  return dir + "/" + step_name("model_", step, ".safetensors");
+}
+std::string checkpoint_meta_path(const std::string& dir, int64_t step) {
+  return dir + "/" + step_name("meta_", step, ".json");
+}
 std::string checkpoint_optim_path(const std::string& dir, int64_t step, int rank) {
   return dir + "/" + step_name("optim_", step, strprintf("_rank%d.safetensors", rank).c_str());
 }
 std::string checkpoint_optim_json_path(const std::string& dir, int64_t step, int rank) {
   return dir + "/" + step_name("optim_", step, strprintf("_rank%d.json", rank).c_str());
 }
-std::string checkpoint_done_path(const std::string& dir, int64_t step) { return dir + "/" + step_name("done_", step, ""); }
+std::string checkpoint_done_path(const std::string& dir, int64_t step) {
+  return dir + "/" + step_name("done_", step, "");
+}
 
 std::string checkpoint_find_largest_tag(const std::string& root) {
   if (!is_directory(root)) fail("no checkpoints: %s does not exist (train or import a model first)", root.c_str());
@@ -186,7 +196,8 @@ std::string checkpoint_find_largest_tag(const std::string& root) {
       best_n = n;
       best = name;
     }
-    if (newest.empty() || std::tie(st.st_mtim.tv_sec, st.st_mtim.tv_nsec) > std::tie(newest_t.tv_sec, newest_t.tv_nsec)) {
+    if (newest.empty() ||
+        std::tie(st.st_mtim.tv_sec, st.st_mtim.tv_nsec) > std::tie(newest_t.tv_sec, newest_t.tv_nsec)) {
       newest = name;
       newest_t = st.st_mtim;
     }
@@ -196,7 +207,8 @@ std::string checkpoint_find_largest_tag(const std::string& root) {
   fail("no checkpoints in %s: it has no model tag directories (train or import a model first)", root.c_str());
 }
 
-std::vector<int64_t> checkpoint_list_steps(const std::string& dir, const std::string& prefix, const std::string& suffix) {
+std::vector<int64_t> checkpoint_list_steps(const std::string& dir, const std::string& prefix,
+                                           const std::string& suffix) {
   std::vector<int64_t> steps;
   for (const std::string& name : list_dir(dir)) {
     int64_t step;
@@ -299,7 +311,8 @@ void checkpoint_save_training(const std::string& dir, int64_t step, const NamedT
 
 std::vector<int64_t> checkpoint_saved_steps(const std::string& dir) {
   if (!is_directory(dir)) return {};
-  std::vector<int64_t> steps = checkpoint_list_steps(dir, "done_", ""), pending = checkpoint_list_steps(dir, "done_", ".next");
+  std::vector<int64_t> steps = checkpoint_list_steps(dir, "done_", ""),
+                       pending = checkpoint_list_steps(dir, "done_", ".next");
   steps.insert(steps.end(), pending.begin(), pending.end());
   std::sort(steps.begin(), steps.end());
   steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
@@ -381,7 +394,8 @@ std::vector<int64_t> checkpoint_prune(const std::string& dir, int64_t saved, int
 ModelCheckpoint checkpoint_load_model(const std::string& dir, int64_t step) {
   if (!checkpoint_is_complete(dir, step)) {
     if (!path_exists(checkpoint_model_path(dir, step)))
-      fail("no checkpoint step %lld in %s (no %s)", (long long)step, dir.c_str(), step_name("model_", step, ".safetensors").c_str());
+      fail("no checkpoint step %lld in %s (no %s)", (long long)step, dir.c_str(),
+           step_name("model_", step, ".safetensors").c_str());
     fail("checkpoint step %lld in %s is incomplete (no valid %s: saving was interrupted); pick another --step",
          (long long)step, dir.c_str(), step_name("done_", step, "").c_str());
   }
@@ -396,7 +410,8 @@ std::optional<OptimCheckpoint> checkpoint_load_optim(const std::string& dir, int
   std::string st = checkpoint_optim_path(dir, step, rank), js = checkpoint_optim_json_path(dir, step, rank);
   bool has_st = path_exists(st), has_js = path_exists(js);
   if (!has_st && !has_js) return std::nullopt;
-  if (!has_st || !has_js) fail("%s is missing (its pair %s exists)", (has_st ? js : st).c_str(), (has_st ? st : js).c_str());
+  if (!has_st || !has_js)
+    fail("%s is missing (its pair %s exists)", (has_st ? js : st).c_str(), (has_st ? st : js).c_str());
   OptimCheckpoint ck;
   ck.tensors = safetensors_load(st).tensors;
   ck.state = checkpoint_read_json(js);
@@ -427,16 +442,18 @@ void checkpoint_check_tensors(const std::vector<TensorSpec>& expected, const Nam
            shape_str(t.sizes()).c_str());
 }
 
-void checkpoint_check_vocab(const nlohmann::ordered_json& meta, int64_t tokenizer_vocab_size, const std::string& where) {
+void checkpoint_check_vocab(const nlohmann::ordered_json& meta, int64_t tokenizer_vocab_size,
+                            const std::string& where) {
   const nlohmann::ordered_json* v = nullptr;
   if (meta.is_object() && meta.contains("model_config") && meta["model_config"].is_object() &&
       meta["model_config"].contains("vocab_size"))
     v = &meta["model_config"]["vocab_size"];
   if (!v || !v->is_number_integer()) fail("%s: meta has no integer model_config.vocab_size", where.c_str());
   if (v->get<int64_t>() != tokenizer_vocab_size)
-    fail("%s: the model's vocab_size is %lld but the tokenizer has %lld tokens: the checkpoint was trained with "
-         "another tokenizer",
-         where.c_str(), (long long)v->get<int64_t>(), (long long)tokenizer_vocab_size);
+    fail(
+        "%s: the model's vocab_size is %lld but the tokenizer has %lld tokens: the checkpoint was trained with "
+        "another tokenizer",
+        where.c_str(), (long long)v->get<int64_t>(), (long long)tokenizer_vocab_size);
 }
 
 void checkpoint_strip_compile_prefix(NamedTensors& tensors) {

@@ -1,6 +1,6 @@
 // defines: checkpoint_gpt_embedding_dtype, checkpoint_gpt_tensor_specs, checkpoint_gpt_prepare,
-//          checkpoint_load_into_gpt, checkpoint_read_gpt_config, checkpoint_load_gpt,
-//          checkpoint_gpt_tensors, checkpoint_resume_gpt
+//          checkpoint_load_into_gpt, checkpoint_read_gpt_config, checkpoint_load_gpt, checkpoint_gpt_tensors,
+//          checkpoint_resume_gpt, checkpoint_check_config_limits, checkpoint_check_config_tensors
 // upstream checkpoint_manager.py's build_model: a checkpoint's tensors and meta into a GPT (API in checkpoint_gpt.h).
 #include "nanochat/checkpoint/checkpoint_gpt.h"
 
@@ -18,8 +18,7 @@ torch::ScalarType checkpoint_gpt_embedding_dtype(torch::ScalarType compute_dtype
 
 std::vector<TensorSpec> checkpoint_gpt_tensor_specs(const GPT& model) {
   std::vector<TensorSpec> specs;
-  for (const auto& [name, p] : gpt_named_parameters(model))
-    specs.push_back({name, p.sizes().vec(), p.scalar_type()});
+  for (const auto& [name, p] : gpt_named_parameters(model)) specs.push_back({name, p.sizes().vec(), p.scalar_type()});
   return specs;
 }
 
@@ -31,9 +30,12 @@ void checkpoint_check_config_limits(const GPTConfig& c, const std::string& where
     const char* name;
     int64_t value, max;
   };
-  const Limit limits[] = {{"n_layer", c.n_layer, 256},           {"n_embd", c.n_embd, 32768},
-                          {"n_head", c.n_head, 1024},            {"n_kv_head", c.n_kv_head, 1024},
-                          {"vocab_size", c.vocab_size, 1 << 21}, {"sequence_len", c.sequence_len, 1 << 16}};
+  const Limit limits[] = {{"n_layer", c.n_layer, 256},
+                          {"n_embd", c.n_embd, 32768},
+                          {"n_head", c.n_head, 1024},
+                          {"n_kv_head", c.n_kv_head, 1024},
+                          {"vocab_size", c.vocab_size, 1 << 21},
+                          {"sequence_len", c.sequence_len, 1 << 16}};
   for (const Limit& l : limits)
     if (l.value < 1 || l.value > l.max)
       fail("%s: %s %lld is outside [1, %lld]: refused before building the model", where.c_str(), l.name,
@@ -68,13 +70,14 @@ void checkpoint_check_config_tensors(const GPTConfig& c, const NamedTensors& ten
 }
 
 void checkpoint_gpt_prepare(NamedTensors& tensors, const GPTConfig& config, const std::string& where) {
-  checkpoint_check_config_tensors(config, tensors, where);  // before any shape is built
-  checkpoint_strip_compile_prefix(tensors);           // step 3
+  checkpoint_check_config_tensors(config, tensors, where);                      // before any shape is built
+  checkpoint_strip_compile_prefix(tensors);                                     // step 3
   if (config.layer_scalars) checkpoint_patch_tensors(tensors, config.n_layer);  // step 4 (old checkpoints)
   // older checkpoints' vocab tables are not padded to a multiple of 64: zero rows (never read)
   const int64_t vp = gpt_padded_vocab(config.vocab_size);
   for (auto& [name, t] : tensors) {
-    bool vocab_table = name == "transformer.wte.weight" || name == "lm_head.weight" || name.rfind("value_embeds.", 0) == 0;
+    bool vocab_table = name == "transformer.wte.weight" || name == "lm_head.weight" ||
+                       name.rfind("value_embeds.", 0) == 0;
     if (vocab_table && t.dim() == 2 && t.size(0) == config.vocab_size && vp > config.vocab_size)
       t = at::cat({t, torch::zeros({vp - config.vocab_size, t.size(1)}, t.options())}, 0);
   }
@@ -126,9 +129,8 @@ GPTConfig checkpoint_read_gpt_config(nlohmann::ordered_json& meta, const std::st
   return c;
 }
 
-LoadedGPT checkpoint_load_gpt(const std::string& source, const std::string& tag, int64_t step,
-                              torch::Device device, torch::ScalarType compute_dtype,
-                              int64_t tokenizer_vocab_size) {
+LoadedGPT checkpoint_load_gpt(const std::string& source, const std::string& tag, int64_t step, torch::Device device,
+                              torch::ScalarType compute_dtype, int64_t tokenizer_vocab_size) {
   LoadedGPT out;
   out.ref = checkpoint_locate(source, tag, step);
   ModelCheckpoint ck = checkpoint_load_model(out.ref.dir, out.ref.step);

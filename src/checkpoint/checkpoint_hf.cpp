@@ -91,9 +91,11 @@ std::vector<std::string> weight_files(const std::string& dir) {
   std::set<std::string> files;
   for (auto& [tensor, file] : j["weight_map"].items()) {
     if (!file.is_string() || file.get<std::string>().find('/') != std::string::npos)
-      fail("%s: tensor %s maps to %s, not a file name in this directory", index.c_str(), tensor.c_str(), file.dump().c_str());
+      fail("%s: tensor %s maps to %s, not a file name in this directory", index.c_str(), tensor.c_str(),
+           file.dump().c_str());
     if (!path_exists(dir + "/" + file.get<std::string>()))
-      fail("%s: tensor %s is in %s, which does not exist", index.c_str(), tensor.c_str(), file.get<std::string>().c_str());
+      fail("%s: tensor %s is in %s, which does not exist", index.c_str(), tensor.c_str(),
+           file.get<std::string>().c_str());
     files.insert(dir + "/" + file.get<std::string>());
   }
   return {files.begin(), files.end()};
@@ -130,7 +132,8 @@ nlohmann::ordered_json hf_config_json(const GPTConfig& c, bool remote_code) {
       if (w < c.sequence_len) short_window = short_window < 0 ? w : std::min(short_window, w);
     }
     cfg["layer_types"] = layer_types;
-    cfg["sliding_window"] = short_window < 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(short_window + 1);
+    cfg["sliding_window"] = short_window < 0 ? nlohmann::ordered_json(nullptr)
+                                             : nlohmann::ordered_json(short_window + 1);
   } else {
     cfg["architectures"] = {"NanoChatForCausalLM"};
     cfg["model_type"] = "nanochat";
@@ -188,7 +191,7 @@ GPTConfig checkpoint_hf_config(const nlohmann::ordered_json& j, const std::strin
   c.qk_scale = 1.0;
   c.softcap = get_number("final_logit_softcapping");
   c.norm_eps = has("rms_norm_eps") ? get_number("rms_norm_eps") : 1e-6;  // NanoChatConfig's default
-  if (c.norm_eps == FLT_EPSILON) c.norm_eps = 0;  // torch's default: the fused kernels' own
+  if (c.norm_eps == FLT_EPSILON) c.norm_eps = 0;                         // torch's default: the fused kernels' own
   if (c.n_head > 0 && has("head_dim") && get_int("head_dim") * c.n_head != c.n_embd)
     refuse("head_dim", "it must be hidden_size / num_attention_heads");
   if (has("intermediate_size") && get_int("intermediate_size") != 4 * c.n_embd)
@@ -221,13 +224,14 @@ ImportResult checkpoint_import_hf(const ImportOptions& opts) {
   checkpoint_source_subdir(opts.source);
   const std::string config_path = from + "/config.json", tok_path = from + "/tokenizer.json";
   GPTConfig config = checkpoint_hf_config(checkpoint_read_json(config_path), config_path);
-  if (!path_exists(tok_path)) fail("%s is missing (a transformers nanochat directory has its tokenizer.json)", tok_path.c_str());
+  if (!path_exists(tok_path))
+    fail("%s is missing (a transformers nanochat directory has its tokenizer.json)", tok_path.c_str());
   HfTokenizer hf_tok = tokenizer_read_hf_json(tok_path, opts.allow_custom_regex);
   const Tokenizer& tok = hf_tok.tok;
   const std::vector<int32_t>& tok_ids = hf_tok.file_ids;  // our id -> the file's (the rows' order)
   if (tok.vocab_size() != config.vocab_size)
-    fail("%s: vocab_size %lld but %s has %d tokens", config_path.c_str(), (long long)config.vocab_size, tok_path.c_str(),
-         tok.vocab_size());
+    fail("%s: vocab_size %lld but %s has %d tokens", config_path.c_str(), (long long)config.vocab_size,
+         tok_path.c_str(), tok.vocab_size());
 
   // every tensor, renamed; the config's numbers against them before any shape is built
   std::map<std::string, std::string> file_of;  // our name -> the file it came from
@@ -238,7 +242,8 @@ ImportResult checkpoint_import_hf(const ImportOptions& opts) {
     for (auto& [hf, t] : st.tensors) {
       const std::string name = our_name(hf);
       if (name.empty()) fail("%s: tensor %s is not part of a transformers nanochat model", file.c_str(), hf.c_str());
-      if (file_of.count(name)) fail("%s: tensor %s appears twice (also in %s)", file.c_str(), hf.c_str(), file_of[name].c_str());
+      if (file_of.count(name))
+        fail("%s: tensor %s appears twice (also in %s)", file.c_str(), hf.c_str(), file_of[name].c_str());
       file_of[name] = file;
       hf_of[name] = hf;
       tensors.emplace_back(name, t);
@@ -251,7 +256,8 @@ ImportResult checkpoint_import_hf(const ImportOptions& opts) {
   for (const TensorSpec& s : checkpoint_gpt_tensor_specs(shapes)) want[s.name] = s.shape;
   for (auto& [name, t] : tensors) {
     const std::string &file = file_of[name], &hf = hf_of[name];
-    if (!want.count(name)) fail("%s: tensor %s is not part of a nanochat model of this config.json", file.c_str(), hf.c_str());
+    if (!want.count(name))
+      fail("%s: tensor %s is not part of a nanochat model of this config.json", file.c_str(), hf.c_str());
     std::vector<int64_t> shape = want[name];
     const bool vocab_rows = name == "transformer.wte.weight" || name == "lm_head.weight";
     if (vocab_rows) shape[0] = config.vocab_size;  // transformers' tables are not padded
@@ -332,7 +338,9 @@ ExportResult checkpoint_export_hf(const std::string& source, const std::string& 
       continue;
     }
     const std::string hf = hf_name(name);
-    if (hf.empty()) fail("%s: tensor %s has no transformers name", checkpoint_model_path(r.ref.dir, r.ref.step).c_str(), name.c_str());
+    if (hf.empty())
+      fail("%s: tensor %s has no transformers name", checkpoint_model_path(r.ref.dir, r.ref.step).c_str(),
+           name.c_str());
     const bool vocab_rows = name == "transformer.wte.weight" || name == "lm_head.weight";
     out.emplace_back(hf, vocab_rows ? t.narrow(0, 0, c.vocab_size).contiguous() : t);
   }

@@ -43,8 +43,8 @@ void read_architecture_from_tensors(NamedTensors tensors, nlohmann::ordered_json
     if (name.rfind("value_embeds.", 0) == 0 || name == "resid_lambdas" || name == "smear_gate.weight") return;
   if (!meta.is_object() || !meta.contains("model_config") || !meta["model_config"].is_object()) return;
   nlohmann::ordered_json& mc = meta["model_config"];
-  const nlohmann::ordered_json older = {{"value_embeds", false}, {"smear", false}, {"layer_scalars", false},
-                                        {"rope_theta", 10000.0}, {"qk_scale", 1.0}};
+  const nlohmann::ordered_json older = {
+      {"value_embeds", false}, {"smear", false}, {"layer_scalars", false}, {"rope_theta", 10000.0}, {"qk_scale", 1.0}};
   for (auto& [key, value] : older.items())
     if (!mc.contains(key)) mc[key] = value;
 }
@@ -59,7 +59,8 @@ UpstreamStep read_upstream_step(const std::string& from, int64_t step) {
   UpstreamStep s;
   const std::string meta_path = step_file(from, "meta_", step, ".json");
   const std::string model_path = step_file(from, "model_", step, ".pt");
-  if (!path_exists(meta_path)) fail("%s is missing (every model_<step>.pt needs its meta_<step>.json)", meta_path.c_str());
+  if (!path_exists(meta_path))
+    fail("%s is missing (every model_<step>.pt needs its meta_<step>.json)", meta_path.c_str());
   s.meta = checkpoint_read_json(meta_path);
   s.tensors = torch_pickle_load_state_dict(model_path);
   read_architecture_from_tensors(s.tensors, s.meta);
@@ -110,7 +111,8 @@ ImportResult checkpoint_import(const ImportOptions& opts) {
   checkpoint_source_subdir(opts.source);  // Error for an unknown source, before any work
   if (!is_directory(from)) fail("--from %s is not a directory", from.c_str());
   std::vector<int64_t> steps = checkpoint_list_steps(from, "model_", ".pt");
-  if (steps.empty() && path_exists(from + "/config.json")) return checkpoint_import_hf(opts);  // a transformers directory
+  if (steps.empty() && path_exists(from + "/config.json"))
+    return checkpoint_import_hf(opts);  // a transformers directory
   if (steps.empty())
     fail("no checkpoint in %s: expected model_<step>.pt files (upstream) or config.json (transformers)", from.c_str());
   if (opts.step >= 0) {
@@ -141,9 +143,10 @@ ImportResult checkpoint_import(const ImportOptions& opts) {
   } else if (tokenizer_present(tok_dir)) {
     tok = std::make_unique<Tokenizer>(tokenizer_load(tok_dir));
   } else {
-    fail("no tokenizer: %s has no tokenizer.tiktoken and %s holds none (convert upstream's tokenizer.pkl as the "
-         "docs/tokenizer.md shows, or pass --tokenizer FILE)",
-         from.c_str(), tok_dir.c_str());
+    fail(
+        "no tokenizer: %s has no tokenizer.tiktoken and %s holds none (convert upstream's tokenizer.pkl as the "
+        "docs/tokenizer.md shows, or pass --tokenizer FILE)",
+        from.c_str(), tok_dir.c_str());
   }
 
   // pass 1: read and check every step; only the last stays in memory

@@ -13,7 +13,8 @@ namespace nanochat {
 extern const char* const kHfRemoteConfigPy;
 extern const char* const kHfRemoteModelingPy;
 
-const char* const kHfRemoteConfigPy = R"PY("""nanochat (C++) model configuration: the meta JSON's model_config, for transformers.
+const char* const kHfRemoteConfigPy =
+    R"PY("""nanochat (C++) model configuration: the meta JSON's model_config, for transformers.
 
 Besides our own names it sets the standard ones transformers' generation and cache code read
 (num_hidden_layers, hidden_size, num_attention_heads, num_key_value_heads, head_dim,
@@ -58,7 +59,8 @@ class NanochatCppConfig(PretrainedConfig):
         self.sliding_window = min(short) + 1 if short else None
 )PY";
 
-const char* const kHfRemoteModelingPy = R"PY("""nanochat (C++) model for transformers: the GPT of a nanochat checkpoint, tensors under nanochat's names.
+const char* const kHfRemoteModelingPy =
+    R"PY("""nanochat (C++) model for transformers: the GPT of a nanochat checkpoint, tensors under nanochat's names.
 
 Embedding -> RMSNorm -> (smear: each position adds a gated share of the previous one) -> blocks, each
 x = resid_lambda * x + x0_lambda * x0; x += attn(norm(x)); x += mlp(norm(x)) with value embeddings mixed

@@ -42,10 +42,18 @@ struct DtypeName {
   const char* name;
 };
 const DtypeName kDtypes[] = {
-    {at::kDouble, "F64"},      {at::kFloat, "F32"},          {at::kHalf, "F16"},
-    {at::kBFloat16, "BF16"},    {at::kLong, "I64"},            {at::kInt, "I32"},
-    {at::kShort, "I16"},        {at::kChar, "I8"},              {at::kByte, "U8"},
-    {torch::kBool, "BOOL"},        {torch::kFloat8_e4m3fn, "F8_E4M3"}, {torch::kFloat8_e5m2, "F8_E5M2"},
+    {at::kDouble, "F64"},
+    {at::kFloat, "F32"},
+    {at::kHalf, "F16"},
+    {at::kBFloat16, "BF16"},
+    {at::kLong, "I64"},
+    {at::kInt, "I32"},
+    {at::kShort, "I16"},
+    {at::kChar, "I8"},
+    {at::kByte, "U8"},
+    {torch::kBool, "BOOL"},
+    {torch::kFloat8_e4m3fn, "F8_E4M3"},
+    {torch::kFloat8_e5m2, "F8_E5M2"},
 };
 
 struct Fd {
@@ -111,8 +119,8 @@ Entry parse_entry(const std::string& path, const std::string& key, const nlohman
   uint64_t nbytes;
   if (__builtin_mul_overflow(numel, (uint64_t)c10::elementSize(e.dtype), &nbytes) || nbytes != e.end - e.begin)
     fail("%s: tensor '%s': shape %s of %s needs %llu bytes but data_offsets span %llu", path.c_str(), key.c_str(),
-         short_dump(*sh).c_str(), dt->get<std::string>().c_str(), (unsigned long long)(numel * c10::elementSize(e.dtype)),
-         (unsigned long long)(e.end - e.begin));
+         short_dump(*sh).c_str(), dt->get<std::string>().c_str(),
+         (unsigned long long)(numel * c10::elementSize(e.dtype)), (unsigned long long)(e.end - e.begin));
   return e;
 }
 
@@ -199,8 +207,8 @@ SafetensorsFile safetensors_load(const std::string& path) {
   auto on_event = [&](int depth, nlohmann::ordered_json::parse_event_t ev, nlohmann::ordered_json& parsed) {
     if (depth > kMaxHeaderDepth)
       fail("%s: the header nests JSON deeper than %d levels: not safetensors", path.c_str(), kMaxHeaderDepth);
-    if (ev == nlohmann::ordered_json::parse_event_t::key && depth == 1 && !names.insert(parsed.get<std::string>()).second &&
-        duplicate.empty())
+    if (ev == nlohmann::ordered_json::parse_event_t::key && depth == 1 &&
+        !names.insert(parsed.get<std::string>()).second && duplicate.empty())
       duplicate = parsed.get<std::string>();
     return true;
   };

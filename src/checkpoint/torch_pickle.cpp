@@ -37,10 +37,10 @@ struct Obj {
   bool b = false;
   int64_t i = 0;
   double f = 0;
-  std::string s;                                 // Str; Global: "module.name"
-  std::vector<ObjPtr> items;                     // List, Tuple
+  std::string s;                                // Str; Global: "module.name"
+  std::vector<ObjPtr> items;                    // List, Tuple
   std::vector<std::pair<ObjPtr, ObjPtr>> dict;  // Dict, in insertion order
-  torch::Tensor tensor;                          // Tensor; Storage: 1-D over the whole record
+  torch::Tensor tensor;                         // Tensor; Storage: 1-D over the whole record
   explicit Obj(Kind k) : kind(k) {}
 };
 
@@ -48,18 +48,18 @@ struct Obj {
 using Arena = std::deque<Obj>;
 
 const char* kind_name(Obj::Kind k) {
-  static const char* names[] = {"None", "bool", "int", "float", "str", "list", "tuple", "dict", "tensor", "storage", "global"};
+  static const char* names[] = {"None",  "bool", "int",    "float",   "str",   "list",
+                                "tuple", "dict", "tensor", "storage", "global"};
   return names[k];
 }
 
 // storage classes that may appear in persistent ids, and the dtype of their elements
 bool storage_dtype(const std::string& global, at::ScalarType& dtype) {
   static const std::pair<const char*, at::ScalarType> kStorages[] = {
-      {"torch.DoubleStorage", at::kDouble}, {"torch.FloatStorage", at::kFloat},
-      {"torch.HalfStorage", at::kHalf},   {"torch.BFloat16Storage", at::kBFloat16},
-      {"torch.LongStorage", at::kLong},     {"torch.IntStorage", at::kInt},
-      {"torch.ShortStorage", at::kShort},    {"torch.CharStorage", at::kChar},
-      {"torch.ByteStorage", at::kByte},     {"torch.BoolStorage", torch::kBool},
+      {"torch.DoubleStorage", at::kDouble},     {"torch.FloatStorage", at::kFloat}, {"torch.HalfStorage", at::kHalf},
+      {"torch.BFloat16Storage", at::kBFloat16}, {"torch.LongStorage", at::kLong},   {"torch.IntStorage", at::kInt},
+      {"torch.ShortStorage", at::kShort},       {"torch.CharStorage", at::kChar},   {"torch.ByteStorage", at::kByte},
+      {"torch.BoolStorage", torch::kBool},
   };
   for (const auto& [name, dt] : kStorages)
     if (global == name) {
@@ -86,9 +86,11 @@ class Unpickler {
     while (true) {
       uint8_t op = u8();
       switch (op) {
-        case 0x80: if (u8() > 5) bad("unsupported pickle protocol"); break;  // PROTO
-        case 0x95: take(8); break;                                          // FRAME (protocol 4)
-        case '.': {                                                         // STOP
+        case 0x80:
+          if (u8() > 5) bad("unsupported pickle protocol");
+          break;                    // PROTO
+        case 0x95: take(8); break;  // FRAME (protocol 4)
+        case '.': {                 // STOP
           if (stack_.size() != 1 || !marks_.empty()) bad("STOP with a stack of %zu values", stack_.size());
           return stack_.back();
         }
@@ -107,7 +109,8 @@ class Unpickler {
         case ']': push(make(Obj::List)); break;
         case ')': push(make(Obj::Tuple)); break;
         case '(': marks_.push_back(stack_.size()); break;
-        case 't': case 'l': {  // TUPLE, LIST from the values above the mark
+        case 't':
+        case 'l': {  // TUPLE, LIST from the values above the mark
           ObjPtr o = make(op == 't' ? Obj::Tuple : Obj::List);
           o->items = pop_to_mark();
           push(o);
@@ -119,28 +122,30 @@ class Unpickler {
           push(o);
           break;
         }
-        case 0x85: case 0x86: case 0x87: {  // TUPLE1..3
+        case 0x85:
+        case 0x86:
+        case 0x87: {  // TUPLE1..3
           ObjPtr o = make(Obj::Tuple);
           o->items.resize(op - 0x84);
           for (size_t k = o->items.size(); k-- > 0;) o->items[k] = pop();
           push(o);
           break;
         }
-        case 'q': memo_[u8()] = top(); break;                     // BINPUT
-        case 'r': memo_[u32()] = top(); break;                    // LONG_BINPUT
-        case 0x94: memo_[(uint32_t)memo_.size()] = top(); break;  // MEMOIZE
+        case 'q': memo_[u8()] = top(); break;                            // BINPUT
+        case 'r': memo_[u32()] = top(); break;                           // LONG_BINPUT
+        case 0x94: memo_[(uint32_t)memo_.size()] = top(); break;         // MEMOIZE
         case 'p': memo_[(uint32_t)std::stoul(digits())] = top(); break;  // PUT
-        case 'h': push(memo(u8())); break;                        // BINGET
-        case 'j': push(memo(u32())); break;                       // LONG_BINGET
-        case 'g': push(memo((uint32_t)std::stoul(digits()))); break;  // GET
-        case 'J': push(integer((int32_t)u32())); break;          // BININT
-        case 'K': push(integer(u8())); break;                     // BININT1
-        case 'M': {                                               // BININT2
+        case 'h': push(memo(u8())); break;                               // BINGET
+        case 'j': push(memo(u32())); break;                              // LONG_BINGET
+        case 'g': push(memo((uint32_t)std::stoul(digits()))); break;     // GET
+        case 'J': push(integer((int32_t)u32())); break;                  // BININT
+        case 'K': push(integer(u8())); break;                            // BININT1
+        case 'M': {                                                      // BININT2
           uint8_t lo = u8();
           push(integer(lo | (u8() << 8)));
           break;
         }
-        case 0x8a: {                                              // LONG1: little-endian two's complement
+        case 0x8a: {  // LONG1: little-endian two's complement
           uint8_t n = u8();
           if (n > 8) bad("integer of %u bytes does not fit int64", n);
           const uint8_t* b = take(n);
@@ -159,12 +164,13 @@ class Unpickler {
           push(o);
           break;
         }
-        case 'X': push(str(u32())); break;           // BINUNICODE
-        case 0x8c: push(str(u8())); break;           // SHORT_BINUNICODE
-        case 0x8d: push(str(u64())); break;          // BINUNICODE8
-        case 'T': push(str(u32())); break;           // BINSTRING (protocol 1 str)
-        case 'U': push(str(u8())); break;            // SHORT_BINSTRING
-        case 0x88: case 0x89: {                      // NEWTRUE, NEWFALSE
+        case 'X': push(str(u32())); break;   // BINUNICODE
+        case 0x8c: push(str(u8())); break;   // SHORT_BINUNICODE
+        case 0x8d: push(str(u64())); break;  // BINUNICODE8
+        case 'T': push(str(u32())); break;   // BINSTRING (protocol 1 str)
+        case 'U': push(str(u8())); break;    // SHORT_BINSTRING
+        case 0x88:
+        case 0x89: {  // NEWTRUE, NEWFALSE
           ObjPtr o = make(Obj::Bool);
           o->b = op == 0x88;
           push(o);
@@ -199,7 +205,7 @@ class Unpickler {
           break;
         }
         case 'b': {  // BUILD: OrderedDict's state is its __dict__ (state_dict's _metadata): not needed
-          pop();  // the state
+          pop();     // the state
           if (top()->kind != Obj::Dict) bad("BUILD on a %s", kind_name(top()->kind));
           break;
         }
@@ -207,8 +213,7 @@ class Unpickler {
         case '0': pop(); break;                    // POP
         case '1': pop_to_mark(); break;            // POP_MARK
         case '2': push(top()); break;              // DUP
-        default:
-          bad("opcode 0x%02x ('%c') is not allowed in a checkpoint", op, op >= 32 && op < 127 ? op : '?');
+        default: bad("opcode 0x%02x ('%c') is not allowed in a checkpoint", op, op >= 32 && op < 127 ? op : '?');
       }
     }
   }
@@ -223,7 +228,8 @@ class Unpickler {
   [[noreturn]] void bad(const char* msg) { bad("%s", msg); }
 
   const uint8_t* take(uint64_t n) {
-    if (n > (uint64_t)(end_ - p_)) fail("%s: data.pkl is truncated (wanted %llu more bytes)", path_.c_str(), (unsigned long long)n);
+    if (n > (uint64_t)(end_ - p_))
+      fail("%s: data.pkl is truncated (wanted %llu more bytes)", path_.c_str(), (unsigned long long)n);
     const uint8_t* b = reinterpret_cast<const uint8_t*>(p_);
     p_ += n;
     pos_ += n;
@@ -299,9 +305,10 @@ class Unpickler {
 
   ObjPtr global(const std::string& name) {
     if (!global_allowed(name))
-      fail("%s: refusing to load: the pickle calls %.200s, which is not a tensor or container type (a checkpoint never "
-           "needs it; the file may be malicious)",
-           path_.c_str(), name.c_str());
+      fail(
+          "%s: refusing to load: the pickle calls %.200s, which is not a tensor or container type (a checkpoint never "
+          "needs it; the file may be malicious)",
+          path_.c_str(), name.c_str());
     ObjPtr o = make(Obj::Global);
     o->s = name;
     return o;
@@ -338,14 +345,16 @@ class Unpickler {
                      const std::vector<int64_t>& stride) {
     int64_t numel = storage->tensor.numel();
     if (size.size() != stride.size()) bad("size and stride of different lengths");
-    if (offset < 0 || offset > numel) bad("storage offset %lld outside a storage of %lld elements", (long long)offset, (long long)numel);
+    if (offset < 0 || offset > numel)
+      bad("storage offset %lld outside a storage of %lld elements", (long long)offset, (long long)numel);
     bool empty = false;
     for (int64_t s : size) empty |= s == 0;
     int64_t last = offset;  // index of the last element the view touches
     for (size_t d = 0; d < size.size(); d++) {
       if (size[d] < 0 || stride[d] < 0) bad("negative size or stride");
       int64_t step;
-      if (!empty && (__builtin_mul_overflow(size[d] - 1, stride[d], &step) || __builtin_add_overflow(last, step, &last)))
+      if (!empty &&
+          (__builtin_mul_overflow(size[d] - 1, stride[d], &step) || __builtin_add_overflow(last, step, &last)))
         bad("tensor extent overflows");
     }
     if (!empty && last >= numel)
@@ -369,8 +378,9 @@ class Unpickler {
     if (numel < 0 || !zip_.hasRecord(record)) bad("storage record %s is missing", record.c_str());
     size_t nbytes = zip_.getRecordSize(record);
     // torch.save stores records uncompressed: none can be larger than the file
-    if (nbytes > file_size_) bad("storage record %s claims %zu bytes in a file of %llu", record.c_str(), nbytes,
-                                 (unsigned long long)file_size_);
+    if (nbytes > file_size_)
+      bad("storage record %s claims %zu bytes in a file of %llu", record.c_str(), nbytes,
+          (unsigned long long)file_size_);
     uint64_t want;
     if (__builtin_mul_overflow((uint64_t)numel, (uint64_t)c10::elementSize(dtype), &want) || want != nbytes)
       bad("storage %s holds %zu bytes, not %lld elements of %s", record.c_str(), nbytes, (long long)numel,
@@ -461,8 +471,10 @@ struct Expansion {
   void spend(size_t units) {
     left -= (int64_t)units + 1;
     if (left < 0)
-      fail("%s: the pickle expands to more than 16x its size (one object referenced from many places): corrupt or "
-           "hostile file", path.c_str());
+      fail(
+          "%s: the pickle expands to more than 16x its size (one object referenced from many places): corrupt or "
+          "hostile file",
+          path.c_str());
   }
 };
 
@@ -478,7 +490,8 @@ void to_tree(Expansion& budget, const ObjPtr& o, const std::string& at, int dept
     case Obj::Int: out = o->i; break;
     case Obj::Float: out = o->f; break;
     case Obj::Str: out = o->s; break;
-    case Obj::List: case Obj::Tuple:
+    case Obj::List:
+    case Obj::Tuple:
       out = nlohmann::ordered_json::array();
       for (size_t k = 0; k < o->items.size(); k++) {
         nlohmann::ordered_json v;

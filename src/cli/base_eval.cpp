@@ -27,11 +27,11 @@ namespace {
 struct BaseEvalFlags {
   std::string eval = "core,bpb,sample";  // comma-separated modes
   std::string source = "base";
-  std::string model_tag;                 // "": the largest d<N>
-  int64_t step = -1;                     // -1: the last complete step
-  int64_t max_per_task = -1;             // CORE examples per task (-1: all)
+  std::string model_tag;      // "": the largest d<N>
+  int64_t step = -1;          // -1: the last complete step
+  int64_t max_per_task = -1;  // CORE examples per task (-1: all)
   int64_t device_batch_size = 32;
-  int64_t split_tokens = 40 * 524288;    // bpb tokens per split, over all ranks
+  int64_t split_tokens = 40 * 524288;  // bpb tokens per split, over all ranks
   std::string device_type;
   CorpusOptions data;
   int tokenizer_threads = 0;
@@ -62,20 +62,22 @@ void cli_register_base_eval(CLI::App& app, int& exit_code) {
   sub->add_option("--eval", o.eval, "comma-separated: core, bpb, sample")->capture_default_str();
   cli_add_checkpoint_flags(sub, o.source, o.model_tag, o.step);
   sub->add_option("--max-per-task", o.max_per_task, "CORE examples per task (-1: all)")->capture_default_str();
-  sub->add_option("--device-batch-size", o.device_batch_size, "rows per forward")->capture_default_str()
+  sub->add_option("--device-batch-size", o.device_batch_size, "rows per forward")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("--split-tokens", o.split_tokens, "tokens per split for bpb (over all ranks)")->capture_default_str()
+  sub->add_option("--split-tokens", o.split_tokens, "tokens per split for bpb (over all ranks)")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--device-type", o.device_type, "cuda or cpu (empty: autodetect)")
       ->check(CLI::IsMember({"", "cuda", "cpu"}));
   sub->add_option("--tokenizer-threads", o.tokenizer_threads, "loader threads (0: all but one core)")
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("--eval-bundle", o.eval_bundle, "CORE bundle folder (default: $NANOCHAT_BASE_DIR/eval_bundle, "
-                                                  "from `nanochat download eval-bundle`)");
+  sub->add_option("--eval-bundle", o.eval_bundle,
+                  "CORE bundle folder (default: $NANOCHAT_BASE_DIR/eval_bundle, "
+                  "from `nanochat download eval-bundle`)");
   cli_add_data_flags(sub, o.data);
   sub->callback([&exit_code] { exit_code = base_eval(o); });
 }
-
 
 namespace {
 
@@ -88,8 +90,7 @@ int base_eval(const BaseEvalFlags& o) {
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
   LoadedGPT loaded = checkpoint_load_gpt(o.source, o.model_tag, o.step, c.device, c.dtype, tok.vocab_size());
   GPT& model = loaded.model;
-  log_info("evaluating %s step %lld (%s)", loaded.ref.dir.c_str(), (long long)loaded.ref.step,
-           c.device.str().c_str());
+  log_info("evaluating %s step %lld (%s)", loaded.ref.dir.c_str(), (long long)loaded.ref.step, c.device.str().c_str());
   torch::NoGradGuard no_grad;
   // for the report card: {model, CORE metric, train bpb, val bpb}, centred results, samples
   ReportItem summary = {{"model", strprintf("%s step %lld", loaded.ref.dir.c_str(), (long long)loaded.ref.step)}};
@@ -125,8 +126,9 @@ int base_eval(const BaseEvalFlags& o) {
     const int64_t tokens_per_step = o.device_batch_size * seq_len * world;
     const int64_t steps = o.split_tokens / tokens_per_step;
     if (steps < 1)
-      fail("--split-tokens %lld is less than one step of %lld tokens (--device-batch-size x sequence length %lld x %d ranks)",
-           (long long)o.split_tokens, (long long)tokens_per_step, (long long)seq_len, world);
+      fail(
+          "--split-tokens %lld is less than one step of %lld tokens (--device-batch-size x sequence length %lld x %d ranks)",
+          (long long)o.split_tokens, (long long)tokens_per_step, (long long)seq_len, world);
     Corpus corpus = corpus_open(o.data);
     torch::Tensor token_bytes = bpb_token_bytes(tok, c.device);
     for (const char* split : {"train", "val"}) {

@@ -61,11 +61,13 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   auto opt = [&](const char* name, auto& var, const char* help) {
     return sub->add_option(name, var, help)->capture_default_str();
   };
-  opt("--run", o.run, "run name, recorded in <checkpoint dir>/metrics.jsonl (there is no wandb: "
-                      "every step and eval is logged to that local file instead)");
+  opt("--run", o.run,
+      "run name, recorded in <checkpoint dir>/metrics.jsonl (there is no wandb: "
+      "every step and eval is logged to that local file instead)");
   opt("--device-type", o.device_type, "cuda or cpu (empty: autodetect)")->check(CLI::IsMember({"", "cuda", "cpu"}));
-  sub->add_flag("--fp8", o.fp8, "FP8 training of the blocks' matmuls (CUDA, compute capability 8.9+; "
-                                "evaluation and sampling stay in the compute dtype)");
+  sub->add_flag("--fp8", o.fp8,
+                "FP8 training of the blocks' matmuls (CUDA, compute capability 8.9+; "
+                "evaluation and sampling stay in the compute dtype)");
   opt("--fp8-recipe", o.fp8_recipe, "tensorwise or rowwise")->check(CLI::IsMember({"tensorwise", "rowwise"}));
   opt("--depth", o.depth, "number of layers; width, heads, batch and learning rates derive from it")
       ->check(CLI::Range(1, 1024));
@@ -77,8 +79,9 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   opt("--num-iterations", o.num_iterations, "optimizer steps (-1: from --target-flops or the data ratio)");
   opt("--target-flops", o.target_flops, "training FLOPs to spend (-1: off)");
   opt("--target-param-data-ratio", o.target_param_data_ratio, "tokens per scaling parameter (-1: off)");
-  opt("--device-batch-size", o.device_batch_size, "rows per rank per micro-step (on a GPU, by default the "
-                                                   "largest power of two up to 32 that fits its memory)")
+  opt("--device-batch-size", o.device_batch_size,
+      "rows per rank per micro-step (on a GPU, by default the "
+      "largest power of two up to 32 that fits its memory)")
       ->check(CLI::PositiveNumber);
   opt("--total-batch-size", o.total_batch_size, "tokens per optimizer step over all ranks (-1: auto from depth)");
   opt("--embedding-lr", o.embedding_lr, "AdamW lr of wte (value embeddings: half)");
@@ -87,7 +90,8 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   opt("--matrix-lr", o.matrix_lr, "Muon lr of the transformer matrices");
   opt("--scalar-lr", o.scalar_lr, "AdamW lr of the per-layer scalars");
   opt("--warmup-steps", o.warmup_steps, "linear lr warmup steps")->check(CLI::NonNegativeNumber);
-  opt("--warmdown-ratio", o.warmdown_ratio, "fraction of steps of the final linear lr decay")->check(CLI::Range(0.0, 1.0));
+  opt("--warmdown-ratio", o.warmdown_ratio, "fraction of steps of the final linear lr decay")
+      ->check(CLI::Range(0.0, 1.0));
   opt("--final-lr-frac", o.final_lr_frac, "lr at the end as a fraction of the peak")->check(CLI::Range(0.0, 1.0));
   cli_add_resume_flags(sub, o.save_every, o.resume_from_step, o.resume_latest, o.output);
   opt("--eval-every", o.eval_every, "val bpb every N steps (-1: off)");
@@ -96,8 +100,9 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   opt("--core-metric-max-per-task", o.core_metric_max_per_task, "examples per CORE task (-1: all)");
   opt("--sample-every", o.sample_every, "greedy samples every N steps (-1: off)");
   opt("--model-tag", o.model_tag, "checkpoint folder name (default d<depth>)");
-  opt("--eval-bundle", o.eval_bundle, "CORE bundle folder (default: $NANOCHAT_BASE_DIR/eval_bundle, from "
-                                      "`nanochat download eval-bundle`)");
+  opt("--eval-bundle", o.eval_bundle,
+      "CORE bundle folder (default: $NANOCHAT_BASE_DIR/eval_bundle, from "
+      "`nanochat download eval-bundle`)");
   cli_add_data_flags(sub, o.data);
   opt("--tokenizer-threads", o.tokenizer_threads, "loader threads per rank (0: all but one core of the rank)")
       ->check(CLI::NonNegativeNumber);
@@ -105,18 +110,23 @@ void cli_register_base_train(CLI::App& app, int& exit_code) {
   opt("--min-doc-chars", o.min_doc_chars, "drop documents shorter than this many bytes")->check(CLI::NonNegativeNumber);
   sub->add_flag("--skip-bad-row-groups", o.skip_bad_row_groups,
                 "warn about and skip a row group that fails to decode (default: stop with an error)");
-  sub->add_flag("--dry-run", o.dry_run, "print the plan (counts, FLOPs, batch, horizon, scaling, memory per rank, "
-                                        "wall-clock) and exit: no weights, no data, no GPU needed; last line JSON");
-  opt("--gpu-memory", o.gpu_memory, "plan the default --device-batch-size for a GPU of this much memory (e.g. 80GB, "
-                                    "80GiB) instead of asking the device");
-  opt("--gpu-name", o.gpu_name, "--dry-run: the GPU whose peak FLOPS the wall-clock uses (default: this machine's, "
-                                "else H100)");
+  sub->add_flag("--dry-run", o.dry_run,
+                "print the plan (counts, FLOPs, batch, horizon, scaling, memory per rank, "
+                "wall-clock) and exit: no weights, no data, no GPU needed; last line JSON");
+  opt("--gpu-memory", o.gpu_memory,
+      "plan the default --device-batch-size for a GPU of this much memory (e.g. 80GB, "
+      "80GiB) instead of asking the device");
+  opt("--gpu-name", o.gpu_name,
+      "--dry-run: the GPU whose peak FLOPS the wall-clock uses (default: this machine's, "
+      "else H100)");
   opt("--mfu", o.mfu, "--dry-run: the model FLOPS utilisation the wall-clock assumes")->check(CLI::Range(1e-6, 1.0));
-  opt("--world-size", o.world_size, "--dry-run: ranks to plan for (0: WORLD_SIZE, else 1)")->check(CLI::Range(0, 1 << 20));
-  opt("--preflight-steps", o.preflight_steps, "train this many steps of the real plan (model, batch, schedule) into "
-                                              "the scratch tag <tag>-preflight, with no evals and no checkpoint, "
-                                              "then report tok/s, MFU, peak memory vs the estimate and the "
-                                              "projected time of the whole run (0: off)")
+  opt("--world-size", o.world_size, "--dry-run: ranks to plan for (0: WORLD_SIZE, else 1)")
+      ->check(CLI::Range(0, 1 << 20));
+  opt("--preflight-steps", o.preflight_steps,
+      "train this many steps of the real plan (model, batch, schedule) into "
+      "the scratch tag <tag>-preflight, with no evals and no checkpoint, "
+      "then report tok/s, MFU, peak memory vs the estimate and the "
+      "projected time of the whole run (0: off)")
       ->check(CLI::NonNegativeNumber);
   sub->callback([sub, &exit_code] {
     nlohmann::ordered_json user_config = cli_flags_json(sub);
@@ -215,12 +225,13 @@ BaseTrain::BaseTrain(const BaseTrainFlags& o, const nlohmann::ordered_json& user
   if (o.world_size > 0 && o.world_size != world)
     fail("--world-size %d plans a --dry-run; this run has %d rank(s) (use `nanochat launch --nproc-per-node N`)",
          o.world_size, world);
-  log_info("nanochat base-train: device %s (%s), compute dtype %s, %d rank(s), %d CPU threads",
-           c.device.str().c_str(), c.device_type.c_str(), dtype_name(c.dtype).c_str(), world,
-           c.cpu_threads);
+  log_info("nanochat base-train: device %s (%s), compute dtype %s, %d rank(s), %d CPU threads", c.device.str().c_str(),
+           c.device_type.c_str(), dtype_name(c.dtype).c_str(), world, c.cpu_threads);
   if (o.fp8 && o.fp8_recipe != "tensorwise")
-    fail("--fp8-recipe %s is not implemented (neither is it upstream): use --fp8-recipe tensorwise", o.fp8_recipe.c_str());
-  if (o.fp8 && !c.device.is_cuda()) log_warn("--fp8 is for CUDA (as upstream): training in %s", dtype_name(c.dtype).c_str());
+    fail("--fp8-recipe %s is not implemented (neither is it upstream): use --fp8-recipe tensorwise",
+         o.fp8_recipe.c_str());
+  if (o.fp8 && !c.device.is_cuda())
+    log_warn("--fp8 is for CUDA (as upstream): training in %s", dtype_name(c.dtype).c_str());
   token_bytes = bpb_token_bytes(tok, c.device);
 
   // the plan (the device batch agreed over the ranks), printed as --dry-run prints it
@@ -237,13 +248,14 @@ BaseTrain::BaseTrain(const BaseTrainFlags& o, const nlohmann::ordered_json& user
 
   tag = (o.model_tag.empty() ? strprintf("d%lld", (long long)o.depth) : o.model_tag) + (preflight ? "-preflight" : "");
   ckpt_dir = checkpoint_dir("base", tag);
-  cli_open_checkpoint_dir(ckpt_dir, o.resume_latest || o.resume_from_step >= 0, o.output, dist);  // --force, stale files
+  cli_open_checkpoint_dir(ckpt_dir, o.resume_latest || o.resume_from_step >= 0, o.output,
+                          dist);  // --force, stale files
   resume_step = o.resume_latest ? checkpoint_find_last_step(ckpt_dir) : o.resume_from_step;
   model = GPT(config, c.device, c.dtype);
   gpt_init_weights(model, 42);
   resumed = checkpoint_resume_gpt(model, ckpt_dir, resume_step, tok.vocab_size());
   if (plan.fp8) gpt_set_fp8(model, true);  // Error below compute capability 8.9
-  {  // which attention kernel each kind of layer runs, once
+  {                                        // which attention kernel each kind of layer runs, once
     auto probe = torch::TensorOptions().dtype(c.dtype).device(c.device);
     torch::Tensor q = torch::empty({1, config.sequence_len, config.n_head, config.head_dim()}, probe);
     torch::Tensor k = torch::empty({1, config.sequence_len, config.n_kv_head, config.head_dim()}, probe);
@@ -340,14 +352,13 @@ double BaseTrain::evaluate_val_bpb() {
   vo.infinite = true;  // upstream: a fresh, endless val iterator from the start of the shard
   DataLoader val_loader(tok, corpus_split(corpus, "val"), vo);
   const int64_t eval_steps = std::max<int64_t>(1, o.eval_tokens / (plan.device_batch_size * o.max_seq_len * world));
-  return evaluate_bpb([&](const torch::Tensor& x, const torch::Tensor& y) {
-                        return gpt_loss(model, x, y, LossReduction::none);
-                      },
-                      [&] {
-                        LoaderBatch b = val_loader.next();
-                        return std::make_pair(b.inputs, b.targets);
-                      },
-                      eval_steps, token_bytes, &dist);
+  return evaluate_bpb(
+      [&](const torch::Tensor& x, const torch::Tensor& y) { return gpt_loss(model, x, y, LossReduction::none); },
+      [&] {
+        LoaderBatch b = val_loader.next();
+        return std::make_pair(b.inputs, b.targets);
+      },
+      eval_steps, token_bytes, &dist);
 }
 
 void BaseTrain::evaluate_core(int64_t step, double flops_so_far) {
@@ -359,7 +370,9 @@ void BaseTrain::evaluate_core(int64_t step, double flops_so_far) {
   CoreResult r = core_evaluate(model, tok, co, &dist);
   last_core = r.core;
   log_info("Step %05lld | CORE metric: %.4f", (long long)step, r.core);
-  nlohmann::json line = {{"step", step}, {"core_metric", r.core}, {"total_training_flops", flops_so_far},
+  nlohmann::json line = {{"step", step},
+                         {"core_metric", r.core},
+                         {"total_training_flops", flops_so_far},
                          {"total_training_time", state.total_training_time}};  // for time to GPT-2
   for (const CoreTaskResult& t : r.tasks) line["core/" + t.label] = t.centered;
   metrics.log(line);
@@ -405,8 +418,8 @@ void BaseTrain::train_step(int64_t step) {
   opt->zero_grad();
   // the loss summed over ranks and the stop flag (any rank), in one collective
   auto f32 = train_loss.options().dtype(torch::kFloat32);
-  torch::Tensor stats = at::stack({train_loss.to(torch::kFloat32).reshape({}),
-                                   torch::full({}, stop_signal_received() ? 1.0f : 0.0f, f32)});
+  torch::Tensor stats = at::stack(
+      {train_loss.to(torch::kFloat32).reshape({}), torch::full({}, stop_signal_received() ? 1.0f : 0.0f, f32)});
   dist.all_reduce(stats, ReduceOp::SUM);
   readback->push(stats);
   in_flight.push_back({step, lrm, data_wait, batch.state.last});
@@ -451,10 +464,9 @@ int BaseTrain::stop_and_save() {
 int BaseTrain::loop() {
   const int64_t num_iterations = plan.num_iterations, total_batch = plan.scaling.total_batch_size;
   start_step = state.step;
-  progress = std::make_unique<TrainProgress>(num_iterations, total_batch, plan.flops_per_token,
-                                             peak_flops_of_run(c.device, c.dtype, c.cpu_threads) * world,
-                                             mfu_label_for(c.device, c.dtype), state.smooth_train_loss,
-                                             state.total_training_time);
+  progress = std::make_unique<TrainProgress>(
+      num_iterations, total_batch, plan.flops_per_token, peak_flops_of_run(c.device, c.dtype, c.cpu_threads) * world,
+      mfu_label_for(c.device, c.dtype), state.smooth_train_loss, state.total_training_time);
   readback = std::make_unique<DeferredReadback>(c.device);
   // the step that ends this process's loop: the plan's last, or the preflight's
   const int64_t end_step = preflight ? std::min(num_iterations, start_step + o.preflight_steps) : num_iterations;
@@ -464,7 +476,8 @@ int BaseTrain::loop() {
     const bool last_step = step == end_step;
     const double flops_so_far = (double)plan.flops_per_token * (double)total_batch * (double)step;
     const bool eval_now = evals && o.eval_every > 0 && (last_step || step % o.eval_every == 0);
-    const bool core_now = evals && o.core_metric_every > 0 && (last_step || (step > 0 && step % o.core_metric_every == 0));
+    const bool core_now = evals && o.core_metric_every > 0 &&
+                          (last_step || (step > 0 && step % o.core_metric_every == 0));
     const bool sample_due = evals && o.sample_every > 0 && (last_step || (step > 0 && step % o.sample_every == 0));
     const bool save_now = !preflight && !last_step && step > 0 && step != resume_step && o.save_every > 0 &&
                           step % o.save_every == 0;
@@ -479,7 +492,9 @@ int BaseTrain::loop() {
       state.val_bpb = evaluate_val_bpb();
       state.min_val_bpb = std::min(state.min_val_bpb, state.val_bpb);
       log_info("Step %05lld | Validation bpb: %.6f", (long long)step, state.val_bpb);
-      metrics.log({{"step", step}, {"val_bpb", state.val_bpb}, {"total_training_flops", flops_so_far},
+      metrics.log({{"step", step},
+                   {"val_bpb", state.val_bpb},
+                   {"total_training_flops", flops_so_far},
                    {"total_training_time", state.total_training_time}});
       model->train();
       if (last_step && c.master())  // the final val bpb into the saved meta

@@ -33,8 +33,7 @@ struct BaseTrainFlags {
   double target_param_data_ratio = 12.0;
   int64_t device_batch_size = 32, total_batch_size = -1;
   bool device_batch_size_given = false;  // else on a GPU: the largest power of two <= 32 that fits
-  double embedding_lr = 0.3, unembedding_lr = 0.008, weight_decay = 0.28, matrix_lr = 0.02,
-         scalar_lr = 0.5;
+  double embedding_lr = 0.3, unembedding_lr = 0.008, weight_decay = 0.28, matrix_lr = 0.02, scalar_lr = 0.5;
   int64_t warmup_steps = 40;
   double warmdown_ratio = 0.65, final_lr_frac = 0.05;
   int64_t resume_from_step = -1;
@@ -46,18 +45,18 @@ struct BaseTrainFlags {
   bool resume_latest = false;  // --resume latest: the last complete checkpoint of the tag
   OutputFlags output;          // --force, --keep-last
   CorpusOptions data;
-  int tokenizer_threads = 0;   // 0: all but one core of this rank
-  int prefetch = 2;            // batches staged ahead by the loader
+  int tokenizer_threads = 0;  // 0: all but one core of this rank
+  int prefetch = 2;           // batches staged ahead by the loader
   int64_t min_doc_chars = 0;
   bool skip_bad_row_groups = false;
-  std::string eval_bundle;     // CORE bundle ("": $NANOCHAT_BASE_DIR/eval_bundle)
+  std::string eval_bundle;  // CORE bundle ("": $NANOCHAT_BASE_DIR/eval_bundle)
   // planning and preflight
-  bool dry_run = false;        // print the plan and exit
-  std::string gpu_memory;      // "80GB": plan the default device batch for a GPU of that size
-  std::string gpu_name;        // the GPU whose peak FLOPS the plan's wall-clock uses
-  double mfu = 0.4;            // the model FLOPS utilisation the plan's wall-clock assumes
-  int world_size = 0;          // --dry-run: ranks to plan for (0: WORLD_SIZE, else 1)
-  int64_t preflight_steps = 0; // > 0: train this many steps of the real plan, save nothing, report
+  bool dry_run = false;         // print the plan and exit
+  std::string gpu_memory;       // "80GB": plan the default device batch for a GPU of that size
+  std::string gpu_name;         // the GPU whose peak FLOPS the plan's wall-clock uses
+  double mfu = 0.4;             // the model FLOPS utilisation the plan's wall-clock assumes
+  int world_size = 0;           // --dry-run: ranks to plan for (0: WORLD_SIZE, else 1)
+  int64_t preflight_steps = 0;  // > 0: train this many steps of the real plan, save nothing, report
 };
 
 // a GPU to plan for when neither --gpu-name nor a device says which (upstream's reference)
@@ -75,18 +74,18 @@ MemoryBudget base_train_memory_budget(const BaseTrainFlags& o, const std::string
 struct BaseTrainPlan {
   GPTConfig config;
   ScalingParams counts;
-  int64_t scaling_params = 0;   // transformer matrices + lm_head (what the horizon scales with)
+  int64_t scaling_params = 0;  // transformer matrices + lm_head (what the horizon scales with)
   int64_t flops_per_token = 0;
-  TrainScaling scaling;         // total batch, lr and weight decay scaling
-  double dmodel_lr_scale = 1;   // the AdamW lrs' 1/sqrt(d_model/768)
+  TrainScaling scaling;        // total batch, lr and weight decay scaling
+  double dmodel_lr_scale = 1;  // the AdamW lrs' 1/sqrt(d_model/768)
   int64_t num_iterations = 0, total_tokens = 0;
   int world = 1;
   torch::ScalarType dtype = torch::kFloat32;
-  bool fp8 = false;             // the block matmuls in FP8 (--fp8 on a GPU)
+  bool fp8 = false;  // the block matmuls in FP8 (--fp8 on a GPU)
   int64_t device_batch_size = 0, grad_accum = 0;
   std::string device_batch_source;  // why that many rows
   MemoryBudget budget;
-  TrainMemory memory;           // one rank's estimate at device_batch_size
+  TrainMemory memory;  // one rank's estimate at device_batch_size
 };
 
 // The plan of a run on device_type ("cuda", "cpu"): rows per micro-step are --device-batch-size,

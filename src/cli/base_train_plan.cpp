@@ -66,10 +66,11 @@ std::pair<int64_t, std::string> device_batch_of(const BaseTrainFlags& o, const G
   const int64_t fit = gpt_train_memory_fit(config, dtype, world, budget.bytes / 10 * 9, 32, fp8);
   int64_t rows = std::max<int64_t>(1, fit);
   if (dist) rows = base_train_agree_device_batch(rows, *dist);
-  log_info("device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% of "
-           "%s (--device-batch-size overrides)%s", (long long)rows,
-           (double)gpt_train_memory(config, rows, dtype, world, fp8).total / (1 << 30), budget.source.c_str(),
-           fit == 0 ? "; not even 1 row fits: expect an out-of-memory error" : "");
+  log_info(
+      "device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% of "
+      "%s (--device-batch-size overrides)%s",
+      (long long)rows, (double)gpt_train_memory(config, rows, dtype, world, fp8).total / (1 << 30),
+      budget.source.c_str(), fit == 0 ? "; not even 1 row fits: expect an out-of-memory error" : "");
   return {rows, "the largest power of two up to 32 whose estimate fits in 90% of " + budget.source +
                     (dist && world > 1 ? ", the smallest over the ranks" : "")};
 }
@@ -96,12 +97,13 @@ BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int w
   p.dtype = dtype;
   p.fp8 = o.fp8 && device_type == "cuda";  // FP8 on a GPU only
   p.budget = budget;
-  std::tie(p.device_batch_size, p.device_batch_source) =
-      device_batch_of(o, p.config, device_type, dtype, world, p.fp8, budget, dist);
+  std::tie(p.device_batch_size, p.device_batch_source) = device_batch_of(o, p.config, device_type, dtype, world, p.fp8,
+                                                                         budget, dist);
   if (p.fp8 && p.device_batch_size * o.max_seq_len % 16 != 0)
-    fail("--fp8: a micro-batch's %lld x %lld tokens must be a multiple of 16 (the inner dimension of the weight "
-         "gradient's FP8 matmul): change --device-batch-size or --max-seq-len",
-         (long long)p.device_batch_size, (long long)o.max_seq_len);
+    fail(
+        "--fp8: a micro-batch's %lld x %lld tokens must be a multiple of 16 (the inner dimension of the weight "
+        "gradient's FP8 matmul): change --device-batch-size or --max-seq-len",
+        (long long)p.device_batch_size, (long long)o.max_seq_len);
   p.grad_accum = train_grad_accum(p.scaling.total_batch_size, p.device_batch_size, o.max_seq_len, world);
   p.memory = gpt_train_memory(p.config, p.device_batch_size, dtype, world, p.fp8);
   return p;
@@ -114,12 +116,14 @@ int base_train_preflight_report(const BaseTrainPlan& plan, const TrainProgress& 
   const double mfu = progress.mfu_at(dt);
   const double projected = dt * (double)plan.num_iterations;
   const double loss = progress.debiased_loss(steps);
-  log_info("preflight: %lld steps | %s tok/sec | bf16_mfu %.2f | peak memory %s vs estimate %.2f GiB | "
-           "projected pretraining time %.1fm (%lld iterations) | loss %.4f",
-           (long long)steps, format_thousands((int64_t)tok_per_sec).c_str(), mfu,
-           peak_memory_bytes >= 0 ? strprintf("%.2f GiB", (double)peak_memory_bytes / (1 << 30)).c_str() : "n/a (CPU)",
-           (double)plan.memory.total / (1 << 30), projected / 60, (long long)plan.num_iterations, loss);
-  if (!std::isfinite(loss)) fail("preflight: the training loss is not finite (%f) after %lld steps", loss, (long long)steps);
+  log_info(
+      "preflight: %lld steps | %s tok/sec | bf16_mfu %.2f | peak memory %s vs estimate %.2f GiB | "
+      "projected pretraining time %.1fm (%lld iterations) | loss %.4f",
+      (long long)steps, format_thousands((int64_t)tok_per_sec).c_str(), mfu,
+      peak_memory_bytes >= 0 ? strprintf("%.2f GiB", (double)peak_memory_bytes / (1 << 30)).c_str() : "n/a (CPU)",
+      (double)plan.memory.total / (1 << 30), projected / 60, (long long)plan.num_iterations, loss);
+  if (!std::isfinite(loss))
+    fail("preflight: the training loss is not finite (%f) after %lld steps", loss, (long long)steps);
   if (master) {
     auto number_or_null = [](double x) { return std::isfinite(x) ? nlohmann::json(x) : nlohmann::json(); };
     nlohmann::ordered_json j;
@@ -152,8 +156,8 @@ int64_t base_train_parse_memory_size(const std::string& text, const char* flag) 
     if (unit == iunits[i]) scale = std::pow(1024.0, i);
   }
   if (end == s || !(v > 0) || !std::isfinite(v) || scale == 0)
-    fail("%s '%s': expected a size with a unit, e.g. 80GB or 80GiB (B, kB, MB, GB, TB or KiB, MiB, GiB, TiB)",
-         flag, text.c_str());
+    fail("%s '%s': expected a size with a unit, e.g. 80GB or 80GiB (B, kB, MB, GB, TB or KiB, MiB, GiB, TiB)", flag,
+         text.c_str());
   return (int64_t)(v * scale);
 }
 
@@ -172,10 +176,10 @@ std::string duration_text(double seconds) {
 void base_train_plan_print(const BaseTrainPlan& p, const BaseTrainFlags& o, std::ostream& out) {
   out << "Model config:\n" << gpt_config_to_json(p.config).dump(2) << "\n";
   out << "Parameter counts:\n";
-  const std::pair<const char*, int64_t> rows[] = {{"wte", p.counts.wte}, {"value_embeds", p.counts.value_embeds},
-                                                  {"lm_head", p.counts.lm_head},
-                                                  {"transformer_matrices", p.counts.transformer_matrices},
-                                                  {"scalars", p.counts.scalars}, {"total", p.counts.total}};
+  const std::pair<const char*, int64_t> rows[] = {
+      {"wte", p.counts.wte},         {"value_embeds", p.counts.value_embeds},
+      {"lm_head", p.counts.lm_head}, {"transformer_matrices", p.counts.transformer_matrices},
+      {"scalars", p.counts.scalars}, {"total", p.counts.total}};
   for (const auto& [name, n] : rows) out << strprintf("%-24s: %s\n", name, format_thousands(n).c_str());
   out << strprintf("Estimated FLOPs per token: %e\n", (double)p.flops_per_token);
   if (o.total_batch_size == -1)
@@ -211,12 +215,15 @@ void base_train_plan_print(const BaseTrainPlan& p, const BaseTrainFlags& o, std:
   out << "Estimated peak memory per rank: " << gib(m.total);
   if (p.budget.bytes > 0) out << " of " << gib(p.budget.bytes);
   out << "\n";
-  const std::pair<const char*, int64_t> parts[] = {
-      {"weights", m.weights},         {"grads", m.grads},
-      {"optimizer (ZeRO shard)", m.optimizer}, {"weight copies (for backward)", m.weight_copies},
-      {"activations", m.activations}, {"loss (saved)", m.loss_saved},
-      {"loss (transient)", m.loss_transient}, {"backward (transient)", m.backward},
-      {"optimizer step (transient)", m.optimizer_step}};
+  const std::pair<const char*, int64_t> parts[] = {{"weights", m.weights},
+                                                   {"grads", m.grads},
+                                                   {"optimizer (ZeRO shard)", m.optimizer},
+                                                   {"weight copies (for backward)", m.weight_copies},
+                                                   {"activations", m.activations},
+                                                   {"loss (saved)", m.loss_saved},
+                                                   {"loss (transient)", m.loss_transient},
+                                                   {"backward (transient)", m.backward},
+                                                   {"optimizer step (transient)", m.optimizer_step}};
   for (const auto& [name, n] : parts) out << strprintf("  %-30s %s\n", name, gib(n).c_str());
 }
 
@@ -230,9 +237,9 @@ namespace {
 nlohmann::ordered_json plan_json(const BaseTrainPlan& p) {
   nlohmann::ordered_json j;
   j["num_params"] = p.counts.total;
-  j["param_counts"] = {{"wte", p.counts.wte}, {"value_embeds", p.counts.value_embeds}, {"lm_head", p.counts.lm_head},
-                       {"transformer_matrices", p.counts.transformer_matrices}, {"scalars", p.counts.scalars},
-                       {"total", p.counts.total}};
+  j["param_counts"] = {{"wte", p.counts.wte},         {"value_embeds", p.counts.value_embeds},
+                       {"lm_head", p.counts.lm_head}, {"transformer_matrices", p.counts.transformer_matrices},
+                       {"scalars", p.counts.scalars}, {"total", p.counts.total}};
   j["scaling_params"] = p.scaling_params;
   j["flops_per_token"] = p.flops_per_token;
   j["total_batch_size"] = p.scaling.total_batch_size;
@@ -250,9 +257,14 @@ nlohmann::ordered_json plan_json(const BaseTrainPlan& p) {
   j["fp8"] = p.fp8;
   const TrainMemory& m = p.memory;
   j["estimated_peak_memory_bytes"] = m.total;
-  j["memory"] = {{"weights", m.weights}, {"grads", m.grads}, {"optimizer", m.optimizer},
-                 {"weight_copies", m.weight_copies}, {"activations", m.activations}, {"loss_saved", m.loss_saved},
-                 {"loss_transient", m.loss_transient}, {"backward", m.backward},
+  j["memory"] = {{"weights", m.weights},
+                 {"grads", m.grads},
+                 {"optimizer", m.optimizer},
+                 {"weight_copies", m.weight_copies},
+                 {"activations", m.activations},
+                 {"loss_saved", m.loss_saved},
+                 {"loss_transient", m.loss_transient},
+                 {"backward", m.backward},
                  {"optimizer_step", m.optimizer_step}};
   j["memory_budget_bytes"] = p.budget.bytes > 0 ? nlohmann::json(p.budget.bytes) : nlohmann::json();
   j["device_batch_fits"] = base_train_plan_fits(p);
@@ -274,8 +286,8 @@ int base_train_dry_run(const BaseTrainFlags& o) {
   const std::string tok_dir = base_dir_path("tokenizer");
   const bool have_tok = path_exists(tok_dir + "/tokenizer.json");
   const int64_t vocab = have_tok ? tokenizer_load(tok_dir).vocab_size() : 32768;
-  const MemoryBudget budget =
-      base_train_memory_budget(o, device_type, torch::Device(torch::kCUDA, 0), gpus.empty() ? "" : gpus[0].name);
+  const MemoryBudget budget = base_train_memory_budget(o, device_type, torch::Device(torch::kCUDA, 0),
+                                                       gpus.empty() ? "" : gpus[0].name);
   const BaseTrainPlan p = base_train_plan(o, vocab, world, device_type, dtype, budget, nullptr);
 
   // the wall-clock at --mfu of the GPU's peak

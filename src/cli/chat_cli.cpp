@@ -38,16 +38,18 @@ static int chat_cli_run(const ChatCliFlags& f) {
   cpu_threads_setup(1);
   const torch::Device device = device_for_rank(device_type, 0);
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
-  LoadedGPT m = checkpoint_load_gpt(f.source, f.tag, f.step, device, compute_dtype_detect(device_type), tok.vocab_size());
+  LoadedGPT m = checkpoint_load_gpt(f.source, f.tag, f.step, device, compute_dtype_detect(device_type),
+                                    tok.vocab_size());
   Engine engine(m.model, tok);
   const int32_t bos = tok.bos_id(), user_start = tok.special_id("<|user_start|>"),
                 user_end = tok.special_id("<|user_end|>"), assistant_start = tok.special_id("<|assistant_start|>"),
                 assistant_end = tok.special_id("<|assistant_end|>");
   const bool single = !f.prompt.empty();
   if (!single) {
-    std::printf("\nNanoChat Interactive Mode\n%s\nType 'quit' or 'exit' to end the conversation\n"
-                "Type 'clear' to start a new conversation\n%s\n",
-                std::string(50, '-').c_str(), std::string(50, '-').c_str());
+    std::printf(
+        "\nNanoChat Interactive Mode\n%s\nType 'quit' or 'exit' to end the conversation\n"
+        "Type 'clear' to start a new conversation\n%s\n",
+        std::string(50, '-').c_str(), std::string(50, '-').c_str());
   }
 
   std::vector<int32_t> conversation = {bos};
@@ -85,8 +87,9 @@ static int chat_cli_run(const ChatCliFlags& f) {
     const int64_t room = engine.model().max_positions - (int64_t)conversation.size();
     if (room < 1) {
       conversation.resize(turn_start);
-      if (single) fail("-p: the prompt (%zu tokens) does not fit the model's %lld positions", conversation.size(),
-                       (long long)engine.model().max_positions);
+      if (single)
+        fail("-p: the prompt (%zu tokens) does not fit the model's %lld positions", conversation.size(),
+             (long long)engine.model().max_positions);
       std::printf("The conversation fills the model's context; type 'clear' to start over.\n");
       continue;
     }
@@ -123,7 +126,8 @@ void cli_register_chat_cli(CLI::App& app, int& exit_code) {
   cli_add_checkpoint_flags(sub, f.source, f.tag, f.step);
   sub->add_option("-p,--prompt", f.prompt, "answer this one message and exit (prints only the reply)");
   sub->add_option("-t,--temperature", f.temperature, "sampling temperature (0: greedy)")->check(CLI::Range(0.0, 2.0));
-  sub->add_option("-k,--top-k", f.top_k, "sample among the k most likely tokens (0: all)")->check(CLI::NonNegativeNumber);
+  sub->add_option("-k,--top-k", f.top_k, "sample among the k most likely tokens (0: all)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("-m,--max-tokens", f.max_tokens, "tokens per reply")->check(CLI::PositiveNumber);
   sub->add_option("--seed", f.seed, "sampling seed (each reply starts from it, as upstream)");
   sub->add_option("--device-type", f.device_type, "cuda or cpu (default: cuda when available)")

@@ -35,15 +35,20 @@ void cli_register_chat_eval(CLI::App& app, int& exit_code) {
   static ChatEvalFlags a;
   cli_add_checkpoint_flags(sub, a.source, a.model_tag, a.step)->required();
   sub->add_option("-a,--task-name", a.task_names, "tasks separated by | (default: the five of ChatCORE)");
-  sub->add_option("-t,--temperature", a.opts.temperature, "sampling temperature")->capture_default_str()
+  sub->add_option("-t,--temperature", a.opts.temperature, "sampling temperature")
+      ->capture_default_str()
       ->check(CLI::Range(0.0, 2.0));
-  sub->add_option("-m,--max-new-tokens", a.opts.max_new_tokens, "tokens per completion")->capture_default_str()
+  sub->add_option("-m,--max-new-tokens", a.opts.max_new_tokens, "tokens per completion")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("-n,--num-samples", a.opts.num_samples, "samples per problem (pass@n)")->capture_default_str()
+  sub->add_option("-n,--num-samples", a.opts.num_samples, "samples per problem (pass@n)")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("-k,--top-k", a.opts.top_k, "top-k sampling (0: off)")->capture_default_str()
+  sub->add_option("-k,--top-k", a.opts.top_k, "top-k sampling (0: off)")
+      ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  sub->add_option("-b,--batch-size", a.opts.batch_size, "categorical problems per forward")->capture_default_str()
+  sub->add_option("-b,--batch-size", a.opts.batch_size, "categorical problems per forward")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("-x,--max-problems", a.opts.max_problems, "problems per task (-1: all)")->capture_default_str();
   sub->add_option("--device-type", a.device_type, "cuda or cpu (empty: autodetect)")
@@ -74,7 +79,8 @@ int chat_eval(const ChatEvalFlags& a) {
     const int64_t refused_before = execution_unavailable_runs();
     results.push_back(task_evaluate(model, tok, *task, a.opts, c.dist.get()));
     const TaskEvalResult& r = results.back();
-    log_info("%s accuracy: %.2f%% (%lld/%lld)", r.name.c_str(), 100 * r.accuracy, (long long)r.passed, (long long)r.total);
+    log_info("%s accuracy: %.2f%% (%lld/%lld)", r.name.c_str(), 100 * r.accuracy, (long long)r.passed,
+             (long long)r.total);
     std::string why;  // programs the sandbox refused to run count as failed, said once here
     if (const int64_t refused = execution_unavailable_runs(&why) - refused_before; refused > 0)
       log_warn("%s: %lld problem(s) counted as failed, their programs not run: %s", r.name.c_str(), (long long)refused,
@@ -100,28 +106,35 @@ int chat_eval(const ChatEvalFlags& a) {
   if (c.master()) {
     nlohmann::ordered_json j;
     for (const auto& t : results)
-      j["tasks"].push_back({{"name", t.name}, {"passed", t.passed}, {"total", t.total}, {"accuracy", t.accuracy},
-                            {"baseline", t.baseline}, {"centered", t.centered}});
+      j["tasks"].push_back({{"name", t.name},
+                            {"passed", t.passed},
+                            {"total", t.total},
+                            {"accuracy", t.accuracy},
+                            {"baseline", t.baseline},
+                            {"centered", t.centered}});
     j["chatcore"] = std::isnan(chatcore) ? nlohmann::ordered_json() : nlohmann::ordered_json(chatcore);
     j["chatcore_cat"] = std::isnan(chatcore_cat) ? nlohmann::ordered_json() : nlohmann::ordered_json(chatcore_cat);
     j["source"] = a.source;
     j["checkpoint"] = loaded.ref.dir;
     j["step"] = loaded.ref.step;
     std::string tag = loaded.ref.dir.substr(loaded.ref.dir.rfind('/') + 1);
-    std::string path = base_dir_path("chat_eval") + strprintf("/%s_%s_%06lld.json", a.source.c_str(), tag.c_str(),
-                                                              (long long)loaded.ref.step);
+    std::string path = base_dir_path("chat_eval") +
+                       strprintf("/%s_%s_%06lld.json", a.source.c_str(), tag.c_str(), (long long)loaded.ref.step);
     atomic_write_file(path, j.dump(2) + "\n");
     log_info("results written to %s", path.c_str());
     ReportItem accuracies = ReportItem::object();
     for (const TaskEvalResult& t : results) accuracies[t.name] = t.accuracy;
     ReportItem core = ReportItem::object();
     if (!std::isnan(chatcore)) core["ChatCORE metric"] = chatcore;
-    report_log("Chat evaluation " + a.source,
-               {ReportItem{{"source", a.source}, {"checkpoint", loaded.ref.dir}, {"step", loaded.ref.step},
-                           {"task_name", a.task_names}, {"num_samples", a.opts.num_samples},
-                           {"temperature", a.opts.temperature}, {"max_new_tokens", a.opts.max_new_tokens},
-                           {"max_problems", a.opts.max_problems}},
-                accuracies, core});
+    report_log("Chat evaluation " + a.source, {ReportItem{{"source", a.source},
+                                                          {"checkpoint", loaded.ref.dir},
+                                                          {"step", loaded.ref.step},
+                                                          {"task_name", a.task_names},
+                                                          {"num_samples", a.opts.num_samples},
+                                                          {"temperature", a.opts.temperature},
+                                                          {"max_new_tokens", a.opts.max_new_tokens},
+                                                          {"max_problems", a.opts.max_problems}},
+                                               accuracies, core});
   }
   return 0;
 }

@@ -15,18 +15,21 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
       "to reach it from elsewhere pass --host 0.0.0.0 (all interfaces; add --api-key, or use it only on a\n"
       "trusted network) or keep 127.0.0.1 and tunnel: ssh -L 8000:localhost:8000 HOST");
   static ServerOptions o;
-  sub->add_option("-n,--num-gpus", o.num_gpus, "GPUs to serve on, one model copy and one worker each")->check(CLI::Range(1, 64));
-  sub->add_option("--workers", o.workers, "on the CPU: decode threads, each with its own batch (they share one model copy)")
+  sub->add_option("-n,--num-gpus", o.num_gpus, "GPUs to serve on, one model copy and one worker each")
+      ->check(CLI::Range(1, 64));
+  sub->add_option("--workers", o.workers,
+                  "on the CPU: decode threads, each with its own batch (they share one model copy)")
       ->check(CLI::Range(1, 64));
   sub->add_option("--max-batch", o.max_batch,
                   "rows (conversations, or samples of one) decoded together per worker: requests join and leave the "
                   "running batch between steps (default 8 on the CPU, 32 per GPU)")
       ->check(CLI::Range(1, 1024));
-  sub->add_option("--kv-len", o.kv_len,
-                  "KV cache positions per row, prompt and reply together (default on the CPU: the model's limit of 10 x "
-                  "its sequence length, less if the pool would pass 2 GiB, not below the sequence length; on CUDA: "
-                  "the sequence length); the pool holds max-batch such rows, allocated at start, and must fit in 3/4 of the "
-                  "device's free memory: defaults are cut to fit, flags that do not fit stop the server")
+  sub->add_option(
+         "--kv-len", o.kv_len,
+         "KV cache positions per row, prompt and reply together (default on the CPU: the model's limit of 10 x "
+         "its sequence length, less if the pool would pass 2 GiB, not below the sequence length; on CUDA: "
+         "the sequence length); the pool holds max-batch such rows, allocated at start, and must fit in 3/4 of the "
+         "device's free memory: defaults are cut to fit, flags that do not fit stop the server")
       ->check(CLI::Range(16, 1 << 20));
   static bool no_prefix_cache = false;
   sub->add_flag("--no-prefix-cache", no_prefix_cache,
@@ -39,7 +42,8 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
   sub->add_option("--host", o.host, "address to listen on; 0.0.0.0 exposes it to the network");
   sub->add_option("--max-queue", o.max_queue,
                   "requests of one API key (or client address, without keys) that may wait for rows, per worker; "
-                  "more get 503")->check(CLI::Range(1, 4096));
+                  "more get 503")
+      ->check(CLI::Range(1, 4096));
   sub->add_option("--device-type", o.device_type, "cuda or cpu (default: cuda when available)")
       ->check(CLI::IsMember({"", "cuda", "cpu"}));
   sub->add_flag("-q,--quiet", o.quiet, "no log line per request");

@@ -35,9 +35,10 @@ void cli_open_checkpoint_dir(const std::string& dir, bool resuming, const Output
   // every rank checks, so every rank stops; then rank 0 alone repairs and deletes
   std::vector<int64_t> earlier = checkpoint_saved_steps(dir);
   if (!resuming && !earlier.empty() && !out.force)
-    fail("%s already has checkpoint step(s) %s from an earlier run: %sstart over with --force (deletes them), "
-         "or pick another --model-tag",
-         dir.c_str(), steps_text(earlier).c_str(), out.can_resume ? "continue it with --resume latest, " : "");
+    fail(
+        "%s already has checkpoint step(s) %s from an earlier run: %sstart over with --force (deletes them), "
+        "or pick another --model-tag",
+        dir.c_str(), steps_text(earlier).c_str(), out.can_resume ? "continue it with --resume latest, " : "");
   dist.barrier();  // every rank has looked before rank 0 changes anything
   if (dist.rank() == 0) {
     if (int n = checkpoint_recover_dir(dir)) log_info("%s: %d file(s) of interrupted saves cleaned up", dir.c_str(), n);
@@ -86,10 +87,10 @@ void cli_add_resume_flags(CLI::App* sub, int64_t& save_every, int64_t& resume_fr
                                       "resume from this checkpoint step of the tag (-1: start fresh)")
                           ->capture_default_str();
   CLI::Option* latest = sub->add_option_function<std::string>(
-                             "--resume", [&resume_latest](const std::string&) { resume_latest = true; },
-                             "'latest': resume from the last complete checkpoint of the tag")
-                             ->check(CLI::IsMember({"latest"}))
-                             ->excludes(from);
+                               "--resume", [&resume_latest](const std::string&) { resume_latest = true; },
+                               "'latest': resume from the last complete checkpoint of the tag")
+                            ->check(CLI::IsMember({"latest"}))
+                            ->excludes(from);
   cli_add_output_flags(sub, out);
   out.can_resume = true;
   sub->get_option("--force")->excludes(from)->excludes(latest);

@@ -14,7 +14,8 @@ void cli_add_data_flags(CLI::App* sub, CorpusOptions& opts) {
       ->default_val("text");
   sub->add_option("--txt-split", opts.txt_split,
                   "for .txt: file (one document per file) or paragraphs (blank-line-separated blocks)")
-      ->default_val("file")->check(CLI::IsMember({"file", "paragraphs"}));
+      ->default_val("file")
+      ->check(CLI::IsMember({"file", "paragraphs"}));
 }
 
 }  // namespace nanochat

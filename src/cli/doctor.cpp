@@ -50,7 +50,7 @@ static std::vector<kernels_check_result> doctor_kernel_table(const Compute& c) {
 static nlohmann::json kernels_json(const std::vector<kernels_check_result>& rows) {
   nlohmann::json list = nlohmann::json::array();
   for (const kernels_check_result& r : rows) {
-    nlohmann::json j = {{"op", r.op}, {"device", r.device}, {"dtype", r.dtype},
+    nlohmann::json j = {{"op", r.op}, {"device", r.device},   {"dtype", r.dtype},
                         {"ok", r.ok}, {"applies", r.applies}, {"check_ms", r.check_ms}};
     if (r.applies) {
       j["max_error"] = std::isfinite(r.max_error) ? nlohmann::json(r.max_error) : nlohmann::json(nullptr);
@@ -94,8 +94,8 @@ static void doctor_collectives(Compute& c, double mb) {
       failed++;
       log_warn("collective %s FAILED on rank %d: %s", r.name.c_str(), c.env.rank, r.detail.c_str());
     } else if (r.seconds > 0) {
-      log_info("  %-20s ok  %8.1f MB  %9.3f ms  bus %7.2f GB/s", r.name.c_str(), r.bytes / 1e6,
-               r.seconds * 1e3, r.bus_gb_per_s);
+      log_info("  %-20s ok  %8.1f MB  %9.3f ms  bus %7.2f GB/s", r.name.c_str(), r.bytes / 1e6, r.seconds * 1e3,
+               r.bus_gb_per_s);
     } else {
       log_info("  %-20s ok", r.name.c_str());
     }
@@ -122,11 +122,12 @@ static int doctor_run(std::string device_flag, double mb, bool check_kernels) {
   if (driver.empty()) driver = "none";
   else if (const int runs = cuda_major_for_driver(driver)) driver += strprintf(" (runs CUDA %d.x at most)", runs);
   else driver += " (too old for any CUDA build of torch)";
-  log_info("NVIDIA driver: %s; LibTorch's CUDA: %s", driver.c_str(), wheel.empty() ? "none (a CPU build)" : wheel.c_str());
+  log_info("NVIDIA driver: %s; LibTorch's CUDA: %s", driver.c_str(),
+           wheel.empty() ? "none (a CPU build)" : wheel.c_str());
   if (!unusable.empty()) log_warn("the GPU is not used: %s", unusable.c_str());
   HostInfo host = host_info();
-  log_info("CPU: %s, %d hardware threads, %d used by this rank", host.cpu_model.c_str(),
-           host.hardware_threads, c.cpu_threads);
+  log_info("CPU: %s, %d hardware threads, %d used by this rank", host.cpu_model.c_str(), host.hardware_threads,
+           c.cpu_threads);
   log_info("memory: %s total, %s available", gib_or_unknown(host.memory_total_bytes).c_str(),
            gib_or_unknown(host.memory_available_bytes).c_str());
   // a rank on a GPU asks for its own alone: the memory query creates that GPU's CUDA context
@@ -149,7 +150,8 @@ void cli_register_doctor(CLI::App& app, int& exit_code) {
   static double mb = 64;
   sub->add_option("--device-type", device_type, "cuda or cpu (default: cuda when a GPU is present)");
   sub->add_option("--bandwidth-mb", mb, "buffer size in MB for the collective bandwidth test")
-      ->default_val(64)->check(CLI::Range(0.001, 16384.0));
+      ->default_val(64)
+      ->check(CLI::Range(0.001, 16384.0));
   static bool check_kernels = false;
   sub->add_flag("--kernels", check_kernels,
                 "check every fused kernel against its ATen reference on this device (a table, then one JSON line; "

@@ -57,8 +57,8 @@ static int download_eval_bundle(const DownloadFlags& f) {
     fail("%s%s", e.what(), e.unreachable ? " (or pass --url with a reachable mirror)" : "");
   }
   meter.finish();
-  log_info("done in %s: %zu CORE tasks in %s", format_duration(timer.seconds()).c_str(),
-           core_bundle_load(dest).size(), dest.c_str());
+  log_info("done in %s: %zu CORE tasks in %s", format_duration(timer.seconds()).c_str(), core_bundle_load(dest).size(),
+           dest.c_str());
   return 0;
 }
 
@@ -90,9 +90,9 @@ struct DownloadTarget {
 static const DownloadTarget kTargets[] = {
     {"climbmix", "ClimbMix pretraining shards (~100 MB each) -> $NANOCHAT_BASE_DIR/base_data_climbmix/",
      download_climbmix},
-    {"eval-bundle", "the CORE eval bundle (22 DCLM tasks) -> $NANOCHAT_BASE_DIR/eval_bundle/",
-     download_eval_bundle},
-    {"tasks", "SFT / chat-eval datasets (SmolTalk, MMLU, GSM8K, ARC, HumanEval; $HF_ENDPOINT for a mirror) -> $NANOCHAT_BASE_DIR/task_data/",
+    {"eval-bundle", "the CORE eval bundle (22 DCLM tasks) -> $NANOCHAT_BASE_DIR/eval_bundle/", download_eval_bundle},
+    {"tasks",
+     "SFT / chat-eval datasets (SmolTalk, MMLU, GSM8K, ARC, HumanEval; $HF_ENDPOINT for a mirror) -> $NANOCHAT_BASE_DIR/task_data/",
      download_tasks},
 };
 
@@ -105,20 +105,25 @@ void cli_register_download(CLI::App& app, int& exit_code) {
   sub->add_option("target", f.target, help)->check(CLI::IsMember(names));
   sub->add_option("-n,--num-files", f.num_files,
                   "climbmix: train shards 0..n-1 (the val shard 06542 is always added); -1 = all 6542 (more is capped)")
-      ->default_val(-1)->check(CLI::Range(-1, 1 << 30));
+      ->default_val(-1)
+      ->check(CLI::Range(-1, 1 << 30));
   sub->add_option("-w,--workers", f.workers, "parallel downloads")->default_val(4)->check(CLI::Range(1, 64));
   sub->add_option("--base-url", f.base_url, "where the shards are (a mirror): <base-url>/shard_00000.parquet")
       ->default_val(kClimbmixBaseUrl);
   sub->add_option("--url", f.url, "eval-bundle: the zip's URL (a mirror)")->default_val(kEvalBundleUrl);
   sub->add_option("--retry-delay", f.retry_delay, "seconds before the first retry; doubles each time (5 attempts)")
-      ->default_val(2.0)->check(CLI::Range(0.0, 600.0));
+      ->default_val(2.0)
+      ->check(CLI::Range(0.0, 600.0));
   sub->add_option("--timeout", f.timeout, "seconds to connect, and of silence before a transfer is retried")
-      ->default_val(30)->check(CLI::Range(1, 3600));
+      ->default_val(30)
+      ->check(CLI::Range(1, 3600));
   sub->add_option("--max-file-bytes", f.max_file_bytes,
                   "refuse any file larger than this (bytes, or with a unit: 500MB, 8GB); 0: no limit")
       ->transform(CLI::AsSizeValue(false))
       ->check(CLI::Validator(
-          [](std::string& v) { return !v.empty() && v[0] == '-' ? std::string("must not be negative") : std::string(); },
+          [](std::string& v) {
+            return !v.empty() && v[0] == '-' ? std::string("must not be negative") : std::string();
+          },
           "BYTES"))
       ->capture_default_str();
   sub->callback([&exit_code] {

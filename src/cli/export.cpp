@@ -20,7 +20,8 @@ void cli_register_export(CLI::App& app, int& exit_code) {
   sub->add_option("--format", format, "nanochat (our tensor names) or hf (transformers' nanochat model type)")
       ->check(CLI::IsMember({"nanochat", "hf"}));
   sub->callback([&exit_code] {
-    ExportResult r = format == "hf" ? checkpoint_export_hf(source, tag, step, out) : checkpoint_export(source, tag, step, out);
+    ExportResult r = format == "hf" ? checkpoint_export_hf(source, tag, step, out)
+                                    : checkpoint_export(source, tag, step, out);
     std::printf("exported %s step %lld: %lld tensors (%.1f MB) to %s, with %s and the tokenizer in %s\n",
                 r.ref.dir.c_str(), (long long)r.ref.step, (long long)r.num_tensors, r.num_bytes / 1e6,
                 r.model_path.c_str(), r.config_path.c_str(), r.tokenizer_dir.c_str());

@@ -30,7 +30,8 @@ static int generate_run(const GenerateFlags& f) {
   cpu_threads_setup(1);
   const torch::Device device = device_for_rank(device_type, 0);
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
-  LoadedGPT m = checkpoint_load_gpt(f.source, f.tag, f.step, device, compute_dtype_detect(device_type), tok.vocab_size());
+  LoadedGPT m = checkpoint_load_gpt(f.source, f.tag, f.step, device, compute_dtype_detect(device_type),
+                                    tok.vocab_size());
 
   std::vector<int64_t> ids = {tok.bos_id()};
   for (int32_t id : tok.encode(f.prompt)) ids.push_back(id);

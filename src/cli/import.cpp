@@ -10,12 +10,18 @@
 namespace nanochat {
 
 void cli_register_import(CLI::App& app, int& exit_code) {
-  auto* sub = app.add_subcommand("import", "Import upstream nanochat checkpoints (model_*.pt, meta_*.json) or a transformers nanochat directory, and the tokenizer");
+  auto* sub = app.add_subcommand(
+      "import",
+      "Import upstream nanochat checkpoints (model_*.pt, meta_*.json) or a transformers nanochat directory, and the tokenizer");
   static ImportOptions opts;
-  sub->add_option("--from", opts.from_dir, "directory with model_<step>.pt and meta_<step>.json, or with config.json, model.safetensors and tokenizer.json")->required();
+  sub->add_option(
+         "--from", opts.from_dir,
+         "directory with model_<step>.pt and meta_<step>.json, or with config.json, model.safetensors and tokenizer.json")
+      ->required();
   sub->add_option("--model-tag", opts.tag, "tag to import as (default: DIR's name if it is d<N>..., else d<n_layer>)");
   sub->add_option("--source", opts.source, "import as: base, sft or rl")->check(CLI::IsMember({"base", "sft", "rl"}));
-  sub->add_option("--step", opts.step, "import only this step (default: every step; a transformers directory: 0)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--step", opts.step, "import only this step (default: every step; a transformers directory: 0)")
+      ->check(CLI::NonNegativeNumber);
   sub->add_option("--tokenizer", opts.tokenizer_file, "tiktoken rank file (default: DIR/tokenizer.tiktoken)");
   sub->add_flag("--allow-custom-regex", opts.allow_custom_regex,
                 "accept a tokenizer.json whose split regex is not GPT-2's, cl100k's, o200k's or nanochat's (it then "

@@ -30,7 +30,8 @@ int infer_bench_main(const InferBenchFlags& f) {
   cpu_threads_setup(1);
   const torch::Device device = device_for_rank(device_type, 0);
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
-  LoadedGPT m = checkpoint_load_gpt(f.source, f.tag, f.step, device, compute_dtype_detect(device_type), tok.vocab_size());
+  LoadedGPT m = checkpoint_load_gpt(f.source, f.tag, f.step, device, compute_dtype_detect(device_type),
+                                    tok.vocab_size());
   nlohmann::ordered_json checkpoint = {{"source", f.source},
                                        {"model_tag", std::filesystem::path(m.ref.dir).filename().string()},
                                        {"checkpoint_dir", m.ref.dir},
@@ -44,21 +45,29 @@ int infer_bench_main(const InferBenchFlags& f) {
 }  // namespace
 
 void cli_register_infer_bench(CLI::App& app, int& exit_code) {
-  auto* sub = app.add_subcommand("infer-bench", "Inference benchmark: latency, throughput, memory and bandwidth "
-                                                "utilisation of a checkpoint over decode batch sizes (JSON last)");
+  auto* sub = app.add_subcommand("infer-bench",
+                                 "Inference benchmark: latency, throughput, memory and bandwidth "
+                                 "utilisation of a checkpoint over decode batch sizes (JSON last)");
   static InferBenchFlags f;
   cli_add_checkpoint_flags(sub, f.source, f.tag, f.step);
   sub->add_option("--prompt-tokens", f.bench.prompt_tokens, "prompt length for the prefill (clamped to fit)")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->add_option("--decode-tokens", f.bench.decode_tokens, "tokens generated per row")
-      ->check(CLI::Range((int64_t)2, (int64_t)1 << 30))->capture_default_str();
+      ->check(CLI::Range((int64_t)2, (int64_t)1 << 30))
+      ->capture_default_str();
   sub->add_option("--batch-sizes", f.bench.batch_sizes, "decode batch sizes, comma-separated")
-      ->delimiter(',')->check(CLI::PositiveNumber)->capture_default_str();
+      ->delimiter(',')
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   sub->add_option("-t,--temperature", f.bench.temperature, "sampling temperature (0: greedy)")
-      ->check(CLI::Range(0.0, 2.0))->capture_default_str();
-  sub->add_option("--peak-bandwidth", f.bench.peak_bandwidth, "device peak bandwidth in bytes/s for MBU (0: the GPU "
-                                                              "table, or a probe on the CPU)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::Range(0.0, 2.0))
+      ->capture_default_str();
+  sub->add_option("--peak-bandwidth", f.bench.peak_bandwidth,
+                  "device peak bandwidth in bytes/s for MBU (0: the GPU "
+                  "table, or a probe on the CPU)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   sub->add_option("--device-type", f.device_type, "cuda or cpu (default: cuda when available)")
       ->check(CLI::IsMember({"", "cuda", "cpu"}));
   sub->callback([&exit_code] { exit_code = infer_bench_main(f); });

@@ -49,8 +49,8 @@ static int inspect_run(const std::string& path, int64_t rows, int row_group, con
   std::printf("rows: %lld in %d row group(s)\n", (long long)f.num_rows(), f.num_row_groups());
   std::printf("schema:\n%s", f.schema_text().c_str());
   // per leaf column: types, levels, codec(s) and bytes over all row groups
-  std::printf("columns:\n  %-36s %-10s %-8s %-7s %-12s %10s %12s\n", "path", "physical", "logical", "def/rep",
-              "codec", "compressed", "uncompressed");
+  std::printf("columns:\n  %-36s %-10s %-8s %-7s %-12s %10s %12s\n", "path", "physical", "logical", "def/rep", "codec",
+              "compressed", "uncompressed");
   for (size_t c = 0; c < f.columns().size(); c++) {
     const ParquetColumn& col = f.columns()[c];
     std::string codecs;
@@ -79,7 +79,8 @@ static int inspect_run(const std::string& path, int64_t rows, int row_group, con
 }
 
 void cli_register_inspect(CLI::App& app, int& exit_code) {
-  auto* sub = app.add_subcommand("inspect", "Show a parquet file's schema, row groups and codecs, or its rows as JSON lines");
+  auto* sub = app.add_subcommand("inspect",
+                                 "Show a parquet file's schema, row groups and codecs, or its rows as JSON lines");
   static std::string path, columns;
   static int64_t rows = 0;
   static int row_group = -1;

@@ -25,15 +25,18 @@ void cli_register_launch(CLI::App& app, int& exit_code) {
   sub->add_option("--nnodes", opts.nnodes, "number of nodes")->check(CLI::Range(1, 65536));
   sub->add_option("--node-rank", opts.node_rank, "this node's index in [0, nnodes)")->check(CLI::NonNegativeNumber);
   sub->add_option("--master-addr", opts.master_addr, "address of the node with rank 0")->capture_default_str();
-  sub->add_option("--master-port", opts.master_port, "rendezvous port (default: a free port on one node, 29500 on several)")
+  sub->add_option("--master-port", opts.master_port,
+                  "rendezvous port (default: a free port on one node, 29500 on several)")
       ->check(CLI::Range(1, 65535));
   sub->add_option("--grace-seconds", opts.grace_seconds,
                   "after Ctrl-C/SIGTERM/SIGHUP: seconds the ranks get to save and exit before SIGKILL "
                   "(a second Ctrl-C/SIGTERM kills at once)")
-      ->capture_default_str()->check(CLI::Range(0.0, 86400.0));
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 86400.0));
   sub->add_option("--kill-grace", opts.kill_grace_seconds,
                   "after a rank failed: seconds between SIGTERM and SIGKILL for the others")
-      ->capture_default_str()->check(CLI::Range(0.0, 3600.0));
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   sub->add_flag("--exec", exec_program, "run any program instead of a nanochat subcommand (like torchrun --no-python)");
   sub->add_option("command", command, "the subcommand and its flags, after --")->required();
   sub->prefix_command();  // everything from the first positional on belongs to the ranks

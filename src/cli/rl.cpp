@@ -32,8 +32,8 @@ namespace {
 struct RlFlags {
   std::string run = "dummy";
   std::string device_type;
-  std::string model_tag;  // the SFT checkpoint (and the RL output tag); "" = largest
-  int64_t model_step = -1;  // -1: the last complete one
+  std::string model_tag;                   // the SFT checkpoint (and the RL output tag); "" = largest
+  int64_t model_step = -1;                 // -1: the last complete one
   int64_t num_epochs = 1, num_steps = -1;  // num_steps -1: num_epochs x (GSM8K train problems / examples_per_step)
   int64_t device_batch_size = 8, examples_per_step = 16, num_samples = 16, max_new_tokens = 256;
   double temperature = 1.0;
@@ -55,8 +55,8 @@ double mean_over_ranks(double v, Dist& dist, torch::Device device) {
 
 // pass@1..K on the first `max_examples` test problems: K = device_batch_size samples each at
 // temperature 1 (upstream's run_gsm8k_eval), the counts summed over ranks
-std::vector<double> evaluate_pass_at_k(const Engine& engine, const Task& task, const RlFlags& o, int rank,
-                                       int world, Dist& dist, torch::Device device) {
+std::vector<double> evaluate_pass_at_k(const Engine& engine, const Task& task, const RlFlags& o, int rank, int world,
+                                       Dist& dist, torch::Device device) {
   const int64_t n = std::min<int64_t>(o.eval_examples, task.size());
   GenerateOptions go;
   go.num_samples = o.device_batch_size;
@@ -90,8 +90,10 @@ void cli_register_rl(CLI::App& app, int& exit_code) {
   opt("--model-step", o.model_step, "SFT checkpoint step (-1: the last complete one)");
   opt("--num-epochs", o.num_epochs, "passes over GSM8K train")->check(CLI::PositiveNumber);
   opt("--num-steps", o.num_steps, "stop after this many steps (-1: the epochs)");
-  opt("--device-batch-size", o.device_batch_size, "samples per generation and per backward pass")->check(CLI::PositiveNumber);
-  opt("--examples-per-step", o.examples_per_step, "problems per optimizer step over all ranks")->check(CLI::PositiveNumber);
+  opt("--device-batch-size", o.device_batch_size, "samples per generation and per backward pass")
+      ->check(CLI::PositiveNumber);
+  opt("--examples-per-step", o.examples_per_step, "problems per optimizer step over all ranks")
+      ->check(CLI::PositiveNumber);
   opt("--num-samples", o.num_samples, "completions sampled per problem")->check(CLI::PositiveNumber);
   opt("--max-new-tokens", o.max_new_tokens, "tokens per completion")->check(CLI::PositiveNumber);
   opt("--temperature", o.temperature, "sampling temperature of the rollouts")->check(CLI::Range(0.0, 2.0));
@@ -107,7 +109,6 @@ void cli_register_rl(CLI::App& app, int& exit_code) {
   cli_add_output_flags(sub, o.output);
   sub->callback([&exit_code] { exit_code = rl(o); });
 }
-
 
 namespace {
 
@@ -135,13 +136,13 @@ int rl(const RlFlags& o) {
   if (num_steps <= 0)
     fail("RL: GSM8K train has %lld problems, fewer than --examples-per-step %lld x --num-epochs %lld",
          (long long)train_task.size(), (long long)o.examples_per_step, (long long)o.num_epochs);
-  log_info("RL of %s step %lld on GSM8K: %lld steps of %lld problems x %lld samples (%d ranks)",
-           sft.ref.dir.c_str(), (long long)sft.ref.step, (long long)num_steps, (long long)o.examples_per_step,
-           (long long)o.num_samples, world);
+  log_info("RL of %s step %lld on GSM8K: %lld steps of %lld problems x %lld samples (%d ranks)", sft.ref.dir.c_str(),
+           (long long)sft.ref.step, (long long)num_steps, (long long)o.examples_per_step, (long long)o.num_samples,
+           world);
 
   // the standard groups at init_lr_frac of the given rates; Muon's momentum stays 0.95
-  MuonAdamW opt(optim_param_groups_gpt(gpt_named_parameters(model), sft.config.n_embd, o.unembedding_lr,
-                                       o.embedding_lr, o.matrix_lr, o.weight_decay),
+  MuonAdamW opt(optim_param_groups_gpt(gpt_named_parameters(model), sft.config.n_embd, o.unembedding_lr, o.embedding_lr,
+                                       o.matrix_lr, o.weight_decay),
                 &dist, c.dtype);
   for (OptimGroup& g : opt.groups()) {
     g.lr *= o.init_lr_frac;
@@ -233,11 +234,17 @@ int rl(const RlFlags& o) {
     if ((step > 0 && o.save_every > 0 && step % o.save_every == 0) || step == num_steps - 1) save(step);
   }
   if (c.master())
-    report_log("Chat RL", {ReportItem{{"argv", cli_argv()}, {"source_checkpoint", sft.ref.dir}, {"source_step", sft.ref.step},
-                                      {"num_steps", num_steps}, {"examples_per_step", o.examples_per_step},
-                                      {"num_samples", o.num_samples}, {"max_new_tokens", o.max_new_tokens},
-                                      {"temperature", o.temperature}, {"top_k", o.top_k},
-                                      {"init_lr_frac", o.init_lr_frac}, {"DDP world size", world}}});
+    report_log("Chat RL", {ReportItem{{"argv", cli_argv()},
+                                      {"source_checkpoint", sft.ref.dir},
+                                      {"source_step", sft.ref.step},
+                                      {"num_steps", num_steps},
+                                      {"examples_per_step", o.examples_per_step},
+                                      {"num_samples", o.num_samples},
+                                      {"max_new_tokens", o.max_new_tokens},
+                                      {"temperature", o.temperature},
+                                      {"top_k", o.top_k},
+                                      {"init_lr_frac", o.init_lr_frac},
+                                      {"DDP world size", world}}});
   return 0;
 }
 

@@ -36,19 +36,19 @@ namespace {
 struct SftFlags {
   std::string run = "dummy";
   std::string device_type;
-  std::string model_tag;           // the base checkpoint (and the SFT output tag); "" = largest
+  std::string model_tag;  // the base checkpoint (and the SFT output tag); "" = largest
   int64_t model_step = -1;
-  bool load_optimizer = true;      // warm-start the optimizer from the base run's state
-  int64_t num_iterations = -1;     // -1: one epoch of the mixture
+  bool load_optimizer = true;   // warm-start the optimizer from the base run's state
+  int64_t num_iterations = -1;  // -1: one epoch of the mixture
   int64_t max_seq_len = -1, device_batch_size = -1, total_batch_size = -1;  // -1: inherit from base
   double embedding_lr = -1, unembedding_lr = -1, matrix_lr = -1;            // -1: inherit from base
   double init_lr_frac = 0.8, warmup_ratio = 0.0, warmdown_ratio = 0.5, final_lr_frac = 0.0;
   int64_t eval_every = 200, eval_tokens = 40 * 524288;
   int64_t chatcore_every = 200, chatcore_max_cat = -1, chatcore_max_sample = 24;
   int mmlu_epochs = 3, gsm8k_epochs = 4;
-  std::string identity_path;       // CustomJSON conversations added identity_epochs times
+  std::string identity_path;  // CustomJSON conversations added identity_epochs times
   int identity_epochs = 2;
-  std::string mixture = "chat";    // sft_mixture's: chat or spelling
+  std::string mixture = "chat";  // sft_mixture's: chat or spelling
   // checkpoints every N steps (-1: only at the end); resume from a step of this run's tag
   // (-1: fresh) or from its last complete checkpoint
   int64_t save_every = -1, resume_from_step = -1;
@@ -127,11 +127,17 @@ void report(const SftFlags& o, const LoadedGPT& base, const SftShape& shape, int
             double min_val_bpb) {
   ReportItem results = {{"Number of iterations", final_step}, {"DDP world size", world}};
   if (std::isfinite(min_val_bpb)) results["Minimum validation bpb"] = min_val_bpb;
-  report_log("Chat SFT", {ReportItem{{"argv", cli_argv()}, {"mixture", o.mixture}, {"source_checkpoint", base.ref.dir},
-                                     {"source_step", base.ref.step}, {"max_seq_len", shape.T},
-                                     {"device_batch_size", shape.B}, {"total_batch_size", shape.total_batch},
-                                     {"embedding_lr", shape.embedding_lr}, {"unembedding_lr", shape.unembedding_lr},
-                                     {"matrix_lr", shape.matrix_lr}, {"init_lr_frac", o.init_lr_frac}},
+  report_log("Chat SFT", {ReportItem{{"argv", cli_argv()},
+                                     {"mixture", o.mixture},
+                                     {"source_checkpoint", base.ref.dir},
+                                     {"source_step", base.ref.step},
+                                     {"max_seq_len", shape.T},
+                                     {"device_batch_size", shape.B},
+                                     {"total_batch_size", shape.total_batch},
+                                     {"embedding_lr", shape.embedding_lr},
+                                     {"unembedding_lr", shape.unembedding_lr},
+                                     {"matrix_lr", shape.matrix_lr},
+                                     {"init_lr_frac", o.init_lr_frac}},
                           results});
 }
 
@@ -196,8 +202,14 @@ void log_step(MetricsLog& metrics, int64_t step, double progress, double debiase
   log_info("step %05lld (%.2f%%) | loss: %.6f | lrm: %.2f | dt: %.2fms | tok/sec: %s | %s: %.2f | epoch: %d",
            (long long)step, 100.0 * std::min(progress, 1.0), debiased, lrm, dt * 1000,
            format_thousands((int64_t)tok_per_sec).c_str(), mfu_label.c_str(), mfu, epoch);
-  metrics.log({{"step", step}, {"loss", debiased}, {"loss_raw", loss}, {"lrm", lrm}, {"dt", dt},
-               {"tok_per_sec", tok_per_sec}, {"mfu", mfu}, {"progress", progress}});
+  metrics.log({{"step", step},
+               {"loss", debiased},
+               {"loss_raw", loss},
+               {"lrm", lrm},
+               {"dt", dt},
+               {"tok_per_sec", tok_per_sec},
+               {"mfu", mfu},
+               {"progress", progress}});
 }
 
 }  // namespace
@@ -232,7 +244,8 @@ void cli_register_sft(CLI::App& app, int& exit_code) {
   opt("--matrix-lr", o.matrix_lr, "(-1: the base run's)");
   opt("--init-lr-frac", o.init_lr_frac, "learning rates start at this fraction of the above");
   opt("--warmup-ratio", o.warmup_ratio, "fraction of the run warming up")->check(CLI::Range(0.0, 1.0));
-  opt("--warmdown-ratio", o.warmdown_ratio, "fraction of the run decaying to --final-lr-frac")->check(CLI::Range(0.0, 1.0));
+  opt("--warmdown-ratio", o.warmdown_ratio, "fraction of the run decaying to --final-lr-frac")
+      ->check(CLI::Range(0.0, 1.0));
   opt("--final-lr-frac", o.final_lr_frac, "lr at the end as a fraction")->check(CLI::Range(0.0, 1.0));
   opt("--eval-every", o.eval_every, "val bpb every N steps, and always at the end (-1: only at the end)");
   opt("--eval-tokens", o.eval_tokens, "val tokens per evaluation")->check(CLI::PositiveNumber);
@@ -245,14 +258,14 @@ void cli_register_sft(CLI::App& app, int& exit_code) {
                   "CustomJSON conversations that tell the model who it is (default: the project's "
                   "data/identity_conversations.jsonl; '' for none)");
   opt("--identity-epochs", o.identity_epochs, "copies of the identity conversations")->check(CLI::NonNegativeNumber);
-  opt("--mixture", o.mixture, "chat: SmolTalk + MMLU + GSM8K (needs `nanochat download tasks`); spelling: "
-                              "SimpleSpelling + SpellingBee, offline (ChatCORE then off)")
+  opt("--mixture", o.mixture,
+      "chat: SmolTalk + MMLU + GSM8K (needs `nanochat download tasks`); spelling: "
+      "SimpleSpelling + SpellingBee, offline (ChatCORE then off)")
       ->check(CLI::IsMember({"chat", "spelling"}));
   cli_add_resume_flags(sub, o.save_every, o.resume_from_step, o.resume_latest, o.output);
   sub->preparse_callback([](size_t) { o.identity_path = default_identity_path(); });
   sub->callback([&exit_code] { exit_code = sft(o); });
 }
-
 
 namespace {
 
@@ -289,9 +302,10 @@ int sft(const SftFlags& o) {
   MuonAdamW opt(optim_param_groups_gpt(gpt_named_parameters(model), base.config.n_embd, shape.unembedding_lr,
                                        shape.embedding_lr, shape.matrix_lr, 0.0, 0.5),
                 &dist, c.dtype);
-  std::optional<OptimCheckpoint> st =
-      resumed ? load_optimizer(opt, out_dir, resume_step, rank, /*resume=*/true, false, o.init_lr_frac)
-              : load_optimizer(opt, base.ref.dir, base.ref.step, rank, false, o.load_optimizer, o.init_lr_frac);
+  std::optional<OptimCheckpoint> st = resumed ? load_optimizer(opt, out_dir, resume_step, rank, /*resume=*/true, false,
+                                                               o.init_lr_frac)
+                                              : load_optimizer(opt, base.ref.dir, base.ref.step, rank, false,
+                                                               o.load_optimizer, o.init_lr_frac);
   // fp16: dynamic loss scaling, as upstream chat_sft's GradScaler
   std::optional<GradScaler> scaler;
   if (c.dtype == torch::kHalf) scaler.emplace(c.device);
@@ -345,9 +359,8 @@ int sft(const SftFlags& o) {
       SftBatcher val_batches(tok, val_data, B, T, rank, world);
       const int64_t steps = std::max<int64_t>(1, o.eval_tokens / (B * T * world));
       model->eval();
-      val_bpb = evaluate_bpb([&](const torch::Tensor& vx, const torch::Tensor& vy) {
-                               return gpt_loss(model, vx, vy, LossReduction::none);
-                             },
+      val_bpb = evaluate_bpb([&](const torch::Tensor& vx,
+                                 const torch::Tensor& vy) { return gpt_loss(model, vx, vy, LossReduction::none); },
                              [&] { return to_device(val_batches.next()); }, steps, token_bytes, &dist);
       min_val_bpb = std::min(min_val_bpb, val_bpb);
       log_info("Step %05lld | Validation bpb: %.4f", (long long)step, val_bpb);

@@ -59,7 +59,8 @@ static int tok_eval_run(const std::vector<std::string>& compares, const CorpusOp
 }
 
 void cli_register_tok_eval(CLI::App& app, int& exit_code) {
-  auto* sub = app.add_subcommand("tok-eval", "Compress sample texts with the trained tokenizer and compare with others");
+  auto* sub = app.add_subcommand("tok-eval",
+                                 "Compress sample texts with the trained tokenizer and compare with others");
   static std::vector<std::string> compares;
   static CorpusOptions data;
   static bool no_data = false;

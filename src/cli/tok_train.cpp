@@ -35,7 +35,8 @@ static int tok_train_run(const TokTrainOptions& opts, const CorpusOptions& data,
            (long long)stats.chars, (long long)stats.docs, (long long)stats.unique_pieces, stats.count_seconds,
            stats.chars / 1e6 / std::max(1e-9, stats.count_seconds));
   log_info("total training time %s", format_duration(stats.total_seconds).c_str());
-  if (tok.decode(tok.encode(kSanityText)) != kSanityText) fail("the trained tokenizer does not round-trip the sanity text");
+  if (tok.decode(tok.encode(kSanityText)) != kSanityText)
+    fail("the trained tokenizer does not round-trip the sanity text");
   std::string dir = base_dir_path("tokenizer");
   tokenizer_save(tok, dir);
   log_info("saved the tokenizer to %s (vocab %d); the sanity text round-trips", dir.c_str(), tok.vocab_size());
@@ -48,10 +49,12 @@ static int tok_train_run(const TokTrainOptions& opts, const CorpusOptions& data,
   for (int64_t n : lengths) var += ((double)n - mean) * ((double)n - mean) / (double)(lengths.size() - 1);
   report_log("Tokenizer training",
              {ReportItem{{"max_chars", opts.max_chars}, {"doc_cap", opts.doc_cap}, {"vocab_size", opts.vocab_size}},
-              ReportItem{{"train_time", stats.total_seconds}, {"num_special_tokens", (int64_t)tok.specials().size()},
+              ReportItem{{"train_time", stats.total_seconds},
+                         {"num_special_tokens", (int64_t)tok.specials().size()},
                          {"token_bytes_min", *std::min_element(lengths.begin(), lengths.end())},
                          {"token_bytes_max", *std::max_element(lengths.begin(), lengths.end())},
-                         {"token_bytes_mean", mean}, {"token_bytes_std", std::sqrt(var)}}});
+                         {"token_bytes_mean", mean},
+                         {"token_bytes_std", std::sqrt(var)}}});
   return 0;
 }
 
@@ -60,12 +63,15 @@ void cli_register_tok_train(CLI::App& app, int& exit_code) {
   static TokTrainOptions opts;
   static CorpusOptions data;
   static int threads = 0;
-  sub->add_option("--max-chars", opts.max_chars, "characters to train on")->capture_default_str()
+  sub->add_option("--max-chars", opts.max_chars, "characters to train on")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
-  sub->add_option("--doc-cap", opts.doc_cap, "characters kept of each document")->capture_default_str()
+  sub->add_option("--doc-cap", opts.doc_cap, "characters kept of each document")
+      ->capture_default_str()
       ->check(CLI::PositiveNumber);
   sub->add_option("--vocab-size", opts.vocab_size, "vocabulary size, special tokens included")
-      ->capture_default_str()->check(CLI::Range(265, 1 << 24));
+      ->capture_default_str()
+      ->check(CLI::Range(265, 1 << 24));
   sub->add_option("--threads", threads, "threads for counting (default: all cores)")->check(CLI::NonNegativeNumber);
   cli_add_data_flags(sub, data);
   sub->callback([&exit_code] { exit_code = tok_train_run(opts, data, threads); });

@@ -57,7 +57,8 @@ void cli_register_tokenize(CLI::App& app, int& exit_code) {
   sub->add_option("--tiktoken", tiktoken_file, "use any tiktoken rank file instead (e.g. cl100k_base.tiktoken)")
       ->excludes("--tokenizer");
   sub->add_option("--pattern", pattern, "split pattern for --tiktoken: nanochat, gpt2, cl100k, o200k")
-      ->check(CLI::IsMember({"nanochat", "gpt2", "cl100k", "o200k"}))->capture_default_str();
+      ->check(CLI::IsMember({"nanochat", "gpt2", "cl100k", "o200k"}))
+      ->capture_default_str();
   sub->add_flag("--decode", decode, "read a JSON array of ids and print the text");
   sub->add_flag("--lines", lines, "one input line at a time: a JSON array (or JSON string with --decode) per line");
   sub->callback([&exit_code] { exit_code = tokenize_run(dir, tiktoken_file, pattern, decode, lines); });

@@ -25,8 +25,7 @@ AtomicFile::~AtomicFile() {
 
 void AtomicFile::write(const void* data, size_t n) {
   if (!file_) fail("write to %s after commit", path_.c_str());
-  if (n && std::fwrite(data, 1, n, file_) != n)
-    fail("cannot write %s: %s", temp_path_.c_str(), std::strerror(errno));
+  if (n && std::fwrite(data, 1, n, file_) != n) fail("cannot write %s: %s", temp_path_.c_str(), std::strerror(errno));
 }
 
 void AtomicFile::commit() {

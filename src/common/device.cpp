@@ -42,8 +42,8 @@ torch::Device device_for_rank(const std::string& device_type, int local_rank) {
   if (device_type == "cuda") {
     int64_t n = (int64_t)torch::cuda::device_count();
     if (local_rank >= n)
-      fail("LOCAL_RANK=%d but only %lld CUDA device(s) are visible; use at most %lld ranks per node",
-           local_rank, (long long)n, (long long)n);
+      fail("LOCAL_RANK=%d but only %lld CUDA device(s) are visible; use at most %lld ranks per node", local_rank,
+           (long long)n, (long long)n);
     return torch::Device(torch::kCUDA, (c10::DeviceIndex)local_rank);
   }
   return torch::Device(torch::kCPU);

@@ -29,8 +29,7 @@ std::vector<CudaDeviceInfo> cuda_device_infos(int only, bool with_memory) {
       c10::cuda::CUDAGuard guard((c10::DeviceIndex)i);
       if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess) free_b = total_b = 0;
     }
-    out.push_back({i, p->name, p->major, p->minor, (int64_t)total_b, (int64_t)free_b,
-                   p->multiProcessorCount});
+    out.push_back({i, p->name, p->major, p->minor, (int64_t)total_b, (int64_t)free_b, p->multiProcessorCount});
   }
   return out;
 }

@@ -52,17 +52,21 @@ std::string gpu_unusable_reason() {
   const int runs = cuda_major_for_driver(driver);
   const std::string override = "; --device-type cpu runs on the CPU anyway";
   if (wheel.empty())
-    return strprintf("this machine has NVIDIA driver %s but this LibTorch has no CUDA (a CPU build): rerun "
-                     "runs/setup.sh without NANOCHAT_TORCH_INDEX pointing at a CPU index (it installs the wheel for "
-                     "CUDA %d), then rebuild%s", driver.c_str(), runs, override.c_str());
+    return strprintf(
+        "this machine has NVIDIA driver %s but this LibTorch has no CUDA (a CPU build): rerun "
+        "runs/setup.sh without NANOCHAT_TORCH_INDEX pointing at a CPU index (it installs the wheel for "
+        "CUDA %d), then rebuild%s",
+        driver.c_str(), runs, override.c_str());
   if (std::atoi(wheel.c_str()) > runs)
-    return strprintf("NVIDIA driver %s runs CUDA %d at most, but this LibTorch needs CUDA %s (driver >= %d): rerun "
-                     "runs/setup.sh (it installs the torch wheel built for CUDA %d on this driver) or upgrade the "
-                     "driver%s", driver.c_str(), runs, wheel.c_str(), std::atoi(wheel.c_str()) >= 13 ? 580 : 525,
-                     runs, override.c_str());
-  return strprintf("NVIDIA driver %s and this LibTorch's CUDA %s should work, but LibTorch sees no GPU: check "
-                   "nvidia-smi, CUDA_VISIBLE_DEVICES and the container's GPU access%s", driver.c_str(), wheel.c_str(),
-                   override.c_str());
+    return strprintf(
+        "NVIDIA driver %s runs CUDA %d at most, but this LibTorch needs CUDA %s (driver >= %d): rerun "
+        "runs/setup.sh (it installs the torch wheel built for CUDA %d on this driver) or upgrade the "
+        "driver%s",
+        driver.c_str(), runs, wheel.c_str(), std::atoi(wheel.c_str()) >= 13 ? 580 : 525, runs, override.c_str());
+  return strprintf(
+      "NVIDIA driver %s and this LibTorch's CUDA %s should work, but LibTorch sees no GPU: check "
+      "nvidia-smi, CUDA_VISIBLE_DEVICES and the container's GPU access%s",
+      driver.c_str(), wheel.c_str(), override.c_str());
 }
 
 }  // namespace nanochat

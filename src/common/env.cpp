@@ -15,18 +15,15 @@ std::optional<std::string> env_get(const char* name) {
   return std::string(v);
 }
 
-int64_t parse_int(const std::string& text, const std::string& what, int64_t min_value,
-                  int64_t max_value) {
+int64_t parse_int(const std::string& text, const std::string& what, int64_t min_value, int64_t max_value) {
   const char* s = text.c_str();
   char* end = nullptr;
   errno = 0;
   long long v = std::strtoll(s, &end, 10);
   bool junk = end == s || *end != '\0' || std::isspace((unsigned char)s[0]);
-  if (junk || errno == ERANGE)
-    fail("%s='%s' is not an integer", what.c_str(), text.c_str());
+  if (junk || errno == ERANGE) fail("%s='%s' is not an integer", what.c_str(), text.c_str());
   if (v < min_value || v > max_value)
-    fail("%s=%lld is out of range [%lld, %lld]", what.c_str(), v, (long long)min_value,
-         (long long)max_value);
+    fail("%s=%lld is out of range [%lld, %lld]", what.c_str(), v, (long long)min_value, (long long)max_value);
   return v;
 }
 

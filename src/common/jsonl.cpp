@@ -8,8 +8,9 @@
 
 namespace nanochat {
 
-void jsonl_for_each(const std::string& path, const std::string& what,
-                    const std::function<void(const nlohmann::json& value, int64_t line, const std::string& where)>& fn) {
+void jsonl_for_each(
+    const std::string& path, const std::string& what,
+    const std::function<void(const nlohmann::json& value, int64_t line, const std::string& where)>& fn) {
   std::ifstream f(path, std::ios::binary);
   if (!f) fail("cannot read the %s %s: %s", what.c_str(), path.c_str(), std::strerror(errno));
   std::string text;

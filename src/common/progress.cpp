@@ -36,8 +36,11 @@ std::string format_count(double x) {
 }
 
 Progress::Progress(std::string label, int64_t total, std::string unit, double every_seconds)
-    : label_(std::move(label)), unit_(std::move(unit)), total_(total),
-      every_seconds_(every_seconds), tty_(isatty(fileno(stdout))) {}
+    : label_(std::move(label)),
+      unit_(std::move(unit)),
+      total_(total),
+      every_seconds_(every_seconds),
+      tty_(isatty(fileno(stdout))) {}
 
 Progress::~Progress() {
   if (!finished_) finish();
@@ -71,7 +74,8 @@ std::string Progress::line() const {
   } else {
     s += format_count((double)done_) + unit;
   }
-  s += strprintf("  %s%s/s", format_count(rate < 100 ? std::round(rate * 10) / 10 : std::round(rate)).c_str(), unit.c_str());
+  s += strprintf("  %s%s/s", format_count(rate < 100 ? std::round(rate * 10) / 10 : std::round(rate)).c_str(),
+                 unit.c_str());
   if (finished_) s += "  done in " + format_duration(elapsed);
   else if (total_ > 0 && rate > 0) s += "  ETA " + format_duration((total_ - done_) / rate);
   return s;

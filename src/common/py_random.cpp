@@ -123,8 +123,7 @@ int64_t py_hash_int(int64_t v) {
 }
 
 int64_t py_hash_int_tuple(const std::vector<int64_t>& items) {
-  const uint64_t prime1 = 11400714785074694791ULL, prime2 = 14029467366897019727ULL,
-                 prime5 = 2870177450012600261ULL;
+  const uint64_t prime1 = 11400714785074694791ULL, prime2 = 14029467366897019727ULL, prime5 = 2870177450012600261ULL;
   uint64_t acc = prime5;
   for (int64_t item : items) {
     acc += (uint64_t)py_hash_int(item) * prime2;

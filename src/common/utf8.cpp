@@ -22,10 +22,16 @@ static size_t utf8_valid_length(std::string_view s, size_t i, size_t& bad) {
   else if (c == 0xF4) need = 4, hi = 0x8F;  // nothing above U+10FFFF
   else return 0;                            // 0x80-0xC1, 0xF5-0xFF: never a lead byte
   for (size_t k = 1; k < need; k++) {
-    if (i + k >= s.size()) { bad = k; return 0; }
+    if (i + k >= s.size()) {
+      bad = k;
+      return 0;
+    }
     unsigned char d = b(i + k);
     bool ok = k == 1 ? (d >= lo && d <= hi) : (d >= 0x80 && d <= 0xBF);
-    if (!ok) { bad = k; return 0; }
+    if (!ok) {
+      bad = k;
+      return 0;
+    }
   }
   return need;
 }

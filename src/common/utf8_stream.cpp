@@ -18,7 +18,7 @@ size_t utf8_incomplete_tail(std::string_view bytes) {
     if (lead >= 0xC2 && lead <= 0xDF) need = 2;
     else if (lead >= 0xE0 && lead <= 0xEF) need = 3, lo = lead == 0xE0 ? 0xA0 : 0x80, hi = lead == 0xED ? 0x9F : 0xBF;
     else if (lead >= 0xF0 && lead <= 0xF4) need = 4, lo = lead == 0xF0 ? 0x90 : 0x80, hi = lead == 0xF4 ? 0x8F : 0xBF;
-    else return 0;  // ASCII or a byte that never starts a sequence
+    else return 0;               // ASCII or a byte that never starts a sequence
     if (back >= need) return 0;  // complete (or too long): nothing to wait for
     for (size_t i = 1; i < back; i++) {
       const unsigned char c = (unsigned char)bytes[n - back + i];

@@ -127,8 +127,10 @@ std::string core_eval_bundle_dir(const std::string& flag) {
     if (flag.empty())
       fail("the CORE eval bundle is not in %s: run `nanochat download eval-bundle` (or pass --eval-bundle DIR)",
            dir.c_str());
-    fail("--eval-bundle %s: no core.yaml there (a bundle directory holds core.yaml, eval_meta_data.csv, "
-         "eval_data/); `nanochat download eval-bundle` fetches one", dir.c_str());
+    fail(
+        "--eval-bundle %s: no core.yaml there (a bundle directory holds core.yaml, eval_meta_data.csv, "
+        "eval_data/); `nanochat download eval-bundle` fetches one",
+        dir.c_str());
   }
   return dir;
 }
@@ -202,8 +204,9 @@ static void unzip_all(const std::string& zip_path, const std::string& out_dir) {
     std::string zerr = got < 0 ? zip_file_strerror(zf) : "";
     zip_fclose(zf);
     if (std::fclose(out) != 0) ok = false;
-    if (got < 0) fail("%s: entry %s is corrupt (%s); delete the zip and download again", zip_path.c_str(),
-                      name.c_str(), zerr.c_str());
+    if (got < 0)
+      fail("%s: entry %s is corrupt (%s); delete the zip and download again", zip_path.c_str(), name.c_str(),
+           zerr.c_str());
     if (!ok) fail("cannot write %s (disk full?)", path.c_str());
   }
 }

@@ -70,8 +70,8 @@ std::vector<std::string> core_render_prompts(const CoreTaskSpec& task, const Cor
     prompts.push_back(core_py_strip(head));  // prompt_without is stripped once more
     prompts.push_back(head + item.continuation);
   } else {
-    fail("CORE task %s: unknown task type '%s' (known: multiple_choice, schema, language_modeling)",
-         task.label.c_str(), task.type.c_str());
+    fail("CORE task %s: unknown task type '%s' (known: multiple_choice, schema, language_modeling)", task.label.c_str(),
+         task.type.c_str());
   }
   return prompts;
 }
@@ -91,7 +91,8 @@ static int64_t common_length(const std::vector<std::vector<int32_t>>& rows, bool
 CoreSequences core_prepare_example(const CoreTaskSpec& task, const std::vector<CoreItem>& data, int64_t idx,
                                    const Tokenizer& tok, int64_t max_seq_len) {
   std::vector<const CoreItem*> fewshot;
-  for (int64_t i : core_fewshot_indices(idx, (int64_t)data.size(), task.num_fewshot)) fewshot.push_back(&data[(size_t)i]);
+  for (int64_t i : core_fewshot_indices(idx, (int64_t)data.size(), task.num_fewshot))
+    fewshot.push_back(&data[(size_t)i]);
   std::vector<std::string> prompts = core_render_prompts(task, data[(size_t)idx], fewshot);
 
   CoreSequences s;
@@ -110,8 +111,10 @@ CoreSequences core_prepare_example(const CoreTaskSpec& task, const std::vector<C
     const auto &without = s.tokens[0], &with = s.tokens[1];
     bool prefix = without.size() < with.size() && std::equal(without.begin(), without.end(), with.begin());
     if (!prefix)
-      fail("CORE task %s, line %lld of its file: the prompt without the continuation does not tokenize to a "
-           "prefix of the prompt with it", task.label.c_str(), (long long)data[(size_t)idx].line);
+      fail(
+          "CORE task %s, line %lld of its file: the prompt without the continuation does not tokenize to a "
+          "prefix of the prompt with it",
+          task.label.c_str(), (long long)data[(size_t)idx].line);
     s.start = {(int64_t)without.size()};
     s.end = {(int64_t)with.size()};
     s.tokens.erase(s.tokens.begin());

@@ -27,9 +27,8 @@ struct Row {
 };
 }  // namespace
 
-std::vector<float> core_evaluate_task(const CoreLogitsFn& logits_fn, const Tokenizer& tok,
-                                      const CoreTaskSpec& task, const std::vector<CoreItem>& data,
-                                      const CoreOptions& opts, int rank, int world) {
+std::vector<float> core_evaluate_task(const CoreLogitsFn& logits_fn, const Tokenizer& tok, const CoreTaskSpec& task,
+                                      const std::vector<CoreItem>& data, const CoreOptions& opts, int rank, int world) {
   std::vector<float> correct(data.size(), 0.0f);
   std::vector<int64_t> mine;  // examples are strided over ranks
   for (int64_t idx = rank; idx < (int64_t)data.size(); idx += world) mine.push_back(idx);

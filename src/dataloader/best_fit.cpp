@@ -7,8 +7,8 @@ namespace nanochat {
 BestFitPacker::BestFitPacker(int64_t batch_size, int64_t seq_len, size_t buffer_size)
     : batch_size_(batch_size), row_capacity_(seq_len + 1), buffer_size_(buffer_size) {
   if (batch_size < 1 || seq_len < 1 || buffer_size < 1)
-    fail("packing needs batch size, sequence length and buffer size >= 1 (got %lld, %lld, %zu)",
-         (long long)batch_size, (long long)seq_len, buffer_size);
+    fail("packing needs batch size, sequence length and buffer size >= 1 (got %lld, %lld, %zu)", (long long)batch_size,
+         (long long)seq_len, buffer_size);
 }
 
 void BestFitPacker::push(std::vector<int32_t> tokens, DocRef ref) {

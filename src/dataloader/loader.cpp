@@ -24,11 +24,11 @@ namespace nanochat {
 
 // a batch of the document walk on its way through the tokenizer threads, in stream order
 struct DocChunk {
-  int64_t seq = 0;         // position in the stream of chunks
-  DocRef first;            // the chunk's first document
-  int raw_count = 0;       // documents read from the row group (before cleaning)
-  std::vector<std::string> docs;           // the text (emptied once tokenized)
-  std::vector<int32_t> index;              // row-group index of each kept document
+  int64_t seq = 0;                           // position in the stream of chunks
+  DocRef first;                              // the chunk's first document
+  int raw_count = 0;                         // documents read from the row group (before cleaning)
+  std::vector<std::string> docs;             // the text (emptied once tokenized)
+  std::vector<int32_t> index;                // row-group index of each kept document
   std::vector<std::vector<int32_t>> tokens;  // [BOS] + ids of each kept document
 };
 
@@ -52,9 +52,9 @@ struct DataLoader::Impl {
   std::condition_variable cv_read, cv_tok, cv_done, cv_slot, cv_ready;
   bool stop = false, reader_done = false, finished = false, warned_utf8 = false;
   std::exception_ptr error;
-  std::deque<DocChunk> raw;           // read, waiting for a tokenizer thread
-  std::map<int64_t, DocChunk> done;   // tokenized, by sequence number
-  int64_t consumed = 0, seq_end = -1; // chunks taken by the packer; total once the reader ended
+  std::deque<DocChunk> raw;            // read, waiting for a tokenizer thread
+  std::map<int64_t, DocChunk> done;    // tokenized, by sequence number
+  int64_t consumed = 0, seq_end = -1;  // chunks taken by the packer; total once the reader ended
   std::vector<HostSlot> slots;
   std::deque<int> free_slots, ready;
   LoaderMetrics m;
@@ -161,8 +161,10 @@ struct DataLoader::Impl {
         m.docs_bad_utf8 += n_bad;
         if (n_bad && !warned_utf8) {
           warned_utf8 = true;
-          log_warn("dropping documents that are not valid UTF-8 (first: file %d, row group %d, document %d); "
-                   "the loader's metrics count them", c.first.file, c.first.row_group, first_bad);
+          log_warn(
+              "dropping documents that are not valid UTF-8 (first: file %d, row group %d, document %d); "
+              "the loader's metrics count them",
+              c.first.file, c.first.row_group, first_bad);
         }
         done.emplace(c.seq, std::move(c));
         cv_done.notify_all();
@@ -294,9 +296,10 @@ DataLoader::DataLoader(const Tokenizer& tok, CorpusSplit split, const LoaderOpti
       I.resume = *resume;
     } else {
       if (resume->exact)
-        log_warn("dataloader state was saved by rank %d of %d, this is rank %d of %d: resuming at the next row "
-                 "group (upstream's rule); the documents that were in its buffer are skipped",
-                 resume->rank, resume->world, rank, world);
+        log_warn(
+            "dataloader state was saved by rank %d of %d, this is rank %d of %d: resuming at the next row "
+            "group (upstream's rule); the documents that were in its buffer are skipped",
+            resume->rank, resume->world, rank, world);
       // upstream's rule: the next row group of this rank after the saved one, in the saved file
       I.start = DocRef{resume->last.epoch, resume->last.file, (resume->last.row_group / world + 1) * world + rank, 0};
     }
@@ -312,7 +315,7 @@ DataLoader::DataLoader(const Tokenizer& tok, CorpusSplit split, const LoaderOpti
   I.slots.resize((size_t)opts.prefetch + 1);
   for (size_t s = 0; s < I.slots.size(); s++) {
     I.slots[s].host = at::empty({2 * opts.batch_size * opts.seq_len},
-                                   torch::TensorOptions().dtype(torch::kLong).pinned_memory(pin));
+                                torch::TensorOptions().dtype(torch::kLong).pinned_memory(pin));
     I.slots[s].data = I.slots[s].host.data_ptr<int64_t>();
     I.free_slots.push_back((int)s);
   }

@@ -32,8 +32,10 @@ std::string dataset_dir() {
   std::string legacy = base_dir_path("base_data");
   if (!is_directory(legacy)) return dir;
   if (log_rank_prints())
-    log_warn("using the legacy FineWeb-EDU shards in %s: base_data_climbmix/ is missing. nanochat now "
-             "pretrains on ClimbMix; run `nanochat download` to get it", legacy.c_str());
+    log_warn(
+        "using the legacy FineWeb-EDU shards in %s: base_data_climbmix/ is missing. nanochat now "
+        "pretrains on ClimbMix; run `nanochat download` to get it",
+        legacy.c_str());
   return legacy;
 }
 
@@ -44,8 +46,7 @@ std::vector<std::string> dataset_list_parquet_files(const std::string& dir) {
   while (dirent* e = readdir(d)) {
     std::string name = e->d_name;
     const std::string ext = ".parquet";
-    if (name.size() > ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0 &&
-        name[0] != '.')
+    if (name.size() > ext.size() && name.compare(name.size() - ext.size(), ext.size(), ext) == 0 && name[0] != '.')
       files.push_back(dir + "/" + name);
   }
   closedir(d);

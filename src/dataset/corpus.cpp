@@ -60,8 +60,8 @@ Corpus corpus_open(const CorpusOptions& opts) {
   if (kinds.empty()) fail("--data %s holds no .parquet, .jsonl or .txt files", c.dir.c_str());
   std::sort(kinds.begin(), kinds.end());
   if (kinds.size() > 1)
-    fail("--data %s mixes .%s and .%s files; keep one kind of file per corpus folder", c.dir.c_str(),
-         kinds[0].c_str(), kinds[1].c_str());
+    fail("--data %s mixes .%s and .%s files; keep one kind of file per corpus folder", c.dir.c_str(), kinds[0].c_str(),
+         kinds[1].c_str());
   c.kind = kinds[0];
   if (opts.txt_split == "paragraphs" && c.kind != "txt")
     fail("--txt-split paragraphs applies to .txt corpora, and %s holds .%s files", c.dir.c_str(), c.kind.c_str());
@@ -73,8 +73,8 @@ std::vector<std::string> corpus_split_files(const Corpus& c, const std::string& 
   if (split == "val") return {c.files.back()};
   if (split != "train") fail("split '%s' is not train or val", split.c_str());
   if (c.files.size() < 2)
-    fail("%s holds one file (%s), which is the validation split; training needs at least two files (%s)",
-         c.dir.c_str(), c.files[0].c_str(),
+    fail("%s holds one file (%s), which is the validation split; training needs at least two files (%s)", c.dir.c_str(),
+         c.files[0].c_str(),
          c.opts.data_dir.empty() ? "run `nanochat download -n 8`" : "split the corpus into several");
   return std::vector<std::string>(c.files.begin(), c.files.end() - 1);
 }

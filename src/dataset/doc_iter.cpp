@@ -28,10 +28,18 @@ DocIterator::DocIterator(CorpusSplit split, int start, int step, bool infinite, 
                   step >= 1 && start >= 0 && start < step ? resume_row_group(resume, start, step) : DocPosition(), 0,
                   resume == nullptr, batch_size) {}
 
-DocIterator::DocIterator(CorpusSplit split, int start, int step, bool infinite, DocPosition at, int doc,
-                         bool full_pass, int batch_size)
-    : split_(std::move(split)), start_(start), step_(step), batch_size_(batch_size), infinite_(infinite),
-      file_(at.file), row_group_(at.row_group), epoch_(at.epoch), skip_docs_(doc), full_pass_(full_pass) {
+DocIterator::DocIterator(CorpusSplit split, int start, int step, bool infinite, DocPosition at, int doc, bool full_pass,
+                         int batch_size)
+    : split_(std::move(split)),
+      start_(start),
+      step_(step),
+      batch_size_(batch_size),
+      infinite_(infinite),
+      file_(at.file),
+      row_group_(at.row_group),
+      epoch_(at.epoch),
+      skip_docs_(doc),
+      full_pass_(full_pass) {
   if (step < 1 || start < 0 || start >= step) fail("document walk: rank %d of %d is not a valid rank", start, step);
   if (split_.num_sources < 1) fail("document walk: the split has no files");
   if (at.file < 0 || at.row_group < 0 || doc < 0 || at.epoch < 1 || at.row_group % step != start)
@@ -73,8 +81,10 @@ bool DocIterator::advance() {
     if (file_ >= split_.num_sources) {
       if (!infinite_) return false;
       if (full_pass_ && !pass_had_data_)
-        fail("rank %d of %d gets no documents: no row group %d, %d, ... of this split holds any (or all were "
-             "skipped); use fewer ranks or more data", start_, step_, start_, start_ + step_);
+        fail(
+            "rank %d of %d gets no documents: no row group %d, %d, ... of this split holds any (or all were "
+            "skipped); use fewer ranks or more data",
+            start_, step_, start_, start_ + step_);
       epoch_++;
       file_ = 0;
       row_group_ = start_;

@@ -119,8 +119,8 @@ static Attempt download_attempt(const std::string& url, const std::string& tmp, 
     }
     if (h.body_offset != have) {
       if (h.body_offset != 0) {
-        start_error = strprintf("server answered a range request for byte %lld at byte %lld",
-                                (long long)have, (long long)h.body_offset);
+        start_error = strprintf("server answered a range request for byte %lld at byte %lld", (long long)have,
+                                (long long)h.body_offset);
         return false;
       }
       have = 0;  // a 200 to a range request: the whole file again, from the start
@@ -196,8 +196,8 @@ static Attempt download_attempt(const std::string& url, const std::string& tmp, 
     case HttpFailure::status: {
       // 4xx are the request's fault (missing file, forbidden) and will not change by waiting,
       // except timeouts and rate limits; 5xx and the rest may
-      bool permanent = h.status == 0 || (h.status >= 400 && h.status < 500 && h.status != 408 &&
-                                         h.status != 425 && h.status != 429);
+      bool permanent = h.status == 0 ||
+                       (h.status >= 400 && h.status < 500 && h.status != 408 && h.status != 425 && h.status != 429);
       return {permanent ? AttemptEnd::permanent : AttemptEnd::retry, h.error};
     }
     case HttpFailure::transfer:
@@ -231,7 +231,8 @@ DownloadOutcome download_file(const std::string& url, const std::string& path, c
       try {
         if (o.verify) o.verify(tmp);
         if (std::rename(tmp.c_str(), path.c_str()) != 0)
-          throw DownloadError(strprintf("cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), std::strerror(errno)), false);
+          throw DownloadError(strprintf("cannot rename %s to %s: %s", tmp.c_str(), path.c_str(), std::strerror(errno)),
+                              false);
         fsync_parent_dir(path);
         std::remove(validator_path(tmp).c_str());
         log_debug("downloaded %s -> %s", url.c_str(), path.c_str());
@@ -250,14 +251,15 @@ DownloadOutcome download_file(const std::string& url, const std::string& path, c
     if (a.end == AttemptEnd::unreachable)
       throw DownloadError(strprintf("cannot download %s: %s; the network looks unreachable, check the "
                                     "connection (or a proxy/firewall) and run again",
-                                    url.c_str(), a.error.c_str()), true);
+                                    url.c_str(), a.error.c_str()),
+                          true);
     if (a.end == AttemptEnd::permanent)
       throw DownloadError(strprintf("cannot download %s: %s", url.c_str(), a.error.c_str()), false);
     last_error = a.error;
     if (attempt == o.max_attempts) break;
     double wait = o.retry_base_seconds * double(1 << (attempt - 1));
-    log_warn("%s: attempt %d/%d failed (%s); retrying in %.1fs", url.c_str(), attempt, o.max_attempts,
-             a.error.c_str(), wait);
+    log_warn("%s: attempt %d/%d failed (%s); retrying in %.1fs", url.c_str(), attempt, o.max_attempts, a.error.c_str(),
+             wait);
     auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(wait);
     while (std::chrono::steady_clock::now() < until && !cancelled(o))
       std::this_thread::sleep_for(std::chrono::milliseconds(20));

@@ -109,8 +109,8 @@ void download_climbmix_shards(int num_files, const std::string& base_url, int wo
   if (failed)
     fail("%d of %zu shards could not be downloaded (first: %s); run the same command again to resume", failed,
          todo.size(), first_error.c_str());
-  log_info("done: %d downloaded, %zu were already there, in %s; shards in %s", downloaded,
-           ids.size() - todo.size(), format_duration(timer.seconds()).c_str(), dir.c_str());
+  log_info("done: %d downloaded, %zu were already there, in %s; shards in %s", downloaded, ids.size() - todo.size(),
+           format_duration(timer.seconds()).c_str(), dir.c_str());
 }
 
 }  // namespace nanochat

@@ -13,8 +13,7 @@ HttpUrl http_parse_url(const std::string& url) {
   size_t sep = url.find("://");
   if (sep == std::string::npos) fail("'%s' is not an http(s) URL", url.c_str());
   u.scheme = url.substr(0, sep);
-  if (u.scheme != "http" && u.scheme != "https")
-    fail("'%s': only http and https URLs can be downloaded", url.c_str());
+  if (u.scheme != "http" && u.scheme != "https") fail("'%s': only http and https URLs can be downloaded", url.c_str());
   size_t host_begin = sep + 3, slash = url.find('/', host_begin);
   std::string authority = url.substr(host_begin, slash == std::string::npos ? std::string::npos : slash - host_begin);
   u.path = slash == std::string::npos ? "/" : url.substr(slash);
@@ -70,7 +69,8 @@ static const char* env_either(const char* lower, const char* upper) {
 
 static bool proxy_for(const HttpUrl& u, HttpUrl& proxy) {
   if (u.host == "127.0.0.1" || u.host == "localhost" || u.host == "::1") return false;
-  const char* p = u.scheme == "https" ? env_either("https_proxy", "HTTPS_PROXY") : env_either("http_proxy", "HTTP_PROXY");
+  const char* p = u.scheme == "https" ? env_either("https_proxy", "HTTPS_PROXY")
+                                      : env_either("http_proxy", "HTTP_PROXY");
   if (!p) return false;
   if (const char* no = env_either("no_proxy", "NO_PROXY")) {
     std::string list = no, item;
@@ -191,21 +191,22 @@ HttpGetResult http_get(const std::string& url, int64_t range_from, const HttpGet
     }
     if (err == httplib::Error::SSLServerVerification || err == httplib::Error::SSLLoadingCerts) {
       out.failure = HttpFailure::status;  // permanent: retrying will not fix a certificate
-      out.error = strprintf("TLS certificate of %s could not be verified (%s); check the system CA "
-                            "bundle (ca-certificates, or SSL_CERT_FILE)", u.host.c_str(),
-                            httplib::to_string(err).c_str());
+      out.error = strprintf(
+          "TLS certificate of %s could not be verified (%s); check the system CA "
+          "bundle (ca-certificates, or SSL_CERT_FILE)",
+          u.host.c_str(), httplib::to_string(err).c_str());
       return out;
     }
     if (err != httplib::Error::Success) {
       out.failure = HttpFailure::transfer;
-      out.error = strprintf("transfer from %s failed after %lld bytes (%s)", u.host.c_str(),
-                            (long long)out.received, httplib::to_string(err).c_str());
+      out.error = strprintf("transfer from %s failed after %lld bytes (%s)", u.host.c_str(), (long long)out.received,
+                            httplib::to_string(err).c_str());
       return out;
     }
     if (out.body_length >= 0 && out.received != out.body_length) {
       out.failure = HttpFailure::transfer;
-      out.error = strprintf("connection to %s closed after %lld of %lld bytes", u.host.c_str(),
-                            (long long)out.received, (long long)out.body_length);
+      out.error = strprintf("connection to %s closed after %lld of %lld bytes", u.host.c_str(), (long long)out.received,
+                            (long long)out.body_length);
     }
     return out;
   }

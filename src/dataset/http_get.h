@@ -16,7 +16,7 @@ namespace nanochat {
 struct HttpUrl {
   std::string scheme, host, path;  // scheme "http" or "https"; path starts with '/'
   int port = 0;
-  std::string origin() const;      // "https://host:443"
+  std::string origin() const;  // "https://host:443"
 };
 HttpUrl http_parse_url(const std::string& url);  // Error on anything else
 
@@ -32,14 +32,14 @@ enum class HttpFailure { none, unreachable, transfer, status, stopped, refused }
 
 struct HttpGetResult {
   HttpFailure failure = HttpFailure::none;
-  std::string error;         // what went wrong, for messages
-  std::string final_url;     // after redirects
-  int status = 0;            // of the final response
-  int64_t body_offset = 0;   // where the body starts in the file: Content-Range start, else 0
-  int64_t total_size = -1;   // the whole file's size (Content-Range total, or Content-Length of a 200)
-  int64_t body_length = -1;  // Content-Length of this response, -1 when not given
-  int64_t received = 0;      // body bytes handed to on_data
-  std::string etag, last_modified;  // the final response's validators ("" when not sent)
+  std::string error;                  // what went wrong, for messages
+  std::string final_url;              // after redirects
+  int status = 0;                     // of the final response
+  int64_t body_offset = 0;            // where the body starts in the file: Content-Range start, else 0
+  int64_t total_size = -1;            // the whole file's size (Content-Range total, or Content-Length of a 200)
+  int64_t body_length = -1;           // Content-Length of this response, -1 when not given
+  int64_t received = 0;               // body bytes handed to on_data
+  std::string etag, last_modified;    // the final response's validators ("" when not sent)
   std::vector<std::string> answered;  // origins that sent a response (every hop)
 };
 

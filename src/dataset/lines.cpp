@@ -61,8 +61,8 @@ static LineGroups line_groups_scan(const std::string& path, int docs_per_group, 
 LineGroups line_groups_build(const std::string& path, int docs_per_group, bool paragraphs) {
   struct stat st;
   if (stat(path.c_str(), &st) != 0) fail("cannot read %s: %s", path.c_str(), std::strerror(errno));
-  std::string key = strprintf("%s|%lld|%lld.%09ld|%d|%d", path.c_str(), (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-                              (long)st.st_mtim.tv_nsec, docs_per_group, (int)paragraphs);
+  std::string key = strprintf("%s|%lld|%lld.%09ld|%d|%d", path.c_str(), (long long)st.st_size,
+                              (long long)st.st_mtim.tv_sec, (long)st.st_mtim.tv_nsec, docs_per_group, (int)paragraphs);
   {
     std::lock_guard<std::mutex> g(g_index_mutex);
     auto it = g_index_cache.find(key);

@@ -11,7 +11,9 @@ namespace {
 class JsonlSource : public DocSource {
  public:
   JsonlSource(std::string path, std::string column, int per_group)
-      : path_(std::move(path)), column_(std::move(column)), per_group_(per_group),
+      : path_(std::move(path)),
+        column_(std::move(column)),
+        per_group_(per_group),
         groups_(line_groups_build(path_, per_group_, false)) {}
   int num_row_groups() const override { return (int)groups_.offset.size(); }
   std::string name() const override { return path_; }

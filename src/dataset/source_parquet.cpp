@@ -17,8 +17,8 @@ class ParquetSource : public DocSource {
       list += (list.empty() ? "" : ", ") + n;
     }
     if (!found)
-      fail("%s has no column '%s' (columns: %s); pass --text-column to pick another", path.c_str(),
-           column_.c_str(), list.c_str());
+      fail("%s has no column '%s' (columns: %s); pass --text-column to pick another", path.c_str(), column_.c_str(),
+           list.c_str());
   }
   int num_row_groups() const override { return file_.num_row_groups(); }
   std::string name() const override { return file_.path(); }

@@ -51,9 +51,7 @@ class TxtFilesSource : public DocSource {
  public:
   TxtFilesSource(std::vector<std::string> files, int per_group) : files_(std::move(files)), per_group_(per_group) {}
   int num_row_groups() const override { return (int)((files_.size() + per_group_ - 1) / per_group_); }
-  std::string name() const override {
-    return files_.empty() ? "(no files)" : files_.front() + " .. " + files_.back();
-  }
+  std::string name() const override { return files_.empty() ? "(no files)" : files_.front() + " .. " + files_.back(); }
 
   std::vector<std::string> read_row_group(int index) const override {
     if (index < 0 || index >= num_row_groups()) fail("%s: no row group %d", name().c_str(), index);

@@ -40,13 +40,15 @@ static c10d::ReduceOp to_c10d(ReduceOp op) {
 // pairs). Checked with one process too, so that a single-GPU run catches what eight would.
 static void check_tensor(const Dist& dist, const char* collective, const char* which, const torch::Tensor& t,
                          bool reduces) {
-  static const std::vector<c10::ScalarType> kBoth = {torch::kFloat32, torch::kFloat64, torch::kFloat16,
-                                                     torch::kBFloat16, torch::kInt8,   torch::kUInt8,
-                                                     torch::kInt32,   torch::kInt64,   torch::kBool};
+  static const std::vector<c10::ScalarType> kBoth = {torch::kFloat32,  torch::kFloat64, torch::kFloat16,
+                                                     torch::kBFloat16, torch::kInt8,    torch::kUInt8,
+                                                     torch::kInt32,    torch::kInt64,   torch::kBool};
   static const std::vector<c10::ScalarType> kNcclMoves = {c10::ScalarType::Float8_e4m3fn, c10::ScalarType::Float8_e5m2};
   const bool nccl = dist.device().is_cuda();
   if (!t.defined()) fail("dist %s: its %s tensor is undefined", collective, which);
-  auto in = [&](const std::vector<c10::ScalarType>& v) { return std::find(v.begin(), v.end(), t.scalar_type()) != v.end(); };
+  auto in = [&](const std::vector<c10::ScalarType>& v) {
+    return std::find(v.begin(), v.end(), t.scalar_type()) != v.end();
+  };
   if (t.device().type() == dist.device().type() && (in(kBoth) || (nccl && !reduces && in(kNcclMoves)))) return;
   std::string names;
   for (c10::ScalarType d : kBoth) names += (names.empty() ? "" : ", ") + dtype_name(d);
@@ -70,14 +72,13 @@ Dist::Dist(const DistEnv& env, const torch::Device& device) : env_(env), device_
   try {
     store = c10::make_intrusive<c10d::TCPStore>(env.master_addr, opts);
   } catch (const std::exception& e) {
-    fail("rank %d cannot reach the rendezvous at MASTER_ADDR=%s MASTER_PORT=%d (%s); check the "
-         "address, or pick a free port with --master-port",
-         env.rank, env.master_addr.c_str(), env.master_port,
-         c10::GetExceptionString(e).substr(0, 200).c_str());
+    fail(
+        "rank %d cannot reach the rendezvous at MASTER_ADDR=%s MASTER_PORT=%d (%s); check the "
+        "address, or pick a free port with --master-port",
+        env.rank, env.master_addr.c_str(), env.master_port, c10::GetExceptionString(e).substr(0, 200).c_str());
   }
   auto prefixed = c10::make_intrusive<c10d::PrefixStore>("nanochat", store);
-  backend_ = device.is_cuda() ? dist_nccl_create(prefixed, env, timeout)
-                              : dist_gloo_create(prefixed, env, timeout);
+  backend_ = device.is_cuda() ? dist_nccl_create(prefixed, env, timeout) : dist_gloo_create(prefixed, env, timeout);
   barrier();  // like nanochat's compute_init: everyone is up before anything else happens
   log_debug("process group %s up: rank %d of %d", backend_name().c_str(), env.rank, env.world_size);
 }
@@ -121,9 +122,8 @@ DistWork Dist::reduce_scatter_async(const torch::Tensor& input, ReduceOp op) {
 DistWork Dist::all_gather_async(const torch::Tensor& shard, int64_t total_rows) {
   check_tensor(*this, "all_gather", "shard", shard, /*reduces=*/false);
   auto [begin, end] = dist_shard_range(total_rows, env_.world_size, env_.rank);
-  TORCH_CHECK(shard.dim() >= 1 && shard.size(0) == end - begin, "all_gather: rank ", env_.rank,
-              " must pass rows [", begin, ", ", end, ") of ", total_rows, ", got ",
-              shard.dim() ? shard.size(0) : 0);
+  TORCH_CHECK(shard.dim() >= 1 && shard.size(0) == end - begin, "all_gather: rank ", env_.rank, " must pass rows [",
+              begin, ", ", end, ") of ", total_rows, ", got ", shard.dim() ? shard.size(0) : 0);
   if (!backend_) return {nullptr, [shard] { return shard; }};
   int64_t chunk = (total_rows + env_.world_size - 1) / env_.world_size;
   torch::Tensor padded = shard.contiguous();

@@ -11,8 +11,8 @@ static bool is_loopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
-c10::intrusive_ptr<c10d::Backend> dist_gloo_create(const c10::intrusive_ptr<c10d::Store>& store,
-                                                   const DistEnv& env, std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Backend> dist_gloo_create(const c10::intrusive_ptr<c10d::Store>& store, const DistEnv& env,
+                                                   std::chrono::milliseconds timeout) {
   auto opts = c10d::ProcessGroupGloo::Options::create();
   opts->timeout = timeout;
   // GLOO_SOCKET_IFNAME as in PyTorch; a loopback master means a single-node run
@@ -20,8 +20,7 @@ c10::intrusive_ptr<c10d::Backend> dist_gloo_create(const c10::intrusive_ptr<c10d
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(*ifname));
   else if (is_loopback(env.master_addr))
     opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  else
-    opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  else opts->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   return c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, opts);
 }
 

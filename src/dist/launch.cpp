@@ -141,7 +141,8 @@ pid_t spawn_rank(const LaunchOptions& o, const std::vector<std::string>& env_str
   dup2(err_fd, 2);
   execvpe(argv[0], argv.data(), envp.data());
   const char* what = std::strerror(errno);
-  for (const char* s : {"error: cannot run ", (const char*)argv[0], ": ", what, "\n"}) (void)!write(2, s, std::strlen(s));
+  for (const char* s : {"error: cannot run ", (const char*)argv[0], ": ", what, "\n"})
+    (void)!write(2, s, std::strlen(s));
   _exit(127);
 }
 
@@ -243,9 +244,9 @@ int launch_run(const LaunchOptions& o) {
     }
   }
 
-  int result = 0;          // first failure decides the exit code
-  int stop_signal = 0;     // the first forwarded signal
-  bool stopping = false;   // SIGTERM sent; SIGKILL at `kill_at`
+  int result = 0;         // first failure decides the exit code
+  int stop_signal = 0;    // the first forwarded signal
+  bool stopping = false;  // SIGTERM sent; SIGKILL at `kill_at`
   bool any_rank_failed = false;
   Timer clock;
   double kill_at = 0, reaped_at = -1;

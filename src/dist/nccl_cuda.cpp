@@ -6,8 +6,8 @@
 
 namespace nanochat {
 
-c10::intrusive_ptr<c10d::Backend> dist_nccl_create(const c10::intrusive_ptr<c10d::Store>& store,
-                                                   const DistEnv& env, std::chrono::milliseconds timeout) {
+c10::intrusive_ptr<c10d::Backend> dist_nccl_create(const c10::intrusive_ptr<c10d::Store>& store, const DistEnv& env,
+                                                   std::chrono::milliseconds timeout) {
   c10::cuda::set_device((c10::DeviceIndex)env.local_rank);
   auto opts = c10d::ProcessGroupNCCL::Options::create();
   opts->timeout = timeout;

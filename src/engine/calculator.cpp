@@ -28,9 +28,23 @@ struct Value {
   std::string s;  // Str and Bytes
 };
 
-Value make_int(int64_t v) { Value r; r.kind = Value::Int; r.i = v; return r; }
-Value make_float(double v) { Value r; r.kind = Value::Float; r.f = v; return r; }
-Value make_tuple() { Value r; r.kind = Value::Tuple; return r; }
+Value make_int(int64_t v) {
+  Value r;
+  r.kind = Value::Int;
+  r.i = v;
+  return r;
+}
+Value make_float(double v) {
+  Value r;
+  r.kind = Value::Float;
+  r.f = v;
+  return r;
+}
+Value make_tuple() {
+  Value r;
+  r.kind = Value::Tuple;
+  return r;
+}
 bool is_number(const Value& v) { return v.kind == Value::Int || v.kind == Value::Float; }
 double as_double(const Value& v) { return v.kind == Value::Int ? (double)v.i : v.f; }  // round-half-even
 
@@ -114,9 +128,18 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
   if (!is_number(a) || !is_number(b)) throw CalcError{};  // str/bytes never meet operators here
   if (a.kind == Value::Int && b.kind == Value::Int) {
     int64_t r;
-    if (op == "+") { if (__builtin_add_overflow(a.i, b.i, &r)) throw CalcError{}; return make_int(r); }
-    if (op == "-") { if (__builtin_sub_overflow(a.i, b.i, &r)) throw CalcError{}; return make_int(r); }
-    if (op == "*") { if (__builtin_mul_overflow(a.i, b.i, &r)) throw CalcError{}; return make_int(r); }
+    if (op == "+") {
+      if (__builtin_add_overflow(a.i, b.i, &r)) throw CalcError{};
+      return make_int(r);
+    }
+    if (op == "-") {
+      if (__builtin_sub_overflow(a.i, b.i, &r)) throw CalcError{};
+      return make_int(r);
+    }
+    if (op == "*") {
+      if (__builtin_mul_overflow(a.i, b.i, &r)) throw CalcError{};
+      return make_int(r);
+    }
     if (op == "/") return make_float(int_true_divide(a.i, b.i));
     if (op == "//") return make_int(int_floor_div(a.i, b.i));
     if (op == "%") return make_int(int_mod(a.i, b.i));
@@ -282,7 +305,10 @@ class Parser {
     if (c == '(') {
       pos_++;
       if (++parens_ > kCalculatorMaxParens) throw CalcError{};  // Python: "too many nested parentheses"
-      struct Close { int& n; ~Close() { n--; } } close{parens_};
+      struct Close {
+        int& n;
+        ~Close() { n--; }
+      } close{parens_};
       if (peek() == ')') {
         pos_++;
         return make_tuple();
@@ -323,8 +349,7 @@ class Parser {
       return make_float(d);
     }
     // Python forbids leading zeros in a nonzero decimal int ("01"), allows "00"
-    if (text.size() > 1 && text[0] == '0' && text.find_first_not_of('0') != std::string_view::npos)
-      throw CalcError{};
+    if (text.size() > 1 && text[0] == '0' && text.find_first_not_of('0') != std::string_view::npos) throw CalcError{};
     int64_t v = 0;
     auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
     if (ec != std::errc() || p != text.data() + text.size()) throw CalcError{};  // past int64
@@ -344,13 +369,12 @@ class Parser {
         std::string prefix = read_name();
         if (pos_ >= s_.size() || (s_[pos_] != '\'' && s_[pos_] != '"')) {
           if (first) throw CalcError{};  // a bare name: NameError (no names are defined)
-          pos_ = start;                   // "'a' x": a syntax error, found by the caller
+          pos_ = start;                  // "'a' x": a syntax error, found by the caller
           break;
         }
         for (char& ch : prefix) ch = (char)std::tolower((unsigned char)ch);
         if (prefix == "b" || prefix == "br" || prefix == "rb") bytes = true;
-        else if (prefix != "r" && prefix != "u" && prefix != "f" && prefix != "fr" && prefix != "rf")
-          throw CalcError{};
+        else if (prefix != "r" && prefix != "u" && prefix != "f" && prefix != "fr" && prefix != "rf") throw CalcError{};
       }
       std::string text = read_quoted();
       const Value::Kind kind = bytes ? Value::Bytes : Value::Str;
@@ -412,9 +436,9 @@ bool all_in(std::string_view s, const char* allowed) {
 }
 
 bool contains_forbidden_word(std::string_view s) {
-  static const char* const kWords[] = {"__",      "import", "exec",    "eval",    "compile", "open",
-                                       "file",    "input",  "raw_input", "globals", "locals", "vars",
-                                       "dir",     "getattr", "setattr", "delattr", "hasattr"};
+  static const char* const kWords[] = {"__",   "import",  "exec",      "eval",    "compile", "open",
+                                       "file", "input",   "raw_input", "globals", "locals",  "vars",
+                                       "dir",  "getattr", "setattr",   "delattr", "hasattr"};
   std::string lower(s);
   for (char& c : lower) c = (char)std::tolower((unsigned char)c);
   for (const char* w : kWords)
@@ -437,7 +461,7 @@ std::string calculator_float_repr(double x) {
   for (size_t k = 0; k < e; k++)
     if (sci[k] != '.') digits += sci[k];
   const int exp10 = std::atoi(sci.c_str() + e + 1);  // x = d.ddd * 10^exp10
-  const int decpt = exp10 + 1;                         // x = 0.dddd * 10^decpt
+  const int decpt = exp10 + 1;                       // x = 0.dddd * 10^decpt
   const int nd = (int)digits.size();
   std::string out = x < 0 ? "-" : "";
   if (decpt <= -4 || decpt > 16) {  // CPython's float_repr_style 'short', mode 'r'
@@ -460,8 +484,7 @@ std::optional<std::string> calculator_use(std::string_view expr_in) {
   if (all_in(expr, "0123456789*+-/.() ")) {
     if (expr.find("**") != std::string::npos) return std::nullopt;  // no power operator
   } else {
-    if (!all_in(expr, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789'\"()._ "))
-      return std::nullopt;
+    if (!all_in(expr, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789'\"()._ ")) return std::nullopt;
     if (contains_forbidden_word(expr)) return std::nullopt;
     if (expr.find(".count(") == std::string::npos) return std::nullopt;
   }

@@ -1,4 +1,4 @@
-// defines: engine_model_from_gpt, finish_reason_name, Engine
+// defines: engine_model_from_gpt, finish_reason_name, Engine, engine_completion_text
 // Engine.generate as upstream's engine.py: batch-1 prefill, cloned into N rows, then one
 // decode step per token column, where each row (its RowState) takes its forced or sampled
 // token, stops on its stop tokens, and runs the calculator tool on its own.
@@ -19,7 +19,9 @@ EngineModel engine_model_from_gpt(GPT model) {
   EngineModel m;
   m.forward = [model](const torch::Tensor& ids, KVCache& cache) mutable { return model->forward(ids, &cache); };
   m.make_cache = [model](int64_t batch, int64_t max_len) { return model->make_kv_cache(batch, max_len); };
-  m.embed = [model](const torch::Tensor& ids) mutable { return gpt_rms_norm(model->wte(ids).to(model->compute_dtype)); };
+  m.embed = [model](const torch::Tensor& ids) mutable {
+    return gpt_rms_norm(model->wte(ids).to(model->compute_dtype));
+  };
   m.sequence_len = model->config.sequence_len;
   m.max_positions = model->cos.size(1);
   m.device = model->device();
@@ -122,7 +124,8 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
 
 std::string engine_completion_text(const Tokenizer& tok, const GenerateResult& r, size_t row) {
   const std::vector<int32_t>& ids = r.tokens.at(row);
-  return tok.decode(std::vector<int32_t>(ids.begin() + std::min<int64_t>(r.prompt_len, (int64_t)ids.size()), ids.end()));
+  return tok.decode(
+      std::vector<int32_t>(ids.begin() + std::min<int64_t>(r.prompt_len, (int64_t)ids.size()), ids.end()));
 }
 
 }  // namespace nanochat

@@ -99,12 +99,12 @@ class PeakMemory {
 };
 
 struct TimedGeneration {
-  double ttft_sec = 0;             // prefill, the copy into the rows, the first token sampled
-  std::vector<double> step_sec;    // each later token column: one decode step of every row
+  double ttft_sec = 0;           // prefill, the copy into the rows, the first token sampled
+  std::vector<double> step_sec;  // each later token column: one decode step of every row
 };
 
-TimedGeneration timed_generate(const Engine& engine, const std::vector<int32_t>& prompt, int64_t batch,
-                               int64_t tokens, double temperature, torch::Device device) {
+TimedGeneration timed_generate(const Engine& engine, const std::vector<int32_t>& prompt, int64_t batch, int64_t tokens,
+                               double temperature, torch::Device device) {
   GenerateOptions g;
   g.num_samples = batch;
   g.max_tokens = tokens;
@@ -200,7 +200,8 @@ StaticCard static_card(const GPT& model, const DevicePeaks& d, int64_t prompt_le
   c.kv_read = gpt_kv_read_bytes(config, c.context_mid, dtype);
   c.decode_flops = gpt_estimate_decode_flops(config, c.context_mid);
   c.ceiling_bs1 = std::isfinite(d.bandwidth) ? d.bandwidth / (double)(c.weight_bytes + c.kv_read) : NAN;
-  c.max_rows = d.total_memory > c.weight_bytes ? (d.total_memory - c.weight_bytes) / (c.kv_store * config.sequence_len) : 0;
+  c.max_rows = d.total_memory > c.weight_bytes ? (d.total_memory - c.weight_bytes) / (c.kv_store * config.sequence_len)
+                                               : 0;
   for (const auto& [name, p] : gpt_named_parameters(model)) {
     c.dtype_counts[dtype_name(p.scalar_type())] += p.numel();
     c.num_params += p.numel();
@@ -208,8 +209,8 @@ StaticCard static_card(const GPT& model, const DevicePeaks& d, int64_t prompt_le
   return c;
 }
 
-void print_static_card(const GPT& model, const DevicePeaks& d, const StaticCard& c, const nlohmann::ordered_json& checkpoint,
-                       FILE* card) {
+void print_static_card(const GPT& model, const DevicePeaks& d, const StaticCard& c,
+                       const nlohmann::ordered_json& checkpoint, FILE* card) {
   const GPTConfig& config = model->config;
   std::string dtypes;
   for (const auto& [t, n] : c.dtype_counts) dtypes += (dtypes.empty() ? "" : ", ") + format_thousands(n) + " " + t;
@@ -221,7 +222,8 @@ void print_static_card(const GPT& model, const DevicePeaks& d, const StaticCard&
                (long long)config.n_embd, (long long)config.n_head, (long long)config.n_kv_head,
                dtype_name(model->compute_dtype).c_str());
   std::fprintf(card, "Device: %s | peak bandwidth %s, %s | peak compute %s, %s | memory %.1f GiB\n", d.name.c_str(),
-               std::isfinite(d.bandwidth) ? strprintf("%.1f GB/s", d.bandwidth / 1e9).c_str() : "?", d.bandwidth_source.c_str(),
+               std::isfinite(d.bandwidth) ? strprintf("%.1f GB/s", d.bandwidth / 1e9).c_str() : "?",
+               d.bandwidth_source.c_str(),
                std::isfinite(d.flops) ? strprintf("%.1f GFLOP/s", d.flops / 1e9).c_str() : "?", d.flops_source.c_str(),
                (double)d.total_memory / (1 << 30));
   std::fprintf(card, "%s\n", std::string(100, '-').c_str());
@@ -230,14 +232,16 @@ void print_static_card(const GPT& model, const DevicePeaks& d, const StaticCard&
   std::fprintf(card, "KV cache: %s bytes/token stored | %s bytes read/step at context %lld (window pattern %s)\n",
                format_thousands(c.kv_store).c_str(), format_thousands(c.kv_read).c_str(), (long long)c.context_mid,
                config.window_pattern.c_str());
-  std::fprintf(card, "Decode ceiling at batch 1 (weights + KV once a step): %s tok/s | ~%s full-context rows fit in memory\n",
+  std::fprintf(card,
+               "Decode ceiling at batch 1 (weights + KV once a step): %s tok/s | ~%s full-context rows fit in memory\n",
                std::isfinite(c.ceiling_bs1) ? format_thousands((int64_t)c.ceiling_bs1).c_str() : "?",
                format_thousands(c.max_rows).c_str());
   std::fprintf(card, "%s\n", rule.c_str());
 }
 
-nlohmann::ordered_json static_payload(const nlohmann::ordered_json& checkpoint, torch::Device device, torch::ScalarType dtype,
-                                      const DevicePeaks& d, const StaticCard& c, int64_t prompt_len, const InferBenchOptions& o) {
+nlohmann::ordered_json static_payload(const nlohmann::ordered_json& checkpoint, torch::Device device,
+                                      torch::ScalarType dtype, const DevicePeaks& d, const StaticCard& c,
+                                      int64_t prompt_len, const InferBenchOptions& o) {
   nlohmann::ordered_json payload = checkpoint;
   payload["device"] = d.name;
   payload["device_type"] = device.is_cpu() ? "cpu" : "cuda";
@@ -266,8 +270,8 @@ nlohmann::ordered_json static_payload(const nlohmann::ordered_json& checkpoint, 
 
 // one batch size of the sweep: its row of the table and its entry
 nlohmann::ordered_json sweep_one(const Engine& engine, const std::vector<int32_t>& prompt, int64_t batch,
-                                 const InferBenchOptions& o, const DevicePeaks& d, const StaticCard& c, torch::Device device,
-                                 int64_t rss_base_kb, FILE* card) {
+                                 const InferBenchOptions& o, const DevicePeaks& d, const StaticCard& c,
+                                 torch::Device device, int64_t rss_base_kb, FILE* card) {
   TimedGeneration r;
   int64_t peak_memory = -1;
   try {
@@ -283,8 +287,8 @@ nlohmann::ordered_json sweep_one(const Engine& engine, const std::vector<int32_t
   const double bytes_per_step = (double)c.weight_bytes + (double)batch * (double)c.kv_read;
   const double mbu = infer_bench_mbu_percent(bytes_per_step, s.median_sec, d.bandwidth);
   const double mfu = infer_bench_mbu_percent((double)batch * (double)c.decode_flops, s.median_sec, d.flops);
-  std::fprintf(card, "%6lld %9.2f %9.3f %9.3f %10.1f %11.1f %7.2f %8.4f %10s %6zu\n", (long long)batch, r.ttft_sec * 1e3,
-               s.median_sec * 1e3, s.p90_sec * 1e3, s.tok_per_sec_row, s.tok_per_sec_total, mbu, mfu,
+  std::fprintf(card, "%6lld %9.2f %9.3f %9.3f %10.1f %11.1f %7.2f %8.4f %10s %6zu\n", (long long)batch,
+               r.ttft_sec * 1e3, s.median_sec * 1e3, s.p90_sec * 1e3, s.tok_per_sec_row, s.tok_per_sec_total, mbu, mfu,
                peak_memory < 0 ? "?" : strprintf("%.1f", (double)peak_memory / (1 << 20)).c_str(), r.step_sec.size());
   return {{"batch_size", batch},
           {"ttft_sec", r.ttft_sec},
@@ -319,12 +323,13 @@ nlohmann::ordered_json infer_bench_run(GPT& model, const Tokenizer& tok, const I
   nlohmann::ordered_json payload = static_payload(checkpoint, device, dtype, d, c, prompt_len, o);
 
   // ---- prefill: batch 1 and a single decode step, so the TTFT is the prefill (compute-bound: MFU) ----
-  const int64_t rss_base_kb = proc_status_kb("VmRSS");  // the loaded model, before any generation
+  const int64_t rss_base_kb = proc_status_kb("VmRSS");          // the loaded model, before any generation
   timed_generate(engine, prompt, 1, 2, o.temperature, device);  // warm-up
   const TimedGeneration pre = timed_generate(engine, prompt, 1, 2, o.temperature, device);
   const double prefill_tok_per_sec = (double)prompt_len / pre.ttft_sec;
   const double prefill_mfu = std::isfinite(d.flops) && d.flops > 0
-                                 ? 100.0 * (double)gpt_estimate_prefill_flops(config, prompt_len) / pre.ttft_sec / d.flops
+                                 ? 100.0 * (double)gpt_estimate_prefill_flops(config, prompt_len) / pre.ttft_sec /
+                                       d.flops
                                  : 0.0;
   std::fprintf(card, "Prefill (batch 1, %lld tokens): %s tok/s | %.2f ms | MFU %.1f%%\n", (long long)prompt_len,
                format_thousands((int64_t)prefill_tok_per_sec).c_str(), pre.ttft_sec * 1e3, prefill_mfu);
@@ -335,7 +340,8 @@ nlohmann::ordered_json infer_bench_run(GPT& model, const Tokenizer& tok, const I
                                        "p90 ms", "tok/s/row", "tok/s", "MBU %", "MFU %", "mem MiB", "steps");
   std::fprintf(card, "%s\n%s\n", header.c_str(), std::string(header.size(), '-').c_str());
   nlohmann::ordered_json sweep = nlohmann::ordered_json::array();
-  for (int64_t batch : o.batch_sizes) sweep.push_back(sweep_one(engine, prompt, batch, o, d, c, device, rss_base_kb, card));
+  for (int64_t batch : o.batch_sizes)
+    sweep.push_back(sweep_one(engine, prompt, batch, o, d, c, device, rss_base_kb, card));
   std::fprintf(card, "%s\n", std::string(header.size(), '-').c_str());
   payload["sweep"] = sweep;
   return payload;

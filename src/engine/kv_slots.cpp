@@ -67,7 +67,8 @@ int64_t KvSlots::take_free() {
   return best;
 }
 
-int64_t KvSlots::take(SlotHolder& h, int64_t n, const std::vector<int32_t>& prompt, bool can_recompute, bool& need_prev) {
+int64_t KvSlots::take(SlotHolder& h, int64_t n, const std::vector<int32_t>& prompt, bool can_recompute,
+                      bool& need_prev) {
   const int64_t T = (int64_t)prompt.size();
   h.slot.assign(n, -1);
   int64_t hit = -1, reuse = 0;
@@ -102,7 +103,8 @@ void KvSlots::release(int64_t s, const std::vector<int32_t>& tokens) {
   sl.row = -1;
   sl.used = ++tick_;
   sl.tokens.clear();
-  if (prefix_cache_ && sl.pos > 0 && (int64_t)tokens.size() >= sl.pos) sl.tokens.assign(tokens.begin(), tokens.begin() + sl.pos);
+  if (prefix_cache_ && sl.pos > 0 && (int64_t)tokens.size() >= sl.pos)
+    sl.tokens.assign(tokens.begin(), tokens.begin() + sl.pos);
 }
 
 void KvSlots::store_prev(int64_t first, const torch::Tensor& p) {

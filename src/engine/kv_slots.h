@@ -36,9 +36,9 @@ class KvSlots {
  public:
   KvSlots(const EngineModel& model, int64_t rows, int64_t row_len, bool prefix_cache);
   KVCache pool;
-  torch::Tensor prev;           // (rows,1,C) the smear's input per slot, allocated at the first store
+  torch::Tensor prev;  // (rows,1,C) the smear's input per slot, allocated at the first store
   std::vector<PoolSlot> slots;
-  int64_t live = 0;             // slots 0..live-1 decode
+  int64_t live = 0;  // slots 0..live-1 decode
 
   // exchanges two slots' KV (the used positions), smear inputs and owners
   void swap(int64_t a, int64_t b);

@@ -72,12 +72,15 @@ std::vector<int64_t> engine_sample_rows(const torch::Tensor& logits, const std::
     b.requests.push_back(&r);
     b.rows.insert(b.rows.end(), r.rows.begin(), r.rows.end());
     b.temperature.insert(b.temperature.end(), r.rows.size(), (float)r.temperature);
-    b.top_p.insert(b.top_p.end(), r.rows.size(), r.top_p < 1.0 ? (float)r.top_p : std::numeric_limits<float>::infinity());
+    b.top_p.insert(b.top_p.end(), r.rows.size(),
+                   r.top_p < 1.0 ? (float)r.top_p : std::numeric_limits<float>::infinity());
     b.top_p_on |= r.top_p < 1.0;
   }
 
   torch::Tensor out = at::full({B}, -1, logits.options().dtype(at::kLong));
-  auto fill = [&](const torch::Tensor& rows, const torch::Tensor& tokens) { out.index_copy_(0, rows, tokens.view({-1})); };
+  auto fill = [&](const torch::Tensor& rows, const torch::Tensor& tokens) {
+    out.index_copy_(0, rows, tokens.view({-1}));
+  };
   if (!greedy.rows.empty()) {
     torch::Tensor rows = long_tensor(greedy.rows, device);
     fill(rows, at::argmax(logits.index_select(0, rows), -1));

@@ -37,9 +37,9 @@ struct Request : WaitingRequest, SlotHolder {
   GenerateOptions opt;
   std::vector<RowState> rows;
   at::Generator rng;
-  int64_t prefilled = 0;      // prompt positions in row 0's slot
-  int64_t cached = 0;         // of which reused
-  bool need_prev = false;     // a partly reused row: the smear's input is recomputed
+  int64_t prefilled = 0;   // prompt positions in row 0's slot
+  int64_t cached = 0;      // of which reused
+  bool need_prev = false;  // a partly reused row: the smear's input is recomputed
   int64_t steps = 0;
   // shared with the caller, under Impl::mu
   std::deque<TokenColumn> out;
@@ -67,9 +67,9 @@ struct Scheduler::Impl {
 
   mutable std::mutex mu;
   std::condition_variable work;
-  WaitQueues waiting;                                // waiting for rows, one queue per key
-  std::deque<std::shared_ptr<Request>> prefilling;   // rows held, prompt going in
-  std::vector<std::shared_ptr<Request>> decoding;    // rows in the batch
+  WaitQueues waiting;                               // waiting for rows, one queue per key
+  std::deque<std::shared_ptr<Request>> prefilling;  // rows held, prompt going in
+  std::vector<std::shared_ptr<Request>> decoding;   // rows in the batch
   bool stop = false;
   bool closed = false;  // close_queue: no more requests
   std::thread thread;
@@ -84,7 +84,10 @@ struct Scheduler::Impl {
   }
 
   Impl(std::shared_ptr<const Engine> e, SchedulerOptions o)
-      : engine(std::move(e)), opt(o), model(engine->model()), tools(engine_tool_tokens(engine->tokenizer())),
+      : engine(std::move(e)),
+        opt(o),
+        model(engine->model()),
+        tools(engine_tool_tokens(engine->tokenizer())),
         kv(model, pool_rows(o), pool_len(o, model), o.prefix_cache) {
     if (opt.max_batch < 1) fail("scheduler: max_batch must be >= 1, got %lld", (long long)opt.max_batch);
     if (opt.prefill_chunk < 1) fail("scheduler: prefill_chunk must be >= 1");
@@ -215,7 +218,8 @@ struct Scheduler::Impl {
       for (size_t i = 0; i < bs.size(); i++) mine[i] = drawn[bs[i]], which[i] = kv.slots[bs[i]].row;
       torch::Tensor lg;  // the request's logits, for its log-probs
       if (r->opt.logprobs) lg = logits.index_select(0, torch::tensor(bs, torch::kLong).to(logits.device()));
-      TokenColumn col = engine_column_step(r->rows, which, mine.data(), lg, r->steps, r->opt, engine->tokenizer(), tools, took);
+      TokenColumn col = engine_column_step(r->rows, which, mine.data(), lg, r->steps, r->opt, engine->tokenizer(),
+                                           tools, took);
       for (size_t i = 0; i < bs.size(); i++) feed[bs[i]] = took[i];
       r->steps++;
       st.tokens += (int64_t)bs.size();
@@ -274,7 +278,8 @@ struct Scheduler::Impl {
   // requests cancelled before they joined the batch leave here (their rows never decoded)
   void drop_cancelled_waiting() {
     std::lock_guard<std::mutex> lock(mu);
-    for (auto& w : waiting.remove_if([](const WaitingRequest& w) { return static_cast<const Request&>(w).cancel.load(); }))
+    for (auto& w :
+         waiting.remove_if([](const WaitingRequest& w) { return static_cast<const Request&>(w).cancel.load(); }))
       end_request(as_request(*w));
     for (auto it = prefilling.begin(); it != prefilling.end();) {
       if (!(*it)->cancel) {
@@ -438,8 +443,9 @@ std::shared_ptr<Scheduler::Ticket> Scheduler::submit(const std::vector<int32_t>&
     // bounded per key: a key that floods fills its own queue, not its neighbours'
     if (const int64_t waiting = im.waiting.blocked(r->key, im.kv.free_count()); waiting > im.opt.max_queue) {
       im.waiting.pop_back(r->key);
-      throw SchedulerRefused(false, strprintf("generate: %lld requests of this client already wait for rows (--max-queue)",
-                                              (long long)waiting - 1));
+      throw SchedulerRefused(false,
+                             strprintf("generate: %lld requests of this client already wait for rows (--max-queue)",
+                                       (long long)waiting - 1));
     }
     im.count_waiting();
   }

@@ -58,7 +58,7 @@ std::set<uid_t> ids_in_use() {
 
 // can a uid that is neither owner nor in the group read and run `path` (every ancestor searchable)
 bool others_can_run(const std::string& path) {
-  struct stat st{};
+  struct stat st {};
   if (stat(path.c_str(), &st) != 0 || !(st.st_mode & S_IXOTH) || !(st.st_mode & S_IROTH)) return false;
   for (size_t at = path.find('/', 1); at != std::string::npos; at = path.find('/', at + 1))
     if (stat(path.substr(0, at).c_str(), &st) != 0 || !(st.st_mode & S_IXOTH)) return false;
@@ -94,7 +94,7 @@ std::string bwrap_find(const std::string& name) {
     size_t to = path.find(':', from);
     if (to == std::string::npos) to = path.size();
     const std::string cand = (to > from ? path.substr(from, to - from) : ".") + "/" + name;
-    struct stat st{};
+    struct stat st {};
     if (stat(cand.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(cand.c_str(), X_OK) == 0) return cand;
     from = to + 1;
   }
@@ -116,17 +116,23 @@ std::string bwrap_find_python(const ExecutionOptions& opts, std::string& why_not
       from = to + 1;
     }
     if (p.empty()) p = any;  // (then why_not below says what is wrong with it)
-    if (p.empty()) fail("execute_code: %s not found on PATH (set NANOCHAT_EXEC_PYTHON to a Python 3 interpreter)", name.c_str());
+    if (p.empty())
+      fail("execute_code: %s not found on PATH (set NANOCHAT_EXEC_PYTHON to a Python 3 interpreter)", name.c_str());
   }
   if (access(p.c_str(), X_OK) != 0)
-    fail("execute_code: cannot run %s: %s (set NANOCHAT_EXEC_PYTHON to a Python 3 interpreter)", p.c_str(), strerror(errno));
+    fail("execute_code: cannot run %s: %s (set NANOCHAT_EXEC_PYTHON to a Python 3 interpreter)", p.c_str(),
+         strerror(errno));
   why_not.clear();
-  if (p[0] != '/') why_not = strprintf("the interpreter %s is not an absolute path; set NANOCHAT_EXEC_PYTHON to one", p.c_str());
-  else if (is_script(p)) why_not = strprintf("%s is a script (a pyenv shim?), not an interpreter; set NANOCHAT_EXEC_PYTHON to the binary", p.c_str());
+  if (p[0] != '/')
+    why_not = strprintf("the interpreter %s is not an absolute path; set NANOCHAT_EXEC_PYTHON to one", p.c_str());
+  else if (is_script(p))
+    why_not = strprintf("%s is a script (a pyenv shim?), not an interpreter; set NANOCHAT_EXEC_PYTHON to the binary",
+                        p.c_str());
   else if (geteuid() == 0 && !others_can_run(real_path(p)))
-    why_not = strprintf("the run's own uid cannot reach %s (a directory above it is closed to others, e.g. a 0700 /root); "
-                        "set NANOCHAT_EXEC_PYTHON to an interpreter others can run, such as /usr/bin/python3",
-                        real_path(p).c_str());
+    why_not = strprintf(
+        "the run's own uid cannot reach %s (a directory above it is closed to others, e.g. a 0700 /root); "
+        "set NANOCHAT_EXEC_PYTHON to an interpreter others can run, such as /usr/bin/python3",
+        real_path(p).c_str());
   return p;
 }
 
@@ -174,7 +180,7 @@ int64_t bwrap_processes_of(uid_t uid) {
   DIR* proc = opendir("/proc");
   if (!proc) return 0;
   for (dirent* d; (d = readdir(proc));) {
-    struct stat st{};
+    struct stat st {};
     if (d->d_name[0] >= '1' && d->d_name[0] <= '9' && stat((std::string("/proc/") + d->d_name).c_str(), &st) == 0 &&
         st.st_uid == uid)
       n++;
@@ -185,12 +191,23 @@ int64_t bwrap_processes_of(uid_t uid) {
 
 std::vector<std::string> bwrap_command(const std::string& bwrap, const std::string& python, const std::string& tmp_dir,
                                        int64_t disk_bytes, const std::vector<std::string>& program) {
-  std::vector<std::string> a = {bwrap,           "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-net",
-                                "--unshare-uts", "--unshare-cgroup", "--cap-drop",  "ALL",           "--new-session",
-                                "--die-with-parent", "--ro-bind",  "/usr",          "/usr"};
+  std::vector<std::string> a = {bwrap,
+                                "--unshare-user",
+                                "--unshare-pid",
+                                "--unshare-ipc",
+                                "--unshare-net",
+                                "--unshare-uts",
+                                "--unshare-cgroup",
+                                "--cap-drop",
+                                "ALL",
+                                "--new-session",
+                                "--die-with-parent",
+                                "--ro-bind",
+                                "/usr",
+                                "/usr"};
   // merged /usr: /bin, /lib, ... are links into it; else their own read-only binds
   for (const char* top : {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
-    struct stat st{};
+    struct stat st {};
     if (lstat(top, &st) != 0) continue;
     char target[PATH_MAX];
     const ssize_t n = S_ISLNK(st.st_mode) ? readlink(top, target, sizeof target - 1) : -1;
@@ -212,7 +229,8 @@ std::vector<std::string> bwrap_command(const std::string& bwrap, const std::stri
     a.insert(a.end(), {"--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"});
   }
   // bwrap's own root and /dev are tmpfs without a size: read-only, so nothing fills them
-  a.insert(a.end(), {"--remount-ro", "/", "--remount-ro", "/dev", "--chdir", "/tmp", "--seccomp", "4", "--info-fd", "6"});
+  a.insert(a.end(),
+           {"--remount-ro", "/", "--remount-ro", "/dev", "--chdir", "/tmp", "--seccomp", "4", "--info-fd", "6"});
   a.insert(a.end(), program.begin(), program.end());
   return a;
 }

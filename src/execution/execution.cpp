@@ -211,8 +211,7 @@ std::string step_failure(const Outcome& o, const std::string& bwrap) {
     case kStepTmpfs: return strprintf("cannot mount the run's size-capped tmpfs: %s", e);
     case kStepUid: return strprintf("cannot switch to the run's own uid: %s", e);
     case kStepLimits: return strprintf("cannot set the run's rlimits: %s", e);
-    case kStepExec:
-      return strprintf("cannot run %s: %s (install the package bubblewrap)", bwrap.c_str(), e);
+    case kStepExec: return strprintf("cannot run %s: %s (install the package bubblewrap)", bwrap.c_str(), e);
   }
   return "";
 }
@@ -226,9 +225,10 @@ std::string bwrap_failure(const std::string& stderr_text) {
   if (line.empty()) line = "bwrap exited before the interpreter started";
   if (line.find("namespace") != std::string::npos || line.find("uid map") != std::string::npos ||
       line.find("Operation not permitted") != std::string::npos || line.find("Permission denied") != std::string::npos)
-    line += " (unprivileged user namespaces are refused: sysctl -w user.max_user_namespaces=15000, on Debian before 11 "
-            "kernel.unprivileged_userns_clone=1, on Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0 or "
-            "install the package bubblewrap's AppArmor profile)";
+    line +=
+        " (unprivileged user namespaces are refused: sysctl -w user.max_user_namespaces=15000, on Debian before 11 "
+        "kernel.unprivileged_userns_clone=1, on Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0 or "
+        "install the package bubblewrap's AppArmor profile)";
   return line;
 }
 
@@ -257,8 +257,9 @@ const std::string& seccomp_bpf() {
 
 // the unsandboxed opt-in's warning, on every run
 void warn_unsandboxed() {
-  log_warn("execute_code: running model-written code WITHOUT a sandbox (NANOCHAT_EXEC_UNSANDBOXED=1): only rlimits "
-           "and a temp dir; it can read your files and environment and reach the network (docs/security.md)");
+  log_warn(
+      "execute_code: running model-written code WITHOUT a sandbox (NANOCHAT_EXEC_UNSANDBOXED=1): only rlimits "
+      "and a temp dir; it can read your files and environment and reach the network (docs/security.md)");
 }
 
 }  // namespace
@@ -297,7 +298,8 @@ int64_t execution_memory_bound(const ExecutionOptions& opts) {
   const int64_t socket_bytes = opts.max_open_files * 2 * sysctl("/proc/sys/net/core/wmem_max", 212992);
   const int64_t pipe_bytes = sysctl("/proc/sys/fs/pipe-user-pages-soft", 16384) * 4096;
   const int64_t processes = opts.max_processes + 2;
-  return processes * (opts.max_memory_bytes + socket_bytes + (1 << 20)) + socket_bytes + pipe_bytes + opts.max_disk_bytes;
+  return processes * (opts.max_memory_bytes + socket_bytes + (1 << 20)) + socket_bytes + pipe_bytes +
+         opts.max_disk_bytes;
 }
 
 int64_t execution_unavailable_runs(std::string* last_reason) {
@@ -344,7 +346,7 @@ ExecutionResult finish(ExecutionResult res, const Outcome& o, bool out_of_memory
     res.error = "Execution failed (the sandbox died)";
     return res;
   }
-  res.exit_code = WIFEXITED(o.wait_status) ? WEXITSTATUS(o.wait_status)
+  res.exit_code = WIFEXITED(o.wait_status)     ? WEXITSTATUS(o.wait_status)
                   : WIFSIGNALED(o.wait_status) ? -WTERMSIG(o.wait_status)
                                                : -1;
   // bwrap passes a program killed by signal n on as exit status 128 + n
@@ -388,8 +390,9 @@ ExecutionResult run_child(RunSetup& s, SandboxChild& c, const ExecutionOptions& 
   const bool out_of_memory = run_budget_close(s.budget);
   res = finish(res, o, out_of_memory, bwrap, s.unsandboxed);
   if (o.started) {
-    res.isolation = s.unsandboxed ? kExecUnsandboxed
-                                  : kJail | (s.uid != (uid_t)-1 ? kExecUidDropped : 0u) | (budget_held ? kExecRunBudget : 0u);
+    res.isolation = s.unsandboxed
+                        ? kExecUnsandboxed
+                        : kJail | (s.uid != (uid_t)-1 ? kExecUidDropped : 0u) | (budget_held ? kExecRunBudget : 0u);
     res.network_isolated = res.isolation & kExecNetworkNamespace;
     static std::atomic<bool> logged{false};
     if (!logged.exchange(true))
@@ -416,9 +419,11 @@ ExecutionResult execute_code(const std::string& code, const ExecutionOptions& op
     if (!why_not.empty()) return unavailable(why_not);
     if (seccomp_bpf().empty()) return unavailable("libseccomp cannot build the syscall filter (install libseccomp2)");
     if (!root && !bwrap_supports_size(bwrap))
-      return unavailable(bwrap + " is older than 0.7.0 and cannot cap its tmpfs (--size): install bubblewrap 0.7 or "
-                                 "later (Debian 12 has 0.8.0), or run as root (nanochat then mounts the capped tmpfs)");
-    if (root && (s.uid = bwrap_pick_uid()) == (uid_t)-1) return unavailable("no free uid for the run in the reserved range");
+      return unavailable(bwrap +
+                         " is older than 0.7.0 and cannot cap its tmpfs (--size): install bubblewrap 0.7 or "
+                         "later (Debian 12 has 0.8.0), or run as root (nanochat then mounts the capped tmpfs)");
+    if (root && (s.uid = bwrap_pick_uid()) == (uid_t)-1)
+      return unavailable("no free uid for the run in the reserved range");
   }
   if (s.unsandboxed || root) {  // the working directory, or the run's tmpfs's mount point
     char tmpl[] = "/tmp/nanochat_exec_XXXXXX";
@@ -429,16 +434,17 @@ ExecutionResult execute_code(const std::string& code, const ExecutionOptions& op
     s.tmp_dir = tmpl;
   }
   const std::vector<std::string> program = {python, "-I", "-c", execution_guard_prelude(), code};
-  const std::vector<std::string> args =
-      s.unsandboxed ? program : bwrap_command(bwrap, python, root ? s.tmp_dir : "", opts.max_disk_bytes, program);
+  const std::vector<std::string> args = s.unsandboxed ? program
+                                                      : bwrap_command(bwrap, python, root ? s.tmp_dir : "",
+                                                                      opts.max_disk_bytes, program);
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::string path = "PATH=/usr/bin:/bin";
   char* envp[] = {path.data(), nullptr};
-  const std::string tmpfs_options = strprintf("size=%lld,nr_inodes=%lld,mode=0700,uid=%u,gid=%u", (long long)opts.max_disk_bytes,
-                                              (long long)std::max<int64_t>(1024, opts.max_disk_bytes / 4096),
-                                              (unsigned)s.uid, (unsigned)s.uid);
+  const std::string tmpfs_options = strprintf(
+      "size=%lld,nr_inodes=%lld,mode=0700,uid=%u,gid=%u", (long long)opts.max_disk_bytes,
+      (long long)std::max<int64_t>(1024, opts.max_disk_bytes / 4096), (unsigned)s.uid, (unsigned)s.uid);
   if (!open_pipes(s, s.unsandboxed ? std::string() : seccomp_bpf())) {
     ExecutionResult res;
     res.error = strprintf("execute_code: pipe: %s", strerror(errno));
@@ -459,7 +465,8 @@ ExecutionResult execute_code(const std::string& code, const ExecutionOptions& op
   // the caller's own processes as well (docs/security.md: the bound is weaker then)
   struct rlimit nproc {};
   getrlimit(RLIMIT_NPROC, &nproc);  // unsandboxed: left as it is
-  c.nproc = s.unsandboxed ? (int64_t)nproc.rlim_cur : opts.max_processes + 2 + (root ? 0 : bwrap_processes_of(getuid()));
+  c.nproc = s.unsandboxed ? (int64_t)nproc.rlim_cur
+                          : opts.max_processes + 2 + (root ? 0 : bwrap_processes_of(getuid()));
   c.max_open_files = opts.max_open_files;
   c.cpu_seconds = (int64_t)std::ceil(opts.timeout_seconds) + 1;
   return run_child(s, c, opts, bwrap);

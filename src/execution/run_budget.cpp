@@ -101,8 +101,9 @@ const std::string& leaf_parent(std::string& why) {
       if (!e) e = write_text(dir + "/cgroup.subtree_control", "+memory +pids");
       if (!e) parent = dir;
       if (e && moved && write_text(dir + "/cgroup.procs", "0") == 0) rmdir(self.c_str());  // back where it was
-      if (e) reason = strprintf("cannot enable memory and pids for child groups of %s: %s%s", dir.c_str(), strerror(e),
-                              e == EBUSY ? " (other processes share this cgroup; give nanochat one of its own)" : "");
+      if (e)
+        reason = strprintf("cannot enable memory and pids for child groups of %s: %s%s", dir.c_str(), strerror(e),
+                           e == EBUSY ? " (other processes share this cgroup; give nanochat one of its own)" : "");
     }
   }
   why = reason;

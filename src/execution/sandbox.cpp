@@ -34,7 +34,9 @@ namespace {
 }
 
 bool set_limit(int resource, int64_t value) {
-  struct rlimit r{(rlim_t)value, (rlim_t)value};
+  struct rlimit r {
+    (rlim_t) value, (rlim_t)value
+  };
   return setrlimit(resource, &r) == 0;
 }
 
@@ -110,8 +112,7 @@ void sandbox_child_exec(const SandboxChild& c) {
   if (!set_limit(RLIMIT_AS, c.max_memory_bytes) || !set_limit(RLIMIT_DATA, c.max_memory_bytes) ||
       !set_limit(RLIMIT_STACK, c.max_memory_bytes) || !set_limit(RLIMIT_FSIZE, c.max_file_bytes) ||
       !set_limit(RLIMIT_CORE, 0) || !set_limit(RLIMIT_CPU, c.cpu_seconds) || !set_limit(RLIMIT_NPROC, c.nproc) ||
-      !set_limit(RLIMIT_NOFILE, c.max_open_files) || !set_limit(RLIMIT_MSGQUEUE, 0) ||
-      !set_limit(RLIMIT_MEMLOCK, 0))
+      !set_limit(RLIMIT_NOFILE, c.max_open_files) || !set_limit(RLIMIT_MSGQUEUE, 0) || !set_limit(RLIMIT_MEMLOCK, 0))
     step_failed(5, kStepLimits);
   prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);  // after the uid change, which clears it
   if (getppid() == 1) _exit(127);             // the parent already gone

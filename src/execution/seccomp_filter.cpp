@@ -31,23 +31,75 @@ namespace {
 
 // by name: libseccomp knows each architecture's numbers, and skips a name this one lacks
 const char* const kDenied[] = {
-    "mknod", "mknodat", "mount", "umount2", "pivot_root", "chroot", "ptrace", "process_vm_readv",
-    "process_vm_writev", "sethostname", "setdomainname", "memfd_create", "memfd_secret", "kexec_load",
-    "kexec_file_load", "init_module", "finit_module", "delete_module", "reboot", "swapon", "swapoff", "acct",
-    "bpf", "perf_event_open", "userfaultfd", "unshare", "setns", "keyctl", "add_key", "request_key",
-    "open_by_handle_at", "name_to_handle_at", "fanotify_init", "io_uring_setup", "io_uring_enter",
-    "io_uring_register", "kcmp", "pidfd_getfd", "quotactl", "settimeofday", "clock_settime", "clock_adjtime",
-    "adjtimex", "mount_setattr", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
-    "syslog", "vhangup", "lookup_dcookie", "personality", "sysfs", "uselib", "iopl", "ioperm",
+    "mknod",
+    "mknodat",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "sethostname",
+    "setdomainname",
+    "memfd_create",
+    "memfd_secret",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "reboot",
+    "swapon",
+    "swapoff",
+    "acct",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "unshare",
+    "setns",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "open_by_handle_at",
+    "name_to_handle_at",
+    "fanotify_init",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "kcmp",
+    "pidfd_getfd",
+    "quotactl",
+    "settimeofday",
+    "clock_settime",
+    "clock_adjtime",
+    "adjtimex",
+    "mount_setattr",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "syslog",
+    "vhangup",
+    "lookup_dcookie",
+    "personality",
+    "sysfs",
+    "uselib",
+    "iopl",
+    "ioperm",
     // SysV IPC: a segment outlives its process and counts against no rlimit (the budget's bound)
-    "shmget", "msgget", "semget",
+    "shmget",
+    "msgget",
+    "semget",
 };
 
 // the terminal ioctls ('T', 0x54xx) that stay: they read, or change only the caller's own
 // descriptor (python's isatty is TCGETS; shutil.get_terminal_size TIOCGWINSZ)
-const uint32_t kTerminalIoctlsKept[] = {0x5401 /* TCGETS */,  0x5413 /* TIOCGWINSZ */, 0x541B /* FIONREAD */,
-                                        0x5421 /* FIONBIO */, 0x5450 /* FIONCLEX */,   0x5451 /* FIOCLEX */,
-                                        0x5452 /* FIOASYNC */, 0x5460 /* FIOQSIZE */};
+const uint32_t kTerminalIoctlsKept[] = {
+    0x5401 /* TCGETS */,   0x5413 /* TIOCGWINSZ */, 0x541B /* FIONREAD */, 0x5421 /* FIONBIO */,
+    0x5450 /* FIONCLEX */, 0x5451 /* FIOCLEX */,    0x5452 /* FIOASYNC */, 0x5460 /* FIOQSIZE */};
 
 const uint64_t kNamespaceFlags[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,   CLONE_NEWUSER,
                                     CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWCGROUP};
@@ -83,7 +135,8 @@ bool add_socket_rules(scmp_filter_ctx ctx) {
     return false;
   for (uint64_t type = 0; type < 16; type++) {  // SOCK_TYPE_MASK; the flags above it may vary
     if (type == SOCK_STREAM || type == SOCK_SEQPACKET) continue;
-    if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, type)) != 0)
+    if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(socketpair), 1, SCMP_A1(SCMP_CMP_MASKED_EQ, 0xf, type)) !=
+        0)
       return false;
   }
   return true;

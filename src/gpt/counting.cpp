@@ -35,7 +35,8 @@ ScalingParams gpt_num_scaling_params(const GPTConfig& c) {
   p.value_embeds = num_ve_layers(c) * vp * kvd;
   p.lm_head = vp * d;
   p.transformer_matrices = c.n_layer * block_matrix_params(c) + num_ve_layers(c) * c.n_kv_head * kVeGateChannels;
-  p.scalars = (c.layer_scalars ? 2 * c.n_layer + 1 : 0) + (c.smear ? kSmearChannels + 1 : 0);  // resid, x0, backout; smear_gate, smear_lambda
+  p.scalars = (c.layer_scalars ? 2 * c.n_layer + 1 : 0) +
+              (c.smear ? kSmearChannels + 1 : 0);  // resid, x0, backout; smear_gate, smear_lambda
   p.total = p.wte + p.value_embeds + p.lm_head + p.transformer_matrices + p.scalars;
   return p;
 }

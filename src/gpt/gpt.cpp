@@ -31,12 +31,11 @@ namespace nanochat {
 // ---- config --------------------------------------------------------------------------------------
 // nanochat's GPTConfig, the depth dial (base_train.py build_model_meta) and the per-layer window sizes (gpt.py _compute_window_sizes).
 
-GPTConfig gpt_config_from_depth(int64_t depth, int64_t vocab_size, int64_t seq_len,
-                                const std::string& window_pattern, int64_t aspect_ratio,
-                                int64_t head_dim) {
+GPTConfig gpt_config_from_depth(int64_t depth, int64_t vocab_size, int64_t seq_len, const std::string& window_pattern,
+                                int64_t aspect_ratio, int64_t head_dim) {
   if (depth < 1 || aspect_ratio < 1 || head_dim < 2)
-    fail("model depth %lld, aspect ratio %lld and head dim %lld must be positive",
-         (long long)depth, (long long)aspect_ratio, (long long)head_dim);
+    fail("model depth %lld, aspect ratio %lld and head dim %lld must be positive", (long long)depth,
+         (long long)aspect_ratio, (long long)head_dim);
   const int64_t base_dim = depth * aspect_ratio;
   const int64_t model_dim = (base_dim + head_dim - 1) / head_dim * head_dim;  // round up
   GPTConfig c;
@@ -67,8 +66,8 @@ void gpt_config_validate(const GPTConfig& c) {
     fail("model config: n_head %lld is not a multiple of n_kv_head %lld", (long long)c.n_head, (long long)c.n_kv_head);
   if (c.head_dim() % 2 != 0) fail("model config: head dim %lld must be even (rotary)", (long long)c.head_dim());
   if (c.smear && c.n_embd < kSmearChannels)
-    fail("model config: n_embd %lld is below the %lld channels the smear gate reads",
-         (long long)c.n_embd, (long long)kSmearChannels);
+    fail("model config: n_embd %lld is below the %lld channels the smear gate reads", (long long)c.n_embd,
+         (long long)kSmearChannels);
   if (c.window_pattern.empty()) fail("model config: window_pattern is empty (use letters S and L)");
   for (char ch : c.window_pattern)
     if (std::toupper((unsigned char)ch) != 'S' && std::toupper((unsigned char)ch) != 'L')
@@ -84,9 +83,12 @@ void gpt_config_validate(const GPTConfig& c) {
 }
 
 nlohmann::json gpt_config_to_json(const GPTConfig& c) {
-  nlohmann::json j{{"sequence_len", c.sequence_len}, {"vocab_size", c.vocab_size},
-                   {"n_layer", c.n_layer},           {"n_head", c.n_head},
-                   {"n_kv_head", c.n_kv_head},       {"n_embd", c.n_embd},
+  nlohmann::json j{{"sequence_len", c.sequence_len},
+                   {"vocab_size", c.vocab_size},
+                   {"n_layer", c.n_layer},
+                   {"n_head", c.n_head},
+                   {"n_kv_head", c.n_kv_head},
+                   {"n_embd", c.n_embd},
                    {"window_pattern", c.window_pattern}};
   const GPTConfig d;  // the optional parts only where they differ: current meta files stay as upstream writes them
   if (c.value_embeds != d.value_embeds) j["value_embeds"] = c.value_embeds;
@@ -136,9 +138,9 @@ GPTConfig gpt_config_from_json(const nlohmann::json& j) {
   get_double("softcap", c.softcap);
   get_double("qk_scale", c.qk_scale);
   get_double("norm_eps", c.norm_eps);
-  static const char* const known[] = {"sequence_len", "vocab_size", "n_layer",       "n_head",     "n_kv_head",
-                                      "n_embd",       "window_pattern", "value_embeds", "smear", "layer_scalars",
-                                      "rope_theta",   "softcap",    "qk_scale",      "norm_eps"};
+  static const char* const known[] = {"sequence_len", "vocab_size",     "n_layer",      "n_head",  "n_kv_head",
+                                      "n_embd",       "window_pattern", "value_embeds", "smear",   "layer_scalars",
+                                      "rope_theta",   "softcap",        "qk_scale",     "norm_eps"};
   for (auto& [key, value] : j.items())
     if (std::find(std::begin(known), std::end(known), key) == std::end(known))
       fail("model_config: field '%s' is not supported by this model", key.c_str());
@@ -173,22 +175,20 @@ torch::Tensor gpt_rms_norm(const torch::Tensor& x, double eps) {
 
 // An imported model's norm eps (transformers' rms_norm_eps) is not the fused kernels' default:
 // the kernels' references take it
-torch::Tensor gpt_rotary_norm(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin,
-                              double scale, double eps) {
+torch::Tensor gpt_rotary_norm(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin, double scale,
+                              double eps) {
   if (eps == 0) return kernels_rotary_norm(x, cos, sin, scale);
   return kernels_rotary_norm_reference(x, cos, sin, scale, eps);
 }
 
 std::pair<torch::Tensor, torch::Tensor> gpt_residual_norm(const torch::Tensor& x, const torch::Tensor& y,
-                                                          const torch::Tensor& a, const torch::Tensor& b,
-                                                          double eps) {
+                                                          const torch::Tensor& a, const torch::Tensor& b, double eps) {
   if (eps == 0) return kernels_residual_norm(x, y, a, b);
   return kernels_residual_norm_reference(x, y, a, b, eps);
 }
 
-std::pair<torch::Tensor, torch::Tensor> gpt_rotary_tables(int64_t seq_len, int64_t head_dim,
-                                                          torch::ScalarType dtype, torch::Device device,
-                                                          double base) {
+std::pair<torch::Tensor, torch::Tensor> gpt_rotary_tables(int64_t seq_len, int64_t head_dim, torch::ScalarType dtype,
+                                                          torch::Device device, double base) {
   auto f32 = torch::TensorOptions().dtype(torch::kFloat32).device(device);
   torch::Tensor channel = at::arange(0, head_dim, 2, f32);
   torch::Tensor inv_freq = at::reciprocal(at::pow(base, channel / (double)head_dim));
@@ -200,8 +200,8 @@ std::pair<torch::Tensor, torch::Tensor> gpt_rotary_tables(int64_t seq_len, int64
 
 torch::Tensor gpt_softcap(const torch::Tensor& logits, double cap) { return cap * at::tanh(logits / cap); }
 
-torch::Tensor gpt_smear(const torch::Tensor& x, const torch::Tensor& gate_weight,
-                        const torch::Tensor& smear_lambda, const torch::Tensor& prev) {
+torch::Tensor gpt_smear(const torch::Tensor& x, const torch::Tensor& gate_weight, const torch::Tensor& smear_lambda,
+                        const torch::Tensor& prev) {
   const int64_t T = x.size(1);
   torch::Tensor lam = smear_lambda.to(x.scalar_type());
   torch::Tensor w = gate_weight.to(x.scalar_type());
@@ -236,8 +236,12 @@ torch::Tensor EmbeddingImpl::forward(const torch::Tensor& idx) { return at::embe
 
 CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config, int64_t layer,
                                                  const torch::TensorOptions& options)
-    : layer_idx(layer), n_head(config.n_head), n_kv_head(config.n_kv_head), head_dim(config.head_dim()),
-      qk_scale(config.qk_scale), norm_eps(config.norm_eps) {
+    : layer_idx(layer),
+      n_head(config.n_head),
+      n_kv_head(config.n_kv_head),
+      head_dim(config.head_dim()),
+      qk_scale(config.qk_scale),
+      norm_eps(config.norm_eps) {
   const int64_t d = config.n_embd;
   c_q = register_module("c_q", Linear(d, n_head * head_dim, options));
   c_k = register_module("c_k", Linear(d, n_kv_head * head_dim, options));
@@ -248,8 +252,8 @@ CausalSelfAttentionImpl::CausalSelfAttentionImpl(const GPTConfig& config, int64_
 }
 
 torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const torch::Tensor& ve,
-                                               const torch::Tensor& cos, const torch::Tensor& sin,
-                                               int64_t window, KVCache* kv_cache) {
+                                               const torch::Tensor& cos, const torch::Tensor& sin, int64_t window,
+                                               KVCache* kv_cache) {
   const int64_t B = x.size(0), T = x.size(1), C = x.size(2);
   torch::Tensor q, k, v;
   if (c_q->fp8 && c_k->fp8 && c_v->fp8) {  // their shared input quantized once
@@ -267,8 +271,10 @@ torch::Tensor CausalSelfAttentionImpl::forward(const torch::Tensor& x, const tor
   }
   torch::Tensor y;
   if (kv_cache && kv_cache->ragged()) {  // rows at their own positions: cos, sin are (1, B*T, 1, hd/2)
-    q = gpt_rotary_norm(q.reshape({1, B * T, n_head, head_dim}), cos, sin, qk_scale, norm_eps).view({B, T, n_head, head_dim});
-    k = gpt_rotary_norm(k.reshape({1, B * T, n_kv_head, head_dim}), cos, sin, qk_scale, norm_eps).view({B, T, n_kv_head, head_dim});
+    q = gpt_rotary_norm(q.reshape({1, B * T, n_head, head_dim}), cos, sin, qk_scale, norm_eps)
+            .view({B, T, n_head, head_dim});
+    k = gpt_rotary_norm(k.reshape({1, B * T, n_kv_head, head_dim}), cos, sin, qk_scale, norm_eps)
+            .view({B, T, n_kv_head, head_dim});
     auto [kc, vc] = kv_cache->get_layer_cache(layer_idx);
     y = attention_with_kvcache_rows(q, kc, vc, k, v, kv_cache->row_positions(), window);
     return c_proj(y.reshape({B, T, C}));
@@ -352,22 +358,23 @@ GPTImpl::GPTImpl(const GPTConfig& cfg, torch::Device device, torch::ScalarType d
       value_embeds->update(NamedModules{{std::to_string(i), ve[i].ptr()}});
     }
   }
-  auto [c, s] = gpt_rotary_tables(10 * config.sequence_len, config.head_dim(), compute_dtype, device, config.rope_theta);
+  auto [c, s] = gpt_rotary_tables(10 * config.sequence_len, config.head_dim(), compute_dtype, device,
+                                  config.rope_theta);
   cos = register_buffer("cos", c);  // non-persistent in nanochat: not a parameter
   sin = register_buffer("sin", s);
 }
 
 void GPTImpl::compute_rotary() {
-  auto [c, s] = gpt_rotary_tables(10 * config.sequence_len, config.head_dim(), compute_dtype,
-                                  wte->weight.device(), config.rope_theta);
+  auto [c, s] = gpt_rotary_tables(10 * config.sequence_len, config.head_dim(), compute_dtype, wte->weight.device(),
+                                  config.rope_theta);
   torch::NoGradGuard no_grad;
   cos.set_data(c);  // in place: the registered buffers are these very tensors
   sin.set_data(s);
 }
 
 KVCache GPTImpl::make_kv_cache(int64_t batch_size, int64_t max_seq_len) const {
-  return KVCache(batch_size, config.n_kv_head, max_seq_len, config.head_dim(), config.n_layer,
-                 cos.device(), compute_dtype);
+  return KVCache(batch_size, config.n_kv_head, max_seq_len, config.head_dim(), config.n_layer, cos.device(),
+                 compute_dtype);
 }
 
 torch::Tensor GPTImpl::hidden(const torch::Tensor& idx, KVCache* kv_cache) {
@@ -375,11 +382,10 @@ torch::Tensor GPTImpl::hidden(const torch::Tensor& idx, KVCache* kv_cache) {
   const int64_t T = idx.size(1);
   const int64_t T0 = kv_cache ? kv_cache->get_pos() : 0;
   if (T0 + T > cos.size(1))
-    fail("GPT forward: positions up to %lld exceed the rotary cache of %lld (10 x sequence_len)",
-         (long long)(T0 + T), (long long)cos.size(1));
+    fail("GPT forward: positions up to %lld exceed the rotary cache of %lld (10 x sequence_len)", (long long)(T0 + T),
+         (long long)cos.size(1));
   if (idx.device() != cos.device())
-    fail("GPT forward: tokens on %s but the model on %s", idx.device().str().c_str(),
-         cos.device().str().c_str());
+    fail("GPT forward: tokens on %s but the model on %s", idx.device().str().c_str(), cos.device().str().c_str());
   torch::Tensor cs = cos.narrow(1, T0, T), sn = sin.narrow(1, T0, T);
   if (kv_cache && kv_cache->ragged()) {  // rows at their own positions: (1, B*T, 1, hd/2), row-major
     std::vector<int64_t> at_pos;
@@ -416,8 +422,7 @@ torch::Tensor GPTImpl::hidden(const torch::Tensor& idx, KVCache* kv_cache) {
     torch::Tensor mixed = x, normed;
     if (config.layer_scalars)
       std::tie(mixed, normed) = gpt_residual_norm(x, x0, resid_lambdas[i], x0_lambdas[i], config.norm_eps);
-    else
-      normed = gpt_rms_norm(x, config.norm_eps);
+    else normed = gpt_rms_norm(x, config.norm_eps);
     torch::Tensor v = ve[i] ? ve[i](idx).to(x.scalar_type()) : torch::Tensor();
     x = blocks[i](mixed, normed, v, cs, sn, window_sizes[i], kv_cache);
     if (i == backout_layer) x_backout = x;
@@ -435,11 +440,9 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx, KVCache* kv_cache) {
   return gpt_softcap(logits, config.softcap);
 }
 
-
 // the loss never materialises the logits: lm_head, softcap and cross-entropy are one fused
 // op over chunks of rows (kernels.h)
-torch::Tensor gpt_loss(GPT& model, const torch::Tensor& idx, const torch::Tensor& targets,
-                       LossReduction reduction) {
+torch::Tensor gpt_loss(GPT& model, const torch::Tensor& idx, const torch::Tensor& targets, LossReduction reduction) {
   torch::Tensor x = model->hidden(idx);
   x = x.reshape({-1, x.size(-1)});
   torch::Tensor flat_targets = targets.reshape({-1});
@@ -501,7 +504,7 @@ void gpt_init_weights(GPT& model, uint64_t seed) {
     if (e) e->weight.uniform_(-s, s, gen);
   for (auto& b : m.blocks)  // 8
     if (b->attn->ve_gate) b->attn->ve_gate->weight.uniform_(0.0, 0.02, gen);
-  m.compute_rotary();  // 9
+  m.compute_rotary();                        // 9
   if (m.compute_dtype != torch::kFloat16) {  // 10: fp16 keeps fp32 tables (GradScaler)
     m.wte->weight.set_data(m.wte->weight.to(m.compute_dtype));
     for (auto& e : m.ve)
@@ -580,11 +583,11 @@ void gpt_load_named_tensors(GPT& model, const std::vector<std::pair<std::string,
     if (!seen.insert(name).second) fail("model weights: key '%s' appears twice", name.c_str());
     if (!t.defined()) fail("model weights: key '%s' holds no tensor", name.c_str());
     if (t.sizes() != it->second.sizes())
-      fail("model weights: '%s' has shape %s, the model expects %s", name.c_str(),
-           shape_str(t.sizes()).c_str(), shape_str(it->second.sizes()).c_str());
+      fail("model weights: '%s' has shape %s, the model expects %s", name.c_str(), shape_str(t.sizes()).c_str(),
+           shape_str(it->second.sizes()).c_str());
     if (t.scalar_type() != it->second.scalar_type())
-      fail("model weights: '%s' has dtype %s, the model expects %s", name.c_str(),
-           dtype_name(t.scalar_type()).c_str(), dtype_name(it->second.scalar_type()).c_str());
+      fail("model weights: '%s' has dtype %s, the model expects %s", name.c_str(), dtype_name(t.scalar_type()).c_str(),
+           dtype_name(it->second.scalar_type()).c_str());
   }
   for (const auto& [name, p] : params)
     if (!seen.count(name)) fail("model weights: missing key '%s'", name.c_str());
@@ -607,7 +610,7 @@ std::vector<int64_t> gpt_generate(GPT& model, const std::vector<int64_t>& tokens
   std::vector<int64_t> out;
   for (int64_t step = 0; step < max_tokens; step++) {
     torch::Tensor logits = model->forward(ids).select(1, ids.size(1) - 1);  // (1,V)
-    if (top_k > 0) {  // logits below the k-th largest become -inf
+    if (top_k > 0) {                                                        // logits below the k-th largest become -inf
       auto [vals, idx] = at::topk(logits, std::min<int64_t>(top_k, logits.size(-1)));
       torch::Tensor kth = vals.narrow(-1, vals.size(-1) - 1, 1);
       logits = logits.masked_fill(logits < kth, -std::numeric_limits<double>::infinity());

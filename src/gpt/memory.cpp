@@ -26,8 +26,8 @@ int64_t adamw_state_bytes(int64_t numel, int64_t rows, int64_t elt, int world) {
 
 }  // namespace
 
-TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torch::ScalarType dtype,
-                             int world_size, bool fp8) {
+TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torch::ScalarType dtype, int world_size,
+                             bool fp8) {
   const int64_t W = std::max(1, world_size);
   const int64_t e = (int64_t)c10::elementSize(dtype);
   const int64_t emb_e = dtype == torch::kFloat16 ? 4 : e;  // wte and value embeddings as stored
@@ -58,8 +58,8 @@ TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torc
     m.optimizer += ceil_div(K, W) * (rows * cols + std::max(rows, cols)) * 4;
     largest_group = std::max(largest_group, K * rows * cols * 4);
   }
-  m.optimizer += adamw_state_bytes(Vp * C, Vp, 4, (int)W);       // lm_head
-  m.optimizer += adamw_state_bytes(Vp * C, Vp, emb_e, (int)W);   // wte
+  m.optimizer += adamw_state_bytes(Vp * C, Vp, 4, (int)W);              // lm_head
+  m.optimizer += adamw_state_bytes(Vp * C, Vp, emb_e, (int)W);          // wte
   m.optimizer += n_ve * adamw_state_bytes(Vp * kv, Vp, emb_e, (int)W);  // value embeddings
   m.optimizer += 2 * adamw_state_bytes(L, L, 4, (int)W) + adamw_state_bytes(kSmearChannels, 1, 4, (int)W) +
                  2 * adamw_state_bytes(1, 1, 4, (int)W);  // resid/x0 lambdas, smear gate, smear/backout lambdas
@@ -77,10 +77,10 @@ TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torc
   const int64_t layer_vectors = f8 ? 2 * C + 2 * kv + 2 * q + 4 * C : 4 * C + 2 * kv + 2 * q + 4 * C;
   int64_t per_token = 0;
   per_token += L * layer_vectors * e + (L - 1) * C * e;  // + the block inputs of layers 1..L-1
-  if (f8) per_token += L * (6 * C + q) + n_ve * C * e;  // fp8 inputs; the norm ve_gate reads
+  if (f8) per_token += L * (6 * C + q) + n_ve * C * e;   // fp8 inputs; the norm ve_gate reads
   per_token += L * 4 * (2 + 2 * H + Hkv);                // rstd x2, q rstd, lse; k rstd
   per_token += n_ve * (kv + 2 * Hkv) * e;
-  per_token += 4 * C * e + 4 + 3 * e;                    // embedding, norm, x0, final residual; rstd; smear
+  per_token += 4 * C * e + 4 + 3 * e;  // embedding, norm, x0, final residual; rstd; smear
   m.activations = N * per_token;
 
   m.loss_saved = N * C * e + Vp * C * 4;

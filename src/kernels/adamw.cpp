@@ -26,11 +26,11 @@ void adamw_step_cuda(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor&
 void kernels_adamw_step_reference(torch::Tensor& p, const torch::Tensor& grad, torch::Tensor& exp_avg,
                                   torch::Tensor& exp_avg_sq, int64_t step, double lr, double beta1, double beta2,
                                   double eps, double weight_decay) {
-  const float lr_f = (float)lr, b1 = (float)beta1, b2 = (float)beta2, eps_f = (float)eps,
-              wd_f = (float)weight_decay, step_f = (float)step;
+  const float lr_f = (float)lr, b1 = (float)beta1, b2 = (float)beta2, eps_f = (float)eps, wd_f = (float)weight_decay,
+              step_f = (float)step;
   // .to(kFloat) is the tensor itself for fp32 (in place, like upstream's p.float())
-  torch::Tensor p32 = p.to(torch::kFloat), m32 = exp_avg.to(torch::kFloat),
-                v32 = exp_avg_sq.to(torch::kFloat), g32 = grad.to(torch::kFloat);
+  torch::Tensor p32 = p.to(torch::kFloat), m32 = exp_avg.to(torch::kFloat), v32 = exp_avg_sq.to(torch::kFloat),
+                g32 = grad.to(torch::kFloat);
   p32.mul_(1.0f - lr_f * wd_f);  // decoupled weight decay, before the update
   m32.lerp_(g32, 1.0f - b1);
   v32.lerp_(g32.square(), 1.0f - b2);
@@ -97,8 +97,7 @@ void kernels_adamw_step(torch::Tensor& p, const torch::Tensor& grad, torch::Tens
                         int64_t step, double lr, double beta1, double beta2, double eps, double weight_decay) {
   if (kernels_use_fused("adamw", p) && fusable(p, grad, exp_avg, exp_avg_sq))
     adamw_step_fused(p, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay);
-  else
-    kernels_adamw_step_reference(p, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay);
+  else kernels_adamw_step_reference(p, grad, exp_avg, exp_avg_sq, step, lr, beta1, beta2, eps, weight_decay);
 }
 
 }  // namespace nanochat

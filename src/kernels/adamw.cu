@@ -31,9 +31,9 @@ __global__ void adamw_step_kernel(T* __restrict__ p, const T* __restrict__ g, T*
   }
 }
 
-cudaError_t launch_adamw_step(void* p, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n,
-                                     float lr, float beta1, float beta2, float eps, float weight_decay, float bias1,
-                                     float bias2, kernels_dtype dtype, cudaStream_t stream) {
+cudaError_t launch_adamw_step(void* p, const void* grad, void* exp_avg, void* exp_avg_sq, int64_t n, float lr,
+                              float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2,
+                              kernels_dtype dtype, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   return with_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -50,14 +50,17 @@ void adamw_step_cuda(Tensor& p, const Tensor& grad, Tensor& exp_avg, Tensor& exp
                      float beta2, float eps, float weight_decay, float bias1, float bias2) {
   const char* where = "adamw_step_cuda";
   const kernels_dtype dt = cuda_dtype(p, where);
-  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&p, "p"}, {&grad, "grad"}, {&exp_avg, "exp_avg"},
+  for (auto [t, name] : {std::pair<const Tensor*, const char*>{&p, "p"},
+                         {&grad, "grad"},
+                         {&exp_avg, "exp_avg"},
                          {&exp_avg_sq, "exp_avg_sq"}}) {
     check_cuda(*t, name, p.scalar_type(), p.device(), where);
-    if (t->numel() != p.numel()) fail("%s: %s has %lld elements, p %lld", where, name, (long long)t->numel(), (long long)p.numel());
+    if (t->numel() != p.numel())
+      fail("%s: %s has %lld elements, p %lld", where, name, (long long)t->numel(), (long long)p.numel());
   }
   const c10::cuda::CUDAGuard guard(p.device());
-  check_launch(launch_adamw_step(p.data_ptr(), grad.data_ptr(), exp_avg.data_ptr(), exp_avg_sq.data_ptr(),
-                                         p.numel(), lr, beta1, beta2, eps, weight_decay, bias1, bias2, dt, stream_of(p)),
+  check_launch(launch_adamw_step(p.data_ptr(), grad.data_ptr(), exp_avg.data_ptr(), exp_avg_sq.data_ptr(), p.numel(),
+                                 lr, beta1, beta2, eps, weight_decay, bias1, bias2, dt, stream_of(p)),
                where);
 }
 

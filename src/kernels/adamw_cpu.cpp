@@ -25,7 +25,9 @@ void adamw_step_impl(T* P, const T* G, T* M, T* S, int64_t n, float lr, float be
   auto lerp = [](F a, F b, float w) {
     return w < 0.5f ? at::vec::fmadd(F(w), b - a, a) : at::vec::fmadd(F(w - 1.0f), b - a, b);
   };
-  auto lerp1 = [](float a, float b, float w) { return w < 0.5f ? std::fma(w, b - a, a) : std::fma(w - 1.0f, b - a, b); };
+  auto lerp1 = [](float a, float b, float w) {
+    return w < 0.5f ? std::fma(w, b - a, a) : std::fma(w - 1.0f, b - a, b);
+  };
   constexpr int64_t kBlock = 512;
   at::parallel_for(0, (n + kBlock - 1) / kBlock, 1, [&](int64_t b0, int64_t b1) {
     std::vector<float> scratch(std::is_same_v<T, float> ? 0 : 4 * kBlock);
@@ -65,16 +67,15 @@ void adamw_step_impl(T* P, const T* G, T* M, T* S, int64_t n, float lr, float be
 
 }  // namespace
 
-void adamw_step_cpu(at::Tensor& p, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq,
-                    float lr, float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2) {
+void adamw_step_cpu(at::Tensor& p, const at::Tensor& grad, at::Tensor& exp_avg, at::Tensor& exp_avg_sq, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, float bias1, float bias2) {
   if (p.scalar_type() == at::kFloat)
     adamw_step_impl(p.data_ptr<float>(), grad.data_ptr<float>(), exp_avg.data_ptr<float>(),
                     exp_avg_sq.data_ptr<float>(), p.numel(), lr, beta1, beta2, eps, weight_decay, bias1, bias2);
   else if (p.scalar_type() == at::kBFloat16)
     adamw_step_impl(p.data_ptr<at::BFloat16>(), grad.data_ptr<at::BFloat16>(), exp_avg.data_ptr<at::BFloat16>(),
                     exp_avg_sq.data_ptr<at::BFloat16>(), p.numel(), lr, beta1, beta2, eps, weight_decay, bias1, bias2);
-  else
-    fail("adamw_step_cpu: float32 or bfloat16 params expected, not %s", c10::toString(p.scalar_type()));
+  else fail("adamw_step_cpu: float32 or bfloat16 params expected, not %s", c10::toString(p.scalar_type()));
 }
 
 }  // namespace nanochat

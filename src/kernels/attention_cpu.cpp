@@ -29,7 +29,8 @@
 namespace nanochat {
 namespace {
 
-constexpr int64_t kBlock = 64;  // query rows a block (at d8, T=512: 128 was as fast causal, slower with windows; 256 slower)
+constexpr int64_t kBlock =
+    64;  // query rows a block (at d8, T=512: 128 was as fast causal, slower with windows; 256 slower)
 
 struct Geometry {
   int64_t B, T, H, Hkv, D, window;
@@ -112,8 +113,8 @@ void forward_head(const Geometry& g, const T* q, const T* k, const T* v, T* o, f
       lse[t] = g.scale * m + std::log(sum);
       inv_sum[i] = 1.0f / sum;
     }
-    gemm<T>(false, false, M, g.D, N, 1.0f, floats_as<T>(S.data(), M * N, Sc), N, v + c0 * ldk, ldk, 0.0f,
-            out.data(), g.D);
+    gemm<T>(false, false, M, g.D, N, 1.0f, floats_as<T>(S.data(), M * N, Sc), N, v + c0 * ldk, ldk, 0.0f, out.data(),
+            g.D);
     for (int64_t i = 0; i < M; i++) {
       float* orow = out.data() + i * g.D;
       for (int64_t d = 0; d < g.D; d++) orow[d] *= inv_sum[i];
@@ -150,8 +151,8 @@ void backward_kv_head(const Geometry& g, const T* q, const T* k, const T* v, con
       for (int64_t i = 0; i < M; i++) score_grad_row(S.data() + i * N, dP.data() + i * N, N, delta[r0 + i], g.scale);
       const T* P = floats_as<T>(S.data(), M * N, Pc);
       const T* dS = floats_as<T>(dP.data(), M * N, dSc);
-      gemm<T>(true, false, N, g.D, M, 1.0f, P, N, dob, ldq, 1.0f, dv + c0 * g.D, g.D);      // dV += P^T dO
-      gemm<T>(true, false, N, g.D, M, 1.0f, dS, N, qb, ldq, 1.0f, dk + c0 * g.D, g.D);      // dK += dS^T Q
+      gemm<T>(true, false, N, g.D, M, 1.0f, P, N, dob, ldq, 1.0f, dv + c0 * g.D, g.D);          // dV += P^T dO
+      gemm<T>(true, false, N, g.D, M, 1.0f, dS, N, qb, ldq, 1.0f, dk + c0 * g.D, g.D);          // dK += dS^T Q
       gemm<T>(false, false, M, g.D, N, 1.0f, dS, N, k + c0 * ldk, ldk, 0.0f, dqf.data(), g.D);  // dQ = dS K
       for (int64_t i = 0; i < M; i++) store_row<T>(dqf.data() + i * g.D, dq + (r0 + i) * ldq + off, g.D);
     }
@@ -175,12 +176,10 @@ void with_attention_dtype(const at::Tensor& q, F f) {
 
 }  // namespace
 
-bool attention_cpu_supported(const at::Tensor& q) {
-  return q.is_cpu() && cpu_gemm_f32_available(q.scalar_type());
-}
+bool attention_cpu_supported(const at::Tensor& q) { return q.is_cpu() && cpu_gemm_f32_available(q.scalar_type()); }
 
-std::pair<at::Tensor, at::Tensor> attention_forward_cpu(const at::Tensor& q, const at::Tensor& k,
-                                                              const at::Tensor& v, int64_t window) {
+std::pair<at::Tensor, at::Tensor> attention_forward_cpu(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                                        int64_t window) {
   check_inputs(q, k, v);
   const Geometry g = geometry(q, k, window);
   at::Tensor o = at::empty_like(q);
@@ -202,9 +201,9 @@ std::pair<at::Tensor, at::Tensor> attention_forward_cpu(const at::Tensor& q, con
   return {o, lse};
 }
 
-std::vector<at::Tensor> attention_backward_cpu(const at::Tensor& dout, const at::Tensor& q,
-                                                  const at::Tensor& k, const at::Tensor& v,
-                                                  const at::Tensor& o, const at::Tensor& lse, int64_t window) {
+std::vector<at::Tensor> attention_backward_cpu(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                               const at::Tensor& v, const at::Tensor& o, const at::Tensor& lse,
+                                               int64_t window) {
   check_inputs(q, k, v);
   if (!dout.is_contiguous() || !o.is_contiguous() || !dout.sizes().equals(q.sizes()) || !o.sizes().equals(q.sizes()) ||
       dout.scalar_type() != q.scalar_type() || o.scalar_type() != q.scalar_type())
@@ -225,8 +224,8 @@ std::vector<at::Tensor> attention_backward_cpu(const at::Tensor& dout, const at:
         std::fill(dkf.begin(), dkf.end(), 0.0f);
         std::fill(dvf.begin(), dvf.end(), 0.0f);
         const int64_t qoff = b * g.T * g.H * g.D + h0 * g.D, koff = b * g.T * ldk + hk * g.D;
-        backward_kv_head<T>(g, Q + qoff, K + koff, V + koff, O + qoff, dO + qoff, L + (b * g.H + h0) * g.T,
-                            dQ + qoff, rep, dkf.data(), dvf.data());
+        backward_kv_head<T>(g, Q + qoff, K + koff, V + koff, O + qoff, dO + qoff, L + (b * g.H + h0) * g.T, dQ + qoff,
+                            rep, dkf.data(), dvf.data());
         for (int64_t t = 0; t < g.T; t++) {
           store_row<T>(dkf.data() + t * g.D, dK + koff + t * ldk, g.D);
           store_row<T>(dvf.data() + t * g.D, dV + koff + t * ldk, g.D);

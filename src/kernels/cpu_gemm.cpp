@@ -13,8 +13,8 @@ namespace {
 // Fortran sgemm (column-major) and MKL's CBLAS bf16 GEMM (LP64: 32-bit ints)
 using sgemm_fn = void (*)(const char*, const char*, const int*, const int*, const int*, const float*, const float*,
                           const int*, const float*, const int*, const float*, float*, const int*);
-using bf16_gemm_fn = void (*)(int, int, int, int, int, int, float, const c10::BFloat16*, int, const c10::BFloat16*,
-                              int, float, float*, int);
+using bf16_gemm_fn = void (*)(int, int, int, int, int, int, float, const c10::BFloat16*, int, const c10::BFloat16*, int,
+                              float, float*, int);
 enum { kRowMajor = 101, kNoTrans = 111, kTrans = 112 };  // CBLAS's enum values
 
 template <typename F>
@@ -46,8 +46,8 @@ bool cpu_gemm_f32_available(c10::ScalarType operands) {
   return false;
 }
 
-bool cpu_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+bool cpu_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const sgemm_fn sgemm = mkl_sgemm();
   if (!sgemm || !fits_int(M, N, K, lda, ldb, ldc)) return false;
   // row-major C is column-major C^T = op(B)^T op(A)^T: the operands swap, the flags stay
@@ -61,8 +61,8 @@ bool cpu_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, f
                   int64_t lda, const c10::BFloat16* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   const bf16_gemm_fn gemm = mkl_bf16_gemm();
   if (!gemm || !fits_int(M, N, K, lda, ldb, ldc)) return false;
-  gemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, (int)M, (int)N, (int)K, alpha, A,
-       (int)lda, B, (int)ldb, beta, C, (int)ldc);
+  gemm(kRowMajor, trans_a ? kTrans : kNoTrans, trans_b ? kTrans : kNoTrans, (int)M, (int)N, (int)K, alpha, A, (int)lda,
+       B, (int)ldb, beta, C, (int)ldc);
   return true;
 }
 

@@ -16,8 +16,8 @@ bool cpu_gemm_f32_available(c10::ScalarType operands);
 // Row-major C (M, N) = alpha * op(A) @ op(B) + beta * C, op(A) (M, K) and op(B) (K, N). A is
 // stored (M, K) with row stride lda, or (K, M) when trans_a; likewise B. Returns false, doing
 // nothing, when the LibTorch loaded has no MKL (the caller then uses ATen).
-bool cpu_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
-                  int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+bool cpu_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
+                  const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 bool cpu_gemm_f32(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const c10::BFloat16* A,
                   int64_t lda, const c10::BFloat16* B, int64_t ldb, float beta, float* C, int64_t ldc);
 

@@ -21,7 +21,8 @@ namespace nanochat {
 torch::Tensor cast_float_bfloat16_cpu(const torch::Tensor& x) {
   const bool down = x.scalar_type() == at::kFloat;
   if (!(down || x.scalar_type() == at::kBFloat16) || !x.is_contiguous())
-    fail("cast_float_bfloat16_cpu: a contiguous float32 or bfloat16 tensor expected, got %s", c10::toString(x.scalar_type()));
+    fail("cast_float_bfloat16_cpu: a contiguous float32 or bfloat16 tensor expected, got %s",
+         c10::toString(x.scalar_type()));
   torch::Tensor y = at::empty_like(x, x.options().dtype(down ? at::kBFloat16 : at::kFloat));
   at::parallel_for(0, x.numel(), 65536, [&](int64_t begin, int64_t end) {
     if (down) from_float(x.data_ptr<float>() + begin, y.data_ptr<at::BFloat16>() + begin, end - begin);

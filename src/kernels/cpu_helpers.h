@@ -24,10 +24,12 @@ namespace {
 using at::vec::Vectorized;
 
 inline void check_rows(const at::Tensor& t, int64_t rows, const char* what) {
-  if (!t.is_contiguous() || t.size(0) != rows) fail("%s: expected a contiguous tensor of %lld rows", what, (long long)rows);
+  if (!t.is_contiguous() || t.size(0) != rows)
+    fail("%s: expected a contiguous tensor of %lld rows", what, (long long)rows);
 }
 
-template <typename T> using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
+template <typename T>
+using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 // bf16/fp16 to and from fp32, 16 lanes at a time (at::vec::convert's generic loop is scalar)
 template <typename T>
@@ -46,16 +48,18 @@ void to_float(const T* src, float* dst, int64_t n) {
 // portable conversion takes ~6 instructions for 8). The instruction flushes denormals and
 // keeps NaN payloads, so a block holding either is left to the portable path: the bits are
 // always c10::BFloat16's (round to nearest even). Returns how many values it converted.
-__attribute__((target("avx512f,avx512bf16"))) inline int64_t from_float_bf16_avx512(const float* src,
-                                                                                    at::BFloat16* dst, int64_t n) {
+__attribute__((target("avx512f,avx512bf16"))) inline int64_t from_float_bf16_avx512(const float* src, at::BFloat16* dst,
+                                                                                    int64_t n) {
   const __m512 min_normal = _mm512_set1_ps(FLT_MIN), zero = _mm512_setzero_ps();
   int64_t j = 0;
   for (; j + 32 <= n; j += 32) {
     const __m512 lo = _mm512_loadu_ps(src + j), hi = _mm512_loadu_ps(src + j + 16);
     // lanes that are NaN, or nonzero and below the smallest normal (not >= FLT_MIN, not == 0)
     const __m512 alo = _mm512_abs_ps(lo), ahi = _mm512_abs_ps(hi);
-    const __mmask16 special_lo = _mm512_cmp_ps_mask(alo, min_normal, _CMP_NGE_UQ) & _mm512_cmp_ps_mask(alo, zero, _CMP_NEQ_UQ);
-    const __mmask16 special_hi = _mm512_cmp_ps_mask(ahi, min_normal, _CMP_NGE_UQ) & _mm512_cmp_ps_mask(ahi, zero, _CMP_NEQ_UQ);
+    const __mmask16 special_lo = _mm512_cmp_ps_mask(alo, min_normal, _CMP_NGE_UQ) &
+                                 _mm512_cmp_ps_mask(alo, zero, _CMP_NEQ_UQ);
+    const __mmask16 special_hi = _mm512_cmp_ps_mask(ahi, min_normal, _CMP_NGE_UQ) &
+                                 _mm512_cmp_ps_mask(ahi, zero, _CMP_NEQ_UQ);
     if (special_lo | special_hi) {
       for (int64_t i = j; i < j + 32; i++) dst[i] = at::BFloat16(src[i]);
       continue;

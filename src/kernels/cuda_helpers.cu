@@ -55,7 +55,8 @@ void fp32_rows_out(Tensor& out, int64_t n, at::Device device, const char* name, 
     return;
   }
   check_cuda(out, name, at::kFloat, device, where);
-  if (out.numel() != n) fail("%s: %s has %lld elements, expected %lld", where, name, (long long)out.numel(), (long long)n);
+  if (out.numel() != n)
+    fail("%s: %s has %lld elements, expected %lld", where, name, (long long)out.numel(), (long long)n);
 }
 
 }  // namespace nanochat

@@ -1,5 +1,5 @@
-// defines: kernels_enabled, kernels_strict, kernels_use_fused, kernels_fault, kernels_fault_,
-//          kernels_cpu_supported, kernels_cuda_built
+// defines: kernels_enabled, kernels_strict, kernels_use_fused, kernels_fault, kernels_fault_, kernels_cpu_supported,
+//          kernels_cuda_built, kernels_use_fused_aten_on_cuda
 // The switch between the fused kernels and their ATen references, the same for every op.
 #include "nanochat/kernels.h"
 
@@ -30,8 +30,9 @@ bool device_has_kernels(const torch::Tensor& x) {
     if (kernels_cuda_built()) return t == at::kFloat || reduced;
     static std::once_flag warned;
     std::call_once(warned, [] {
-      log_warn("this nanochat was built without its CUDA kernels (no nvcc when it was configured): the fused "
-               "ops run their ATen references on the GPU, slower and with more memory");
+      log_warn(
+          "this nanochat was built without its CUDA kernels (no nvcc when it was configured): the fused "
+          "ops run their ATen references on the GPU, slower and with more memory");
     });
     return false;
   }
@@ -43,9 +44,7 @@ bool device_has_kernels(const torch::Tensor& x) {
 bool kernels_enabled() { return kernels_mode() != "0"; }
 bool kernels_strict() { return kernels_mode() == "strict"; }
 
-bool kernels_use_fused(const char* op, const torch::Tensor& x) {
-  return kernels_use_fused(op, x, x.scalar_type());
-}
+bool kernels_use_fused(const char* op, const torch::Tensor& x) { return kernels_use_fused(op, x, x.scalar_type()); }
 
 bool kernels_use_fused_aten_on_cuda(const char* op, const torch::Tensor& x) {
   const auto t = x.scalar_type();

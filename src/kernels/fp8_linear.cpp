@@ -41,8 +41,7 @@ std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cuda(const Tensor& x, at::Scalar
 // the fast fp32 GEMM -- the same products and fp32 sums, only summed in another order
 Tensor kernels_fp8_mm(const Tensor& a8, const Tensor& b8, const Tensor& a_inv, const Tensor& b_inv,
                       at::ScalarType out_dtype, bool use_fast_accum) {
-  if (a8.is_cuda())
-    return at::_scaled_mm(a8, b8, a_inv, b_inv, std::nullopt, std::nullopt, out_dtype, use_fast_accum);
+  if (a8.is_cuda()) return at::_scaled_mm(a8, b8, a_inv, b_inv, std::nullopt, std::nullopt, out_dtype, use_fast_accum);
   return (at::mm(a8.to(at::kFloat), b8.to(at::kFloat)) * (a_inv * b_inv)).to(out_dtype);
 }
 
@@ -137,8 +136,8 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
         out.push_back(Tensor());
         continue;
       }
-      const Fp8Quantized gq =
-          fp8_quantize(grads[i].contiguous(), at::kFloat8_e5m2, /*transposed=*/true, ctx->saved_data["quantize_fused"].toBool());
+      const Fp8Quantized gq = fp8_quantize(grads[i].contiguous(), at::kFloat8_e5m2, /*transposed=*/true,
+                                           ctx->saved_data["quantize_fused"].toBool());
       const Tensor term = kernels_fp8_mm(gq.q, w8_t.t(), gq.inv, w_inv, grads[i].scalar_type(), false);
       grad_x = grad_x.defined() ? grad_x + term : term;
       out.push_back(kernels_fp8_mm(gq.q_t, x8_t.t(), gq.inv, x_inv, at::kFloat, false).to(weight_dtype));
@@ -199,8 +198,8 @@ std::vector<Tensor> on_rows(const Tensor& x, const std::vector<Tensor>& weights,
   const int64_t in = x.size(-1);
   for (const Tensor& w : weights)
     if (w.size(1) != in || in % 16 != 0 || w.size(0) % 16 != 0)
-      fail("fp8 linear: dimensions must be multiples of 16 and match the input's %lld (got %lld x %lld)",
-           (long long)in, (long long)w.size(0), (long long)w.size(1));
+      fail("fp8 linear: dimensions must be multiples of 16 and match the input's %lld (got %lld x %lld)", (long long)in,
+           (long long)w.size(0), (long long)w.size(1));
   std::vector<Tensor> outs = linear(x.reshape({-1, in}).contiguous());
   for (size_t i = 0; i < outs.size(); i++) {
     std::vector<int64_t> shape = x.sizes().vec();
@@ -223,7 +222,8 @@ std::vector<Tensor> fp8_linear_emulation(const Tensor& x, const std::vector<Tens
 std::vector<Tensor> kernels_fp8_linear_shared(const Tensor& x, const std::vector<Tensor>& weights) {
   // on a GPU _scaled_mm is all it takes: no CUDA kernels of ours, so no nvcc in the build
   if (!kernels_use_fused_aten_on_cuda("fp8_linear", x)) return fp8_linear_emulation(x, weights);
-  std::vector<Tensor> outs = on_rows(x, weights, [&](const Tensor& rows) { return Fp8Linear::apply(rows, at::TensorList(weights)); });
+  std::vector<Tensor> outs = on_rows(
+      x, weights, [&](const Tensor& rows) { return Fp8Linear::apply(rows, at::TensorList(weights)); });
   for (Tensor& o : outs) o = kernels_fault("fp8_linear", o);
   return outs;
 }
@@ -257,10 +257,13 @@ std::vector<Tensor> fp8_linear_check(at::Device device, at::ScalarType dtype, bo
     auto gen = kernels_check_generator(device, 23);
     Tensor x = at::randn({s.B, s.T, s.in}, gen, at::device(device)).to(device, dtype).requires_grad_();
     std::vector<Tensor> ws, ys, gos;
-    for (int64_t f : s.features) ws.push_back((at::randn({f, s.in}, gen, at::device(device)) * 0.05).to(device).requires_grad_());
+    for (int64_t f : s.features)
+      ws.push_back((at::randn({f, s.in}, gen, at::device(device)) * 0.05).to(device).requires_grad_());
     if (fused) ys = kernels_fp8_linear_shared(x, ws);
-    else for (const Tensor& w : ws) ys.push_back(kernels_fp8_linear_reference(x, w));
-    for (int64_t f : s.features) gos.push_back((at::randn({s.B, s.T, f}, gen, at::device(device)) * 1e-3).to(device, dtype));
+    else
+      for (const Tensor& w : ws) ys.push_back(kernels_fp8_linear_reference(x, w));
+    for (int64_t f : s.features)
+      gos.push_back((at::randn({s.B, s.T, f}, gen, at::device(device)) * 1e-3).to(device, dtype));
     std::vector<Tensor> wrt = {x};
     wrt.insert(wrt.end(), ws.begin(), ws.end());
     auto grads = torch::autograd::grad(ys, wrt, gos);
@@ -277,8 +280,8 @@ std::vector<Tensor> fp8_linear_check(at::Device device, at::ScalarType dtype, bo
 double fp8_linear_tolerance(at::Device device, at::ScalarType dtype) {
   return device.is_cuda() ? std::max(kernels_check_tolerance(dtype), 1e-2) : kernels_check_tolerance(dtype);
 }
-const bool fp8_linear_check_registered =
-    kernels_register_check({"fp8_linear", fp8_linear_check, fp8_linear_tolerance, /*cuda_without_nvcc=*/true});
+const bool fp8_linear_check_registered = kernels_register_check(
+    {"fp8_linear", fp8_linear_check, fp8_linear_tolerance, /*cuda_without_nvcc=*/true});
 
 // the quantisation kernel (CUDA only): e4m3 and e5m2 of a ragged (37, 29) tensor and of d24's
 // activations (2048, 1536), alone and with the transposed copy: bits and 1/scale against the

@@ -98,8 +98,8 @@ __global__ void fp8_cast_transpose_kernel(const T* __restrict__ x, int64_t rows,
   if (c >= cols) return;
   __nv_fp8_storage_t* out = q_t + c * rows + r;
   if (rows % 4 == 0 && r + 3 < rows) {  // 4-byte aligned: rows a multiple of 4, r one of 32
-    const uint32_t packed = (uint32_t)tile[j][i] | ((uint32_t)tile[j + 1][i] << 8) |
-                            ((uint32_t)tile[j + 2][i] << 16) | ((uint32_t)tile[j + 3][i] << 24);
+    const uint32_t packed = (uint32_t)tile[j][i] | ((uint32_t)tile[j + 1][i] << 8) | ((uint32_t)tile[j + 2][i] << 16) |
+                            ((uint32_t)tile[j + 3][i] << 24);
     *reinterpret_cast<uint32_t*>(out) = packed;
   } else {
     for (int k = 0; k < 4 && r + k < rows; k++) out[k] = tile[j + k][i];
@@ -115,7 +115,8 @@ std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cuda(const Tensor& x, at::Scalar
   check_cuda(x, "x", x.scalar_type(), x.device(), where);
   if (fp8 != at::kFloat8_e4m3fn && fp8 != at::kFloat8_e5m2) fail("%s: e4m3fn or e5m2 only", where);
   if (x.numel() == 0) fail("%s: an empty tensor has no scale", where);  // as the reference's max()
-  if (transposed && x.dim() != 2) fail("%s: the transposed copy is of a 2-D tensor (got %lld dims)", where, (long long)x.dim());
+  if (transposed && x.dim() != 2)
+    fail("%s: the transposed copy is of a 2-D tensor (got %lld dims)", where, (long long)x.dim());
   const double fp8_max = fp8 == at::kFloat8_e4m3fn ? 448.0 : 57344.0;
   const __nv_fp8_interpretation_t kind = fp8 == at::kFloat8_e4m3fn ? __NV_E4M3 : __NV_E5M2;
   const c10::cuda::CUDAGuard guard(x.device());
@@ -128,23 +129,26 @@ std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cuda(const Tensor& x, at::Scalar
   const cudaStream_t stream = stream_of(x);
   const int64_t row_tiles = transposed ? (x.size(0) + kTile - 1) / kTile : 0;
   const int64_t col_tiles = transposed ? (x.size(1) + kTile - 1) / kTile : 0;
-  if (row_tiles > 2147483647 || col_tiles > 65535) fail("%s: %lld x %lld is too large to transpose", where,
-                                                         (long long)x.size(0), (long long)x.size(1));
-  check_launch(with_dtype(dt, [&](auto tag) {
-                 using T = decltype(tag);
-                 const T* px = static_cast<const T*>(x.data_ptr());
-                 auto* pq = static_cast<__nv_fp8_storage_t*>(q.data_ptr());
-                 fp8_amax_kernel<T><<<blocks, 256, 0, stream>>>(px, n, amax_bits.data_ptr<int>());
-                 if (transposed)
-                   fp8_cast_transpose_kernel<T><<<dim3((unsigned)row_tiles, (unsigned)col_tiles), dim3(kTile, kTileRows), 0, stream>>>(
-                       px, x.size(0), x.size(1), amax_bits.data_ptr<int>(), fp8_max, kind, pq,
-                       static_cast<__nv_fp8_storage_t*>(q_t.data_ptr()), inv.data_ptr<float>());
-                 else
-                   fp8_cast_kernel<T><<<blocks, 256, 0, stream>>>(px, n, amax_bits.data_ptr<int>(), fp8_max, kind, pq,
-                                                                  inv.data_ptr<float>());
-                 return cudaGetLastError();
-               }),
-               where);
+  if (row_tiles > 2147483647 || col_tiles > 65535)
+    fail("%s: %lld x %lld is too large to transpose", where, (long long)x.size(0), (long long)x.size(1));
+  check_launch(
+      with_dtype(dt,
+                 [&](auto tag) {
+                   using T = decltype(tag);
+                   const T* px = static_cast<const T*>(x.data_ptr());
+                   auto* pq = static_cast<__nv_fp8_storage_t*>(q.data_ptr());
+                   fp8_amax_kernel<T><<<blocks, 256, 0, stream>>>(px, n, amax_bits.data_ptr<int>());
+                   if (transposed)
+                     fp8_cast_transpose_kernel<T>
+                         <<<dim3((unsigned)row_tiles, (unsigned)col_tiles), dim3(kTile, kTileRows), 0, stream>>>(
+                             px, x.size(0), x.size(1), amax_bits.data_ptr<int>(), fp8_max, kind, pq,
+                             static_cast<__nv_fp8_storage_t*>(q_t.data_ptr()), inv.data_ptr<float>());
+                   else
+                     fp8_cast_kernel<T><<<blocks, 256, 0, stream>>>(px, n, amax_bits.data_ptr<int>(), fp8_max, kind, pq,
+                                                                    inv.data_ptr<float>());
+                   return cudaGetLastError();
+                 }),
+      where);
   return {q, q_t, inv};
 }
 

@@ -192,7 +192,11 @@ struct LinearSoftcapCEMean : public torch::autograd::Function<LinearSoftcapCEMea
     auto saved = ctx->get_saved_variables();
     const Tensor g = grads[0];
     const auto weight_dtype = (at::ScalarType)ctx->saved_data["weight_dtype"].toInt();
-    return {saved[0] * g.to(saved[0].scalar_type()), (saved[1] * g).to(weight_dtype), Tensor(), Tensor(), Tensor(),
+    return {saved[0] * g.to(saved[0].scalar_type()),
+            (saved[1] * g).to(weight_dtype),
+            Tensor(),
+            Tensor(),
+            Tensor(),
             Tensor()};
   }
 };
@@ -205,8 +209,8 @@ void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& targets, 
 
 }  // namespace
 
-Tensor kernels_linear_softcap_ce_reference(const Tensor& x, const Tensor& weight, const Tensor& targets,
-                                           int64_t vocab, double cap) {
+Tensor kernels_linear_softcap_ce_reference(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t vocab,
+                                           double cap) {
   check_inputs(x, weight, targets, vocab);
   Tensor logits = at::linear(x, weight.to(x.scalar_type())).narrow(-1, 0, vocab);
   logits = logits.to(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat);
@@ -236,8 +240,8 @@ Tensor kernels_linear_softcap_ce_mean(const Tensor& x, const Tensor& weight, con
   const bool wants_grad = torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
   if (!wants_grad || x.scalar_type() == at::kHalf)  // eval: no gradient to precompute; fp16: see above
     return kernels_linear_softcap_ce(x, weight, targets, vocab, cap, chunk_rows).sum() / (targets != -1).sum();
-  return kernels_fault("linear_softcap_ce",
-                       LinearSoftcapCEMean::apply(x.contiguous(), weight, targets.contiguous(), vocab, cap, chunk_rows));
+  return kernels_fault("linear_softcap_ce", LinearSoftcapCEMean::apply(x.contiguous(), weight, targets.contiguous(),
+                                                                       vocab, cap, chunk_rows));
 }
 
 namespace {
@@ -247,7 +251,9 @@ namespace {
 // 1024 rows of width 1536 on a GPU and 4 rows of width 32 on the CPU; the per-token losses and
 // the mean, with their gradients
 std::vector<Tensor> linear_softcap_ce_check(at::Device device, at::ScalarType dtype, bool fused) {
-  struct Shape { int64_t rows, width, padded_vocab, vocab, chunk; };
+  struct Shape {
+    int64_t rows, width, padded_vocab, vocab, chunk;
+  };
   std::vector<Shape> shapes = {{48, 32, 80, 72, 16}};
   if (kernels_check_real_shapes(device)) shapes.push_back({1024, d24::n_embd, d24::vocab, d24::vocab, 512});
   else shapes.push_back({4, 32, d24::vocab, d24::vocab, 2});
@@ -257,7 +263,8 @@ std::vector<Tensor> linear_softcap_ce_check(at::Device device, at::ScalarType dt
     Tensor x = at::randn({s.rows, s.width}, gen, at::device(device)).to(device, dtype).requires_grad_();
     Tensor w = (at::randn({s.padded_vocab, s.width}, gen, at::device(device)) *
                 (0.5 * std::sqrt(32.0 / (double)s.width)))
-                   .to(device, at::kFloat).requires_grad_();
+                   .to(device, at::kFloat)
+                   .requires_grad_();
     Tensor targets = at::randint(0, s.vocab, {s.rows}, gen, at::device(device).dtype(at::kLong))
                          .index_fill_(0, at::tensor(std::vector<int64_t>{1, s.rows - 2}).to(device), -1);
     Tensor dloss = at::rand({s.rows}, gen, at::device(device)).to(device);

@@ -61,9 +61,8 @@ __device__ void block_lse_reduce(float& m, float& s) {
 // row, rescaling its sum once per pack when the max grows; then a block reduce.
 // lse = m + log(s); loss = lse - z[target].
 template <typename T, int N>
-__global__ void softcap_ce_forward_kernel(const T* __restrict__ logits, const int64_t* __restrict__ targets,
-                                          int64_t ld, int64_t vocab, float cap, float* __restrict__ loss,
-                                          float* __restrict__ lse) {
+__global__ void softcap_ce_forward_kernel(const T* __restrict__ logits, const int64_t* __restrict__ targets, int64_t ld,
+                                          int64_t vocab, float cap, float* __restrict__ loss, float* __restrict__ lse) {
   const int64_t row = blockIdx.x;
   const T* x = logits + row * ld;
   const float inv_cap = 1.f / cap;
@@ -127,40 +126,38 @@ __global__ void softcap_ce_backward_kernel(T* __restrict__ logits, const int64_t
   }
 }
 
-cudaError_t launch_softcap_ce_forward(const void* logits, const int64_t* targets, int64_t n,
-                                              int64_t ld, int64_t vocab, float cap, float* loss,
-                                              float* lse, kernels_dtype dtype, cudaStream_t stream) {
+cudaError_t launch_softcap_ce_forward(const void* logits, const int64_t* targets, int64_t n, int64_t ld, int64_t vocab,
+                                      float cap, float* loss, float* lse, kernels_dtype dtype, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   return with_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int V = 16 / sizeof(T);
     const T* p = static_cast<const T*>(logits);
     if (aligned16(p) && ld % V == 0) {
-      softcap_ce_forward_kernel<T, V><<<(unsigned)n, threads_for((vocab + V - 1) / V), 0, stream>>>(
-          p, targets, ld, vocab, cap, loss, lse);
+      softcap_ce_forward_kernel<T, V>
+          <<<(unsigned)n, threads_for((vocab + V - 1) / V), 0, stream>>>(p, targets, ld, vocab, cap, loss, lse);
     } else {
-      softcap_ce_forward_kernel<T, 1><<<(unsigned)n, threads_for(vocab), 0, stream>>>(p, targets, ld, vocab,
-                                                                                      cap, loss, lse);
+      softcap_ce_forward_kernel<T, 1>
+          <<<(unsigned)n, threads_for(vocab), 0, stream>>>(p, targets, ld, vocab, cap, loss, lse);
     }
     return cudaGetLastError();
   });
 }
 
-cudaError_t launch_softcap_ce_backward(void* logits, const int64_t* targets, const float* lse,
-                                               const float* grad_loss, int64_t grad_stride, int64_t n,
-                                               int64_t ld, int64_t vocab, float cap, kernels_dtype dtype,
-                                               cudaStream_t stream) {
+cudaError_t launch_softcap_ce_backward(void* logits, const int64_t* targets, const float* lse, const float* grad_loss,
+                                       int64_t grad_stride, int64_t n, int64_t ld, int64_t vocab, float cap,
+                                       kernels_dtype dtype, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   return with_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     constexpr int V = 16 / sizeof(T);
     T* p = static_cast<T*>(logits);
     if (aligned16(p) && ld % V == 0) {
-      softcap_ce_backward_kernel<T, V><<<(unsigned)n, threads_for(ld / V), 0, stream>>>(
-          p, targets, lse, grad_loss, grad_stride, ld, vocab, cap);
+      softcap_ce_backward_kernel<T, V>
+          <<<(unsigned)n, threads_for(ld / V), 0, stream>>>(p, targets, lse, grad_loss, grad_stride, ld, vocab, cap);
     } else {
-      softcap_ce_backward_kernel<T, 1><<<(unsigned)n, threads_for(ld), 0, stream>>>(
-          p, targets, lse, grad_loss, grad_stride, ld, vocab, cap);
+      softcap_ce_backward_kernel<T, 1>
+          <<<(unsigned)n, threads_for(ld), 0, stream>>>(p, targets, lse, grad_loss, grad_stride, ld, vocab, cap);
     }
     return cudaGetLastError();
   });
@@ -193,9 +190,8 @@ void softcap_ce_forward_cuda(const Tensor& logits, const Tensor& targets, int64_
   fp32_rows_out(loss, n, dev, "loss", where);
   fp32_rows_out(lse, n, dev, "lse", where);
   const c10::cuda::CUDAGuard guard(dev);
-  check_launch(launch_softcap_ce_forward(logits.data_ptr(), targets.data_ptr<int64_t>(), n, ld, vocab,
-                                                 (float)cap, loss.data_ptr<float>(), lse.data_ptr<float>(), dt,
-                                                 stream_of(logits)),
+  check_launch(launch_softcap_ce_forward(logits.data_ptr(), targets.data_ptr<int64_t>(), n, ld, vocab, (float)cap,
+                                         loss.data_ptr<float>(), lse.data_ptr<float>(), dt, stream_of(logits)),
                where);
 }
 
@@ -213,8 +209,8 @@ void softcap_ce_backward_cuda(Tensor& logits, const Tensor& targets, const Tenso
     fail("%s: grad_loss must be a float32 (%lld,) tensor on %s", where, (long long)n, dev.str().c_str());
   const c10::cuda::CUDAGuard guard(dev);
   check_launch(launch_softcap_ce_backward(logits.data_ptr(), targets.data_ptr<int64_t>(), lse.data_ptr<float>(),
-                                                  grad_loss.data_ptr<float>(), grad_loss.stride(0), n, ld, vocab,
-                                                  (float)cap, dt, stream_of(logits)),
+                                          grad_loss.data_ptr<float>(), grad_loss.stride(0), n, ld, vocab, (float)cap,
+                                          dt, stream_of(logits)),
                where);
 }
 

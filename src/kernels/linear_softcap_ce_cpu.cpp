@@ -98,8 +98,8 @@ void check_target(int64_t t, int64_t vocab) {
 // the row loop of the three entry points below: forward (loss, lse), backward (logits become
 // their gradient for grad_loss), or both while the row is in cache (grad_loss then known
 // up front, as for a mean loss)
-void softcap_ce_rows(at::Tensor& logits, const at::Tensor& targets, int64_t vocab, double cap,
-                     at::Tensor* loss, at::Tensor* lse, const at::Tensor* lse_in, const at::Tensor* grad_loss) {
+void softcap_ce_rows(at::Tensor& logits, const at::Tensor& targets, int64_t vocab, double cap, at::Tensor* loss,
+                     at::Tensor* lse, const at::Tensor* lse_in, const at::Tensor* grad_loss) {
   const int64_t n = logits.size(0), ld = logits.size(1);
   check_rows(logits, n, "softcap_ce");
   check_rows(targets, n, "softcap_ce targets");
@@ -144,8 +144,8 @@ void softcap_ce_rows(at::Tensor& logits, const at::Tensor& targets, int64_t voca
 
 }  // namespace
 
-void softcap_ce_forward_cpu(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab,
-                            double cap, at::Tensor& loss, at::Tensor& lse) {
+void softcap_ce_forward_cpu(const at::Tensor& logits, const at::Tensor& targets, int64_t vocab, double cap,
+                            at::Tensor& loss, at::Tensor& lse) {
   at::Tensor l = logits;  // read only: no gradient is asked for
   softcap_ce_rows(l, targets, vocab, cap, &loss, &lse, nullptr, nullptr);
 }

@@ -82,10 +82,13 @@ std::vector<Tensor> mlp_relu_square_check(at::Device device, at::ScalarType dtyp
   for (auto [B, T, C, H] : shapes) {
     auto gen = kernels_check_generator(device, 5);
     Tensor x = at::randn({B, T, C}, gen, at::device(device)).to(device, dtype).requires_grad_();
-    Tensor w_fc = (at::randn({H, C}, gen, at::device(device)) / std::sqrt((double)C)).to(device, dtype).requires_grad_();
-    Tensor w_proj = (at::randn({C, H}, gen, at::device(device)) / std::sqrt((double)H)).to(device, dtype).requires_grad_();
+    Tensor w_fc =
+        (at::randn({H, C}, gen, at::device(device)) / std::sqrt((double)C)).to(device, dtype).requires_grad_();
+    Tensor w_proj =
+        (at::randn({C, H}, gen, at::device(device)) / std::sqrt((double)H)).to(device, dtype).requires_grad_();
     Tensor y = fused ? kernels_mlp_relu_square(x, w_fc, w_proj) : kernels_mlp_relu_square_reference(x, w_fc, w_proj);
-    auto grads = torch::autograd::grad({y}, {x, w_fc, w_proj}, {at::randn(y.sizes(), gen, at::device(device)).to(device, dtype)});
+    auto grads = torch::autograd::grad({y}, {x, w_fc, w_proj},
+                                       {at::randn(y.sizes(), gen, at::device(device)).to(device, dtype)});
     out.insert(out.end(), {y, grads[0], grads[1], grads[2]});
   }
   return out;

@@ -67,7 +67,7 @@ cudaError_t launch_elementwise(void (*packed)(In, Out, int64_t), void (*single)(
 }
 
 cudaError_t launch_relu_square_forward(const void* h, void* y, int64_t numel, kernels_dtype dtype,
-                                               cudaStream_t stream) {
+                                       cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
   return with_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -77,7 +77,7 @@ cudaError_t launch_relu_square_forward(const void* h, void* y, int64_t numel, ke
 }
 
 cudaError_t launch_relu_square_backward(const void* h, void* dy, int64_t numel, kernels_dtype dtype,
-                                                cudaStream_t stream) {
+                                        cudaStream_t stream) {
   if (numel == 0) return cudaSuccess;
   return with_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);

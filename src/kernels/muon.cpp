@@ -31,14 +31,14 @@ void muon_nesterov_cpu(const torch::Tensor& grad, torch::Tensor& buf, torch::Ten
                        double mu);
 void muon_scale_rows_cpu(torch::Tensor& X, const torch::Tensor& scale);
 void muon_sumsq_cpu(const torch::Tensor& X, bool by_row, torch::Tensor& out);
-void muon_update_cpu(const torch::Tensor& X, torch::Tensor& p, const torch::Tensor& line_scale, bool by_row,
-                     double lr, double lr_wd);
+void muon_update_cpu(const torch::Tensor& X, torch::Tensor& p, const torch::Tensor& line_scale, bool by_row, double lr,
+                     double lr_wd);
 void muon_nesterov_cuda(const torch::Tensor& grad, torch::Tensor& buf, torch::Tensor& X, torch::Tensor& row_sumsq,
                         double mu);
 void muon_scale_rows_cuda(torch::Tensor& X, const torch::Tensor& scale);
 void muon_sumsq_cuda(const torch::Tensor& X, bool by_row, torch::Tensor& out);
-void muon_update_cuda(const torch::Tensor& X, torch::Tensor& p, const torch::Tensor& line_scale, bool by_row,
-                      double lr, double lr_wd);
+void muon_update_cuda(const torch::Tensor& X, torch::Tensor& p, const torch::Tensor& line_scale, bool by_row, double lr,
+                      double lr_wd);
 
 namespace {
 
@@ -199,9 +199,10 @@ std::vector<Tensor> muon_check(at::Device device, at::ScalarType dtype, bool fus
   std::vector<Tensor> out;
   for (auto [rows, cols] : shapes) {
     auto rand = [&](std::vector<int64_t> shape) { return at::randn(shape, gen, at::device(device)).to(device, pdt); };
-    std::vector<Tensor> grads = {rand({rows, cols}), rand({rows, cols})}, params = {rand({rows, cols}), rand({rows, cols})};
-    Tensor momentum = rand({2, rows, cols}) * 0.1, second = rand(rows >= cols ? std::vector<int64_t>{2, rows, 1}
-                                                                             : std::vector<int64_t>{2, 1, cols}).abs();
+    std::vector<Tensor> grads = {rand({rows, cols}), rand({rows, cols})},
+                        params = {rand({rows, cols}), rand({rows, cols})};
+    Tensor momentum = rand({2, rows, cols}) * 0.1,
+           second = rand(rows >= cols ? std::vector<int64_t>{2, rows, 1} : std::vector<int64_t>{2, 1, cols}).abs();
     Tensor X = fused ? kernels_muon_prepare(grads, momentum, 0.95, dtype)
                      : kernels_muon_prepare_reference(grads, momentum, 0.95, dtype);
     if (fused) kernels_muon_finish(X, params, second, 0.02, 0.1, 0.95);

@@ -87,19 +87,19 @@ __global__ void muon_update_kernel(const T* __restrict__ X, float* __restrict__ 
   }
 }
 
-cudaError_t launch_muon_nesterov(const float* grad, float* buf, void* X, float* row_sumsq, int64_t rows,
-                                         int64_t cols, float mu, kernels_dtype x_dtype, cudaStream_t stream) {
+cudaError_t launch_muon_nesterov(const float* grad, float* buf, void* X, float* row_sumsq, int64_t rows, int64_t cols,
+                                 float mu, kernels_dtype x_dtype, cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   return with_dtype(x_dtype, [&](auto tag) {
     using T = decltype(tag);
-    muon_nesterov_kernel<T><<<(unsigned)rows, threads_for(cols), 0, stream>>>(grad, buf, static_cast<T*>(X), row_sumsq,
-                                                                              (int)cols, mu);
+    muon_nesterov_kernel<T>
+        <<<(unsigned)rows, threads_for(cols), 0, stream>>>(grad, buf, static_cast<T*>(X), row_sumsq, (int)cols, mu);
     return cudaGetLastError();
   });
 }
 
-cudaError_t launch_muon_scale_rows(void* X, const float* scale, int64_t rows, int64_t cols,
-                                           kernels_dtype x_dtype, cudaStream_t stream) {
+cudaError_t launch_muon_scale_rows(void* X, const float* scale, int64_t rows, int64_t cols, kernels_dtype x_dtype,
+                                   cudaStream_t stream) {
   const int64_t n = rows * cols;
   if (n == 0) return cudaSuccess;
   return with_dtype(x_dtype, [&](auto tag) {
@@ -109,13 +109,14 @@ cudaError_t launch_muon_scale_rows(void* X, const float* scale, int64_t rows, in
   });
 }
 
-cudaError_t launch_muon_sumsq(const void* X, float* out, int64_t rows, int64_t cols, bool by_row,
-                                      kernels_dtype x_dtype, cudaStream_t stream) {
+cudaError_t launch_muon_sumsq(const void* X, float* out, int64_t rows, int64_t cols, bool by_row, kernels_dtype x_dtype,
+                              cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   return with_dtype(x_dtype, [&](auto tag) {
     using T = decltype(tag);
     if (by_row)
-      muon_row_sumsq_kernel<T><<<(unsigned)rows, threads_for(cols), 0, stream>>>(static_cast<const T*>(X), out, (int)cols);
+      muon_row_sumsq_kernel<T>
+          <<<(unsigned)rows, threads_for(cols), 0, stream>>>(static_cast<const T*>(X), out, (int)cols);
     else
       muon_col_sumsq_kernel<T><<<(unsigned)((cols + 31) / 32), dim3(32, col_sumsq_lanes), 0, stream>>>(
           static_cast<const T*>(X), out, (int)rows, (int)cols);
@@ -124,13 +125,13 @@ cudaError_t launch_muon_sumsq(const void* X, float* out, int64_t rows, int64_t c
 }
 
 cudaError_t launch_muon_update(const void* X, float* p, const float* line_scale, int64_t rows, int64_t cols,
-                                       bool by_row, float lr, float lr_wd, kernels_dtype x_dtype, cudaStream_t stream) {
+                               bool by_row, float lr, float lr_wd, kernels_dtype x_dtype, cudaStream_t stream) {
   const int64_t n = rows * cols;
   if (n == 0) return cudaSuccess;
   return with_dtype(x_dtype, [&](auto tag) {
     using T = decltype(tag);
     muon_update_kernel<T><<<elementwise_blocks(n), 256, 0, stream>>>(static_cast<const T*>(X), p, line_scale, n,
-                                                                      (int)cols, by_row, lr, lr_wd);
+                                                                     (int)cols, by_row, lr, lr_wd);
     return cudaGetLastError();
   });
 }
@@ -151,7 +152,7 @@ void muon_nesterov_cuda(const Tensor& grad, Tensor& buf, Tensor& X, Tensor& row_
   check_grid_rows(rows, where);
   const c10::cuda::CUDAGuard guard(X.device());
   check_launch(launch_muon_nesterov(grad.data_ptr<float>(), buf.data_ptr<float>(), X.data_ptr(),
-                                            row_sumsq.data_ptr<float>(), rows, cols, (float)mu, dt, stream_of(X)),
+                                    row_sumsq.data_ptr<float>(), rows, cols, (float)mu, dt, stream_of(X)),
                where);
 }
 
@@ -161,10 +162,10 @@ void muon_scale_rows_cuda(Tensor& X, const Tensor& scale) {
   const kernels_dtype dt = cuda_dtype(X, where);
   check_cuda(X, "X", X.scalar_type(), X.device(), where);
   check_cuda(scale, "scale", at::kFloat, X.device(), where);
-  if (scale.numel() != rows) fail("%s: %lld row scales for %lld rows", where, (long long)scale.numel(), (long long)rows);
+  if (scale.numel() != rows)
+    fail("%s: %lld row scales for %lld rows", where, (long long)scale.numel(), (long long)rows);
   const c10::cuda::CUDAGuard guard(X.device());
-  check_launch(launch_muon_scale_rows(X.data_ptr(), scale.data_ptr<float>(), rows, cols, dt, stream_of(X)),
-               where);
+  check_launch(launch_muon_scale_rows(X.data_ptr(), scale.data_ptr<float>(), rows, cols, dt, stream_of(X)), where);
 }
 
 void muon_sumsq_cuda(const Tensor& X, bool by_row, Tensor& out) {
@@ -176,8 +177,7 @@ void muon_sumsq_cuda(const Tensor& X, bool by_row, Tensor& out) {
   if (out.numel() != (by_row ? rows : cols)) fail("%s: out has %lld sums", where, (long long)out.numel());
   check_grid_rows(rows, where);
   const c10::cuda::CUDAGuard guard(X.device());
-  check_launch(launch_muon_sumsq(X.data_ptr(), out.data_ptr<float>(), rows, cols, by_row, dt, stream_of(X)),
-               where);
+  check_launch(launch_muon_sumsq(X.data_ptr(), out.data_ptr<float>(), rows, cols, by_row, dt, stream_of(X)), where);
 }
 
 void muon_update_cuda(const Tensor& X, Tensor& p, const Tensor& line_scale, bool by_row, double lr, double lr_wd) {
@@ -191,8 +191,8 @@ void muon_update_cuda(const Tensor& X, Tensor& p, const Tensor& line_scale, bool
     fail("%s: p (%lld) or line_scale (%lld) does not match X", where, (long long)p.numel(),
          (long long)line_scale.numel());
   const c10::cuda::CUDAGuard guard(X.device());
-  check_launch(launch_muon_update(X.data_ptr(), p.data_ptr<float>(), line_scale.data_ptr<float>(), rows, cols,
-                                          by_row, (float)lr, (float)lr_wd, dt, stream_of(X)),
+  check_launch(launch_muon_update(X.data_ptr(), p.data_ptr<float>(), line_scale.data_ptr<float>(), rows, cols, by_row,
+                                  (float)lr, (float)lr_wd, dt, stream_of(X)),
                where);
 }
 

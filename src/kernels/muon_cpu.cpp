@@ -51,8 +51,7 @@ void check_vector(const at::Tensor& t, int64_t n, at::ScalarType dtype, const ch
 
 }  // namespace
 
-void muon_nesterov_cpu(const at::Tensor& grad, at::Tensor& buf, at::Tensor& X, at::Tensor& row_sumsq,
-                       double mu) {
+void muon_nesterov_cpu(const at::Tensor& grad, at::Tensor& buf, at::Tensor& X, at::Tensor& row_sumsq, double mu) {
   const char* where = "muon_nesterov_cpu";
   const int64_t rows = X.size(-2), cols = X.size(-1);
   for (auto [t, name] : {std::pair<const at::Tensor*, const char*>{&grad, "grad"}, {&buf, "buf"}, {&X, "X"}})

@@ -1,6 +1,7 @@
-// defines: KERNELS_CUDA_OR_CPU, kernels_use_fused, kernels_fault, kernels_strict,
-//          kernels_cpu_supported, kernels_cuda_built, cast_float_bfloat16_cpu,
-//          cpu_kernel_threads, d24, kernels_check_real_shapes
+// defines: KERNELS_CUDA_OR_CPU, kernels_use_fused, kernels_fault, kernels_strict, kernels_cpu_supported,
+//          kernels_cuda_built, cast_float_bfloat16_cpu, cpu_kernel_threads,
+//          d24 (n_embd, n_head, head_dim, mlp_hidden, vocab, seq_len), kernels_check_real_shapes,
+//          kernels_use_fused_aten_on_cuda, kernels_fault_
 // How an op of the kernels module picks its path: the one rule that picks its fused kernel or
 // its reference, the build switch, the fault switch for drills, the capability queries, the
 // d24 shapes of the self-check's inputs and the CPU helpers the tests reach (the self-check's
@@ -65,7 +66,6 @@ inline bool kernels_check_real_shapes(at::Device device) { return device.is_cuda
 bool kernels_cpu_supported();
 // whether this build has the CUDA kernels (nvcc was found when it was configured)
 bool kernels_cuda_built();
-
 
 // cpu_helpers.cpp: float32 -> bfloat16 or back (x contiguous) through the CPU kernels' row
 // conversions, for tests: the bits of x.to() (round to nearest even; a NaN stays a NaN)

@@ -32,8 +32,8 @@ void gram_into(const float* x, int64_t r, int64_t c, float alpha, float beta, fl
 }
 
 // all iterations on one matrix x (r, c), in place; a, b (n, n) and y (r, c) are scratch
-void polar_express_one(float* x, int64_t r, int64_t c, const std::vector<std::array<double, 3>>& coeffs,
-                       int steps, float* a, float* b, float* y) {
+void polar_express_one(float* x, int64_t r, int64_t c, const std::vector<std::array<double, 3>>& coeffs, int steps,
+                       float* a, float* b, float* y) {
   const bool tall = r > c;
   const int64_t n = tall ? c : r;
   float* in = x;
@@ -44,10 +44,8 @@ void polar_express_one(float* x, int64_t r, int64_t c, const std::vector<std::ar
     gram_into(a, n, n, cc, cb, b);  // B = b A + c A A^T
     float* out = in == x ? y : x;
     std::memcpy(out, in, r * c * sizeof(float));
-    if (tall)
-      cpu_gemm_f32(false, false, r, c, c, 1.0f, in, c, b, c, ca, out, c);  // a X + X B
-    else
-      cpu_gemm_f32(false, false, r, c, r, 1.0f, b, r, in, c, ca, out, c);  // a X + B X
+    if (tall) cpu_gemm_f32(false, false, r, c, c, 1.0f, in, c, b, c, ca, out, c);  // a X + X B
+    else cpu_gemm_f32(false, false, r, c, r, 1.0f, b, r, in, c, ca, out, c);       // a X + B X
     in = out;
   }
   if (in != x) std::memcpy(x, in, r * c * sizeof(float));

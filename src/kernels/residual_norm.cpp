@@ -1,4 +1,4 @@
-// defines: kernels_residual_norm, kernels_residual_norm_reference
+// defines: kernels_residual_norm, kernels_residual_norm_reference, ResidualNormOut, ResidualNormGrads
 // The residual stream meets an RMSNorm three times per layer pair: the per-layer lambdas
 // (x = a*x + b*x0, then the attention's norm), the add before the MLP's norm, and the final
 // "backout". Eagerly each is 2-3 element-wise kernels plus the norm's two passes, and autograd
@@ -63,7 +63,8 @@ struct ResidualNorm : public torch::autograd::Function<ResidualNorm> {
     auto saved = ctx->get_saved_variables();
     const Tensor &h = saved[0], &rstd = saved[1], &x = saved[2], &y = saved[3], &a = saved[4], &b = saved[5];
     const Tensor dh = grads[0].contiguous(), dn = grads[1].contiguous();
-    auto [dx, dy, ga_rows, gb_rows] = KERNELS_CUDA_OR_CPU(h.is_cuda(), residual_norm_backward_cuda(dh, dn, h, rstd, x, y, a, b),
+    auto [dx, dy, ga_rows, gb_rows] = KERNELS_CUDA_OR_CPU(h.is_cuda(),
+                                                          residual_norm_backward_cuda(dh, dn, h, rstd, x, y, a, b),
                                                           residual_norm_backward_cpu(dh, dn, h, rstd, x, y, a, b));
     return {dx, dy, a.defined() ? ga_rows.sum() : Tensor(), b.defined() ? gb_rows.sum() : Tensor()};
   }
@@ -111,7 +112,8 @@ std::vector<Tensor> residual_norm_check(at::Device device, at::ScalarType dtype,
     Tensor y = at::randn(shape, gen, at::device(device)).to(device, dtype).requires_grad_();
     Tensor a = (at::rand({}, gen, at::device(device)) + 0.5).to(device, acc).requires_grad_();
     Tensor b = (at::rand({}, gen, at::device(device)) * 0.5).to(device, acc).requires_grad_();
-    Tensor dh = at::randn(shape, gen, at::device(device)).to(device, dtype), dn = at::randn(shape, gen, at::device(device)).to(device, dtype);
+    Tensor dh = at::randn(shape, gen, at::device(device)).to(device, dtype),
+           dn = at::randn(shape, gen, at::device(device)).to(device, dtype);
     for (bool lambdas : {true, false}) {
       const Tensor la = lambdas ? a : Tensor(), lb = lambdas ? b : Tensor();
       auto [h, n] = fused ? kernels_residual_norm(x, y, la, lb) : kernels_residual_norm_reference(x, y, la, lb);

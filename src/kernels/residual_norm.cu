@@ -74,32 +74,31 @@ __global__ void residual_norm_backward_kernel(const T* __restrict__ dh, const T*
   }
 }
 
-cudaError_t launch_residual_norm_forward(const void* x, const void* y, const float* a, const float* b, void* h,
-                                                 void* n, float* rstd, int64_t R, int64_t D, float eps,
-                                                 kernels_dtype dtype, cudaStream_t stream) {
+cudaError_t launch_residual_norm_forward(const void* x, const void* y, const float* a, const float* b, void* h, void* n,
+                                         float* rstd, int64_t R, int64_t D, float eps, kernels_dtype dtype,
+                                         cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
   if (D <= 0 || D > INT32_MAX || R > INT32_MAX) return cudaErrorInvalidValue;
   return with_dtype(dtype, [&](auto tag) {
     using E = decltype(tag);
-    residual_norm_forward_kernel<E><<<(unsigned)R, threads_for(D), 0, stream>>>(
-        static_cast<const E*>(x), static_cast<const E*>(y), a, b, static_cast<E*>(h), static_cast<E*>(n), rstd, (int)D,
-        eps);
+    residual_norm_forward_kernel<E>
+        <<<(unsigned)R, threads_for(D), 0, stream>>>(static_cast<const E*>(x), static_cast<const E*>(y), a, b,
+                                                     static_cast<E*>(h), static_cast<E*>(n), rstd, (int)D, eps);
     return cudaGetLastError();
   });
 }
 
 cudaError_t launch_residual_norm_backward(const void* dh, const void* dn, const void* h, const float* rstd,
-                                                  const void* x, const void* y, const float* a, const float* b,
-                                                  void* dx, void* dy, float* ga_rows, float* gb_rows, int64_t R,
-                                                  int64_t D, kernels_dtype dtype, cudaStream_t stream) {
+                                          const void* x, const void* y, const float* a, const float* b, void* dx,
+                                          void* dy, float* ga_rows, float* gb_rows, int64_t R, int64_t D,
+                                          kernels_dtype dtype, cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
   if (D <= 0 || D > INT32_MAX || R > INT32_MAX) return cudaErrorInvalidValue;
   return with_dtype(dtype, [&](auto tag) {
     using E = decltype(tag);
     residual_norm_backward_kernel<E><<<(unsigned)R, threads_for(D), 0, stream>>>(
-        static_cast<const E*>(dh), static_cast<const E*>(dn), static_cast<const E*>(h), rstd,
-        static_cast<const E*>(x), static_cast<const E*>(y), a, b, static_cast<E*>(dx), static_cast<E*>(dy), ga_rows,
-        gb_rows, (int)D);
+        static_cast<const E*>(dh), static_cast<const E*>(dn), static_cast<const E*>(h), rstd, static_cast<const E*>(x),
+        static_cast<const E*>(y), a, b, static_cast<E*>(dx), static_cast<E*>(dy), ga_rows, gb_rows, (int)D);
     return cudaGetLastError();
   });
 }
@@ -122,7 +121,7 @@ void check_rows_like(const Tensor& t, const Tensor& like, const char* name, cons
 
 // (h, n, rstd)
 std::tuple<Tensor, Tensor, Tensor> residual_norm_forward_cuda(const Tensor& x, const Tensor& y, const Tensor& a,
-                                                               const Tensor& b, double eps) {
+                                                              const Tensor& b, double eps) {
   const char* where = "residual_norm_forward_cuda";
   const kernels_dtype dt = cuda_dtype(x, where);
   check_cuda(x, "x", x.scalar_type(), x.device(), where);
@@ -133,9 +132,8 @@ std::tuple<Tensor, Tensor, Tensor> residual_norm_forward_cuda(const Tensor& x, c
   Tensor h = at::empty_like(x), n = at::empty_like(x), rstd = at::empty({R}, x.options().dtype(at::kFloat));
   const c10::cuda::CUDAGuard guard(x.device());
   check_launch(launch_residual_norm_forward(x.data_ptr(), y.data_ptr(), lambda_ptr(a, x.device(), "a", where),
-                                                    lambda_ptr(b, x.device(), "b", where), h.data_ptr(),
-                                                    n.data_ptr(), rstd.data_ptr<float>(), R, D, (float)eps, dt,
-                                                    stream_of(x)),
+                                            lambda_ptr(b, x.device(), "b", where), h.data_ptr(), n.data_ptr(),
+                                            rstd.data_ptr<float>(), R, D, (float)eps, dt, stream_of(x)),
                where);
   return {h, n, rstd};
 }
@@ -161,14 +159,14 @@ std::tuple<Tensor, Tensor, Tensor, Tensor> residual_norm_backward_cuda(const Ten
   if (a.defined()) ga_rows = at::empty({R}, h.options().dtype(at::kFloat));
   if (b.defined()) gb_rows = at::empty({R}, h.options().dtype(at::kFloat));
   const c10::cuda::CUDAGuard guard(h.device());
-  check_launch(launch_residual_norm_backward(
-                   dh.data_ptr(), dn.data_ptr(), h.data_ptr(), rstd.data_ptr<float>(),
-                   a.defined() ? x.data_ptr() : nullptr, b.defined() ? y.data_ptr() : nullptr,
-                   lambda_ptr(a, h.device(), "a", where), lambda_ptr(b, h.device(), "b", where), dx.data_ptr(),
-                   a.defined() || b.defined() ? dy.data_ptr() : nullptr,
-                   a.defined() ? ga_rows.data_ptr<float>() : nullptr,
-                   b.defined() ? gb_rows.data_ptr<float>() : nullptr, R, D, dt, stream_of(h)),
-               where);
+  check_launch(
+      launch_residual_norm_backward(dh.data_ptr(), dn.data_ptr(), h.data_ptr(), rstd.data_ptr<float>(),
+                                    a.defined() ? x.data_ptr() : nullptr, b.defined() ? y.data_ptr() : nullptr,
+                                    lambda_ptr(a, h.device(), "a", where), lambda_ptr(b, h.device(), "b", where),
+                                    dx.data_ptr(), a.defined() || b.defined() ? dy.data_ptr() : nullptr,
+                                    a.defined() ? ga_rows.data_ptr<float>() : nullptr,
+                                    b.defined() ? gb_rows.data_ptr<float>() : nullptr, R, D, dt, stream_of(h)),
+      where);
   return {dx, dy, ga_rows, gb_rows};
 }
 

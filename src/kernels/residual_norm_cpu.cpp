@@ -24,14 +24,13 @@ const acc_t<T>* scalar_ptr(const at::Tensor& t) {
 // Each row goes through fp32 scratch rows (as the other kernels): convert, the products and
 // the sum each rounded back through T as the eager ops round them, then the norm.
 // Returns (h, n, rstd).
-std::tuple<at::Tensor, at::Tensor, at::Tensor> residual_norm_forward_cpu(const at::Tensor& x,
-                                                                                  const at::Tensor& y,
-                                                                                  const at::Tensor& a,
-                                                                                  const at::Tensor& b, double eps) {
+std::tuple<at::Tensor, at::Tensor, at::Tensor> residual_norm_forward_cpu(const at::Tensor& x, const at::Tensor& y,
+                                                                         const at::Tensor& a, const at::Tensor& b,
+                                                                         double eps) {
   const int64_t R = x.size(0), D = x.size(1);
   check_rows(y, R, "residual_norm_forward_cpu: y");
   at::Tensor h = at::empty_like(x), n = at::empty_like(x),
-                rstd = at::empty({R}, x.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
+             rstd = at::empty({R}, x.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, x.scalar_type(), "residual_norm_forward", [&] {
     using acc = acc_t<scalar_t>;
     const scalar_t *X = x.data_ptr<scalar_t>(), *Y = y.data_ptr<scalar_t>();
@@ -69,8 +68,8 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> residual_norm_forward_cpu(const a
 
 // Returns (dx, dy, ga_rows, gb_rows).
 std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> residual_norm_backward_cpu(
-    const at::Tensor& dh, const at::Tensor& dn, const at::Tensor& h, const at::Tensor& rstd,
-    const at::Tensor& x, const at::Tensor& y, const at::Tensor& a, const at::Tensor& b) {
+    const at::Tensor& dh, const at::Tensor& dn, const at::Tensor& h, const at::Tensor& rstd, const at::Tensor& x,
+    const at::Tensor& y, const at::Tensor& a, const at::Tensor& b) {
   const int64_t R = h.size(0), D = h.size(1);
   check_rows(dh, R, "residual_norm_backward_cpu: dh");
   check_rows(dn, R, "residual_norm_backward_cpu: dn");

@@ -103,7 +103,8 @@ std::vector<Tensor> rotary_norm_check(at::Device device, at::ScalarType dtype, b
   for (auto [B, T, H, D] : shapes) {
     auto gen = kernels_check_generator(device, 9);
     Tensor x = at::randn({B, T, H, D}, gen, at::device(device)).to(device, dtype).requires_grad_();
-    Tensor freqs = at::outer(at::arange(T, at::kDouble), at::pow(10000.0, -at::arange(0, D, 2, at::kDouble) / (double)D));
+    Tensor freqs = at::outer(at::arange(T, at::kDouble),
+                             at::pow(10000.0, -at::arange(0, D, 2, at::kDouble) / (double)D));
     Tensor cos = freqs.cos().view({1, T, 1, D / 2}).to(device, dtype);
     Tensor sin = freqs.sin().view({1, T, 1, D / 2}).to(device, dtype);
     Tensor y = fused ? kernels_rotary_norm(x, cos, sin, 1.2) : kernels_rotary_norm_reference(x, cos, sin, 1.2);

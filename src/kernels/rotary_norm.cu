@@ -108,26 +108,24 @@ __global__ void rotary_norm_backward_kernel(const T* __restrict__ dy, const T* _
   }
 }
 
-cudaError_t launch_rotary_norm_forward(const void* x, const void* cos, const void* sin, void* y,
-                                               float* rstd, int64_t R, int64_t D, int64_t T, int64_t H,
-                                               float scale, float eps, kernels_dtype dtype,
-                                               cudaStream_t stream) {
+cudaError_t launch_rotary_norm_forward(const void* x, const void* cos, const void* sin, void* y, float* rstd, int64_t R,
+                                       int64_t D, int64_t T, int64_t H, float scale, float eps, kernels_dtype dtype,
+                                       cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
   if (D % 2 != 0 || D > rotary_norm_max_dim || T <= 0 || H <= 0) return cudaErrorInvalidValue;
   const unsigned blocks = (unsigned)((R + rot_warps_per_block - 1) / rot_warps_per_block);
   return with_dtype(dtype, [&](auto tag) {
     using E = decltype(tag);
     rotary_norm_forward_kernel<E><<<blocks, 32 * rot_warps_per_block, 0, stream>>>(
-        static_cast<const E*>(x), static_cast<const E*>(cos), static_cast<const E*>(sin), static_cast<E*>(y), rstd,
-        R, (int)D, T, H, scale, eps);
+        static_cast<const E*>(x), static_cast<const E*>(cos), static_cast<const E*>(sin), static_cast<E*>(y), rstd, R,
+        (int)D, T, H, scale, eps);
     return cudaGetLastError();
   });
 }
 
-cudaError_t launch_rotary_norm_backward(const void* dy, const void* y, const float* rstd,
-                                                const void* cos, const void* sin, void* dx, int64_t R,
-                                                int64_t D, int64_t T, int64_t H, float scale,
-                                                kernels_dtype dtype, cudaStream_t stream) {
+cudaError_t launch_rotary_norm_backward(const void* dy, const void* y, const float* rstd, const void* cos,
+                                        const void* sin, void* dx, int64_t R, int64_t D, int64_t T, int64_t H,
+                                        float scale, kernels_dtype dtype, cudaStream_t stream) {
   if (R == 0) return cudaSuccess;
   if (D % 2 != 0 || D > rotary_norm_max_dim || T <= 0 || H <= 0) return cudaErrorInvalidValue;
   const unsigned blocks = (unsigned)((R + rot_warps_per_block - 1) / rot_warps_per_block);
@@ -170,10 +168,10 @@ std::pair<Tensor, Tensor> rotary_norm_forward_cuda(const Tensor& x, const Tensor
   Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
   Tensor rstd = at::empty({R}, x.options().dtype(at::kFloat));
   const c10::cuda::CUDAGuard guard(x.device());
-  check_launch(launch_rotary_norm_forward(x.data_ptr(), cos.data_ptr(), sin.data_ptr(), y.data_ptr(),
-                                                  rstd.data_ptr<float>(), R, D, T, H, (float)scale, (float)eps, dt,
-                                                  stream_of(x)),
-               where);
+  check_launch(
+      launch_rotary_norm_forward(x.data_ptr(), cos.data_ptr(), sin.data_ptr(), y.data_ptr(), rstd.data_ptr<float>(), R,
+                                 D, T, H, (float)scale, (float)eps, dt, stream_of(x)),
+      where);
   return {y, rstd};
 }
 
@@ -191,8 +189,7 @@ Tensor rotary_norm_backward_cuda(const Tensor& dy, const Tensor& y, const Tensor
   Tensor dx = at::empty_like(dy, at::MemoryFormat::Contiguous);
   const c10::cuda::CUDAGuard guard(y.device());
   check_launch(launch_rotary_norm_backward(dy.data_ptr(), y.data_ptr(), rstd.data_ptr<float>(), cos.data_ptr(),
-                                                   sin.data_ptr(), dx.data_ptr(), R, D, T, H, (float)scale, dt,
-                                                   stream_of(y)),
+                                           sin.data_ptr(), dx.data_ptr(), R, D, T, H, (float)scale, dt, stream_of(y)),
                where);
   return dx;
 }

@@ -13,8 +13,8 @@ namespace nanochat {
 
 // Rows of D = 2*half channels; row r sits at position (r / H) % T of the (B,T,H,D) tensor.
 std::pair<at::Tensor, at::Tensor> rotary_norm_forward_cpu(const at::Tensor& x, const at::Tensor& cos,
-                                                                const at::Tensor& sin, int64_t T, int64_t H,
-                                                                double scale, double eps) {
+                                                          const at::Tensor& sin, int64_t T, int64_t H, double scale,
+                                                          double eps) {
   const int64_t R = x.size(0), D = x.size(1), half = D / 2;
   at::Tensor y = at::empty_like(x);
   at::Tensor rstd = at::empty({R}, x.options().dtype(x.scalar_type() == at::kDouble ? at::kDouble : at::kFloat));
@@ -50,8 +50,7 @@ std::pair<at::Tensor, at::Tensor> rotary_norm_forward_cpu(const at::Tensor& x, c
 // n = y/scale (the normed row), dn = scale*dy: dr = rstd*(dn - n*mean(dn*n)), then the
 // rotation transposed: dx1 = dr1*c - dr2*s, dx2 = dr1*s + dr2*c
 at::Tensor rotary_norm_backward_cpu(const at::Tensor& dy, const at::Tensor& y, const at::Tensor& rstd,
-                                       const at::Tensor& cos, const at::Tensor& sin, int64_t T, int64_t H,
-                                       double scale) {
+                                    const at::Tensor& cos, const at::Tensor& sin, int64_t T, int64_t H, double scale) {
   const int64_t R = y.size(0), D = y.size(1), half = D / 2;
   at::Tensor dx = at::empty_like(y);
   AT_DISPATCH_FLOATING_TYPES_AND2(at::kBFloat16, at::kHalf, y.scalar_type(), "rotary_norm_backward", [&] {

@@ -1,5 +1,5 @@
 // defines: kernels_register_check, kernels_check_passed, kernels_self_check, kernels_check_at_start,
-//          kernels_self_check_running, kernels_check_generator
+//          kernels_self_check_running, kernels_check_generator, kernels_check_tolerance, kernels_set_agreement
 // The self-check: before the fused ops run on a device in a dtype, each op runs once,
 // forward and backward, on small seeded random inputs through its kernel and through its ATen
 // reference, and the two must agree within the dtype's tolerance. An op that does not is logged
@@ -72,8 +72,17 @@ double timed_ms(at::Device device, F&& run) {
 }
 
 kernels_check_result check_one_untimed(const kernels_check_entry& e, at::Device device, at::ScalarType dtype) {
-  kernels_check_result r{e.op, device.str(), dtype_name(dtype), true, false, 0,
-                         e.tolerance ? e.tolerance(device, dtype) : kernels_check_tolerance(dtype), 0, 0, "", 0};
+  kernels_check_result r{e.op,
+                         device.str(),
+                         dtype_name(dtype),
+                         true,
+                         false,
+                         0,
+                         e.tolerance ? e.tolerance(device, dtype) : kernels_check_tolerance(dtype),
+                         0,
+                         0,
+                         "",
+                         0};
   // no kernels to check: a CPU without AVX2+FMA+F16C, a build without the CUDA kernels (but for
   // an op whose CUDA path is ATen alone)
   if ((device.is_cpu() && !kernels_cpu_supported()) ||
@@ -127,13 +136,13 @@ class Fp32MatmulHighest {
 };
 
 std::mutex check_mutex;
-std::atomic<bool> checks_running{false};  // run_checks is running, on the thread holding check_mutex
+std::atomic<bool> checks_running{false};               // run_checks is running, on the thread holding check_mutex
 std::function<void(std::vector<int64_t>&)> agreement;  // MIN of the ok flags across ranks, or empty
-std::map<std::string, bool> verdicts;  // "op|device|dtype" -> passed
-std::map<std::string, bool> checked;   // "device|dtype" -> every op checked there
-std::set<std::string> unchecked_warned;  // "device|dtype" met after the start, named once
-bool started = false;                  // kernels_check_at_start ran
-thread_local bool in_check = false;    // the checks' own calls of the ops run their kernels
+std::map<std::string, bool> verdicts;                  // "op|device|dtype" -> passed
+std::map<std::string, bool> checked;                   // "device|dtype" -> every op checked there
+std::set<std::string> unchecked_warned;                // "device|dtype" met after the start, named once
+bool started = false;                                  // kernels_check_at_start ran
+thread_local bool in_check = false;                    // the checks' own calls of the ops run their kernels
 
 // sets the check's flags for its life and clears them however it ends (an op's tolerance or a
 // log line may throw): a flag left set would put every other thread on the references and
@@ -188,11 +197,13 @@ std::vector<kernels_check_result> run_checks(at::Device device, at::ScalarType d
     if (r.ok) continue;
     const std::string what =
         r.detail == kOtherRank
-            ? strprintf("kernel self-check: %s in %s passed on %s but %s", r.op.c_str(), r.dtype.c_str(), r.device.c_str(),
-                        kOtherRank)
-            : strprintf("kernel self-check: %s on %s in %s disagrees with its ATen reference (max error %.3g, "
-                        "tolerance %.3g)%s%s", r.op.c_str(), r.device.c_str(), r.dtype.c_str(), r.max_error,
-                        r.tolerance, r.detail.empty() ? "" : ": ", r.detail.c_str());
+            ? strprintf("kernel self-check: %s in %s passed on %s but %s", r.op.c_str(), r.dtype.c_str(),
+                        r.device.c_str(), kOtherRank)
+            : strprintf(
+                  "kernel self-check: %s on %s in %s disagrees with its ATen reference (max error %.3g, "
+                  "tolerance %.3g)%s%s",
+                  r.op.c_str(), r.device.c_str(), r.dtype.c_str(), r.max_error, r.tolerance,
+                  r.detail.empty() ? "" : ": ", r.detail.c_str());
     if (kernels_strict()) fail("%s (NANOCHAT_KERNELS=strict)", what.c_str());
     log_error("%s; it runs its reference for the rest of this run", what.c_str());
   }
@@ -246,9 +257,10 @@ bool kernels_check_passed(const char* op, at::Device device, at::ScalarType dtyp
   if (!checked.count(where)) {
     if (started && agreement) {  // under several ranks no check runs here: it would be a collective
       if (unchecked_warned.insert(where).second)
-        log_error("kernel self-check: %s met %s on %s, which the checks at start did not cover: it and every "
-                  "other fused op run their references there (under several ranks a check runs at start only)",
-                  op, dtype_name(dtype).c_str(), device.str().c_str());
+        log_error(
+            "kernel self-check: %s met %s on %s, which the checks at start did not cover: it and every "
+            "other fused op run their references there (under several ranks a check runs at start only)",
+            op, dtype_name(dtype).c_str(), device.str().c_str());
       return false;
     }
     run_checks(device, dtype, false);

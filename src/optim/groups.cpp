@@ -57,7 +57,8 @@ std::vector<OptimGroup> optim_param_groups_gpt(const NamedTensors& named_paramet
   // one Muon group per distinct shape, shapes in sorted (lexicographic) order
   std::vector<std::vector<int64_t>> shapes;
   for (const auto& p : matrices) {
-    if (p.dim() != 2) fail("transformer.h param of shape %s is not a matrix; Muon needs 2-D params", c10::str(p.sizes()).c_str());
+    if (p.dim() != 2)
+      fail("transformer.h param of shape %s is not a matrix; Muon needs 2-D params", c10::str(p.sizes()).c_str());
     shapes.push_back(p.sizes().vec());
   }
   std::sort(shapes.begin(), shapes.end());

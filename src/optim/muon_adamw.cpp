@@ -1,4 +1,4 @@
-// defines: MuonAdamW (construction, step, zero_grad)
+// defines: MuonAdamW (step, zero_grad)
 // The three phases of upstream's DistMuonAdamW.step(), which on one rank reduce to
 // MuonAdamW.step(): no collectives, the same kernels on whole params.
 #include "nanochat/optim.h"
@@ -41,10 +41,11 @@ MuonAdamW::MuonAdamW(std::vector<OptimGroup> groups, Dist* dist, torch::ScalarTy
       adam_[g].resize(grp.params.size());
       for (const auto& p : grp.params)
         if (adamw_sharded(p) && p.size(0) % world() != 0)
-          fail("AdamW group %s: a param of shape %s is sharded along dim 0 over %d ranks, so "
-               "shape[0] must be a multiple of the world size; change the number of ranks or "
-               "the model size",
-               grp.name.c_str(), shape_str(p).c_str(), world());
+          fail(
+              "AdamW group %s: a param of shape %s is sharded along dim 0 over %d ranks, so "
+              "shape[0] must be a multiple of the world size; change the number of ranks or "
+              "the model size",
+              grp.name.c_str(), shape_str(p).c_str(), world());
     } else {
       if (grp.ns_steps < 1 || grp.ns_steps > 5)
         fail("Muon group %s: ns_steps %d is outside 1..5", grp.name.c_str(), grp.ns_steps);
@@ -59,9 +60,7 @@ MuonAdamW::MuonAdamW(std::vector<OptimGroup> groups, Dist* dist, torch::ScalarTy
 int MuonAdamW::world() const { return dist_ ? dist_->world_size() : 1; }
 int MuonAdamW::rank() const { return dist_ ? dist_->rank() : 0; }
 
-bool MuonAdamW::adamw_sharded(const torch::Tensor& p) const {
-  return world() > 1 && p.numel() >= kAdamwShardMinNumel;
-}
+bool MuonAdamW::adamw_sharded(const torch::Tensor& p) const { return world() > 1 && p.numel() >= kAdamwShardMinNumel; }
 
 void MuonAdamW::zero_grad() {
   for (auto& grp : groups_)
@@ -70,7 +69,9 @@ void MuonAdamW::zero_grad() {
 }
 
 // identity "collective" for one rank
-static DistWork done(torch::Tensor t) { return {nullptr, [t] { return t; }}; }
+static DistWork done(torch::Tensor t) {
+  return {nullptr, [t] { return t; }};
+}
 
 // phase 1: launch this group's gradient reductions without waiting
 void MuonAdamW::launch_reduce(size_t g, Pending& pending) {
@@ -82,14 +83,16 @@ void MuonAdamW::launch_reduce(size_t g, Pending& pending) {
       pending.adam_has_grad[g].push_back(grad.defined());
       if (!grad.defined()) {
         if (W > 1)
-          fail("rank %d: param %zu of optimizer group %s has no gradient; with several ranks "
-               "every param needs one (the gradients are averaged across ranks)",
-               rank(), i, grp.name.c_str());
+          fail(
+              "rank %d: param %zu of optimizer group %s has no gradient; with several ranks "
+              "every param needs one (the gradients are averaged across ranks)",
+              rank(), i, grp.name.c_str());
         pending.adam_reduce[g].push_back(done(grad));
         continue;
       }
       if (W == 1) pending.adam_reduce[g].push_back(done(grad));
-      else if (!adamw_sharded(grp.params[i])) pending.adam_reduce[g].push_back(dist_->all_reduce_async(grad, ReduceOp::AVG));
+      else if (!adamw_sharded(grp.params[i]))
+        pending.adam_reduce[g].push_back(dist_->all_reduce_async(grad, ReduceOp::AVG));
       else pending.adam_reduce[g].push_back(dist_->reduce_scatter_async(grad, ReduceOp::AVG));
     }
     return;
@@ -101,8 +104,7 @@ void MuonAdamW::launch_reduce(size_t g, Pending& pending) {
   std::vector<torch::Tensor> grads;
   for (size_t i = 0; i < grp.params.size(); i++) {
     torch::Tensor grad = grp.params[i].grad();
-    if (!grad.defined())
-      fail("rank %d: param %zu of Muon group %s has no gradient", rank(), i, grp.name.c_str());
+    if (!grad.defined()) fail("rank %d: param %zu of Muon group %s has no gradient", rank(), i, grp.name.c_str());
     grads.push_back(grad);
   }
   if (W == 1) {  // one rank reads the grads where they are
@@ -135,8 +137,8 @@ void MuonAdamW::compute_group(size_t g, Pending& pending) {
         st.exp_avg_sq = torch::zeros_like(p_slice);
       }
       st.step++;
-      kernels_adamw_step(p_slice, grad_slice, st.exp_avg, st.exp_avg_sq, st.step, grp.lr, grp.betas[0],
-                         grp.betas[1], grp.eps, grp.weight_decay);
+      kernels_adamw_step(p_slice, grad_slice, st.exp_avg, st.exp_avg_sq, st.step, grp.lr, grp.betas[0], grp.betas[1],
+                         grp.eps, grp.weight_decay);
       if (sharded) pending.gathers.push_back({dist_->all_gather_into_async(p), {}});  // p_slice is p's rows
     }
     return;
@@ -156,13 +158,12 @@ void MuonAdamW::compute_group(size_t g, Pending& pending) {
   }
   // the owned params are updated in place, from their own grads (one rank) or the averaged chunk
   std::vector<torch::Tensor> owned_params(grp.params.begin() + begin, grp.params.begin() + end), grads;
-  for (int64_t i = 0; i < owned; i++)
-    grads.push_back(W == 1 ? owned_params[(size_t)i].grad() : grad_chunk[i]);
+  for (int64_t i = 0; i < owned; i++) grads.push_back(W == 1 ? owned_params[(size_t)i].grad() : grad_chunk[i]);
   if (owned > 0) {
     const double lr = grp.lr * std::sqrt(std::max(1.0, (double)rows / (double)cols));
     optim_muon_step(grads, owned_params, st.momentum_buffer.narrow(0, 0, owned),
-                    st.second_momentum_buffer.narrow(0, 0, owned), grp.momentum, lr, grp.weight_decay,
-                    grp.beta2, grp.ns_steps, compute_dtype_ == torch::kBFloat16);
+                    st.second_momentum_buffer.narrow(0, 0, owned), grp.momentum, lr, grp.weight_decay, grp.beta2,
+                    grp.ns_steps, compute_dtype_ == torch::kBFloat16);
   }
   if (W == 1) return;
   torch::Tensor updated = owned > 0 ? torch::stack(owned_params) : torch::empty({0, rows, cols}, p0.options());

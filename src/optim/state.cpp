@@ -9,9 +9,7 @@
 
 namespace nanochat {
 
-static std::string state_name(size_t index, const char* what) {
-  return "state." + std::to_string(index) + "." + what;
-}
+static std::string state_name(size_t index, const char* what) { return "state." + std::to_string(index) + "." + what; }
 
 static const char* kind_name(OptimKind k) { return k == OptimKind::adamw ? "adamw" : "muon"; }
 
@@ -43,8 +41,11 @@ nlohmann::json MuonAdamW::state_json() const {
   size_t index = 0;
   for (size_t g = 0; g < groups_.size(); g++) {
     const OptimGroup& grp = groups_[g];
-    nlohmann::json j = {{"kind", kind_name(grp.kind)}, {"name", grp.name}, {"lr", grp.lr},
-                        {"initial_lr", grp.initial_lr}, {"weight_decay", grp.weight_decay}};
+    nlohmann::json j = {{"kind", kind_name(grp.kind)},
+                        {"name", grp.name},
+                        {"lr", grp.lr},
+                        {"initial_lr", grp.initial_lr},
+                        {"weight_decay", grp.weight_decay}};
     nlohmann::json params = nlohmann::json::array();
     for (size_t i = 0; i < grp.params.size(); i++) {
       params.push_back(index + i);
@@ -70,9 +71,10 @@ void MuonAdamW::load_state(const NamedTensors& tensors, const nlohmann::json& js
   try {
     const int saved_world = json.at("world_size").get<int>(), saved_rank = json.at("rank").get<int>();
     if (saved_world != world())
-      fail("optimizer state was saved by %d ranks and this run has %d; the state is sharded per rank "
-           "(no re-sharding), so resume with the same number of ranks",
-           saved_world, world());
+      fail(
+          "optimizer state was saved by %d ranks and this run has %d; the state is sharded per rank "
+          "(no re-sharding), so resume with the same number of ranks",
+          saved_world, world());
     if (saved_rank != rank())
       fail("optimizer state of rank %d was given to rank %d; load each rank's own file", saved_rank, rank());
     const auto& jgroups = json.at("param_groups");
@@ -87,8 +89,8 @@ void MuonAdamW::load_state(const NamedTensors& tensors, const nlohmann::json& js
       auto it = by_name.find(name);
       if (it == by_name.end()) fail("optimizer state lacks tensor %s", name.c_str());
       if (!it->second.sizes().equals(shape))
-        fail("optimizer state tensor %s has shape %s, expected %s", name.c_str(),
-             c10::str(it->second.sizes()).c_str(), c10::str(shape).c_str());
+        fail("optimizer state tensor %s has shape %s, expected %s", name.c_str(), c10::str(it->second.sizes()).c_str(),
+             c10::str(shape).c_str());
       used++;
       return it->second.to(like.device(), like.scalar_type(), /*non_blocking=*/false, /*copy=*/true).contiguous();
     };
@@ -99,8 +101,7 @@ void MuonAdamW::load_state(const NamedTensors& tensors, const nlohmann::json& js
       const auto& j = jgroups[g];
       if (j.at("kind").get<std::string>() != kind_name(grp.kind) || j.at("params").size() != grp.params.size())
         fail("optimizer state group %zu is %s with %zu params, this optimizer's is %s with %zu", g,
-             j.at("kind").get<std::string>().c_str(), j.at("params").size(), kind_name(grp.kind),
-             grp.params.size());
+             j.at("kind").get<std::string>().c_str(), j.at("params").size(), kind_name(grp.kind), grp.params.size());
       grp.lr = j.at("lr").get<double>();
       grp.initial_lr = j.at("initial_lr").get<double>();
       grp.weight_decay = j.at("weight_decay").get<double>();

@@ -15,7 +15,8 @@ json leaf_value_json(const SchemaElement& e, const ColumnValues& v, int64_t i) {
     case kInt64:
       if (e.logical_unsigned) return json((uint64_t)v.ints[(size_t)i]);
       return json(v.ints[(size_t)i]);
-    case kFloat: case kDouble: return json(v.doubles[(size_t)i]);
+    case kFloat:
+    case kDouble: return json(v.doubles[(size_t)i]);
     default: return json(v.strings[(size_t)i]);  // bytes as they are; UTF-8 for STRING columns
   }
 }
@@ -23,7 +24,10 @@ json leaf_value_json(const SchemaElement& e, const ColumnValues& v, int64_t i) {
 std::string leaf_value_string(const SchemaElement& e, const ColumnValues& v, int64_t i) {
   switch (e.type) {
     case kBoolean: return v.ints[(size_t)i] ? "true" : "false";
-    case kInt32: case kInt64: case kFloat: case kDouble: return leaf_value_json(e, v, i).dump();
+    case kInt32:
+    case kInt64:
+    case kFloat:
+    case kDouble: return leaf_value_json(e, v, i).dump();
     default: return v.strings[(size_t)i];
   }
 }
@@ -138,12 +142,14 @@ std::vector<json> assemble_rows(const Schema& schema, const std::vector<int>& to
       if (!a.cur[(size_t)leaf].data) parquet_fail("internal: column %d not read", leaf);
   std::vector<json> rows;
   if (!top_nodes.empty())  // each row takes at least one level of every column: don't trust num_rows alone
-    rows.reserve((size_t)std::min<int64_t>(num_rows, a.cur[(size_t)schema.nodes[(size_t)top_nodes[0]].leaves[0]].data->num_levels));
+    rows.reserve((size_t)std::min<int64_t>(
+        num_rows, a.cur[(size_t)schema.nodes[(size_t)top_nodes[0]].leaves[0]].data->num_levels));
   for (int64_t r = 0; r < num_rows; r++) {
     json row = json::object();
     for (int t : top_nodes) {
       const SchemaNode& n = schema.nodes[(size_t)t];
-      if (a.rep(n.leaves[0]) != 0) parquet_fail("column '%s': row %lld does not start at repetition level 0", n.path.c_str(), (long long)r);
+      if (a.rep(n.leaves[0]) != 0)
+        parquet_fail("column '%s': row %lld does not start at repetition level 0", n.path.c_str(), (long long)r);
       row[n.element.name] = a.read_field(t);
     }
     rows.push_back(std::move(row));

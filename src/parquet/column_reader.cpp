@@ -16,8 +16,8 @@ static int bit_width_of(int max_level) {
 }
 
 // v1 levels: a 4-byte length, then RLE-hybrid; returns bytes consumed
-static size_t read_v1_levels(const uint8_t* p, size_t size, int encoding, int max_level, int64_t n,
-                             uint8_t* out, const char* what) {
+static size_t read_v1_levels(const uint8_t* p, size_t size, int encoding, int max_level, int64_t n, uint8_t* out,
+                             const char* what) {
   if (encoding != kRle) parquet_fail("%s levels in unsupported encoding %s", what, encoding_name(encoding));
   if (size < 4) parquet_fail("%s levels: missing length prefix", what);
   uint32_t len = load_le32(p);
@@ -31,12 +31,13 @@ static void check_levels(const uint8_t* levels, int64_t n, int max_level, const 
     if (levels[i] > max_level) parquet_fail("%s level %d above the maximum %d", what, levels[i], max_level);
 }
 
-static void decode_values(int encoding, const LeafInfo& leaf, const ColumnValues* dict, const uint8_t* p,
-                          size_t size, int64_t n, ColumnValues& out) {
+static void decode_values(int encoding, const LeafInfo& leaf, const ColumnValues* dict, const uint8_t* p, size_t size,
+                          int64_t n, ColumnValues& out) {
   int type = leaf.type;
   switch (encoding) {
     case kPlain: decode_plain(type, leaf.type_length, p, size, n, out); return;
-    case kPlainDictionary: case kRleDictionary:
+    case kPlainDictionary:
+    case kRleDictionary:
       if (!dict) parquet_fail("dictionary-encoded page but no dictionary page before it");
       decode_dictionary(type, *dict, p, size, n, out);
       return;
@@ -78,13 +79,14 @@ ChunkBudget chunk_budget(int64_t row_group_bytes, int num_leaves) {
   ChunkBudget b;
   b.max_levels = std::min(lim.max_chunk_values,
                           (lim.levels_floor + saturating_mul(bytes, lim.levels_per_compressed_byte)) / share);
-  b.max_string_bytes = std::min(lim.max_chunk_output_bytes,
-                                (lim.string_bytes_floor + saturating_mul(bytes, lim.string_bytes_per_compressed_byte)) / share);
+  b.max_string_bytes = std::min(
+      lim.max_chunk_output_bytes,
+      (lim.string_bytes_floor + saturating_mul(bytes, lim.string_bytes_per_compressed_byte)) / share);
   return b;
 }
 
-ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& meta, const LeafInfo& leaf,
-                             int64_t rows, const ChunkBudget& budget) {
+ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& meta, const LeafInfo& leaf, int64_t rows,
+                             const ChunkBudget& budget) {
   const ParquetLimits& lim = parquet_limits();
   if (!meta.has_meta) parquet_fail("column chunk without metadata");
   if (meta.type != leaf.type)
@@ -94,8 +96,8 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
   if (meta.dictionary_page_offset > 0 && meta.dictionary_page_offset < start) start = meta.dictionary_page_offset;
   int64_t len = meta.total_compressed_size;
   if (start < 4 || len <= 0 || len > file_size || start > file_size - 8 - len)
-    parquet_fail("column chunk bytes [%lld, +%lld) outside the file (%lld bytes)", (long long)start,
-                 (long long)len, (long long)file_size);
+    parquet_fail("column chunk bytes [%lld, +%lld) outside the file (%lld bytes)", (long long)start, (long long)len,
+                 (long long)file_size);
   if (meta.num_values < 0 || meta.num_values > lim.max_chunk_values)
     parquet_fail("column chunk claims %lld values", (long long)meta.num_values);
   // checked before anything is decoded: levels per row, and levels per compressed byte
@@ -103,8 +105,10 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
     parquet_fail("column chunk holds %lld values for the row group's %lld rows", (long long)meta.num_values,
                  (long long)rows);
   if (meta.num_values > budget.max_levels)
-    parquet_fail("column chunk claims %lld values, more than the row group's bytes can hold (at most %lld for "
-                 "this column; corrupt or hostile file?)", (long long)meta.num_values, (long long)budget.max_levels);
+    parquet_fail(
+        "column chunk claims %lld values, more than the row group's bytes can hold (at most %lld for "
+        "this column; corrupt or hostile file?)",
+        (long long)meta.num_values, (long long)budget.max_levels);
 
   // per-thread scratch, reused call after call: fresh multi-MB buffers would cost a page
   // fault per 4 KiB on every chunk (about a tenth of the reading time on a text shard)
@@ -145,7 +149,8 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
       size_t page_n = (size_t)h.uncompressed_page_size;
       pos += raw_n;
       if (h.type != kDataPage && h.type != kDataPageV2 && h.type != kDictionaryPage) continue;  // index pages
-      if (!h.has_data_header) parquet_fail("%s page without its header", h.type == kDictionaryPage ? "dictionary" : "data");
+      if (!h.has_data_header)
+        parquet_fail("%s page without its header", h.type == kDictionaryPage ? "dictionary" : "data");
       if (h.num_values < 0 || h.num_values > lim.max_page_values || h.num_values > budget.max_levels)
         parquet_fail("page claims %d values", h.num_values);
       int64_t n = h.num_values;
@@ -177,9 +182,11 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
         dec.decompress(meta.codec, raw, raw_n, page, page_n);
         size_t off = 0;
         if (rep_max > 0)
-          off += read_v1_levels(page + off, page_n - off, h.rep_level_encoding, rep_max, n, out.rep.data() + old, "repetition");
+          off += read_v1_levels(page + off, page_n - off, h.rep_level_encoding, rep_max, n, out.rep.data() + old,
+                                "repetition");
         if (def_max > 0)
-          off += read_v1_levels(page + off, page_n - off, h.def_level_encoding, def_max, n, out.def.data() + old, "definition");
+          off += read_v1_levels(page + off, page_n - off, h.def_level_encoding, def_max, n, out.def.data() + old,
+                                "definition");
         values = page + off;
         values_n = page_n - off;
       } else {  // v2: levels first, never compressed; then the (maybe compressed) values
@@ -189,7 +196,8 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
           parquet_fail("level byte lengths %d + %d larger than the page", h.rep_levels_byte_length,
                        h.def_levels_byte_length);
         size_t levels_n = (size_t)h.rep_levels_byte_length + (size_t)h.def_levels_byte_length;
-        if (rep_max > 0) rle_hybrid_decode(raw, (size_t)h.rep_levels_byte_length, bit_width_of(rep_max), n, out.rep.data() + old);
+        if (rep_max > 0)
+          rle_hybrid_decode(raw, (size_t)h.rep_levels_byte_length, bit_width_of(rep_max), n, out.rep.data() + old);
         if (def_max > 0)
           rle_hybrid_decode(raw + h.rep_levels_byte_length, (size_t)h.def_levels_byte_length, bit_width_of(def_max), n,
                             out.def.data() + old);
@@ -214,7 +222,8 @@ ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& m
       decode_values(h.encoding, leaf, have_dict ? &dict : nullptr, values, values_n, non_null, out.values);
       out.num_levels += n;
     } catch (const ParquetError& e) {
-      throw ParquetError(strprintf("page %d at byte %lld: %s", page_index, (long long)(start + (int64_t)page_start), e.what()));
+      throw ParquetError(
+          strprintf("page %d at byte %lld: %s", page_index, (long long)(start + (int64_t)page_start), e.what()));
     }
   }
   return out;

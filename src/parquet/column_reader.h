@@ -32,8 +32,8 @@ ChunkBudget chunk_budget(int64_t row_group_bytes, int num_leaves);
 
 // `rows`: the row group's row count; a flat column has exactly one level per row, a
 // repeated one at least one
-ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& meta, const LeafInfo& leaf,
-                             int64_t rows, const ChunkBudget& budget);
+ColumnData read_column_chunk(int fd, int64_t file_size, const ColumnChunkMeta& meta, const LeafInfo& leaf, int64_t rows,
+                             const ChunkBudget& budget);
 
 // reads exactly n bytes at offset (retrying short reads); ParquetError otherwise
 void pread_exact(int fd, uint8_t* buf, size_t n, int64_t offset);

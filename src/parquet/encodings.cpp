@@ -18,8 +18,10 @@ void ColumnValues::add_string(const uint8_t* p, size_t n) {
   string_bytes += (int64_t)n;
   int64_t cap = std::min(max_string_bytes, parquet_limits().max_chunk_output_bytes);
   if (string_bytes > cap)
-    parquet_fail("column chunk decodes to more than %lld bytes of strings, more than its size can hold "
-                 "(corrupt or hostile file?)", (long long)cap);
+    parquet_fail(
+        "column chunk decodes to more than %lld bytes of strings, more than its size can hold "
+        "(corrupt or hostile file?)",
+        (long long)cap);
   strings.emplace_back((const char*)p, n);
 }
 
@@ -68,7 +70,7 @@ size_t rle_hybrid_decode(const uint8_t* data, size_t size, int bit_width, int64_
     uint64_t header = read_uleb(p, end);
     uint64_t count = header >> 1;
     int64_t left = n - done;
-    if (header & 1) {  // bit-packed: count groups of 8 values
+    if (header & 1) {                                                          // bit-packed: count groups of 8 values
       uint64_t values = count >= (uint64_t)left ? (uint64_t)left : count * 8;  // left < 2^31
       if (values > (uint64_t)left) values = (uint64_t)left;
       uint64_t need = (values * bit_width + 7) / 8;  // the last run may be cut short
@@ -95,8 +97,8 @@ template size_t rle_hybrid_decode<uint8_t>(const uint8_t*, size_t, int, int64_t,
 template size_t rle_hybrid_decode<uint32_t>(const uint8_t*, size_t, int, int64_t, uint32_t*);
 
 static void need_bytes(uint64_t need, size_t have, const char* what) {
-  if (need > have) parquet_fail("%s: page data too short (%llu bytes needed, %zu left)", what,
-                                (unsigned long long)need, have);
+  if (need > have)
+    parquet_fail("%s: page data too short (%llu bytes needed, %zu left)", what, (unsigned long long)need, have);
 }
 
 size_t decode_plain(int type, int type_length, const uint8_t* data, size_t size, int64_t n, ColumnValues& out) {
@@ -113,13 +115,18 @@ size_t decode_plain(int type, int type_length, const uint8_t* data, size_t size,
       for (int64_t i = 0; i < n; i++) out.ints.push_back((int32_t)load_le32(p + 4 * i));
       return (size_t)n * 4;
     }
-    case kInt64: case kDouble: {
+    case kInt64:
+    case kDouble: {
       need_bytes((uint64_t)n * 8, size, type == kInt64 ? "PLAIN INT64" : "PLAIN DOUBLE");
       for (int64_t i = 0; i < n; i++) {
         uint64_t v;
         std::memcpy(&v, p + 8 * i, 8);
         if (type == kInt64) out.ints.push_back((int64_t)v);
-        else { double d; std::memcpy(&d, &v, 8); out.doubles.push_back(d); }
+        else {
+          double d;
+          std::memcpy(&d, &v, 8);
+          out.doubles.push_back(d);
+        }
       }
       return (size_t)n * 8;
     }
@@ -137,13 +144,15 @@ size_t decode_plain(int type, int type_length, const uint8_t* data, size_t size,
         if (end - p < 4) parquet_fail("PLAIN BYTE_ARRAY: value %lld's length past the end of the page", (long long)i);
         uint32_t len = load_le32(p);
         p += 4;
-        if (len > (uint64_t)(end - p)) parquet_fail("PLAIN BYTE_ARRAY: value %lld (%u bytes) past the end of the page", (long long)i, len);
+        if (len > (uint64_t)(end - p))
+          parquet_fail("PLAIN BYTE_ARRAY: value %lld (%u bytes) past the end of the page", (long long)i, len);
         out.add_string(p, len);
         p += len;
       }
       return (size_t)(p - data);
     }
-    case kFixedLenByteArray: case kInt96: {
+    case kFixedLenByteArray:
+    case kInt96: {
       int64_t w = type == kInt96 ? 12 : type_length;
       if (w <= 0) parquet_fail("FIXED_LEN_BYTE_ARRAY with type_length %lld", (long long)w);
       need_bytes((uint64_t)n * (uint64_t)w, size, "PLAIN FIXED_LEN_BYTE_ARRAY");
@@ -163,7 +172,8 @@ void decode_dictionary(int type, const ColumnValues& dict, const uint8_t* data, 
   rle_hybrid_decode(data + 1, size - 1, bw, n, idx.data());
   int64_t dict_n = dict.size(type);
   for (uint32_t i : idx)
-    if ((int64_t)i >= dict_n) parquet_fail("dictionary index %u out of range (dictionary has %lld values)", i, (long long)dict_n);
+    if ((int64_t)i >= dict_n)
+      parquet_fail("dictionary index %u out of range (dictionary has %lld values)", i, (long long)dict_n);
   if (type == kFloat || type == kDouble) {
     for (uint32_t i : idx) out.doubles.push_back(dict.doubles[i]);
   } else if (type == kBoolean || type == kInt32 || type == kInt64) {
@@ -174,8 +184,10 @@ void decode_dictionary(int type, const ColumnValues& dict, const uint8_t* data, 
     for (uint32_t i : idx) bytes += (int64_t)dict.strings[i].size();
     int64_t cap = std::min(out.max_string_bytes, parquet_limits().max_chunk_output_bytes);
     if (bytes > cap - out.string_bytes)
-      parquet_fail("dictionary indices ask for %lld bytes of strings, more than the column chunk's size can hold "
-                   "(at most %lld; corrupt or hostile file?)", (long long)(out.string_bytes + bytes), (long long)cap);
+      parquet_fail(
+          "dictionary indices ask for %lld bytes of strings, more than the column chunk's size can hold "
+          "(at most %lld; corrupt or hostile file?)",
+          (long long)(out.string_bytes + bytes), (long long)cap);
     for (uint32_t i : idx) out.add_string((const uint8_t*)dict.strings[i].data(), dict.strings[i].size());
   }
 }
@@ -187,11 +199,12 @@ size_t decode_delta_binary_packed(const uint8_t* data, size_t size, int64_t n, s
   uint64_t miniblocks = read_uleb(p, end);
   uint64_t total = read_uleb(p, end);
   int64_t first = read_zigzag(p, end);
-  if (block_size == 0 || block_size % 128 || block_size > (1u << 16) || miniblocks == 0 ||
-      block_size % miniblocks || (block_size / miniblocks) % 32)
+  if (block_size == 0 || block_size % 128 || block_size > (1u << 16) || miniblocks == 0 || block_size % miniblocks ||
+      (block_size / miniblocks) % 32)
     parquet_fail("DELTA_BINARY_PACKED: bad block size %llu / %llu miniblocks", (unsigned long long)block_size,
                  (unsigned long long)miniblocks);
-  if (total != (uint64_t)n) parquet_fail("DELTA_BINARY_PACKED: %llu values, page needs %lld", (unsigned long long)total, (long long)n);
+  if (total != (uint64_t)n)
+    parquet_fail("DELTA_BINARY_PACKED: %llu values, page needs %lld", (unsigned long long)total, (long long)n);
   if (n == 0) return (size_t)(p - data);
   uint64_t per_mini = block_size / miniblocks;
   std::vector<uint64_t> deltas(per_mini);
@@ -259,8 +272,10 @@ void decode_delta_byte_array(const uint8_t* data, size_t size, int64_t n, Column
 
 void decode_byte_stream_split(int type, int type_length, const uint8_t* data, size_t size, int64_t n,
                               ColumnValues& out) {
-  int w = type == kFloat || type == kInt32 ? 4 : type == kDouble || type == kInt64 ? 8
-          : type == kFixedLenByteArray ? type_length : 0;
+  int w = type == kFloat || type == kInt32    ? 4
+          : type == kDouble || type == kInt64 ? 8
+          : type == kFixedLenByteArray        ? type_length
+                                              : 0;
   if (w <= 0) parquet_fail("BYTE_STREAM_SPLIT on an unsupported type");
   need_bytes((uint64_t)n * (uint64_t)w, size, "BYTE_STREAM_SPLIT");
   // byte k of value i lives in stream k at position i; regather into PLAIN order

@@ -13,10 +13,10 @@ namespace nanochat {
 
 // the non-null values of a column chunk, in one vector chosen by physical type
 struct ColumnValues {
-  std::vector<std::string> strings;  // BYTE_ARRAY, FIXED_LEN_BYTE_ARRAY, INT96 (raw bytes)
-  std::vector<int64_t> ints;         // BOOLEAN (0/1), INT32, INT64
-  std::vector<double> doubles;       // FLOAT, DOUBLE
-  int64_t string_bytes = 0;          // total bytes in `strings`, capped by ParquetLimits
+  std::vector<std::string> strings;      // BYTE_ARRAY, FIXED_LEN_BYTE_ARRAY, INT96 (raw bytes)
+  std::vector<int64_t> ints;             // BOOLEAN (0/1), INT32, INT64
+  std::vector<double> doubles;           // FLOAT, DOUBLE
+  int64_t string_bytes = 0;              // total bytes in `strings`, capped by ParquetLimits
   int64_t max_string_bytes = INT64_MAX;  // and by what the chunk's bytes can hold (ChunkBudget)
   int64_t size(int type) const;
   void add_string(const uint8_t* p, size_t n);

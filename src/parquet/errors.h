@@ -24,7 +24,7 @@ struct ParquetLimits {
   int64_t max_chunk_output_bytes = int64_t(8) << 30;  // decoded string bytes of one chunk
   int64_t levels_floor = int64_t(1) << 20;            // per row group
   int64_t levels_per_compressed_byte = 1024;
-  int64_t string_bytes_floor = int64_t(256) << 20;    // per row group
+  int64_t string_bytes_floor = int64_t(256) << 20;  // per row group
   int64_t string_bytes_per_compressed_byte = 32768;
 };
 ParquetLimits& parquet_limits();  // process-wide; set once before reading, then read-only

@@ -3,8 +3,8 @@
 namespace nanochat {
 
 const char* physical_type_name(int type) {
-  static const char* names[] = {"BOOLEAN", "INT32", "INT64", "INT96", "FLOAT", "DOUBLE", "BYTE_ARRAY",
-                                "FIXED_LEN_BYTE_ARRAY"};
+  static const char* names[] = {"BOOLEAN", "INT32",  "INT64",      "INT96",
+                                "FLOAT",   "DOUBLE", "BYTE_ARRAY", "FIXED_LEN_BYTE_ARRAY"};
   return type >= 0 && type < 8 ? names[type] : "GROUP";
 }
 
@@ -14,17 +14,17 @@ const char* codec_name(int codec) {
 }
 
 const char* encoding_name(int encoding) {
-  static const char* names[] = {"PLAIN", "GROUP_VAR_INT", "PLAIN_DICTIONARY", "RLE", "BIT_PACKED",
-                                "DELTA_BINARY_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY",
+  static const char* names[] = {"PLAIN",          "GROUP_VAR_INT",       "PLAIN_DICTIONARY",        "RLE",
+                                "BIT_PACKED",     "DELTA_BINARY_PACKED", "DELTA_LENGTH_BYTE_ARRAY", "DELTA_BYTE_ARRAY",
                                 "RLE_DICTIONARY", "BYTE_STREAM_SPLIT"};
   return encoding >= 0 && encoding < 10 ? names[encoding] : "UNKNOWN_ENCODING";
 }
 
 // LogicalType is a union: the id of the one field present names the type
 static void read_logical_type(ThriftReader& r, SchemaElement& e) {
-  static const char* names[] = {"", "STRING", "MAP", "LIST", "ENUM", "DECIMAL", "DATE", "TIME", "TIMESTAMP",
-                                "", "INTEGER", "NULL", "JSON", "BSON", "UUID", "FLOAT16", "VARIANT",
-                                "GEOMETRY", "GEOGRAPHY"};
+  static const char* names[] = {"",     "STRING",    "MAP",     "LIST",     "ENUM",     "DECIMAL", "DATE",
+                                "TIME", "TIMESTAMP", "",        "INTEGER",  "NULL",     "JSON",    "BSON",
+                                "UUID", "FLOAT16",   "VARIANT", "GEOMETRY", "GEOGRAPHY"};
   thrift_read_struct(r, [&](ThriftReader& r, int16_t id, uint8_t type) {
     if (id > 0 && id < 19) e.logical_type = names[id];
     if (id == 10 && type == kThriftStruct) {  // IntType {1: i8 bitWidth, 2: bool isSigned}
@@ -46,19 +46,26 @@ static SchemaElement read_schema_element(ThriftReader& r) {
       case 1: e.type = r.read_i32(type); return true;
       case 2: e.type_length = r.read_i32(type); return true;
       case 3: e.repetition = r.read_i32(type); return true;
-      case 4: if (type != kThriftBinary) return false; e.name = r.read_binary(); return true;
+      case 4:
+        if (type != kThriftBinary) return false;
+        e.name = r.read_binary();
+        return true;
       case 5: e.num_children = r.read_i32(type); return true;
       case 6: e.converted_type = r.read_i32(type); return true;
-      case 10: if (type != kThriftStruct) return false; read_logical_type(r, e); return true;
+      case 10:
+        if (type != kThriftStruct) return false;
+        read_logical_type(r, e);
+        return true;
       default: return false;
     }
   });
   if (e.repetition < kRequired || e.repetition > kRepeated) r.corrupt("bad repetition type");
   if (e.num_children < 0) r.corrupt("negative num_children");
   if (e.logical_type.empty() && e.converted_type >= 0) {  // files from older writers carry only this
-    static const char* names[] = {"STRING", "MAP", "", "LIST", "ENUM", "DECIMAL", "DATE", "TIME", "TIME",
-                                  "TIMESTAMP", "TIMESTAMP", "INTEGER", "INTEGER", "INTEGER", "INTEGER",
-                                  "INTEGER", "INTEGER", "INTEGER", "INTEGER", "JSON", "BSON", "INTERVAL"};
+    static const char* names[] = {"STRING",  "MAP",     "",        "LIST",      "ENUM",      "DECIMAL",
+                                  "DATE",    "TIME",    "TIME",    "TIMESTAMP", "TIMESTAMP", "INTEGER",
+                                  "INTEGER", "INTEGER", "INTEGER", "INTEGER",   "INTEGER",   "INTEGER",
+                                  "INTEGER", "JSON",    "BSON",    "INTERVAL"};
     if (e.converted_type < 22) e.logical_type = names[e.converted_type];
     e.logical_unsigned = e.converted_type >= kConvUint8 && e.converted_type <= kConvUint64;
   }
@@ -81,8 +88,12 @@ static ColumnChunkMeta read_column_meta(ThriftReader& r) {
   thrift_read_struct(r, [&](ThriftReader& r, int16_t id, uint8_t type) {
     switch (id) {
       case 1: m.type = r.read_i32(type); return true;
-      case 2: read_list(r, type, kThriftI32, [&](ThriftReader& r) { m.encodings.push_back(r.read_i32(kThriftI32)); }); return true;
-      case 3: read_list(r, type, kThriftBinary, [&](ThriftReader& r) { m.path.push_back(r.read_binary()); }); return true;
+      case 2:
+        read_list(r, type, kThriftI32, [&](ThriftReader& r) { m.encodings.push_back(r.read_i32(kThriftI32)); });
+        return true;
+      case 3:
+        read_list(r, type, kThriftBinary, [&](ThriftReader& r) { m.path.push_back(r.read_binary()); });
+        return true;
       case 4: m.codec = r.read_i32(type); return true;
       case 5: m.num_values = r.read_int(type); return true;
       case 6: m.total_uncompressed_size = r.read_int(type); return true;
@@ -99,8 +110,14 @@ static ColumnChunkMeta read_column_chunk(ThriftReader& r) {
   ColumnChunkMeta m;
   bool external = false;
   thrift_read_struct(r, [&](ThriftReader& r, int16_t id, uint8_t type) {
-    if (id == 1 && type == kThriftBinary) { external = !r.read_binary().empty(); return true; }
-    if (id == 3 && type == kThriftStruct) { m = read_column_meta(r); return true; }
+    if (id == 1 && type == kThriftBinary) {
+      external = !r.read_binary().empty();
+      return true;
+    }
+    if (id == 3 && type == kThriftStruct) {
+      m = read_column_meta(r);
+      return true;
+    }
     return false;
   });
   if (external) parquet_fail("column chunk stored in another file (file_path set): not supported");
@@ -111,7 +128,9 @@ static RowGroupMeta read_row_group(ThriftReader& r) {
   RowGroupMeta g;
   thrift_read_struct(r, [&](ThriftReader& r, int16_t id, uint8_t type) {
     switch (id) {
-      case 1: read_list(r, type, kThriftStruct, [&](ThriftReader& r) { g.columns.push_back(read_column_chunk(r)); }); return true;
+      case 1:
+        read_list(r, type, kThriftStruct, [&](ThriftReader& r) { g.columns.push_back(read_column_chunk(r)); });
+        return true;
       case 2: g.total_byte_size = r.read_int(type); return true;
       case 3: g.num_rows = r.read_int(type); return true;
       default: return false;
@@ -126,10 +145,17 @@ FileMeta parse_file_meta(const uint8_t* data, size_t n) {
   thrift_read_struct(r, [&](ThriftReader& r, int16_t id, uint8_t type) {
     switch (id) {
       case 1: f.version = r.read_i32(type); return true;
-      case 2: read_list(r, type, kThriftStruct, [&](ThriftReader& r) { f.schema.push_back(read_schema_element(r)); }); return true;
+      case 2:
+        read_list(r, type, kThriftStruct, [&](ThriftReader& r) { f.schema.push_back(read_schema_element(r)); });
+        return true;
       case 3: f.num_rows = r.read_int(type); return true;
-      case 4: read_list(r, type, kThriftStruct, [&](ThriftReader& r) { f.row_groups.push_back(read_row_group(r)); }); return true;
-      case 6: if (type != kThriftBinary) return false; f.created_by = r.read_binary(); return true;
+      case 4:
+        read_list(r, type, kThriftStruct, [&](ThriftReader& r) { f.row_groups.push_back(read_row_group(r)); });
+        return true;
+      case 6:
+        if (type != kThriftBinary) return false;
+        f.created_by = r.read_binary();
+        return true;
       default: return false;
     }
   });

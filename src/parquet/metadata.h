@@ -11,17 +11,43 @@
 
 namespace nanochat {
 
-enum PhysicalType { kBoolean = 0, kInt32 = 1, kInt64 = 2, kInt96 = 3, kFloat = 4, kDouble = 5,
-                    kByteArray = 6, kFixedLenByteArray = 7 };
+enum PhysicalType {
+  kBoolean = 0,
+  kInt32 = 1,
+  kInt64 = 2,
+  kInt96 = 3,
+  kFloat = 4,
+  kDouble = 5,
+  kByteArray = 6,
+  kFixedLenByteArray = 7
+};
 enum Repetition { kRequired = 0, kOptional = 1, kRepeated = 2 };
-enum Codec { kUncompressed = 0, kSnappy = 1, kGzip = 2, kLzo = 3, kBrotli = 4, kLz4 = 5, kZstd = 6,
-             kLz4Raw = 7 };
-enum Encoding { kPlain = 0, kPlainDictionary = 2, kRle = 3, kBitPacked = 4, kDeltaBinaryPacked = 5,
-                kDeltaLengthByteArray = 6, kDeltaByteArray = 7, kRleDictionary = 8, kByteStreamSplit = 9 };
+enum Codec { kUncompressed = 0, kSnappy = 1, kGzip = 2, kLzo = 3, kBrotli = 4, kLz4 = 5, kZstd = 6, kLz4Raw = 7 };
+enum Encoding {
+  kPlain = 0,
+  kPlainDictionary = 2,
+  kRle = 3,
+  kBitPacked = 4,
+  kDeltaBinaryPacked = 5,
+  kDeltaLengthByteArray = 6,
+  kDeltaByteArray = 7,
+  kRleDictionary = 8,
+  kByteStreamSplit = 9
+};
 enum PageType { kDataPage = 0, kIndexPage = 1, kDictionaryPage = 2, kDataPageV2 = 3 };
 // ConvertedType values this reader looks at
-enum ConvertedType { kConvUtf8 = 0, kConvMap = 1, kConvMapKeyValue = 2, kConvList = 3, kConvEnum = 4,
-                     kConvUint8 = 11, kConvUint16 = 12, kConvUint32 = 13, kConvUint64 = 14, kConvJson = 19 };
+enum ConvertedType {
+  kConvUtf8 = 0,
+  kConvMap = 1,
+  kConvMapKeyValue = 2,
+  kConvList = 3,
+  kConvEnum = 4,
+  kConvUint8 = 11,
+  kConvUint16 = 12,
+  kConvUint32 = 13,
+  kConvUint64 = 14,
+  kConvJson = 19
+};
 
 struct SchemaElement {
   int type = -1;  // PhysicalType, -1 for a group
@@ -30,7 +56,7 @@ struct SchemaElement {
   std::string name;
   int num_children = 0;
   int converted_type = -1;
-  std::string logical_type;  // "STRING", "LIST", "MAP", "INTEGER", ... or ""
+  std::string logical_type;       // "STRING", "LIST", "MAP", "INTEGER", ... or ""
   bool logical_unsigned = false;  // INTEGER(isSigned=false)
 };
 
@@ -63,8 +89,8 @@ struct PageHeader {
   int32_t uncompressed_page_size = -1, compressed_page_size = -1;
   int32_t num_values = -1;  // data (v1/v2) and dictionary pages
   int encoding = -1;
-  int def_level_encoding = kRle, rep_level_encoding = kRle;  // v1
-  int32_t num_nulls = 0, num_rows = 0;                       // v2
+  int def_level_encoding = kRle, rep_level_encoding = kRle;        // v1
+  int32_t num_nulls = 0, num_rows = 0;                             // v2
   int32_t def_levels_byte_length = 0, rep_levels_byte_length = 0;  // v2
   bool is_compressed = true;                                       // v2
   bool has_data_header = false;

@@ -43,7 +43,8 @@ void pread_exact(int fd, uint8_t* buf, size_t n, int64_t offset) {
     ssize_t got = pread(fd, buf, n, (off_t)offset);
     if (got < 0 && errno == EINTR) continue;
     if (got < 0) parquet_fail("read failed at byte %lld: %s", (long long)offset, std::strerror(errno));
-    if (got == 0) parquet_fail("file ends at byte %lld, before the data it should hold (truncated?)", (long long)offset);
+    if (got == 0)
+      parquet_fail("file ends at byte %lld, before the data it should hold (truncated?)", (long long)offset);
     buf += got;
     n -= (size_t)got;
     offset += got;
@@ -112,7 +113,7 @@ void ParquetFile::Impl::open_and_parse() {
       out.codecs.push_back(codec_name(m.codec));
       out.column_compressed_bytes.push_back(m.total_compressed_size);
       out.column_uncompressed_bytes.push_back(m.total_uncompressed_size);
-      out.compressed_bytes = add_saturating(out.compressed_bytes, m.total_compressed_size);  // footer values:
+      out.compressed_bytes = add_saturating(out.compressed_bytes, m.total_compressed_size);        // footer values:
       out.uncompressed_bytes = add_saturating(out.uncompressed_bytes, m.total_uncompressed_size);  // unchecked yet
     }
     row_groups.push_back(out);
@@ -134,9 +135,9 @@ LeafInfo ParquetFile::Impl::leaf_info(int leaf) const {
 ColumnData ParquetFile::Impl::read_leaf(int row_group, int leaf) const {
   try {
     const ColumnChunkMeta& m = meta.row_groups[(size_t)row_group].columns[(size_t)leaf];
-    return read_column_chunk(fd, file_size, m, leaf_info(leaf), row_groups[(size_t)row_group].num_rows,
-                             chunk_budget(std::min(row_groups[(size_t)row_group].compressed_bytes, file_size),
-                                          (int)columns.size()));
+    return read_column_chunk(
+        fd, file_size, m, leaf_info(leaf), row_groups[(size_t)row_group].num_rows,
+        chunk_budget(std::min(row_groups[(size_t)row_group].compressed_bytes, file_size), (int)columns.size()));
   } catch (const ParquetError& e) {
     throw ParquetError(strprintf("%s: row group %d, column '%s': %s", path.c_str(), row_group,
                                  columns[(size_t)leaf].path.c_str(), e.what()));
@@ -177,7 +178,8 @@ const std::string& ParquetFile::created_by() const { return impl_->meta.created_
 
 const ParquetRowGroup& ParquetFile::row_group(int index) const {
   if (index < 0 || index >= num_row_groups())
-    throw ParquetError(strprintf("%s: no row group %d (the file has %d)", impl_->path.c_str(), index, num_row_groups()));
+    throw ParquetError(
+        strprintf("%s: no row group %d (the file has %d)", impl_->path.c_str(), index, num_row_groups()));
   return impl_->row_groups[(size_t)index];
 }
 
@@ -210,8 +212,7 @@ std::vector<std::string> ParquetFile::read_column_strings(int rg, const std::str
     }
     if (n.element.type == kByteArray || n.element.type == kFixedLenByteArray || n.element.type == kInt96)
       out[(size_t)i] = std::move(d.values.strings[(size_t)v++]);
-    else
-      out[(size_t)i] = leaf_value_string(n.element, d.values, v++);
+    else out[(size_t)i] = leaf_value_string(n.element, d.values, v++);
   }
   return out;
 }

@@ -7,8 +7,7 @@ namespace nanochat {
 static const int kMaxSchemaDepth = 32;
 
 // consumes the subtree starting at elements[*next]; returns its node index
-static int build_node(const std::vector<SchemaElement>& elements, size_t* next, int parent, int depth,
-                      Schema& s) {
+static int build_node(const std::vector<SchemaElement>& elements, size_t* next, int parent, int depth, Schema& s) {
   if (depth > kMaxSchemaDepth) parquet_fail("schema nested deeper than %d levels", kMaxSchemaDepth);
   if (*next >= elements.size()) parquet_fail("schema ends in the middle of a group");
   const SchemaElement& e = elements[(*next)++];
@@ -26,7 +25,8 @@ static int build_node(const std::vector<SchemaElement>& elements, size_t* next, 
   }
   if (e.num_children == 0) {
     if (parent < 0) parquet_fail("schema has no columns");
-    if (e.type < 0 || e.type > kFixedLenByteArray) parquet_fail("schema element '%s' has no valid physical type", e.name.c_str());
+    if (e.type < 0 || e.type > kFixedLenByteArray)
+      parquet_fail("schema element '%s' has no valid physical type", e.name.c_str());
     int leaf = (int)s.leaf_nodes.size();
     s.leaf_nodes.push_back(index);
     s.nodes[(size_t)index].leaf = leaf;
@@ -34,7 +34,8 @@ static int build_node(const std::vector<SchemaElement>& elements, size_t* next, 
     return index;
   }
   // each child takes at least one element, so this can't run past the list
-  if ((size_t)e.num_children > elements.size() - *next) parquet_fail("schema group '%s' claims %d children", e.name.c_str(), e.num_children);
+  if ((size_t)e.num_children > elements.size() - *next)
+    parquet_fail("schema group '%s' claims %d children", e.name.c_str(), e.num_children);
   for (int c = 0; c < e.num_children; c++) {
     int child = build_node(elements, next, index, depth + 1, s);
     s.nodes[(size_t)index].children.push_back(child);

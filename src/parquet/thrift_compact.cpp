@@ -40,7 +40,9 @@ int64_t ThriftReader::read_int(uint8_t type) {
     case kThriftTrue: return 1;
     case kThriftFalse: return 0;
     case kThriftByte: return (int8_t)read_byte();
-    case kThriftI16: case kThriftI32: case kThriftI64: return read_zigzag();
+    case kThriftI16:
+    case kThriftI32:
+    case kThriftI64: return read_zigzag();
     default: corrupt("expected an integer field");
   }
 }
@@ -73,16 +75,20 @@ int64_t ThriftReader::read_list_begin(uint8_t* elem_type) {
 
 void ThriftReader::skip(uint8_t type) {
   switch (type) {
-    case kThriftTrue: case kThriftFalse: return;
+    case kThriftTrue:
+    case kThriftFalse: return;
     case kThriftByte: read_byte(); return;
-    case kThriftI16: case kThriftI32: case kThriftI64: read_varint(); return;
+    case kThriftI16:
+    case kThriftI32:
+    case kThriftI64: read_varint(); return;
     case kThriftDouble:
       if (end - p < 8) corrupt("unexpected end");
       p += 8;
       return;
     case kThriftBinary: skip_binary(); return;
     case kThriftStruct: thrift_read_struct(*this, [](ThriftReader&, int16_t, uint8_t) { return false; }); return;
-    case kThriftList: case kThriftSet: {
+    case kThriftList:
+    case kThriftSet: {
       if (++depth > kMaxDepth) corrupt("lists nested too deeply");
       uint8_t et;
       int64_t n = read_list_begin(&et);

@@ -13,9 +13,19 @@ namespace nanochat {
 
 // compact-protocol wire types
 enum ThriftType : uint8_t {
-  kThriftStop = 0, kThriftTrue = 1, kThriftFalse = 2, kThriftByte = 3, kThriftI16 = 4,
-  kThriftI32 = 5, kThriftI64 = 6, kThriftDouble = 7, kThriftBinary = 8, kThriftList = 9,
-  kThriftSet = 10, kThriftMap = 11, kThriftStruct = 12
+  kThriftStop = 0,
+  kThriftTrue = 1,
+  kThriftFalse = 2,
+  kThriftByte = 3,
+  kThriftI16 = 4,
+  kThriftI32 = 5,
+  kThriftI64 = 6,
+  kThriftDouble = 7,
+  kThriftBinary = 8,
+  kThriftList = 9,
+  kThriftSet = 10,
+  kThriftMap = 11,
+  kThriftStruct = 12
 };
 
 struct ThriftReader {
@@ -33,7 +43,10 @@ struct ThriftReader {
   [[noreturn]] void corrupt(const char* what) const;
 
   uint64_t read_varint();
-  int64_t read_zigzag() { uint64_t v = read_varint(); return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
+  int64_t read_zigzag() {
+    uint64_t v = read_varint();
+    return (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+  }
   uint8_t read_byte();
   std::string read_binary();
   void skip_binary();

@@ -21,11 +21,11 @@ namespace nanochat {
 namespace {
 
 // the stages' sections, in report order
-const char* kSectionFiles[] = {"tokenizer-training.md",    "tokenizer-evaluation.md", "base-model-training.md",
-                               "base-model-loss.md",       "base-model-evaluation.md", "chat-sft.md",
-                               "chat-evaluation-sft.md",   "chat-rl.md",               "chat-evaluation-rl.md",
+const char* kSectionFiles[] = {"tokenizer-training.md", "tokenizer-evaluation.md", "base-model-training.md",
+                               "base-model-loss.md", "base-model-evaluation.md", "chat-sft.md",
+                               "chat-evaluation-sft.md", "chat-rl.md", "chat-evaluation-rl.md",
                                // studies over many base runs (scaling-fit), not stages of one run
-                               "miniseries.md",            "scaling-laws.md"};
+                               "miniseries.md", "scaling-laws.md"};
 
 std::string now_timestamp() {
   std::time_t t = std::time(nullptr);
@@ -68,7 +68,9 @@ std::map<std::string, std::string> extract(const std::string& section, const std
   return out;
 }
 
-std::string pad(const std::string& s, size_t width) { return s.size() >= width ? s : s + std::string(width - s.size(), ' '); }
+std::string pad(const std::string& s, size_t width) {
+  return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+}
 
 std::string value_text(const nlohmann::ordered_json& v) {
   if (v.is_number_float()) return strprintf("%.4f", v.get<double>());
@@ -133,7 +135,7 @@ std::string header_text() {
     const double rate = name.find("H100") != std::string::npos   ? 3.00
                         : name.find("A100") != std::string::npos ? 1.79
                         : name.find("V100") != std::string::npos ? 0.55
-                                                                  : 2.00;
+                                                                 : 2.00;
     h += strprintf("- Hourly Rate: $%.2f/hour\n", rate * (double)gpus.size());
   }
   h += "\n### Software\n";
@@ -279,7 +281,8 @@ std::string report_format_summary(const std::string& header,
   const int64_t start_time = find_timestamp(header, "Run started:");
   if (start_time >= 0 && end_time >= 0) {
     const int64_t seconds = end_time - start_time;
-    out += strprintf("Total wall clock time: %lldh%lldm\n", (long long)(seconds / 3600), (long long)(seconds % 3600 / 60));
+    out += strprintf("Total wall clock time: %lldh%lldm\n", (long long)(seconds / 3600),
+                     (long long)(seconds % 3600 / 60));
   } else {
     out += "Total wall clock time: unknown\n";
   }

@@ -78,7 +78,8 @@ Axis linear_axis(double mn, double mx) {
   const double biggest = std::max(std::fabs(a.lo), std::fabs(a.hi));
   const bool fixed = biggest < 1e6 && step >= 1e-4;
   const int decimals = std::max(0, (int)-std::floor(std::log10(step) + 1e-9));
-  const int significant = std::clamp((int)(std::floor(std::log10(biggest)) - std::floor(std::log10(step) + 1e-9)) + 1, 1, 12);
+  const int significant = std::clamp((int)(std::floor(std::log10(biggest)) - std::floor(std::log10(step) + 1e-9)) + 1,
+                                     1, 12);
   for (double k = k0; k <= k1 + 0.5; k += 1) {
     double v = k * step;
     if (std::fabs(v) < step * 1e-9) v = 0;  // no "-0"
@@ -102,8 +103,8 @@ Axis log_axis(double mn, double mx) {
   a.hi = std::pow(10.0, l1 + pad);
   const int d0 = (int)std::floor(l0 - pad) - 1, d1 = (int)std::ceil(l1 + pad);
   const int stride = std::max(1, (d1 - d0) / 8);
-  for (const std::vector<double>& mult : {std::vector<double>{1}, std::vector<double>{1, 2, 5},
-                                          std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
+  for (const std::vector<double>& mult :
+       {std::vector<double>{1}, std::vector<double>{1, 2, 5}, std::vector<double>{1, 2, 3, 4, 5, 6, 7, 8, 9}}) {
     a.ticks.clear();
     for (int d = d0; d <= d1; d++) {
       if (mult.size() == 1 && d % stride != 0) continue;
@@ -218,29 +219,35 @@ std::string chart_render_svg(const Chart& chart) {
       (int)W, (int)H, (int)W, (int)H);
   o += "<title>" + xml_escape(chart.title) + "</title>\n";
   o += strprintf("<rect width=\"%d\" height=\"%d\" fill=\"#ffffff\"/>\n", (int)W, (int)H);
-  o += "<text class=\"title\" x=\"" + num(W / 2) + "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\" font-weight=\"bold\">" +
-       xml_escape(chart.title) + "</text>\n";
+  o += "<text class=\"title\" x=\"" + num(W / 2) +
+       "\" y=\"20\" text-anchor=\"middle\" font-size=\"14\" font-weight=\"bold\">" + xml_escape(chart.title) +
+       "</text>\n";
 
   // grid, ticks and their labels
   o += "<g class=\"axes\" stroke=\"#dddddd\" stroke-width=\"1\">\n";
   for (const auto& [v, label] : ax.ticks)
-    o += "<line x1=\"" + num(sx(v)) + "\" y1=\"" + num(py0) + "\" x2=\"" + num(sx(v)) + "\" y2=\"" + num(py1) + "\"/>\n";
+    o += "<line x1=\"" + num(sx(v)) + "\" y1=\"" + num(py0) + "\" x2=\"" + num(sx(v)) + "\" y2=\"" + num(py1) +
+         "\"/>\n";
   for (const auto& [v, label] : ay.ticks)
-    o += "<line x1=\"" + num(px0) + "\" y1=\"" + num(sy(v)) + "\" x2=\"" + num(px1) + "\" y2=\"" + num(sy(v)) + "\"/>\n";
+    o += "<line x1=\"" + num(px0) + "\" y1=\"" + num(sy(v)) + "\" x2=\"" + num(px1) + "\" y2=\"" + num(sy(v)) +
+         "\"/>\n";
   o += "</g>\n";
-  o += "<rect x=\"" + num(px0) + "\" y=\"" + num(py1) + "\" width=\"" + num(px1 - px0) + "\" height=\"" + num(py0 - py1) +
-       "\" fill=\"none\" stroke=\"#333333\"/>\n";
+  o += "<rect x=\"" + num(px0) + "\" y=\"" + num(py1) + "\" width=\"" + num(px1 - px0) + "\" height=\"" +
+       num(py0 - py1) + "\" fill=\"none\" stroke=\"#333333\"/>\n";
   o += "<g class=\"ticks\" fill=\"#333333\">\n";
   for (const auto& [v, label] : ax.ticks)
-    o += "<text x=\"" + num(sx(v)) + "\" y=\"" + num(py0 + 15) + "\" text-anchor=\"middle\">" + xml_escape(label) + "</text>\n";
+    o += "<text x=\"" + num(sx(v)) + "\" y=\"" + num(py0 + 15) + "\" text-anchor=\"middle\">" + xml_escape(label) +
+         "</text>\n";
   for (const auto& [v, label] : ay.ticks)
-    o += "<text x=\"" + num(px0 - 5) + "\" y=\"" + num(sy(v) + 4) + "\" text-anchor=\"end\">" + xml_escape(label) + "</text>\n";
+    o += "<text x=\"" + num(px0 - 5) + "\" y=\"" + num(sy(v) + 4) + "\" text-anchor=\"end\">" + xml_escape(label) +
+         "</text>\n";
   o += "</g>\n";
-  o += "<text class=\"xlabel\" x=\"" + num((px0 + px1) / 2) + "\" y=\"" + num(H - 12) + "\" text-anchor=\"middle\" font-size=\"12\">" +
-       xml_escape(chart.x_label + (chart.x_log ? " (log)" : "")) + "</text>\n";
-  o += "<text class=\"ylabel\" transform=\"translate(16," + num((py0 + py1) / 2) +
-       ") rotate(-90)\" text-anchor=\"middle\" font-size=\"12\">" + xml_escape(chart.y_label + (chart.y_log ? " (log)" : "")) +
+  o += "<text class=\"xlabel\" x=\"" + num((px0 + px1) / 2) + "\" y=\"" + num(H - 12) +
+       "\" text-anchor=\"middle\" font-size=\"12\">" + xml_escape(chart.x_label + (chart.x_log ? " (log)" : "")) +
        "</text>\n";
+  o += "<text class=\"ylabel\" transform=\"translate(16," + num((py0 + py1) / 2) +
+       ") rotate(-90)\" text-anchor=\"middle\" font-size=\"12\">" +
+       xml_escape(chart.y_label + (chart.y_log ? " (log)" : "")) + "</text>\n";
   if (empty)
     o += "<text class=\"nodata\" x=\"" + num((px0 + px1) / 2) + "\" y=\"" + num((py0 + py1) / 2) +
          "\" text-anchor=\"middle\" fill=\"#888888\">no data</text>\n";
@@ -267,7 +274,8 @@ std::string chart_render_svg(const Chart& chart) {
            (s.kind == ChartKind::fit ? " stroke-dasharray=\"6,4\"" : "") + "/>\n";
       if (s.kind == ChartKind::line && pts.size() <= 60)
         for (const auto& [x, y] : pts)
-          o += "<circle class=\"mk\" cx=\"" + num(sx(x)) + "\" cy=\"" + num(sy(y)) + "\" r=\"2.5\" fill=\"" + color + "\"/>\n";
+          o += "<circle class=\"mk\" cx=\"" + num(sx(x)) + "\" cy=\"" + num(sy(y)) + "\" r=\"2.5\" fill=\"" + color +
+               "\"/>\n";
     } else {
       for (const auto& [x, y] : pts)
         o += "<circle class=\"pt\" cx=\"" + num(sx(x)) + "\" cy=\"" + num(sy(y)) + "\" r=\"4\" fill=\"" + color +
@@ -293,10 +301,11 @@ std::string chart_render_svg(const Chart& chart) {
       const ChartSeries& s = chart.series[named[k]];
       const double y = ly + 14 + 16 * (double)k;
       if (s.kind == ChartKind::points)
-        o += "<circle cx=\"" + num(lx + 14) + "\" cy=\"" + num(y - 4) + "\" r=\"4\" fill=\"" + colors[named[k]] + "\"/>\n";
+        o += "<circle cx=\"" + num(lx + 14) + "\" cy=\"" + num(y - 4) + "\" r=\"4\" fill=\"" + colors[named[k]] +
+             "\"/>\n";
       else
-        o += "<line x1=\"" + num(lx + 5) + "\" y1=\"" + num(y - 4) + "\" x2=\"" + num(lx + 23) + "\" y2=\"" + num(y - 4) +
-             "\" stroke=\"" + colors[named[k]] + "\" stroke-width=\"2\"" +
+        o += "<line x1=\"" + num(lx + 5) + "\" y1=\"" + num(y - 4) + "\" x2=\"" + num(lx + 23) + "\" y2=\"" +
+             num(y - 4) + "\" stroke=\"" + colors[named[k]] + "\" stroke-width=\"2\"" +
              (s.kind == ChartKind::fit ? " stroke-dasharray=\"4,3\"" : "") + "/>\n";
       o += "<text x=\"" + num(lx + 28) + "\" y=\"" + num(y) + "\">" + xml_escape(s.name) + "</text>\n";
     }

@@ -19,8 +19,8 @@ RlRollout rl_rollout_batch(const std::vector<std::vector<int32_t>>& sequences,
     fail("RL: %lld sequences, %zu masks and %zu rewards", (long long)n, masks.size(), rewards.size());
   size_t longest = 0;
   for (int64_t i = 0; i < n; i++) {
-    if (masks[i].size() != sequences[i].size()) fail("RL: sample %lld has %zu tokens but %zu mask entries",
-                                                     (long long)i, sequences[i].size(), masks[i].size());
+    if (masks[i].size() != sequences[i].size())
+      fail("RL: sample %lld has %zu tokens but %zu mask entries", (long long)i, sequences[i].size(), masks[i].size());
     longest = std::max(longest, sequences[i].size());
   }
   if (longest < 2) fail("RL: every sample is shorter than 2 tokens");

@@ -18,9 +18,9 @@ void add_line(Chart& chart, const std::string& points_name, const std::vector<do
               const ScalingLine& line, const std::string& y_symbol, const std::string& x_symbol) {
   chart.series.push_back(chart_points(points_name, x, y));
   if (line.points > 0)
-    chart.series.push_back(chart_fit(
-        strprintf("%s = 10^%.3f %s^%.3f", y_symbol.c_str(), line.intercept, x_symbol.c_str(), line.slope),
-        [line](double v) { return line.at(v); }));
+    chart.series.push_back(
+        chart_fit(strprintf("%s = 10^%.3f %s^%.3f", y_symbol.c_str(), line.intercept, x_symbol.c_str(), line.slope),
+                  [line](double v) { return line.at(v); }));
 }
 
 Chart chart_titled(const std::string& title, const std::string& x_label, const std::string& y_label, bool y_log) {
@@ -59,10 +59,13 @@ std::string scaling_write_charts(const ScalingLaws& laws, const std::string& dir
         const double a = o.a, b = o.b, cc = o.c;
         double lo = x.front(), hi = x.back();
         if (o.from_parabola) lo = std::min(lo, o.params), hi = std::max(hi, o.params);
-        iso.series.push_back(chart_fit("", [a, b, cc](double v) {
-          const double lx = std::log10(v);
-          return a * lx * lx + b * lx + cc;
-        }, lo, hi));
+        iso.series.push_back(chart_fit(
+            "",
+            [a, b, cc](double v) {
+              const double lx = std::log10(v);
+              return a * lx * lx + b * lx + cc;
+            },
+            lo, hi));
       }
       opt_n.push_back(o.params);
       opt_bpb.push_back(o.val_bpb);

@@ -36,7 +36,8 @@ std::vector<double> scaling_polyfit(const std::vector<double>& x, const std::vec
     size_t pivot = col;
     for (size_t r = col + 1; r < k; r++)
       if (std::fabs(a[r][col]) > std::fabs(a[pivot][col])) pivot = r;
-    if (std::fabs(a[pivot][col]) < 1e-300) fail("scaling fit: the points do not determine a degree-%d polynomial", degree);
+    if (std::fabs(a[pivot][col]) < 1e-300)
+      fail("scaling fit: the points do not determine a degree-%d polynomial", degree);
     std::swap(a[col], a[pivot]);
     for (size_t r = 0; r < k; r++) {
       if (r == col) continue;
@@ -170,8 +171,9 @@ ScalingLaws scaling_fit_laws(const std::vector<ScalingRun>& all_runs) {
 }
 
 std::string scaling_runs_table(const std::vector<ScalingRun>& runs) {
-  std::string t = "| run | depth | FLOP budget | params (N) | all params | tokens (D) | D/N | FLOPs | val bpb | CORE |\n"
-                  "|---|---|---|---|---|---|---|---|---|---|\n";
+  std::string t =
+      "| run | depth | FLOP budget | params (N) | all params | tokens (D) | D/N | FLOPs | val bpb | CORE |\n"
+      "|---|---|---|---|---|---|---|---|---|---|\n";
   for (const ScalingRun& r : runs)
     t += strprintf("| %s | %lld | %s | %s | %s | %s | %.2f | %.3e | %.6f | %s |\n", r.tag.c_str(), (long long)r.depth,
                    r.flops_budget > 0 ? strprintf("%.3g", r.flops_budget).c_str() : "-",
@@ -215,7 +217,8 @@ std::string scaling_laws_table(const ScalingLaws& laws) {
     t += "\n";
     t += "- " + line_text(laws.params_vs_flops, "N*", "C") + "\n";
     t += "- " + line_text(laws.tokens_vs_flops, "D*", "C") + "\n";
-    if (laws.ratio > 0) t += strprintf("- optimal D/N at C = %.3g: %.2f tokens per parameter\n", laws.ratio_flops, laws.ratio);
+    if (laws.ratio > 0)
+      t += strprintf("- optimal D/N at C = %.3g: %.2f tokens per parameter\n", laws.ratio_flops, laws.ratio);
   }
   const char* over = laws.optima.empty() ? "over the runs" : "over the optima";
   t += "- loss fit " + std::string(over) + ": " + line_text(laws.loss_vs_flops, "bpb", "C") + "\n";
@@ -226,13 +229,26 @@ std::string scaling_laws_table(const ScalingLaws& laws) {
 nlohmann::json scaling_laws_json(const ScalingLaws& laws) {
   nlohmann::json runs = nlohmann::json::array(), optima = nlohmann::json::array();
   for (const ScalingRun& r : laws.runs)
-    runs.push_back({{"tag", r.tag}, {"depth", r.depth}, {"flops_budget", r.flops_budget}, {"params", r.params},
-                    {"params_total", r.params_total}, {"tokens", r.tokens}, {"flops", r.flops},
-                    {"val_bpb", r.val_bpb}, {"core", r.core >= 0 ? nlohmann::json(r.core) : nlohmann::json()}});
+    runs.push_back({{"tag", r.tag},
+                    {"depth", r.depth},
+                    {"flops_budget", r.flops_budget},
+                    {"params", r.params},
+                    {"params_total", r.params_total},
+                    {"tokens", r.tokens},
+                    {"flops", r.flops},
+                    {"val_bpb", r.val_bpb},
+                    {"core", r.core >= 0 ? nlohmann::json(r.core) : nlohmann::json()}});
   for (const ScalingOptimum& o : laws.optima)
-    optima.push_back({{"flops_budget", o.flops_budget}, {"runs", o.runs}, {"from_parabola", o.from_parabola},
-                      {"a", o.a}, {"b", o.b}, {"c", o.c}, {"params", o.params}, {"tokens", o.tokens},
-                      {"ratio", o.ratio}, {"val_bpb", o.val_bpb}});
+    optima.push_back({{"flops_budget", o.flops_budget},
+                      {"runs", o.runs},
+                      {"from_parabola", o.from_parabola},
+                      {"a", o.a},
+                      {"b", o.b},
+                      {"c", o.c},
+                      {"params", o.params},
+                      {"tokens", o.tokens},
+                      {"ratio", o.ratio},
+                      {"val_bpb", o.val_bpb}});
   return {{"runs", runs},
           {"optima", optima},
           {"params_vs_flops", line_json(laws.params_vs_flops)},

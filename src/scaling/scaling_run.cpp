@@ -49,7 +49,8 @@ ScalingRun scaling_run_load(const std::string& dir) {
 
   // base-train's horizon from the flags it ran with (train_num_iterations: the batch it
   // resolved is in the meta, the tokens target is ratio x N)
-  const nlohmann::ordered_json user_config = meta.contains("user_config") ? meta["user_config"] : nlohmann::ordered_json::object();
+  const nlohmann::ordered_json user_config = meta.contains("user_config") ? meta["user_config"]
+                                                                          : nlohmann::ordered_json::object();
   const double target_flops = flag_number(user_config, "target_flops", -1);
   const double ratio = flag_number(user_config, "target_param_data_ratio", -1);
   const int64_t num_iterations = (int64_t)flag_number(user_config, "num_iterations", -1);

@@ -1,5 +1,5 @@
-// defines: ConnectionQueue, server_connection_gone, server_connection_overflow,
-//          server_connection_close_after
+// defines: ConnectionQueue, server_connection_gone, server_connection_overflow, server_connection_close_after,
+//          HttpServer
 // A whole request on its thread (the event loop read it: event_loop.cpp). httplib parses,
 // routes and answers it through ConnectionStream, whose reads come from the request's bytes
 // (nothing more is read from the socket) and whose writes go to the socket. The
@@ -166,7 +166,8 @@ void server_connection_close_after() {
 void HttpServer::run_job(const Job& job) {
   bool keep = false;
   {
-    ConnectionStream strm(job.fd, job.request, (int)(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000), job.overflow);
+    ConnectionStream strm(job.fd, job.request, (int)(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000),
+                          job.overflow);
     tl_stream = &strm;
     bool connection_closed = false;
     const bool ret = process_request(strm, job.last, connection_closed, keep_ranges_for_files);

@@ -30,23 +30,23 @@
 namespace nanochat {
 
 struct ConnectionLimits {
-  RequestLimits request;           // a request's head and body (request_reader.h)
-  int deadline_ms = 10000;         // a request's head and body, from its first byte (408)
-  int first_byte_ms = 3000;        // a new connection silent this long is closed
-  int max_connections = 256;       // open connections; beyond, one without a request is shed, else
-                                   // a few more get /health only, else accepting pauses
-  int max_per_client = 64;         // open connections from one client address
+  RequestLimits request;      // a request's head and body (request_reader.h)
+  int deadline_ms = 10000;    // a request's head and body, from its first byte (408)
+  int first_byte_ms = 3000;   // a new connection silent this long is closed
+  int max_connections = 256;  // open connections; beyond, one without a request is shed, else
+                              // a few more get /health only, else accepting pauses
+  int max_per_client = 64;    // open connections from one client address
 };
 
 // what the event loop has seen (GET /stats, the tests and bench/server read it)
 struct ConnectionStats {
-  int64_t open = 0, peak = 0;      // connections open now, and at most
+  int64_t open = 0, peak = 0;  // connections open now, and at most
   int64_t accepted = 0;
-  int64_t shed_idle = 0;           // closed to make room: between requests, nothing sent
-  int64_t shed_partial = 0;        // closed to make room: a request begun, all its bytes read (503)
-  int64_t refused_client = 0;      // closed at once: its address already held max_per_client
-  int64_t paused = 0;              // times accepting paused (full, nothing to shed)
-  int64_t timed_out = 0;           // 408 at the request deadline
+  int64_t shed_idle = 0;       // closed to make room: between requests, nothing sent
+  int64_t shed_partial = 0;    // closed to make room: a request begun, all its bytes read (503)
+  int64_t refused_client = 0;  // closed at once: its address already held max_per_client
+  int64_t paused = 0;          // times accepting paused (full, nothing to shed)
+  int64_t timed_out = 0;       // 408 at the request deadline
 };
 
 // the threads that run whole requests: started when needed up to max_threads; a thread idle for a
@@ -115,7 +115,7 @@ class HttpServer : public httplib::Server {
   struct Job {
     int fd;
     std::string request;
-    bool last;      // the connection's last request (keep-alive count spent)
+    bool last;  // the connection's last request (keep-alive count spent)
     bool overflow;
   };
   void loop_once(std::vector<epoll_event>& events);
@@ -131,10 +131,10 @@ class HttpServer : public httplib::Server {
   void expire();
   void set_listening(bool on);
   void new_request(Conn& c, Clock::time_point deadline);
-  void place(Conn& c, std::list<int>* line);   // to the back of a line (null: out of both)
+  void place(Conn& c, std::list<int>* line);  // to the back of a line (null: out of both)
   void close_conn(int fd);
-  void run_job(const Job& job);                // on a request thread (connection.cpp)
-  void after_job(int fd, bool keep);           // back from the thread: wait for the next request, or close
+  void run_job(const Job& job);       // on a request thread (connection.cpp)
+  void after_job(int fd, bool keep);  // back from the thread: wait for the next request, or close
 
   mutable std::mutex mu_;
   int epoll_fd_ = -1;
@@ -142,7 +142,7 @@ class HttpServer : public httplib::Server {
   // connections not at a thread, each list longest waiting first: idle_ those with no request
   // begun (new, kept alive, or draining after an answer), begun_ those in the middle of one
   std::list<int> idle_, begun_;
-  Clock::time_point expired_at_;                // when expire() last ran
+  Clock::time_point expired_at_;  // when expire() last ran
   std::unordered_map<std::string, int> per_client_;
   int overflow_open_ = 0;
   bool listening_ = false;
@@ -152,8 +152,8 @@ class HttpServer : public httplib::Server {
 };
 
 // On a request's thread, during the request (false elsewhere):
-bool server_connection_gone();        // the client closed its end (or the socket failed)
-bool server_connection_overflow();    // this connection came beyond the connection cap
-void server_connection_close_after(); // close once this response is out
+bool server_connection_gone();         // the client closed its end (or the socket failed)
+bool server_connection_overflow();     // this connection came beyond the connection cap
+void server_connection_close_after();  // close once this response is out
 
 }  // namespace nanochat

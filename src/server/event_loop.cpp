@@ -262,7 +262,7 @@ void HttpServer::on_readable(Conn& c) {
   for (int round = 0; round < 4; round++) {  // then the others get their turn
     const ssize_t got = recv(c.fd, buf, sizeof buf, 0);
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-    if (got <= 0) return close_conn(c.fd);  // the client left (mid-request: nobody to answer)
+    if (got <= 0) return close_conn(c.fd);          // the client left (mid-request: nobody to answer)
     if (c.phase == Conn::Phase::closing) continue;  // drained after our answer
     const int fd = c.fd;
     take_bytes(c, buf, (size_t)got);

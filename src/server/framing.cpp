@@ -20,9 +20,7 @@ bool refuse(HeadCheck& h, int status, const std::string& message) {
 }
 
 // RFC 9110's tchar: the characters of a method or a field name
-bool is_tchar(unsigned char c) {
-  return std::isalnum(c) || (c != 0 && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr);
-}
+bool is_tchar(unsigned char c) { return std::isalnum(c) || (c != 0 && std::strchr("!#$%&'*+-.^_`|~", c) != nullptr); }
 
 bool is_token(const std::string& s) {
   if (s.empty()) return false;
@@ -54,12 +52,14 @@ bool request_line(HeadCheck& h, const std::string& line) {
   for (unsigned char c : target)
     if (is_ctl(c) || c == '\t') return refuse(h, 400, "malformed request line: control character in the target");
   if (version == "HTTP/1.0") h.http10 = true;
-  else if (version != "HTTP/1.1") return refuse(h, 400, "malformed request line: the version must be HTTP/1.0 or HTTP/1.1");
+  else if (version != "HTTP/1.1")
+    return refuse(h, 400, "malformed request line: the version must be HTTP/1.0 or HTTP/1.1");
   return true;
 }
 
 bool field_line(HeadCheck& h, const std::string& line) {
-  if (line[0] == ' ' || line[0] == '\t') return refuse(h, 400, "folded header line (obsolete line folding is not accepted)");
+  if (line[0] == ' ' || line[0] == '\t')
+    return refuse(h, 400, "folded header line (obsolete line folding is not accepted)");
   const size_t colon = line.find(':');
   if (colon == std::string::npos) return refuse(h, 400, "header line without a colon");
   const std::string name = line.substr(0, colon);
@@ -80,7 +80,8 @@ bool field_line(HeadCheck& h, const std::string& line) {
       return refuse(h, 400, "bad Content-Length (want one decimal number)");
     h.length = std::stoull(value);
   } else if (key == "transfer-encoding") {
-    if (++h.encodings > 1) return refuse(h, 501, "more than one Transfer-Encoding header (only a single chunked is supported)");
+    if (++h.encodings > 1)
+      return refuse(h, 501, "more than one Transfer-Encoding header (only a single chunked is supported)");
     if (ascii_lower(value) != "chunked")
       return refuse(h, 501, "Transfer-Encoding '" + value + "' is not supported (only chunked)");
     h.chunked = true;
@@ -92,7 +93,8 @@ bool field_line(HeadCheck& h, const std::string& line) {
 
 bool server_head_line(HeadCheck& h, const char* p, size_t n) {
   if (h.status) return false;
-  if (n == 0 || p[n - 1] != '\r') return refuse(h, 400, "a line of the request head ends in a bare LF (CRLF is required)");
+  if (n == 0 || p[n - 1] != '\r')
+    return refuse(h, 400, "a line of the request head ends in a bare LF (CRLF is required)");
   const std::string line(p, n - 1);
   if (line.find('\r') != std::string::npos) return refuse(h, 400, "bare CR in the request head");
   const bool first = h.lines++ == 0;
@@ -194,8 +196,7 @@ bool server_chunk_scan(ChunkScan& c, const char* p, size_t n) {
         c.state = c.line == 0 ? S::done : S::trailer;
         c.line = 0;
         break;
-      case S::done:
-        return bad("bytes after the last chunk");
+      case S::done: return bad("bytes after the last chunk");
     }
   }
   return true;

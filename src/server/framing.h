@@ -39,11 +39,11 @@ bool server_head_end(HeadCheck& h);
 struct ChunkScan {
   enum class State { size, ext, size_lf, data, data_cr, data_lf, trailer, trailer_lf, done };
   State state = State::size;
-  uint64_t left = 0;     // the chunk-size read so far, then the data bytes still to come
-  int digits = 0;        // hex digits of this chunk-size
-  bool ext_open = false; // an extension began (its ";" seen)
-  size_t line = 0;       // bytes of the current size or trailer line
-  int status = 0;        // 0 while acceptable, else 400
+  uint64_t left = 0;      // the chunk-size read so far, then the data bytes still to come
+  int digits = 0;         // hex digits of this chunk-size
+  bool ext_open = false;  // an extension began (its ";" seen)
+  size_t line = 0;        // bytes of the current size or trailer line
+  int status = 0;         // 0 while acceptable, else 400
   std::string message;
 };
 // n more bytes of the body; false once its framing is refused (status and message set)

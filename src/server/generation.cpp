@@ -19,7 +19,8 @@ GenerateOptions server_generate_options(const ChatRequest& req, int64_t prompt_l
   o.top_k = req.top_k;
   o.top_p = req.top_p;
   o.cache_scope = scope;
-  o.seed = req.seed_given ? req.seed : (uint64_t)std::random_device{}() % 2147483648ull;  // upstream: randint(0, 2**31-1)
+  o.seed = req.seed_given ? req.seed
+                          : (uint64_t)std::random_device{}() % 2147483648ull;  // upstream: randint(0, 2**31-1)
   return o;
 }
 
@@ -45,26 +46,29 @@ GenerationOutcome server_generate(Scheduler& scheduler, Scheduler::Ticket& ticke
     emit(r, tail + stops[r].finish());
   };
 
-  GenerateResult res = scheduler.run(ticket, [&](const TokenColumn& col) {
-    if (cancelled()) return false;
-    for (int64_t r = 0; r < n; r++) {
-      if (done[r] || col.tokens[r] < 0) continue;
-      out.choices[r].completion_tokens++;
-      const FinishReason f = col.finished[r];
-      if (f != FinishReason::stop)  // the stop token itself is never shown
-        emit(r, stops[r].push(utf8[r].push(tok.decode_single_token_bytes(col.tokens[r]))));
-      if (stops[r].stopped()) {
-        done[r] = true;
-        out.choices[r].finish_reason = "stop";
-      } else if (f != FinishReason::none) {
-        done[r] = true;
-        out.choices[r].finish_reason = finish_reason_name(f);
-        flush(r);
-      }
-    }
-    if (out.client_gone) return false;
-    return !std::all_of(done.begin(), done.end(), [](bool d) { return d; });  // rows cut by stop strings end here
-  }, cancelled, &out.cached_tokens);
+  GenerateResult res = scheduler.run(
+      ticket,
+      [&](const TokenColumn& col) {
+        if (cancelled()) return false;
+        for (int64_t r = 0; r < n; r++) {
+          if (done[r] || col.tokens[r] < 0) continue;
+          out.choices[r].completion_tokens++;
+          const FinishReason f = col.finished[r];
+          if (f != FinishReason::stop)  // the stop token itself is never shown
+            emit(r, stops[r].push(utf8[r].push(tok.decode_single_token_bytes(col.tokens[r]))));
+          if (stops[r].stopped()) {
+            done[r] = true;
+            out.choices[r].finish_reason = "stop";
+          } else if (f != FinishReason::none) {
+            done[r] = true;
+            out.choices[r].finish_reason = finish_reason_name(f);
+            flush(r);
+          }
+        }
+        if (out.client_gone) return false;
+        return !std::all_of(done.begin(), done.end(), [](bool d) { return d; });  // rows cut by stop strings end here
+      },
+      cancelled, &out.cached_tokens);
   for (int64_t r = 0; r < n; r++)
     if (!done[r]) {  // cancelled (client gone or shutdown), or the engine ended the row without a column
       out.choices[r].finish_reason = finish_reason_name(res.finish[r]);

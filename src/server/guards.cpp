@@ -36,7 +36,8 @@ bool is_port_suffix(const std::string& s) {
 
 // the methods httplib 0.11.4 reads a body for
 bool may_have_body(const httplib::Request& req) {
-  return req.method == "POST" || req.method == "PUT" || req.method == "PATCH" || req.method == "DELETE" || req.method == "PRI";
+  return req.method == "POST" || req.method == "PUT" || req.method == "PATCH" || req.method == "DELETE" ||
+         req.method == "PRI";
 }
 
 bool is_api_path(const std::string& path) {
@@ -75,7 +76,8 @@ std::string server_log_escape(const std::string& s) {
 }
 
 bool server_bearer_ok(const std::string& authorization, const std::string& key) {
-  if (key.empty() || authorization.size() < 7 || ascii_lower(authorization.substr(0, 6)) != "bearer" || authorization[6] != ' ')
+  if (key.empty() || authorization.size() < 7 || ascii_lower(authorization.substr(0, 6)) != "bearer" ||
+      authorization[6] != ' ')
     return false;
   size_t start = 7;
   while (start < authorization.size() && authorization[start] == ' ') start++;
@@ -97,7 +99,8 @@ namespace {
 
 // a key as it came from `from`: refused empty, or holding a space or control character
 void check_key(const std::string& key, const std::string& from) {
-  if (key.empty()) fail("%s: the API key is empty (an unset variable?); give a key or leave the option out", from.c_str());
+  if (key.empty())
+    fail("%s: the API key is empty (an unset variable?); give a key or leave the option out", from.c_str());
   for (unsigned char c : key)
     if (c <= 0x20 || c == 0x7f) fail("%s: the API key holds a space or control character", from.c_str());
 }
@@ -114,7 +117,8 @@ std::vector<std::string> read_key_file(const std::string& file) {
   }
   if (sb.st_mode & 077) {
     ::close(fd);
-    fail("%s: mode %04o lets other users read or write the keys; chmod 600 it", from.c_str(), (unsigned)(sb.st_mode & 07777));
+    fail("%s: mode %04o lets other users read or write the keys; chmod 600 it", from.c_str(),
+         (unsigned)(sb.st_mode & 07777));
   }
   std::string text;
   char buf[4096];
@@ -166,7 +170,8 @@ std::string server_cache_scope(int key_index, const std::string& cache_salt) {
 }
 
 // Every request before routing and before its body is read; a refusal is Handled.
-httplib::Server::HandlerResponse server_guard(const ServerState& st, const httplib::Request& req, httplib::Response& res) {
+httplib::Server::HandlerResponse server_guard(const ServerState& st, const httplib::Request& req,
+                                              httplib::Response& res) {
   using HR = httplib::Server::HandlerResponse;
   auto refuse = [&](int status, const std::string& message) {
     if (may_have_body(req)) server_close_after(req, res);  // its body stays unread
@@ -176,16 +181,19 @@ httplib::Server::HandlerResponse server_guard(const ServerState& st, const httpl
   // httplib 0.11.4 adds REMOTE_ADDR/REMOTE_PORT/LOCAL_ADDR/LOCAL_PORT as request headers after
   // the client's own: a client-sent one would shadow them (CVE-2025-66570)
   for (const char* name : {"REMOTE_ADDR", "REMOTE_PORT", "LOCAL_ADDR", "LOCAL_PORT"})
-    if (req.get_header_value_count(name) != 1) return refuse(400, std::string("reserved header ") + name + " in the request");
+    if (req.get_header_value_count(name) != 1)
+      return refuse(400, std::string("reserved header ") + name + " in the request");
   const std::string host = req.get_header_value("Host");
   if (server_bind_is_loopback(st.opt.host) && !server_host_is_loopback_name(host))
-    return refuse(403, "Host '" + host + "' is not a loopback name (localhost, 127.0.0.1, [::1]); this server is bound to " +
+    return refuse(403, "Host '" + host +
+                           "' is not a loopback name (localhost, 127.0.0.1, [::1]); this server is bound to " +
                            st.opt.host);
   // a page on another origin: refused unless it is the --cors-origin (a browser sends Origin
   // on every cross-origin request, "simple" text/plain POSTs included)
   if (req.has_header("Origin")) {
     const std::string origin = req.get_header_value("Origin");
-    const bool same = ascii_lower(origin) == "http://" + ascii_lower(host) || ascii_lower(origin) == "https://" + ascii_lower(host);
+    const bool same = ascii_lower(origin) == "http://" + ascii_lower(host) ||
+                      ascii_lower(origin) == "https://" + ascii_lower(host);
     if (!same && (st.opt.cors_origin.empty() || origin != st.opt.cors_origin))
       return refuse(403, "cross-origin request from '" + origin + "' refused (allow one origin with --cors-origin)");
   }
@@ -202,7 +210,8 @@ httplib::Server::HandlerResponse server_guard(const ServerState& st, const httpl
   // (and inflate a compressed one without a cap, CVE-2026-22776)
   const bool chat = req.method == "POST" && (req.path == "/chat/completions" || req.path == "/v1/chat/completions");
   const std::string encoding = ascii_lower(req.get_header_value("Content-Encoding"));
-  if (!chat && !encoding.empty() && encoding != "identity") return refuse(415, "a compressed body is only accepted by the chat routes");
+  if (!chat && !encoding.empty() && encoding != "identity")
+    return refuse(415, "a compressed body is only accepted by the chat routes");
   if (req.method == "PRI") return refuse(405, "method PRI is not allowed");
   if (req.has_header("Content-Length")) {
     const std::string v = req.get_header_value("Content-Length");

@@ -61,7 +61,8 @@ int server_run(const ServerOptions& options) {
   st.opt.device_type = device_autodetect(options.device_type);
   if (st.opt.device_type == "cuda" && (int)torch::cuda::device_count() < st.opt.num_gpus)
     fail("--num-gpus %d but only %d CUDA devices are visible", st.opt.num_gpus, (int)torch::cuda::device_count());
-  if (st.opt.device_type != "cuda" && st.opt.num_gpus > 1) fail("--num-gpus %d needs CUDA; on the CPU use --workers", st.opt.num_gpus);
+  if (st.opt.device_type != "cuda" && st.opt.num_gpus > 1)
+    fail("--num-gpus %d needs CUDA; on the CPU use --workers", st.opt.num_gpus);
   cpu_threads_setup(st.opt.device_type == "cuda" ? 1 : st.opt.workers);
 
   HttpServer svr;

@@ -53,14 +53,16 @@ KVPoolSize server_kv_pool_size(bool cuda, int64_t max_batch, int64_t kv_len, int
   if (kv_len > 0 && s.row_len > min_len) remedies.push_back(strprintf("--kv-len (%lld)", (long long)s.row_len));
   if (!cuda && pools > 1) remedies.push_back(strprintf("--workers (%lld)", (long long)pools));
   std::string remedy;
-  for (size_t i = 0; i < remedies.size(); i++) remedy += (i ? i + 1 == remedies.size() ? " or " : ", " : "") + remedies[i];
-  fail("the KV pool needs %s (%s%lld rows x %lld positions x %s each) but %s has %s free, of which the pool may "
-       "take 3/4 (the rest is for the forward); %s",
-       bytes_text(s.bytes).c_str(), pools > 1 ? strprintf("%lld pools x ", (long long)pools).c_str() : "",
-       (long long)s.rows, (long long)s.row_len, bytes_text(per_position).c_str(), where.c_str(),
-       bytes_text(free_bytes).c_str(),
-       remedy.empty() ? "the model leaves too little for even one row of its sequence length"
-                      : ("lower " + remedy).c_str());
+  for (size_t i = 0; i < remedies.size(); i++)
+    remedy += (i ? i + 1 == remedies.size() ? " or " : ", " : "") + remedies[i];
+  fail(
+      "the KV pool needs %s (%s%lld rows x %lld positions x %s each) but %s has %s free, of which the pool may "
+      "take 3/4 (the rest is for the forward); %s",
+      bytes_text(s.bytes).c_str(), pools > 1 ? strprintf("%lld pools x ", (long long)pools).c_str() : "",
+      (long long)s.rows, (long long)s.row_len, bytes_text(per_position).c_str(), where.c_str(),
+      bytes_text(free_bytes).c_str(),
+      remedy.empty() ? "the model leaves too little for even one row of its sequence length"
+                     : ("lower " + remedy).c_str());
 }
 
 }  // namespace nanochat

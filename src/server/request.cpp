@@ -57,8 +57,7 @@ int64_t int_field(const json& v, const char* name) {
 // OpenAI content parts [{"type":"text","text":...}] joined; python parts kept for the assistant
 json message_content(const json& content, const std::string& role, size_t i) {
   if (content.is_string()) return content;
-  if (!content.is_array())
-    bad(strprintf("Message %zu content must be a string or a list of content parts", i));
+  if (!content.is_array()) bad(strprintf("Message %zu content must be a string or a list of content parts", i));
   bool tool_parts = false;
   std::string joined;
   for (const json& part : content) {
@@ -67,7 +66,8 @@ json message_content(const json& content, const std::string& role, size_t i) {
       bad(strprintf("Message %zu: each content part must be an object with string \"type\" and \"text\"", i));
     const std::string& type = part["type"].get_ref<const std::string&>();
     if (type == "python" || type == "python_output") {
-      if (role != "assistant") bad(strprintf("Message %zu: %s parts are only allowed in assistant messages", i, type.c_str()));
+      if (role != "assistant")
+        bad(strprintf("Message %zu: %s parts are only allowed in assistant messages", i, type.c_str()));
       tool_parts = true;
     } else if (type != "text") {
       bad(strprintf("Message %zu: unsupported content part type '%s' (text, python, python_output)", i, type.c_str()));
@@ -112,8 +112,8 @@ int64_t server_json_depth(const std::string& body, int64_t limit) {
 ChatRequest server_parse_chat_request(const std::string& body, bool openai, const ChatDefaults& defaults,
                                       const ServerLimits& limits) {
   if ((int64_t)body.size() > limits.max_body_bytes)
-    throw ServerError(413, strprintf("request body is %zu bytes; the limit is %lld", body.size(),
-                                     (long long)limits.max_body_bytes));
+    throw ServerError(
+        413, strprintf("request body is %zu bytes; the limit is %lld", body.size(), (long long)limits.max_body_bytes));
   size_t bad_at = utf8_invalid_at(body);
   if (bad_at != std::string::npos) bad(strprintf("request body is not valid UTF-8 (byte %zu)", bad_at));
   if (server_json_depth(body, limits.max_json_depth) > limits.max_json_depth)
@@ -164,13 +164,14 @@ ChatRequest server_parse_chat_request(const std::string& body, bool openai, cons
     out.push_back({{"role", role}, {"content", content}});
   }
   if (total > limits.max_total_chars)
-    bad(strprintf("Total conversation is too long. Maximum %lld characters allowed", (long long)limits.max_total_chars));
+    bad(strprintf("Total conversation is too long. Maximum %lld characters allowed",
+                  (long long)limits.max_total_chars));
   if (out.empty()) bad("At least one user message is required");
   for (size_t i = 0; i < out.size(); i++) {
     const char* want = i % 2 == 0 ? "user" : "assistant";
     if (out[i]["role"] != want)
-      bad(strprintf("Message %zu has role %s but roles must alternate user, assistant, ... starting with user", i + !system_text.empty(),
-                    out[i]["role"].get<std::string>().c_str()));
+      bad(strprintf("Message %zu has role %s but roles must alternate user, assistant, ... starting with user",
+                    i + !system_text.empty(), out[i]["role"].get<std::string>().c_str()));
   }
   if (!system_text.empty())  // as render_conversation: the system text is merged into the first user message
     out[0]["content"] = system_text + "\n\n" + out[0]["content"].get<std::string>();
@@ -213,7 +214,8 @@ ChatRequest server_parse_chat_request(const std::string& body, bool openai, cons
   }
   if (const json* v = field(j, "n")) {
     r.n = int_field(*v, "n");
-    if (r.n < 1 || r.n > limits.max_choices) bad(strprintf("n must be between 1 and %lld", (long long)limits.max_choices));
+    if (r.n < 1 || r.n > limits.max_choices)
+      bad(strprintf("n must be between 1 and %lld", (long long)limits.max_choices));
   }
   if (const json* v = field(j, "seed")) {
     r.seed = (uint64_t)int_field(*v, "seed");

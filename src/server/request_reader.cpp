@@ -62,8 +62,8 @@ bool RequestReader::line_done() {
 void RequestReader::head_done() {
   if (!server_head_end(head_)) return refuse(head_.status, head_.message);
   if (!head_.chunked && head_.length > limits_.max_body)
-    return refuse(413, strprintf("request body too large (%llu bytes; the limit is %llu)", (unsigned long long)head_.length,
-                                 (unsigned long long)limits_.max_body));
+    return refuse(413, strprintf("request body too large (%llu bytes; the limit is %llu)",
+                                 (unsigned long long)head_.length, (unsigned long long)limits_.max_body));
   if (head_.body_empty || (!head_.chunked && head_.length == 0)) {
     state_ = State::whole;
     return;

@@ -1,4 +1,4 @@
-// defines: RequestReader
+// defines: RequestReader, RequestLimits
 // Whether the bytes a connection has sent so far hold one whole request, judged as they
 // arrive (the event loop feeds it, event_loop.cpp): the head's lines counted and capped
 // (414 request line, 431 header line or count), each judged as RFC 9112 asks (framing.h:
@@ -18,10 +18,10 @@
 namespace nanochat {
 
 struct RequestLimits {
-  size_t max_line = 8192;          // request line (414) and each header line (431), bytes
-  size_t max_headers = 100;        // header lines (431)
-  uint64_t max_body = 1 << 20;     // a Content-Length above: 413 before any body byte
-  size_t max_raw_body = 3 << 20;   // body bytes on the wire, chunk framing included (413)
+  size_t max_line = 8192;         // request line (414) and each header line (431), bytes
+  size_t max_headers = 100;       // header lines (431)
+  uint64_t max_body = 1 << 20;    // a Content-Length above: 413 before any body byte
+  size_t max_raw_body = 3 << 20;  // body bytes on the wire, chunk framing included (413)
 };
 
 class RequestReader {
@@ -35,7 +35,7 @@ class RequestReader {
 
   State state() const { return state_; }
   bool started() const { return started_; }
-  int status() const { return status_; }             // when refused: 400/411/413/414/431/501
+  int status() const { return status_; }  // when refused: 400/411/413/414/431/501
   const std::string& message() const { return message_; }
   const HeadCheck& head() const { return head_; }
   // the head's request line and field lines (name, value without surrounding blanks), once
@@ -58,13 +58,13 @@ class RequestReader {
   int status_ = 0;
   std::string message_;
   HeadCheck head_;
-  std::string line_;                 // the head's line being read (at most max_line bytes)
+  std::string line_;  // the head's line being read (at most max_line bytes)
   size_t lines_ = 0;
   std::string request_line_;
   std::vector<std::pair<std::string, std::string>> fields_;
   bool expect_continue_ = false;
-  uint64_t body_left_ = 0;           // Content-Length bytes still to come
-  size_t body_bytes_ = 0;            // body bytes on the wire so far
+  uint64_t body_left_ = 0;  // Content-Length bytes still to come
+  size_t body_bytes_ = 0;   // body bytes on the wire so far
   ChunkScan chunks_;
 };
 

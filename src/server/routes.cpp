@@ -25,7 +25,8 @@ namespace nanochat {
 
 namespace {
 
-using json = nlohmann::ordered_json;  // keys in the order written: upstream's {"token","gpu"}, OpenAI's {"id","object",...}
+using json =
+    nlohmann::ordered_json;  // keys in the order written: upstream's {"token","gpu"}, OpenAI's {"id","object",...}
 
 // json as UTF-8 (Python's ensure_ascii=False); a bad byte would become U+FFFD
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
@@ -95,13 +96,15 @@ std::shared_ptr<Prepared> prepare(ServerState& st, const std::string& body, bool
   }
   p->prompt_len = (int64_t)prompt.size();
   const int64_t row_len = w.scheduler->row_len();
-  const GenerateOptions o = server_generate_options(p->req, p->prompt_len, row_len, server_cache_scope(key_index, p->req.cache_salt));
+  const GenerateOptions o = server_generate_options(p->req, p->prompt_len, row_len,
+                                                    server_cache_scope(key_index, p->req.cache_salt));
   if (o.max_tokens < 1)  // the reply is cut to the row's room; none left is the conversation's fault
     throw ServerError(400, strprintf("the conversation is %zu tokens; the model handles at most %lld", prompt.size(),
                                      (long long)row_len - 1));
   p->worker = &w;
   try {
-    p->ticket = w.scheduler->submit(prompt, o, server_queue_key(key_index, address));  // fair admission: its key's own queue
+    p->ticket = w.scheduler->submit(prompt, o,
+                                    server_queue_key(key_index, address));  // fair admission: its key's own queue
     if (!w.scheduler->wait_admitted(*p->ticket, cancelled_fn(st)))
       throw ServerError(503, st.stop_level > 0 ? "the server is shutting down" : "the request was cancelled");
   } catch (const SchedulerRefused& e) {
@@ -147,7 +150,9 @@ void handle_upstream(ServerState& st, const httplib::Request& req, const std::st
     try {
       GenerationOutcome g = server_generate(
           *w.scheduler, *p->ticket, p->req, p->prompt_len,
-          [&](int, const std::string& text) { return write(sse({{"token", text}, {"gpu", w.index}})); },
+          [&](int, const std::string& text) {
+            return write(sse({{"token", text}, {"gpu", w.index}}));
+          },
           cancelled_fn(st));
       account(st, g);
       if (!g.client_gone) write(sse({{"done", true}}));
@@ -171,7 +176,8 @@ std::string completion_id() {
 json usage_json(const GenerationOutcome& g) {
   int64_t completion = 0;
   for (auto& c : g.choices) completion += c.completion_tokens;
-  return {{"prompt_tokens", g.prompt_tokens}, {"completion_tokens", completion},
+  return {{"prompt_tokens", g.prompt_tokens},
+          {"completion_tokens", completion},
           {"total_tokens", g.prompt_tokens + completion},
           {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
 }
@@ -183,8 +189,9 @@ void handle_openai(ServerState& st, const httplib::Request& req, const std::stri
   const int64_t created = (int64_t)std::time(nullptr);
   if (!p->req.stream) {
     const ServerWorker& w = *p->worker;
-    GenerationOutcome g = server_generate(*w.scheduler, *p->ticket, p->req, p->prompt_len,
-                                          [](int, const std::string&) { return true; }, cancelled_fn(st));
+    GenerationOutcome g = server_generate(
+        *w.scheduler, *p->ticket, p->req, p->prompt_len, [](int, const std::string&) { return true; },
+        cancelled_fn(st));
     p.reset();
     account(st, g);
     json choices = json::array();
@@ -193,8 +200,12 @@ void handle_openai(ServerState& st, const httplib::Request& req, const std::stri
                          {"message", {{"role", "assistant"}, {"content", g.choices[i].text}}},
                          {"logprobs", nullptr},
                          {"finish_reason", g.choices[i].finish_reason}});
-    json body = {{"id", id},           {"object", "chat.completion"}, {"created", created},
-                 {"model", st.model_id}, {"choices", choices},         {"usage", usage_json(g)},
+    json body = {{"id", id},
+                 {"object", "chat.completion"},
+                 {"created", created},
+                 {"model", st.model_id},
+                 {"choices", choices},
+                 {"usage", usage_json(g)},
                  {"system_fingerprint", "nanochat-" NANOCHAT_VERSION}};
     res.set_content(dump(body), "application/json");
     return;
@@ -202,8 +213,11 @@ void handle_openai(ServerState& st, const httplib::Request& req, const std::stri
   stream_response(req, res, [&st, p, id, created](size_t, httplib::DataSink& sink) {
     const ServerWorker& w = *p->worker;
     auto chunk = [&](json choices, const json& usage = nullptr) {
-      json j = {{"id", id},           {"object", "chat.completion.chunk"}, {"created", created},
-                {"model", st.model_id}, {"choices", std::move(choices)}};
+      json j = {{"id", id},
+                {"object", "chat.completion.chunk"},
+                {"created", created},
+                {"model", st.model_id},
+                {"choices", std::move(choices)}};
       if (p->req.include_usage) j["usage"] = usage;  // null on all but the last chunk, as OpenAI
       std::string s = sse(j);
       return sink.write(s.data(), s.size());
@@ -212,12 +226,15 @@ void handle_openai(ServerState& st, const httplib::Request& req, const std::stri
       return json::array({{{"index", i}, {"delta", std::move(d)}, {"logprobs", nullptr}, {"finish_reason", finish}}});
     };
     bool ok = true;
-    for (int64_t i = 0; i < p->req.n && ok; i++) ok = chunk(delta(i, {{"role", "assistant"}, {"content", ""}}, nullptr));
+    for (int64_t i = 0; i < p->req.n && ok; i++)
+      ok = chunk(delta(i, {{"role", "assistant"}, {"content", ""}}, nullptr));
     if (ok) {
       try {
         GenerationOutcome g = server_generate(
             *w.scheduler, *p->ticket, p->req, p->prompt_len,
-            [&](int row, const std::string& text) { return chunk(delta(row, {{"content", text}}, nullptr)); },
+            [&](int row, const std::string& text) {
+              return chunk(delta(row, {{"content", text}}, nullptr));
+            },
             cancelled_fn(st));
         account(st, g);
         ok = !g.client_gone;
@@ -225,7 +242,8 @@ void handle_openai(ServerState& st, const httplib::Request& req, const std::stri
           ok = chunk(delta((int64_t)i, json::object(), g.choices[i].finish_reason));
         if (ok && p->req.include_usage) ok = chunk(json::array(), usage_json(g));
       } catch (const std::exception& e) {
-        std::string s = sse({{"error", {{"message", server_internal_error("stream", e)}, {"type", "server_error"}, {"code", 500}}}});
+        std::string s = sse(
+            {{"error", {{"message", server_internal_error("stream", e)}, {"type", "server_error"}, {"code", 500}}}});
         ok = sink.write(s.data(), s.size());
       }
     }
@@ -258,9 +276,14 @@ json health_json(const ServerState& st) {
 json connections_json(const ServerState& st) {
   if (!st.http) return json::object();
   const ConnectionStats c = st.http->stats();
-  return {{"open", c.open},         {"peak", c.peak},       {"accepted", c.accepted},
-          {"shed_idle", c.shed_idle}, {"shed_partial", c.shed_partial}, {"refused_per_client", c.refused_client},
-          {"paused", c.paused},     {"timed_out", c.timed_out}};
+  return {{"open", c.open},
+          {"peak", c.peak},
+          {"accepted", c.accepted},
+          {"shed_idle", c.shed_idle},
+          {"shed_partial", c.shed_partial},
+          {"refused_per_client", c.refused_client},
+          {"paused", c.paused},
+          {"timed_out", c.timed_out}};
 }
 
 json stats_json(const ServerState& st) {
@@ -284,31 +307,33 @@ json stats_json(const ServerState& st) {
       sum.row_len = s.row_len;
     }
   const int total = st.ready ? (int)st.workers.size() : 0, avail = idle_workers(st);
-  return {{"total_workers", total},
-          {"available_workers", avail},
-          {"busy_workers", total - avail},
-          {"queued_requests", sum.waiting},
-          {"running_requests", sum.running},
-          {"waiting_requests", sum.waiting},
-          {"requests_served", st.served.load()},
-          {"tokens_generated", st.tokens_out.load()},
-          {"tokens_per_s", sum.tokens_per_s},
-          {"batch", {{"max_rows", sum.rows_total},
-                     {"rows_in_use", sum.rows_busy},
-                     {"mean_rows_per_step", sum.decode_steps ? (double)sum.decode_rows / (double)sum.decode_steps : 0.0},
-                     {"decode_steps", sum.decode_steps}}},
-          {"kv_pool", {{"rows", sum.rows_total},
-                       {"rows_in_use", sum.rows_busy},
-                       {"rows_cached", sum.rows_cached},
-                       {"positions_per_row", sum.row_len},
-                       {"bytes", sum.kv_bytes}}},
-          {"prefix_cache", {{"enabled", st.opt.prefix_cache},
-                            {"prompt_tokens", sum.prompt_tokens},
-                            {"cached_tokens", sum.cached_tokens}}},
-          {"connections", connections_json(st)},
-          {"uptime_s", (int64_t)std::time(nullptr) - st.created},
-          {"model", st.model_id},
-          {"workers", workers}};
+  return {
+      {"total_workers", total},
+      {"available_workers", avail},
+      {"busy_workers", total - avail},
+      {"queued_requests", sum.waiting},
+      {"running_requests", sum.running},
+      {"waiting_requests", sum.waiting},
+      {"requests_served", st.served.load()},
+      {"tokens_generated", st.tokens_out.load()},
+      {"tokens_per_s", sum.tokens_per_s},
+      {"batch",
+       {{"max_rows", sum.rows_total},
+        {"rows_in_use", sum.rows_busy},
+        {"mean_rows_per_step", sum.decode_steps ? (double)sum.decode_rows / (double)sum.decode_steps : 0.0},
+        {"decode_steps", sum.decode_steps}}},
+      {"kv_pool",
+       {{"rows", sum.rows_total},
+        {"rows_in_use", sum.rows_busy},
+        {"rows_cached", sum.rows_cached},
+        {"positions_per_row", sum.row_len},
+        {"bytes", sum.kv_bytes}}},
+      {"prefix_cache",
+       {{"enabled", st.opt.prefix_cache}, {"prompt_tokens", sum.prompt_tokens}, {"cached_tokens", sum.cached_tokens}}},
+      {"connections", connections_json(st)},
+      {"uptime_s", (int64_t)std::time(nullptr) - st.created},
+      {"model", st.model_id},
+      {"workers", workers}};
 }
 
 // which methods a known path takes (for 405 and OPTIONS)
@@ -362,12 +387,12 @@ void add_cors_headers(const ServerState& st, const httplib::Request& req, httpli
 }  // namespace
 
 std::string server_error_json(int status, const std::string& message) {
-  const char* type = status == 401                                  ? "authentication_error"
-                     : status == 403                                ? "permission_error"
-                     : status == 404 || status == 405               ? "not_found_error"
-                     : status == 503                                ? "unavailable_error"
-                     : status >= 400 && status < 500                ? "invalid_request_error"
-                                                                    : "server_error";
+  const char* type = status == 401                    ? "authentication_error"
+                     : status == 403                  ? "permission_error"
+                     : status == 404 || status == 405 ? "not_found_error"
+                     : status == 503                  ? "unavailable_error"
+                     : status >= 400 && status < 500  ? "invalid_request_error"
+                                                      : "server_error";
   // "error" for OpenAI clients, "detail" as FastAPI answered upstream's UI
   json body = {{"error", {{"message", message}, {"type", type}, {"code", status}}}, {"detail", message}};
   return dump(body);
@@ -403,7 +428,9 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
         [&st, fn](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
           try {
             // the key the guard let in (-1 without keys): the request's prefix-cache scope
-            const int key = st.opt.api_keys.empty() ? -1 : server_bearer_key(req.get_header_value("Authorization"), st.opt.api_keys);
+            const int key = st.opt.api_keys.empty()
+                                ? -1
+                                : server_bearer_key(req.get_header_value("Authorization"), st.opt.api_keys);
             fn(st, req, read_body(st, req, res, reader), key, res);
           } catch (const ServerError& e) {
             server_send_error(res, e.status, e.what());
@@ -424,7 +451,8 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
   });
   svr.Get("/v1/models", [&st](const httplib::Request&, httplib::Response& res) {
     json data = json::array();
-    if (st.ready) data.push_back({{"id", st.model_id}, {"object", "model"}, {"created", st.created}, {"owned_by", "nanochat"}});
+    if (st.ready)
+      data.push_back({{"id", st.model_id}, {"object", "model"}, {"created", st.created}, {"owned_by", "nanochat"}});
     res.set_content(dump({{"object", "list"}, {"data", data}}), "application/json");
   });
   svr.Get("/(.*)", [](const httplib::Request& req, httplib::Response& res) {
@@ -432,7 +460,8 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
       return res.set_content((const char*)a->data, a->size, content_type_of(a->path));
     if (const char* allow = allowed_methods(req.path)) {  // GET on a POST route
       res.set_header("Allow", allow);
-      return server_send_error(res, 405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")");
+      return server_send_error(res, 405,
+                               "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")");
     }
     server_send_error(res, 404, "no such path: " + req.path);
   });
@@ -449,7 +478,8 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
     const char* allow = allowed_methods(req.path);
     if (res.status == 404 && allow) {
       res.set_header("Allow", allow);
-      server_send_error(res, 405, "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")");
+      server_send_error(res, 405,
+                        "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")");
     } else if (res.status == 404) {
       server_send_error(res, 404, "no such path: " + req.path);
     } else if (res.status == 413) {
@@ -463,7 +493,8 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
   svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     server_send_error(res, 500, "internal error");
   });
-  svr.set_pre_routing_handler([&st](const httplib::Request& req, httplib::Response& res) { return server_guard(st, req, res); });
+  svr.set_pre_routing_handler(
+      [&st](const httplib::Request& req, httplib::Response& res) { return server_guard(st, req, res); });
   // Expect: 100-continue is answered after the guard (key, Host, Origin, size) passed: a
   // refused client gets the refusal, not an invitation to send its body
   // (the event loop does so before it reads the body: continue_guard; httplib's own 100 then
@@ -471,15 +502,17 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
   svr.set_expect_100_continue_handler([&st](const httplib::Request& req, httplib::Response& res) {
     return server_guard(st, req, res) == httplib::Server::HandlerResponse::Handled ? res.status : 100;
   });
-  svr.continue_guard = [&st](const httplib::Request& req, httplib::Response& res) { return server_guard(st, req, res); };
-  svr.set_post_routing_handler([&st](const httplib::Request& req, httplib::Response& res) { add_cors_headers(st, req, res); });
+  svr.continue_guard = [&st](const httplib::Request& req, httplib::Response& res) {
+    return server_guard(st, req, res);
+  };
+  svr.set_post_routing_handler(
+      [&st](const httplib::Request& req, httplib::Response& res) { add_cors_headers(st, req, res); });
   // the path is percent-decoded by httplib: CR, LF and ESC from it are escaped, so a request
   // cannot forge log lines or drive the terminal
   if (!st.opt.quiet)
     svr.set_logger([](const httplib::Request& req, const httplib::Response& res) {
       log_info("%s %s %d", server_log_escape(req.method).c_str(), server_log_escape(req.path).c_str(), res.status);
     });
-
 }
 
 }  // namespace nanochat

@@ -21,7 +21,8 @@ void server_send_error(httplib::Response& res, int status, const std::string& me
 void server_close_after(const httplib::Request& req, httplib::Response& res);
 
 // Every request before routing and before its body is read (guards.cpp); a refusal is Handled
-httplib::Server::HandlerResponse server_guard(const ServerState& st, const httplib::Request& req, httplib::Response& res);
+httplib::Server::HandlerResponse server_guard(const ServerState& st, const httplib::Request& req,
+                                              httplib::Response& res);
 
 // the server's threads, limits, headers, and every route with its error handling (routes.cpp)
 void server_routes_install(HttpServer& svr, ServerState& st);

@@ -25,8 +25,8 @@ void server_workers_setup(ServerState& st, const std::vector<std::shared_ptr<con
     free_bytes = f;
     if (cuda) where = e->model().device.str();
   }
-  const KVPoolSize kv = server_kv_pool_size(cuda, o.max_batch, o.kv_len, m.sequence_len, m.max_positions,
-                                            per_position, cuda ? 1 : n, free_bytes, where);
+  const KVPoolSize kv = server_kv_pool_size(cuda, o.max_batch, o.kv_len, m.sequence_len, m.max_positions, per_position,
+                                            cuda ? 1 : n, free_bytes, where);
   if (kv.shrunk)
     log_info("chat-web: KV pool cut to %lld rows x %lld positions per worker to fit in 3/4 of the %.1f GiB free on %s",
              (long long)kv.rows, (long long)kv.row_len, free_bytes / double(int64_t(1) << 30), where.c_str());

@@ -9,10 +9,16 @@
 
 namespace nanochat {
 
-SftBatcher::SftBatcher(const Tokenizer& tok, TaskPtr dataset, int64_t batch_size, int64_t seq_len, int rank,
-                       int world, size_t buffer_size, const SftBatcherState* resume)
-    : tok_(tok), dataset_(std::move(dataset)), batch_size_(batch_size), row_capacity_(seq_len + 1),
-      world_(world), buffer_size_(buffer_size), cursor_(rank), consumed_(rank) {
+SftBatcher::SftBatcher(const Tokenizer& tok, TaskPtr dataset, int64_t batch_size, int64_t seq_len, int rank, int world,
+                       size_t buffer_size, const SftBatcherState* resume)
+    : tok_(tok),
+      dataset_(std::move(dataset)),
+      batch_size_(batch_size),
+      row_capacity_(seq_len + 1),
+      world_(world),
+      buffer_size_(buffer_size),
+      cursor_(rank),
+      consumed_(rank) {
   if (dataset_->size() == 0) fail("SFT: the %s dataset has no conversations", dataset_->name().c_str());
   if (!resume) return;
   cursor_ = resume->cursor;

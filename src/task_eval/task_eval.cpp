@@ -37,8 +37,8 @@ int32_t letter_token(const Tokenizer& tok, const std::string& letter) {
   return ids[0];
 }
 
-std::pair<int64_t, int64_t> eval_generative(GPT& model, const Tokenizer& tok, const Task& task, const TaskEvalOptions& o,
-                                            int rank, int world, Progress& progress) {
+std::pair<int64_t, int64_t> eval_generative(GPT& model, const Tokenizer& tok, const Task& task,
+                                            const TaskEvalOptions& o, int rank, int world, Progress& progress) {
   Engine engine(model, tok);
   GenerateOptions go;
   go.num_samples = o.num_samples;
@@ -56,8 +56,8 @@ std::pair<int64_t, int64_t> eval_generative(GPT& model, const Tokenizer& tok, co
   return {passed, total};
 }
 
-std::pair<int64_t, int64_t> eval_categorical(GPT& model, const Tokenizer& tok, const Task& task, const TaskEvalOptions& o,
-                                             int rank, int world, Progress& progress) {
+std::pair<int64_t, int64_t> eval_categorical(GPT& model, const Tokenizer& tok, const Task& task,
+                                             const TaskEvalOptions& o, int rank, int world, Progress& progress) {
   torch::NoGradGuard no_grad;
   const int64_t n = problem_count(task, o), bs = std::max<int64_t>(1, o.batch_size);
   const int64_t num_batches = (n + bs - 1) / bs;
@@ -134,12 +134,9 @@ TaskEvalResult task_evaluate(GPT& model, const Tokenizer& tok, const Task& task,
   const int rank = dist ? dist->rank() : 0, world = dist ? dist->world_size() : 1;
   Progress progress(task.name(), o.progress ? problem_count(task, o) : 0, "problems");
   std::pair<int64_t, int64_t> counts;
-  if (task.eval_type() == "categorical")
-    counts = eval_categorical(model, tok, task, o, rank, world, progress);
-  else if (task.eval_type() == "generative")
-    counts = eval_generative(model, tok, task, o, rank, world, progress);
-  else
-    fail("chat-eval: %s is not an evaluation task", task.name().c_str());
+  if (task.eval_type() == "categorical") counts = eval_categorical(model, tok, task, o, rank, world, progress);
+  else if (task.eval_type() == "generative") counts = eval_generative(model, tok, task, o, rank, world, progress);
+  else fail("chat-eval: %s is not an evaluation task", task.name().c_str());
   progress.finish();
   if (dist && world > 1) {
     torch::Tensor t = torch::tensor({counts.first, counts.second}, torch::kLong).to(dist->device());

@@ -39,12 +39,14 @@ nlohmann::json SmolTalkTask::get_example(int64_t index) const {
 
 CustomJsonTask::CustomJsonTask(std::string path, TaskSlice slice) : Task(slice) {
   if (!path_exists(path))
-    fail("CustomJSON: %s does not exist (the project ships data/identity_conversations.jsonl; upstream's file is at "
-         "https://karpathy-public.s3.us-west-2.amazonaws.com/identity_conversations.jsonl)",
-         path.c_str());
+    fail(
+        "CustomJSON: %s does not exist (the project ships data/identity_conversations.jsonl; upstream's file is at "
+        "https://karpathy-public.s3.us-west-2.amazonaws.com/identity_conversations.jsonl)",
+        path.c_str());
   jsonl_for_each(path, "CustomJSON file", [&](const nlohmann::json& messages, int64_t, const std::string& where) {
     if (!messages.is_array()) fail("%s: expected a JSON list of messages", where.c_str());
-    if (messages.size() < 2) fail("%s: a conversation needs at least 2 messages, got %zu", where.c_str(), messages.size());
+    if (messages.size() < 2)
+      fail("%s: a conversation needs at least 2 messages, got %zu", where.c_str(), messages.size());
     check_alternation(messages, 0, where);
     conversations_.push_back(messages);
   });

@@ -75,8 +75,9 @@ Gsm8kTask::Gsm8kTask(std::string subset, std::string split, TaskSlice slice) : T
 
 nlohmann::json Gsm8kTask::get_example(int64_t index) const {
   nlohmann::json row = ds_.row(index);
-  return {{"messages", {{{"role", "user"}, {"content", row.at("question").get<std::string>()}},
-                        {{"role", "assistant"}, {"content", gsm8k_answer_parts(row.at("answer").get<std::string>())}}}}};
+  return {{"messages",
+           {{{"role", "user"}, {"content", row.at("question").get<std::string>()}},
+            {{"role", "assistant"}, {"content", gsm8k_answer_parts(row.at("answer").get<std::string>())}}}}};
 }
 
 int Gsm8kTask::evaluate(const nlohmann::json& conversation, const std::string& completion) const {

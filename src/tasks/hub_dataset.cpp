@@ -129,7 +129,9 @@ HubDataset HubDataset::from_parquet(const std::vector<std::string>& paths) {
 
 HubDataset HubDataset::load(const HubSplit& s) {
   HubDataset d = from_parquet(hub_download(s));
-  if (d.size() == 0) fail("%s %s/%s has no rows (in %s)", s.repo_id.c_str(), s.subset.c_str(), s.split.c_str(), hub_split_dir(s).c_str());
+  if (d.size() == 0)
+    fail("%s %s/%s has no rows (in %s)", s.repo_id.c_str(), s.subset.c_str(), s.split.c_str(),
+         hub_split_dir(s).c_str());
   return d;
 }
 

@@ -59,8 +59,9 @@ std::string humaneval_extract_program(const std::string& completion) {
 
 std::string humaneval_program(const nlohmann::json& conversation, const std::string& completion) {
   std::string imports = humaneval_extract_imports(conversation.at("messages").at(0).at("content").get<std::string>());
-  return imports + "\n\n" + humaneval_extract_program(completion) + "\n\n" + conversation.at("test").get<std::string>() +
-         "\n" + "check(" + conversation.at("entry_point").get<std::string>() + ")";
+  return imports + "\n\n" + humaneval_extract_program(completion) + "\n\n" +
+         conversation.at("test").get<std::string>() + "\n" + "check(" +
+         conversation.at("entry_point").get<std::string>() + ")";
 }
 
 HumanEvalTask::HumanEvalTask(TaskSlice slice) : Task(slice) {
@@ -71,8 +72,9 @@ HumanEvalTask::HumanEvalTask(TaskSlice slice) : Task(slice) {
 nlohmann::json HumanEvalTask::get_example(int64_t index) const {
   nlohmann::json row = ds_.row(index);
   std::string prompt = row.at("prompt").get<std::string>();
-  return {{"messages", {{{"role", "user"}, {"content", prompt}},
-                        {{"role", "assistant"}, {"content", prompt + "\n" + row.at("canonical_solution").get<std::string>()}}}},
+  return {{"messages",
+           {{{"role", "user"}, {"content", prompt}},
+            {{"role", "assistant"}, {"content", prompt + "\n" + row.at("canonical_solution").get<std::string>()}}}},
           {"entry_point", row.at("entry_point")},
           {"test", row.at("test")}};
 }

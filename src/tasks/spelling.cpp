@@ -21,36 +21,62 @@ const char* kLetters = "abcdefghijklmnopqrstuvwxyz";
 
 const std::vector<std::string>& user_templates() {
   static const std::vector<std::string> t = {
-      "How many {letter} are in the word {word}", "How many {letter} are in {word}",
-      "Count the number of {letter} in {word}", "How many times does {letter} appear in {word}",
-      "What's the count of {letter} in {word}", "In the word {word}, how many {letter} are there",
-      "How many letter {letter} are in the word {word}", "Count how many {letter} appear in {word}",
-      "Tell me the number of {letter} in {word}", "How many occurrences of {letter} are in {word}",
-      "Find the count of {letter} in {word}", "Can you count the {letter} letters in {word}",
-      "What is the frequency of {letter} in {word}", "How many {letter}s are in {word}",
-      "How many {letter}'s are in {word}", "Count all the {letter} in {word}", "How many times is {letter} in {word}",
-      "Number of {letter} in {word}", "Total count of {letter} in {word}", "How many {letter} does {word} have",
-      "How many {letter} does {word} contain", "What's the number of {letter} in {word}", "{word} has how many {letter}",
-      "In {word}, count the {letter}", "How many {letter} appear in {word}", "Count the {letter} in {word}",
-      "Give me the count of {letter} in {word}", "How many instances of {letter} in {word}",
-      "Show me how many {letter} are in {word}", "Calculate the number of {letter} in {word}",
+      "How many {letter} are in the word {word}",
+      "How many {letter} are in {word}",
+      "Count the number of {letter} in {word}",
+      "How many times does {letter} appear in {word}",
+      "What's the count of {letter} in {word}",
+      "In the word {word}, how many {letter} are there",
+      "How many letter {letter} are in the word {word}",
+      "Count how many {letter} appear in {word}",
+      "Tell me the number of {letter} in {word}",
+      "How many occurrences of {letter} are in {word}",
+      "Find the count of {letter} in {word}",
+      "Can you count the {letter} letters in {word}",
+      "What is the frequency of {letter} in {word}",
+      "How many {letter}s are in {word}",
+      "How many {letter}'s are in {word}",
+      "Count all the {letter} in {word}",
+      "How many times is {letter} in {word}",
+      "Number of {letter} in {word}",
+      "Total count of {letter} in {word}",
+      "How many {letter} does {word} have",
+      "How many {letter} does {word} contain",
+      "What's the number of {letter} in {word}",
+      "{word} has how many {letter}",
+      "In {word}, count the {letter}",
+      "How many {letter} appear in {word}",
+      "Count the {letter} in {word}",
+      "Give me the count of {letter} in {word}",
+      "How many instances of {letter} in {word}",
+      "Show me how many {letter} are in {word}",
+      "Calculate the number of {letter} in {word}",
       // Spanish
-      "\u00bfCu\u00e1ntas {letter} hay en {word}?", "\u00bfCu\u00e1ntas veces aparece {letter} en {word}?",
-      "Cuenta las {letter} en {word}", "\u00bfCu\u00e1ntas letras {letter} tiene {word}?",
+      "\u00bfCu\u00e1ntas {letter} hay en {word}?",
+      "\u00bfCu\u00e1ntas veces aparece {letter} en {word}?",
+      "Cuenta las {letter} en {word}",
+      "\u00bfCu\u00e1ntas letras {letter} tiene {word}?",
       // Chinese (Simplified)
-      "{word}\u4e2d\u6709\u591a\u5c11\u4e2a{letter}", "{word}\u91cc\u6709\u51e0\u4e2a{letter}",
-      "\u6570\u4e00\u4e0b{word}\u4e2d\u7684{letter}", "{word}\u8fd9\u4e2a\u8bcd\u91cc\u6709\u591a\u5c11{letter}",
+      "{word}\u4e2d\u6709\u591a\u5c11\u4e2a{letter}",
+      "{word}\u91cc\u6709\u51e0\u4e2a{letter}",
+      "\u6570\u4e00\u4e0b{word}\u4e2d\u7684{letter}",
+      "{word}\u8fd9\u4e2a\u8bcd\u91cc\u6709\u591a\u5c11{letter}",
       // Korean
-      "{word}\uc5d0 {letter}\uac00 \uba87 \uac1c \uc788\ub098\uc694", "{word}\uc5d0\uc11c {letter}\uc758 \uac1c\uc218\ub294",
+      "{word}\uc5d0 {letter}\uac00 \uba87 \uac1c \uc788\ub098\uc694",
+      "{word}\uc5d0\uc11c {letter}\uc758 \uac1c\uc218\ub294",
       "{word}\uc5d0 {letter}\uac00 \uba87 \ubc88 \ub098\uc624\ub098\uc694",
       "{word}\ub77c\ub294 \ub2e8\uc5b4\uc5d0 {letter}\uac00 \uba87 \uac1c",
       // French
-      "Combien de {letter} dans {word}", "Combien de fois {letter} appara\u00eet dans {word}",
+      "Combien de {letter} dans {word}",
+      "Combien de fois {letter} appara\u00eet dans {word}",
       "Compte les {letter} dans {word}",
       // German
-      "Wie viele {letter} sind in {word}", "Wie oft kommt {letter} in {word} vor", "Z\u00e4hle die {letter} in {word}",
+      "Wie viele {letter} sind in {word}",
+      "Wie oft kommt {letter} in {word} vor",
+      "Z\u00e4hle die {letter} in {word}",
       // Japanese
-      "{word}\u306b{letter}\u306f\u4f55\u500b\u3042\u308a\u307e\u3059\u304b", "{word}\u306e\u4e2d\u306b{letter}\u304c\u3044\u304f\u3064",
+      "{word}\u306b{letter}\u306f\u4f55\u500b\u3042\u308a\u307e\u3059\u304b",
+      "{word}\u306e\u4e2d\u306b{letter}\u304c\u3044\u304f\u3064",
       "{word}\u306b{letter}\u304c\u4f55\u56de\u51fa\u3066\u304f\u308b",
   };
   return t;
@@ -126,7 +152,8 @@ std::vector<std::string> spelling_load_words() {
   if (path_exists(path)) return read_word_list(path);
   const char* dict = "/usr/share/dict/words";
   if (std::ifstream f(dict); f) {
-    log_warn("%s is missing: using %s (a different list than upstream's, so different spelling examples)", path.c_str(), dict);
+    log_warn("%s is missing: using %s (a different list than upstream's, so different spelling examples)", path.c_str(),
+             dict);
     std::vector<std::string> words = read_system_dict(f);
     if (words.empty()) fail("%s has no words", dict);
     return words;
@@ -134,9 +161,10 @@ std::vector<std::string> spelling_load_words() {
   // offline on a machine without wamerican: the words the trained tokenizer learned whole
   std::string ranks = base_dir_path("tokenizer/tokenizer.tiktoken");
   if (!path_exists(ranks))
-    fail("no word list: %s is missing (run `nanochat download tasks`), and so are %s (apt-get install wamerican) and %s "
-         "(run `nanochat tok-train`)",
-         path.c_str(), dict, ranks.c_str());
+    fail(
+        "no word list: %s is missing (run `nanochat download tasks`), and so are %s (apt-get install wamerican) and %s "
+        "(run `nanochat tok-train`)",
+        path.c_str(), dict, ranks.c_str());
   std::vector<std::string> words = spelling_words_from_pieces(tiktoken_ranks_read(ranks));
   if (words.empty()) fail("%s has no whole lower-case words to spell", ranks.c_str());
   log_warn("%s and %s are missing: spelling the %zu whole words of the tokenizer's vocabulary (%s)", path.c_str(), dict,
@@ -173,8 +201,8 @@ nlohmann::json SpellingBeeTask::get_example(int64_t index) const {
 
   std::string l(1, letter);
   std::string manual = "We are asked to find the number '" + l + "' in the word '" + word +
-                       "'. Let me try a manual approach first.\n\nFirst spell the word out:\n" + word + ":" + spelled(word) +
-                       "\n\nThen count the occurrences of '" + l + "':\n";
+                       "'. Let me try a manual approach first.\n\nFirst spell the word out:\n" + word + ":" +
+                       spelled(word) + "\n\nThen count the occurrences of '" + l + "':\n";
   int running = 0;
   for (size_t i = 0; i < word.size(); i++) {
     if (word[i] == letter) {
@@ -191,7 +219,8 @@ nlohmann::json SpellingBeeTask::get_example(int64_t index) const {
   parts.push_back({{"type", "python"}, {"text", "'" + word + "'.count('" + l + "')"}});
   parts.push_back({{"type", "python_output"}, {"text", std::to_string(count)}});
   parts.push_back({{"type", "text"},
-                   {"text", "\n\nPython gives us " + std::to_string(count) + ".\n\nMy final answer is:\n\n#### " + std::to_string(count)}});
+                   {"text", "\n\nPython gives us " + std::to_string(count) + ".\n\nMy final answer is:\n\n#### " +
+                                std::to_string(count)}});
   return {{"messages", {{{"role", "user"}, {"content", user}}, {{"role", "assistant"}, {"content", parts}}}}};
 }
 
@@ -209,8 +238,9 @@ SimpleSpellingTask::SimpleSpellingTask(int64_t size, std::string split, TaskSlic
 nlohmann::json SimpleSpellingTask::get_example(int64_t index) const {
   PyRandom rng(test_ ? kTestSeedOffset + index : index);
   const std::string& word = words_[(size_t)rng.randbelow(words_.size())];
-  return {{"messages", {{{"role", "user"}, {"content", "Spell the word: " + word}},
-                        {{"role", "assistant"}, {"content", word + ":" + spelled(word)}}}}};
+  return {{"messages",
+           {{{"role", "user"}, {"content", "Spell the word: " + word}},
+            {{"role", "assistant"}, {"content", word + ":" + spelled(word)}}}}};
 }
 
 }  // namespace nanochat

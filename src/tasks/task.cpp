@@ -24,13 +24,15 @@ int64_t Task::size() const {
   // val mixture asks for MMLU[:5200] and GSM8K[:420], which small datasets do not have)
   int64_t stop = slice_.stop < 0 ? num_examples() : std::min(slice_.stop, num_examples());
   int64_t n = (stop - slice_.start + slice_.step - 1) / slice_.step;  // ceil_div
-  if (n < 0) fail("task %s: view start %lld is past its %lld examples", name().c_str(), (long long)slice_.start,
-                  (long long)stop);
+  if (n < 0)
+    fail("task %s: view start %lld is past its %lld examples", name().c_str(), (long long)slice_.start,
+         (long long)stop);
   return n;
 }
 
 nlohmann::json Task::at(int64_t i) const {
-  if (i < 0 || i >= size()) fail("task %s: index %lld out of range (size %lld)", name().c_str(), (long long)i, (long long)size());
+  if (i < 0 || i >= size())
+    fail("task %s: index %lld out of range (size %lld)", name().c_str(), (long long)i, (long long)size());
   return get_example(slice_.start + i * slice_.step);
 }
 
@@ -51,11 +53,14 @@ TaskMixture::TaskMixture(std::vector<TaskPtr> tasks, TaskSlice slice, Permutatio
   }
   // Random(42).shuffle(index_map) moves elements without looking at them, so it is the
   // same permutation as shuffling range(n)
-  std::vector<int64_t> p = permutation ? permutation((int64_t)ordered.size()) : tasks_py_shuffled_range(42, (int64_t)ordered.size());
-  if (p.size() != ordered.size()) fail("TaskMixture: the permutation has %zu entries for %zu examples", p.size(), ordered.size());
+  std::vector<int64_t> p = permutation ? permutation((int64_t)ordered.size())
+                                       : tasks_py_shuffled_range(42, (int64_t)ordered.size());
+  if (p.size() != ordered.size())
+    fail("TaskMixture: the permutation has %zu entries for %zu examples", p.size(), ordered.size());
   index_map_.resize(ordered.size());
   for (size_t i = 0; i < p.size(); i++) {
-    if (p[i] < 0 || p[i] >= (int64_t)ordered.size()) fail("TaskMixture: permutation entry %lld out of range", (long long)p[i]);
+    if (p[i] < 0 || p[i] >= (int64_t)ordered.size())
+      fail("TaskMixture: permutation entry %lld out of range", (long long)p[i]);
     index_map_[i] = ordered[(size_t)p[i]];
   }
 }

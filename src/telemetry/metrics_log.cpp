@@ -39,7 +39,8 @@ MetricsLog::MetricsLog(const std::string& path, int64_t resume_step) : path_(pat
   if (env_get("NANOCHAT_TENSORBOARD") && !env_flag("NANOCHAT_TENSORBOARD")) return;
   try {
     tensorboard_ = TensorBoardWriter(parent_dir(path), resume_step);
-    log_info("TensorBoard events in %s (tensorboard --logdir %s)", tensorboard_.path().c_str(), parent_dir(path).c_str());
+    log_info("TensorBoard events in %s (tensorboard --logdir %s)", tensorboard_.path().c_str(),
+             parent_dir(path).c_str());
   } catch (const std::exception& e) {
     log_warn("no TensorBoard events: %s", e.what());
   }
@@ -72,7 +73,8 @@ void MetricsLog::log(const nlohmann::json& record) {
   if (tensorboard_.path().empty()) return;
   std::vector<std::pair<std::string, double>> scalars;
   for (const auto& [key, value] : record.items())
-    if (key != "step" && value.is_number() && std::isfinite(value.get<double>())) scalars.emplace_back(key, value.get<double>());
+    if (key != "step" && value.is_number() && std::isfinite(value.get<double>()))
+      scalars.emplace_back(key, value.get<double>());
   try {
     tensorboard_.add_scalars(record.value("step", (int64_t)0), scalars);
   } catch (const std::exception& e) {

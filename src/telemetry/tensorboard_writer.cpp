@@ -99,9 +99,9 @@ std::string tensorboard_scalars_event(double wall_time, int64_t step,
   std::string summary;
   for (const auto& [tag, value] : scalars) {
     std::string v;
-    put_bytes(v, 1, tag);            // Value.tag
-    put_float(v, 2, (float)value);   // Value.simple_value
-    put_bytes(summary, 1, v);        // Summary.value
+    put_bytes(v, 1, tag);           // Value.tag
+    put_float(v, 2, (float)value);  // Value.simple_value
+    put_bytes(summary, 1, v);       // Summary.value
   }
   std::string e = event_head(wall_time, step);
   put_bytes(e, 5, summary);  // Event.summary

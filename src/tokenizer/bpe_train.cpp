@@ -20,13 +20,15 @@ namespace {
 
 using Pair = std::pair<int32_t, int32_t>;
 struct PairHash {
-  size_t operator()(const Pair& p) const { return std::hash<uint64_t>()(((uint64_t)(uint32_t)p.first << 32) | (uint32_t)p.second); }
+  size_t operator()(const Pair& p) const {
+    return std::hash<uint64_t>()(((uint64_t)(uint32_t)p.first << 32) | (uint32_t)p.second);
+  }
 };
 
 struct MergeJob {
   Pair pair;
   int64_t count;
-  std::vector<int32_t> words;  // indices of the words the pair occurred in when pushed
+  std::vector<int32_t> words;                // indices of the words the pair occurred in when pushed
   bool operator<(const MergeJob& o) const {  // priority_queue pops the "largest"
     if (count != o.count) return count < o.count;
     return pair > o.pair;  // ties: the smaller pair first
@@ -148,8 +150,10 @@ std::vector<std::string> BpeTrainer::train(int32_t vocab_size_no_special, bool s
   }
   if (progress) progress->finish();
   if ((int32_t)ranks.size() < vocab_size_no_special)
-    fail("the text supports only %zu tokens (256 bytes + %zu merges), fewer than the %d asked for; "
-         "use more text or a smaller --vocab-size", ranks.size(), ranks.size() - 256, vocab_size_no_special);
+    fail(
+        "the text supports only %zu tokens (256 bytes + %zu merges), fewer than the %d asked for; "
+        "use more text or a smaller --vocab-size",
+        ranks.size(), ranks.size() - 256, vocab_size_no_special);
   return ranks;
 }
 

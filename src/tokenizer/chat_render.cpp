@@ -46,8 +46,8 @@ RenderedConversation render_conversation(const Tokenizer& tok, const nlohmann::j
     const auto& m = messages[i];
     std::string want = i % 2 == 0 ? "user" : "assistant";
     if (m["role"] != want)
-      fail("conversation message %zu has role %s but roles must alternate user, assistant, ... starting with user",
-           i, m["role"].dump().c_str());
+      fail("conversation message %zu has role %s but roles must alternate user, assistant, ... starting with user", i,
+           m["role"].dump().c_str());
     if (want == "user") {
       r.add_special("<|user_start|>", 0);
       r.add(tok.encode(text_of(m["content"], "user content", i)), 0);

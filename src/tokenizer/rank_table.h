@@ -71,8 +71,8 @@ class RankTable {
   }
   std::vector<Slot> slots_;
   size_t mask_ = 0;
-  std::string arena_;             // the bytes of every rank, back to back
-  std::vector<size_t> offsets_;   // rank i is arena_[offsets_[i], offsets_[i + 1])
+  std::string arena_;            // the bytes of every rank, back to back
+  std::vector<size_t> offsets_;  // rank i is arena_[offsets_[i], offsets_[i + 1])
 };
 
 }  // namespace nanochat

@@ -16,8 +16,7 @@ namespace {
 template <size_t N>
 std::string class_text(const uint32_t (&ranges)[N][2]) {
   std::string s;
-  for (auto& r : ranges)
-    s += r[0] == r[1] ? strprintf("\\x{%X}", r[0]) : strprintf("\\x{%X}-\\x{%X}", r[0], r[1]);
+  for (auto& r : ranges) s += r[0] == r[1] ? strprintf("\\x{%X}", r[0]) : strprintf("\\x{%X}-\\x{%X}", r[0], r[1]);
   return s;
 }
 
@@ -32,7 +31,7 @@ std::string pattern_with_unicode_tables(const std::string& pattern) {
     if (c == '\\' && i + 1 < pattern.size()) {
       const std::string* ranges = pattern.compare(i, 5, "\\p{L}") == 0   ? &letters
                                   : pattern.compare(i, 5, "\\p{N}") == 0 ? &numbers
-                                                                       : nullptr;
+                                                                         : nullptr;
       if (ranges) {
         out += in_class ? *ranges : "[" + *ranges + "]";
         i += 4;
@@ -78,8 +77,8 @@ std::string pattern_by_name(const std::string& name) {
 static pcre2_code* compile_or_fail(const std::string& pattern) {
   int err = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile((PCRE2_SPTR)pattern.data(), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err,
-                                   &offset, nullptr);
+  pcre2_code* code = pcre2_compile((PCRE2_SPTR)pattern.data(), pattern.size(), PCRE2_UTF | PCRE2_UCP, &err, &offset,
+                                   nullptr);
   if (!code) {
     PCRE2_UCHAR msg[256];
     pcre2_get_error_message(err, msg, sizeof msg);
@@ -105,18 +104,19 @@ static const std::vector<bool>& table_disagreements() {
     for (uint32_t cp = 1; cp < 0x110000; cp++) {
       if (cp >= 0xD800 && cp <= 0xDFFF) continue;
       char buf[4];
-      int n = cp < 0x80 ? (buf[0] = (char)cp, 1)
-            : cp < 0x800 ? (buf[0] = (char)(0xC0 | cp >> 6), buf[1] = (char)(0x80 | (cp & 0x3F)), 2)
-            : cp < 0x10000 ? (buf[0] = (char)(0xE0 | cp >> 12), buf[1] = (char)(0x80 | ((cp >> 6) & 0x3F)),
-                              buf[2] = (char)(0x80 | (cp & 0x3F)), 3)
-                           : (buf[0] = (char)(0xF0 | cp >> 18), buf[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
-                              buf[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), buf[3] = (char)(0x80 | (cp & 0x3F)), 4);
+      int n = cp < 0x80      ? (buf[0] = (char)cp, 1)
+              : cp < 0x800   ? (buf[0] = (char)(0xC0 | cp >> 6), buf[1] = (char)(0x80 | (cp & 0x3F)), 2)
+              : cp < 0x10000 ? (buf[0] = (char)(0xE0 | cp >> 12), buf[1] = (char)(0x80 | ((cp >> 6) & 0x3F)),
+                                buf[2] = (char)(0x80 | (cp & 0x3F)), 3)
+                             : (buf[0] = (char)(0xF0 | cp >> 18), buf[1] = (char)(0x80 | ((cp >> 12) & 0x3F)),
+                                buf[2] = (char)(0x80 | ((cp >> 6) & 0x3F)), buf[3] = (char)(0x80 | (cp & 0x3F)), 4);
       all.append(buf, n);
     }
     for (auto [pattern, bits] : {std::make_pair("\\p{L}", &pcre_l), std::make_pair("\\p{N}", &pcre_n)}) {
       pcre2_code* code = compile_or_fail(pattern);
       pcre2_match_data* md = pcre2_match_data_create(1, nullptr);
-      for (size_t off = 0; pcre2_match(code, (PCRE2_SPTR)all.data(), all.size(), off, PCRE2_NO_UTF_CHECK, md, nullptr) > 0;) {
+      for (size_t off = 0;
+           pcre2_match(code, (PCRE2_SPTR)all.data(), all.size(), off, PCRE2_NO_UTF_CHECK, md, nullptr) > 0;) {
         size_t start = pcre2_get_ovector_pointer(md)[0], len;
         (*bits)[decode_code_point((const unsigned char*)all.data() + start, len)] = true;
         off = start + len;
@@ -189,8 +189,10 @@ constexpr uint32_t kCustomMatchLimit = 100000, kCustomDepthLimit = 1000;
 constexpr double kCustomBudgetSeconds = 0.05, kCustomBudgetPerByte = 2e-6;
 
 [[noreturn]] static void custom_pattern_spent(size_t offset, const char* what) {
-  fail("the tokenizer's custom split pattern (accepted with --allow-custom-regex) spent its %s at byte %zu of "
-       "this text", what, offset);
+  fail(
+      "the tokenizer's custom split pattern (accepted with --allow-custom-regex) spent its %s at byte %zu of "
+      "this text",
+      what, offset);
 }
 
 void Splitter::split(std::string_view text, std::vector<std::string_view>& pieces) const {
@@ -204,8 +206,8 @@ void Splitter::split(std::string_view text, std::vector<std::string_view>& piece
   for (uint64_t n = 1; offset < text.size(); n++) {
     // NO_UTF_CHECK: callers pass valid UTF-8; otherwise PCRE2 re-validates the rest of the
     // text on every call, which is quadratic
-    int rc = pcre2_match(code, (PCRE2_SPTR)text.data(), text.size(), offset, PCRE2_NO_UTF_CHECK,
-                         state.data, state.context);
+    int rc = pcre2_match(code, (PCRE2_SPTR)text.data(), text.size(), offset, PCRE2_NO_UTF_CHECK, state.data,
+                         state.context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (limited_ && (rc == PCRE2_ERROR_MATCHLIMIT || rc == PCRE2_ERROR_DEPTHLIMIT || rc == PCRE2_ERROR_JIT_STACKLIMIT))
       custom_pattern_spent(offset, "match limit");

@@ -64,7 +64,8 @@ std::string tok_eval_report(const std::vector<TokEvalText>& texts, const Tokeniz
                      (double)texts[i].text.size() / std::max<size_t>(1, our_tokens[i]));
   }
   for (auto& [name, tok] : others) {
-    s += strprintf("\nComparison with %s (ratio = bytes per token; diff = fewer tokens than %s)\n", name.c_str(), name.c_str());
+    s += strprintf("\nComparison with %s (ratio = bytes per token; diff = fewer tokens than %s)\n", name.c_str(),
+                   name.c_str());
     s += strprintf("%-16s %9s %9s %7s %9s %7s %9s  %s\n", "text", "bytes", name.c_str(), "ratio", "ours", "ratio",
                    "diff %", "better");
     for (size_t i = 0; i < texts.size(); i++) {

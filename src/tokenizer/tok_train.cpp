@@ -21,7 +21,8 @@ static std::string_view crop_chars(std::string_view doc, int64_t cap, int64_t& c
   return doc;
 }
 
-Tokenizer tok_train(const DocBatchSource& next_docs, const TokTrainOptions& opts, ThreadPool& pool, TokTrainStats* stats) {
+Tokenizer tok_train(const DocBatchSource& next_docs, const TokTrainOptions& opts, ThreadPool& pool,
+                    TokTrainStats* stats) {
   const int32_t n_special = (int32_t)kSpecialTokens.size();
   if (opts.vocab_size < 256 + n_special)
     fail("--vocab-size %d is below 256 byte tokens + %d special tokens", opts.vocab_size, n_special);

@@ -12,7 +12,7 @@
 namespace nanochat {
 
 const std::vector<std::string> kSpecialTokens = {
-    "<|bos|>",          "<|user_start|>", "<|user_end|>",    "<|assistant_start|>", "<|assistant_end|>",
+    "<|bos|>",          "<|user_start|>", "<|user_end|>",     "<|assistant_start|>", "<|assistant_end|>",
     "<|python_start|>", "<|python_end|>", "<|output_start|>", "<|output_end|>"};
 
 Tokenizer::Tokenizer(std::vector<std::string> ranks, const std::string& pattern,
@@ -77,7 +77,8 @@ static void byte_pair_merge(std::string_view piece, const RankTable& ranks, std:
   }
   for (size_t i = 0; i + 1 < parts.size(); i++) {
     int32_t r = rank_of(parts[i].first, parts[i + 1].first);
-    if (r == kNone) fail("byte 0x%02x has no rank: the rank table lacks single bytes", (unsigned char)piece[parts[i].first]);
+    if (r == kNone)
+      fail("byte 0x%02x has no rank: the rank table lacks single bytes", (unsigned char)piece[parts[i].first]);
     out.push_back(r);
   }
 }
@@ -110,7 +111,8 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
   if (cache.owner != this || cache.where.size() >= kPieceCacheEntries) cache.reset(this);
   auto hit = cache.where.find(piece);
   if (hit != cache.where.end()) {
-    out.insert(out.end(), cache.ids.begin() + hit->second.first, cache.ids.begin() + hit->second.first + hit->second.second);
+    out.insert(out.end(), cache.ids.begin() + hit->second.first,
+               cache.ids.begin() + hit->second.first + hit->second.second);
     return;
   }
   size_t before = out.size();
@@ -142,7 +144,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text) const {
   return out;
 }
 
-std::vector<int32_t> Tokenizer::encode_with_specials(std::string_view input, const std::vector<std::string>& allowed) const {
+std::vector<int32_t> Tokenizer::encode_with_specials(std::string_view input,
+                                                     const std::vector<std::string>& allowed) const {
   std::string fixed = needs_repair(input) ? utf8_decode_replace(input) : std::string(input);
   std::string_view text = fixed;
   std::vector<int32_t> out;
@@ -164,7 +167,8 @@ std::vector<int32_t> Tokenizer::encode_with_specials(std::string_view input, con
   return out;
 }
 
-std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string>& texts, ThreadPool& pool) const {
+std::vector<std::vector<int32_t>> Tokenizer::encode_batch(const std::vector<std::string>& texts,
+                                                          ThreadPool& pool) const {
   std::vector<std::vector<int32_t>> out(texts.size());
   pool.parallel_for((int64_t)texts.size(), [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; i++) out[i] = encode(texts[i]);

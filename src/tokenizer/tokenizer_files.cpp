@@ -94,7 +94,8 @@ std::vector<std::string> tiktoken_ranks_read(const std::string& file) {
 void tokenizer_save(const Tokenizer& tok, const std::string& dir) {
   make_dirs(dir);
   AtomicFile ranks(dir + "/tokenizer.tiktoken");
-  for (size_t i = 0; i < tok.ranks().size(); i++) ranks.write(base64_encode(tok.ranks()[i]) + " " + std::to_string(i) + "\n");
+  for (size_t i = 0; i < tok.ranks().size(); i++)
+    ranks.write(base64_encode(tok.ranks()[i]) + " " + std::to_string(i) + "\n");
   ranks.commit();
   nlohmann::json meta;
   meta["pattern"] = tok.pattern();
@@ -108,8 +109,7 @@ void tokenizer_save(const Tokenizer& tok, const std::string& dir) {
 
 Tokenizer tokenizer_load(const std::string& dir) {
   std::string json_path = dir + "/tokenizer.json";
-  if (!path_exists(json_path))
-    fail("no tokenizer at %s; train one with `nanochat tok-train`", dir.c_str());
+  if (!path_exists(json_path)) fail("no tokenizer at %s; train one with `nanochat tok-train`", dir.c_str());
   nlohmann::json meta;
   try {
     meta = nlohmann::json::parse(read_regular_file(json_path));
@@ -154,8 +154,11 @@ Tokenizer tokenizer_load_tiktoken(const std::string& file, const std::string& pa
   } else if (pattern_name == "gpt2") {
     specials = {{"<|endoftext|>", 50256}};
   } else if (pattern_name == "cl100k") {
-    specials = {{"<|endoftext|>", 100257}, {"<|fim_prefix|>", 100258}, {"<|fim_middle|>", 100259},
-                {"<|fim_suffix|>", 100260}, {"<|endofprompt|>", 100276}};
+    specials = {{"<|endoftext|>", 100257},
+                {"<|fim_prefix|>", 100258},
+                {"<|fim_middle|>", 100259},
+                {"<|fim_suffix|>", 100260},
+                {"<|endofprompt|>", 100276}};
   } else if (pattern_name == "o200k") {
     specials = {{"<|endoftext|>", 199999}, {"<|endofprompt|>", 200018}};
   }

@@ -21,7 +21,6 @@
 namespace nanochat {
 namespace {
 
-
 // GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for U+0100 onwards
 const std::vector<uint32_t>& byte_to_codepoint() {
   static const std::vector<uint32_t> table = [] {
@@ -88,7 +87,9 @@ const nlohmann::json& field(const nlohmann::json& j, const char* key) {
 }
 
 bool is_false_or_null(const nlohmann::json& j) { return j.is_null() || (j.is_boolean() && !j.get<bool>()); }
-bool is_empty_or_null(const nlohmann::json& j) { return j.is_null() || (j.is_string() && j.get<std::string>().empty()); }
+bool is_empty_or_null(const nlohmann::json& j) {
+  return j.is_null() || (j.is_string() && j.get<std::string>().empty());
+}
 
 // the split pattern of a byte-level pre-tokenizer; Error naming what else it is
 std::string split_pattern(const nlohmann::json& pre, const std::string& path) {
@@ -155,7 +156,8 @@ nlohmann::json read_tokenizer_json(const std::string& path) {
          field(j, "normalizer").dump().c_str());
   const nlohmann::json& model = field(j, "model");
   if (field(model, "type") != "BPE")
-    fail("%s: model type %s is not supported: only a byte-level BPE", path.c_str(), field(model, "type").dump().c_str());
+    fail("%s: model type %s is not supported: only a byte-level BPE", path.c_str(),
+         field(model, "type").dump().c_str());
   if (!field(model, "dropout").is_null()) fail("%s: model.dropout is not supported", path.c_str());
   if (!is_false_or_null(field(model, "byte_fallback"))) fail("%s: model.byte_fallback is not supported", path.c_str());
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"})
@@ -190,7 +192,9 @@ std::vector<std::string> read_vocab(const nlohmann::json& vocab, const std::map<
   std::vector<std::string> bytes_of((size_t)n);
   std::vector<bool> have((size_t)n, false);
   for (auto& [id, name] : added) {
-    if (id >= n) fail("%s: added token %s has id %lld, outside the %lld tokens", path.c_str(), name.c_str(), (long long)id, (long long)n);
+    if (id >= n)
+      fail("%s: added token %s has id %lld, outside the %lld tokens", path.c_str(), name.c_str(), (long long)id,
+           (long long)n);
     have[id] = true;
   }
   for (auto& [token, id_json] : vocab.items()) {
@@ -270,9 +274,10 @@ HfTokenizer tokenizer_read_hf_json(const std::string& path, bool allow_custom_re
   const nlohmann::json j = read_tokenizer_json(path);
   const std::string pattern = split_pattern(field(j, "pre_tokenizer"), path);
   if (!pattern_is_known(pattern) && !allow_custom_regex)
-    fail("%s: the pre-tokenizer's regex %.200s is not one of the known ones (GPT-2's, cl100k's, o200k's, "
-         "nanochat's); pass --allow-custom-regex to run it under PCRE2 match limits and a per-text time budget",
-         path.c_str(), nlohmann::json(pattern).dump().c_str());
+    fail(
+        "%s: the pre-tokenizer's regex %.200s is not one of the known ones (GPT-2's, cl100k's, o200k's, "
+        "nanochat's); pass --allow-custom-regex to run it under PCRE2 match limits and a per-text time budget",
+        path.c_str(), nlohmann::json(pattern).dump().c_str());
   const std::map<int64_t, std::string> added = read_added_tokens(j, path);
   const std::vector<std::string> bytes_of = read_vocab(field(field(j, "model"), "vocab"), added, path);
   const std::vector<int64_t> order = rank_order(field(field(j, "model"), "merges"), bytes_of, added, path);
@@ -325,8 +330,13 @@ std::string tokenizer_hf_json(const Tokenizer& tok) {
   }
   nlohmann::ordered_json added = nlohmann::ordered_json::array();
   for (auto& [name, id] : tok.specials())
-    added.push_back({{"id", id}, {"content", name}, {"single_word", false}, {"lstrip", false}, {"rstrip", false},
-                     {"normalized", false}, {"special", true}});
+    added.push_back({{"id", id},
+                     {"content", name},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
   nlohmann::ordered_json j;
   j["version"] = "1.0";
   j["truncation"] = nullptr;
@@ -341,10 +351,16 @@ std::string tokenizer_hf_json(const Tokenizer& tok) {
   j["post_processor"] = nullptr;
   j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
   // ignore_merges: a piece that is a token is that token, as tiktoken does
-  j["model"] = {{"type", "BPE"},         {"dropout", nullptr},       {"unk_token", nullptr},
-                {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-                {"fuse_unk", false},     {"byte_fallback", false},   {"ignore_merges", true},
-                {"vocab", vocab},        {"merges", merges}};
+  j["model"] = {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", nullptr},
+                {"end_of_word_suffix", nullptr},
+                {"fuse_unk", false},
+                {"byte_fallback", false},
+                {"ignore_merges", true},
+                {"vocab", vocab},
+                {"merges", merges}};
   return j.dump(1) + "\n";
 }
 

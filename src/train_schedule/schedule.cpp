@@ -9,14 +9,13 @@
 namespace nanochat {
 
 int64_t python_round(double x) {
-  double r = std::round(x);                          // halves away from zero ...
+  double r = std::round(x);                                                // halves away from zero ...
   if (std::fabs(x - std::trunc(x)) == 0.5) r = 2.0 * std::round(x / 2.0);  // ... but Python: to even
   return static_cast<int64_t>(r);
 }
 
-TrainScaling train_scaling(int64_t scaling_params, int64_t scaling_params_d12,
-                           double target_param_data_ratio, int64_t total_batch_size,
-                           double weight_decay) {
+TrainScaling train_scaling(int64_t scaling_params, int64_t scaling_params_d12, double target_param_data_ratio,
+                           int64_t total_batch_size, double weight_decay) {
   TrainScaling s;
   s.target_tokens = static_cast<int64_t>(target_param_data_ratio * static_cast<double>(scaling_params));
   s.tokens_ref = target_param_data_ratio * static_cast<double>(scaling_params_d12);
@@ -43,14 +42,14 @@ int64_t train_num_iterations(int64_t num_iterations, double target_flops, double
   fail("no training horizon: set --num-iterations, --target-flops or --target-param-data-ratio (> 0)");
 }
 
-int64_t train_grad_accum(int64_t total_batch_size, int64_t device_batch_size, int64_t max_seq_len,
-                         int world_size) {
+int64_t train_grad_accum(int64_t total_batch_size, int64_t device_batch_size, int64_t max_seq_len, int world_size) {
   const int64_t per_step = device_batch_size * max_seq_len * world_size;
   if (per_step <= 0 || total_batch_size <= 0 || total_batch_size % per_step != 0)
-    fail("total_batch_size (%lld) must be a multiple of %lld = --device-batch-size %lld x --max-seq-len %lld"
-         " x world size %d; change --total-batch-size or --device-batch-size",
-         (long long)total_batch_size, (long long)per_step, (long long)device_batch_size,
-         (long long)max_seq_len, world_size);
+    fail(
+        "total_batch_size (%lld) must be a multiple of %lld = --device-batch-size %lld x --max-seq-len %lld"
+        " x world size %d; change --total-batch-size or --device-batch-size",
+        (long long)total_batch_size, (long long)per_step, (long long)device_batch_size, (long long)max_seq_len,
+        world_size);
   return total_batch_size / per_step;
 }
 

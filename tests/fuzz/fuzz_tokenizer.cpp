@@ -22,7 +22,9 @@ static bool pattern_covers_all(const std::string& p) {
 }
 
 static void round_trip(const Tokenizer& tok) {
-  static const std::string text = "Hello, world! 12345 \xc3\xbcnic\xc3\xb8" "de\n\n  tabs\tand 'quotes' <|endoftext|>";
+  static const std::string text =
+      "Hello, world! 12345 \xc3\xbcnic\xc3\xb8"
+      "de\n\n  tabs\tand 'quotes' <|endoftext|>";
   std::vector<int32_t> ids = tok.encode(text);
   if (!pattern_covers_all(tok.pattern())) return;
   if (tok.decode_bytes(ids) != text) std::abort();  // a loaded tokenizer that loses bytes

@@ -32,7 +32,9 @@ struct FuzzFile {
 inline const std::string& fuzz_temp_dir() {
   static char made[512];  // outlives every static std::string, for the exit handler
   static const std::string dir = [] {
-    const char* base = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+    const char* base = std::getenv("TMPDIR")           ? std::getenv("TMPDIR")
+                       : access("/dev/shm", W_OK) == 0 ? "/dev/shm"
+                                                       : "/tmp";
     std::snprintf(made, sizeof made, "%s/nanochat-fuzz-XXXXXX", base);
     if (!mkdtemp(made)) std::abort();
     std::atexit([] { std::system((std::string("rm -rf ") + made).c_str()); });

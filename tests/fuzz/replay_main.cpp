@@ -28,7 +28,7 @@ struct Target {
   int (*one_input)(const uint8_t*, size_t);
 };
 static const Target kTargets[] = {
-    {"parquet", fuzz_parquet_one_input},       {"safetensors", fuzz_safetensors_one_input},
+    {"parquet", fuzz_parquet_one_input},           {"safetensors", fuzz_safetensors_one_input},
     {"torch_pickle", fuzz_torch_pickle_one_input}, {"tokenizer", fuzz_tokenizer_one_input},
     {"chat_request", fuzz_chat_request_one_input},
 };

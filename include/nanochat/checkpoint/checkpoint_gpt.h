@@ -62,9 +62,8 @@ struct LoadedGPT {
 // locate, read the model and meta, check the vocab against the tokenizer's
 // (tokenizer_vocab_size < 0 skips the check), build the GPT on `device` in `compute_dtype`,
 // load, eval mode
-LoadedGPT checkpoint_load_gpt(const std::string& source, const std::string& tag, int64_t step,
-                              torch::Device device, torch::ScalarType compute_dtype,
-                              int64_t tokenizer_vocab_size);
+LoadedGPT checkpoint_load_gpt(const std::string& source, const std::string& tag, int64_t step, torch::Device device,
+                              torch::ScalarType compute_dtype, int64_t tokenizer_vocab_size);
 
 // the model's tensors under nanochat's names, detached: what a training run saves
 NamedTensors checkpoint_gpt_tensors(const GPT& model);
@@ -96,11 +95,11 @@ ExportResult checkpoint_export(const std::string& source, const std::string& tag
 // shapes, floating dtypes, vocab vs tokenizer, existing files); only then is anything written.
 struct ImportOptions {
   std::string from_dir;
-  std::string source = "base";  // base, sft, rl
-  std::string tag;              // "": DIR's name when it is d<digits>..., else d<n_layer>
-  std::string tokenizer_file;   // "": DIR/tokenizer.tiktoken if present
-  int64_t step = -1;            // < 0: every step in DIR
-  bool force = false;           // overwrite existing steps / a different $BASE/tokenizer
+  std::string source = "base";      // base, sft, rl
+  std::string tag;                  // "": DIR's name when it is d<digits>..., else d<n_layer>
+  std::string tokenizer_file;       // "": DIR/tokenizer.tiktoken if present
+  int64_t step = -1;                // < 0: every step in DIR
+  bool force = false;               // overwrite existing steps / a different $BASE/tokenizer
   bool allow_custom_regex = false;  // a tokenizer.json whose split regex is not a known one
 };
 struct ImportResult {

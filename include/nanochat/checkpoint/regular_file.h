@@ -31,11 +31,12 @@ inline int open_regular_file(const std::string& path, int64_t max_bytes, int64_t
     ::close(fd);
     fail("cannot stat %s: %s", path.c_str(), std::strerror(e));
   }
-  const char* kind = S_ISREG(st.st_mode) ? nullptr
-                     : S_ISDIR(st.st_mode) ? "a directory"
-                     : S_ISFIFO(st.st_mode) ? "a FIFO"
+  const char* kind = S_ISREG(st.st_mode)                          ? nullptr
+                     : S_ISDIR(st.st_mode)                        ? "a directory"
+                     : S_ISFIFO(st.st_mode)                       ? "a FIFO"
                      : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
-                     : S_ISSOCK(st.st_mode) ? "a socket" : "not a regular file";
+                     : S_ISSOCK(st.st_mode)                       ? "a socket"
+                                                                  : "not a regular file";
   if (kind) {
     ::close(fd);
     fail("%s is %s, not a regular file: refused without reading", path.c_str(), kind);

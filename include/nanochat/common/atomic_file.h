@@ -18,7 +18,7 @@ class AtomicFile {
 
   void write(const void* data, size_t n);  // Error on short write (disk full, ...)
   void write(const std::string& s) { write(s.data(), s.size()); }
-  void commit();                           // fflush + fsync + rename + fsync(dir)
+  void commit();  // fflush + fsync + rename + fsync(dir)
   const std::string& temp_path() const { return temp_path_; }
 
  private:

@@ -38,7 +38,7 @@ void cpu_malloc_setup();
 struct CudaDeviceInfo {
   int index;
   std::string name;
-  int major, minor;           // compute capability
+  int major, minor;  // compute capability
   int64_t total_bytes, free_bytes;
   int multiprocessors;
 };
@@ -49,7 +49,7 @@ struct HostInfo {
 };
 HostInfo host_info();  // from /proc/cpuinfo and /proc/meminfo
 
-bool cuda_built();           // this binary was compiled with CUDA support
+bool cuda_built();  // this binary was compiled with CUDA support
 // every GPU (empty without one), or only the one of index `only` (none if it does not exist).
 // Free and total memory come from the GPU's CUDA context, which the query creates: a rank asks
 // for its own GPU only (eight ranks listing eight GPUs would hold 64 contexts, ~0.5 GB each),

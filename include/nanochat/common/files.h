@@ -11,10 +11,10 @@ namespace nanochat {
 
 bool path_exists(const std::string& path);
 bool is_directory(const std::string& path);
-void make_dirs(const std::string& path);         // mkdir -p; Error naming the path on failure
-std::string parent_dir(const std::string& path);  // "a/b/c" -> "a/b", "c" -> "."
-void remove_tree(const std::string& path);       // rm -rf; missing path is fine
-void fsync_parent_dir(const std::string& path);  // makes a rename into that directory durable
+void make_dirs(const std::string& path);               // mkdir -p; Error naming the path on failure
+std::string parent_dir(const std::string& path);       // "a/b/c" -> "a/b", "c" -> "."
+void remove_tree(const std::string& path);             // rm -rf; missing path is fine
+void fsync_parent_dir(const std::string& path);        // makes a rename into that directory durable
 std::string read_file_bytes(const std::string& path);  // the whole file; Error naming the path
 
 }  // namespace nanochat

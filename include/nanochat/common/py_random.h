@@ -14,12 +14,12 @@ namespace nanochat {
 
 class PyRandom {
  public:
-  explicit PyRandom(int64_t seed);      // random.Random(seed)
-  void seed(int64_t seed);              // random_seed() for an int: key = words of abs(seed)
-  uint32_t genrand_uint32();            // one MT19937 output
-  uint64_t getrandbits(int k);          // 0 <= k <= 64
-  uint64_t randbelow(uint64_t n);       // uniform in [0, n); n == 0 gives 0 like CPython
-  double random();                      // random.random(): 53 bits
+  explicit PyRandom(int64_t seed);  // random.Random(seed)
+  void seed(int64_t seed);          // random_seed() for an int: key = words of abs(seed)
+  uint32_t genrand_uint32();        // one MT19937 output
+  uint64_t getrandbits(int k);      // 0 <= k <= 64
+  uint64_t randbelow(uint64_t n);   // uniform in [0, n); n == 0 gives 0 like CPython
+  double random();                  // random.random(): 53 bits
 
   // random.shuffle(x): i from len-1 down to 1 swaps x[i] with x[randbelow(i+1)]
   template <class T>

@@ -20,11 +20,11 @@ struct LaunchOptions {
   int nproc_per_node = 1;
   int nnodes = 1, node_rank = 0;
   std::string master_addr = "127.0.0.1";
-  int master_port = 0;               // 0: a free port on one node, 29500 on several
-  double grace_seconds = 300.0;      // after a forwarded signal: long enough to save a large model
-  double kill_grace_seconds = 5.0;   // after a rank failed: SIGTERM, then SIGKILL this long after
-  std::vector<std::string> argv;     // the full command each rank runs
-  std::string resume_command;        // printed when a forwarded signal stopped every rank cleanly
+  int master_port = 0;              // 0: a free port on one node, 29500 on several
+  double grace_seconds = 300.0;     // after a forwarded signal: long enough to save a large model
+  double kill_grace_seconds = 5.0;  // after a rank failed: SIGTERM, then SIGKILL this long after
+  std::vector<std::string> argv;    // the full command each rank runs
+  std::string resume_command;       // printed when a forwarded signal stopped every rank cleanly
 };
 
 // returns the exit code for the launcher: 0 when every rank exited 0, 128 + the signal after

@@ -29,8 +29,8 @@
 namespace nanochat {
 
 constexpr size_t kCalculatorMaxChars = 10000;
-constexpr int kCalculatorMaxParens = 200;   // nested parentheses, Python's own limit
-constexpr int kCalculatorMaxDepth = 1200;   // parentheses and unary signs together
+constexpr int kCalculatorMaxParens = 200;  // nested parentheses, Python's own limit
+constexpr int kCalculatorMaxDepth = 1200;  // parentheses and unary signs together
 
 // str(eval(expr)) with upstream's gates, or nullopt where upstream's use_calculator gives None
 std::optional<std::string> calculator_use(std::string_view expr);

@@ -27,7 +27,7 @@ struct InferBenchOptions {
   int64_t decode_tokens = 256;   // per row
   std::vector<int64_t> batch_sizes = {1, 8, 32, 128};
   double temperature = 0.0;
-  double peak_bandwidth = 0;     // bytes/s; 0: the GPU table, or the CPU probe
+  double peak_bandwidth = 0;  // bytes/s; 0: the GPU table, or the CPU probe
 };
 
 // one timed generation's decode steps: median and p90 step latency, tok/s

@@ -37,10 +37,10 @@
 namespace nanochat {
 
 struct SchedulerOptions {
-  int64_t max_batch = 8;       // rows in the KV pool = rows decoded together
-  int64_t row_len = 0;         // positions per row; 0: the model's max_positions
-  int64_t prefill_chunk = 128; // prompt tokens prefilled between two decode steps, at most
-  bool prefix_cache = true;    // reuse the KV of a finished request's tokens
+  int64_t max_batch = 8;                 // rows in the KV pool = rows decoded together
+  int64_t row_len = 0;                   // positions per row; 0: the model's max_positions
+  int64_t prefill_chunk = 128;           // prompt tokens prefilled between two decode steps, at most
+  bool prefix_cache = true;              // reuse the KV of a finished request's tokens
   int64_t max_queue = int64_t(1) << 40;  // requests of one queue key that may wait for rows
 };
 
@@ -52,16 +52,16 @@ struct SchedulerRefused : Error {
 };
 
 struct SchedulerStats {
-  int64_t running = 0;        // requests holding rows (prefilling or decoding)
-  int64_t waiting = 0;        // requests waiting for rows
-  int64_t rows_waiting = 0;   // rows those ask for
+  int64_t running = 0;       // requests holding rows (prefilling or decoding)
+  int64_t waiting = 0;       // requests waiting for rows
+  int64_t rows_waiting = 0;  // rows those ask for
   int64_t rows_total = 0, rows_busy = 0, rows_cached = 0, row_len = 0;
-  int64_t kv_bytes = 0;       // the pool's memory
-  int64_t decode_steps = 0;   // batched forward passes of one token per row
-  int64_t decode_rows = 0;    // rows summed over those steps (occupancy = rows / steps / rows_total)
-  int64_t tokens = 0;         // tokens generated
+  int64_t kv_bytes = 0;                          // the pool's memory
+  int64_t decode_steps = 0;                      // batched forward passes of one token per row
+  int64_t decode_rows = 0;                       // rows summed over those steps (occupancy = rows / steps / rows_total)
+  int64_t tokens = 0;                            // tokens generated
   int64_t prompt_tokens = 0, cached_tokens = 0;  // prompt positions asked for, and reused
-  double tokens_per_s = 0;    // over the last 10 s
+  double tokens_per_s = 0;                       // over the last 10 s
 };
 
 class Scheduler {

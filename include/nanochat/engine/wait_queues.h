@@ -16,7 +16,7 @@ namespace nanochat {
 struct WaitingRequest {
   std::string key;
   int64_t rows_needed = 1;  // rows it needs at once
-  uint64_t seq = 0;   // arrival order (set by push)
+  uint64_t seq = 0;         // arrival order (set by push)
   virtual ~WaitingRequest() = default;
 };
 
@@ -44,7 +44,8 @@ class WaitQueues {
     std::deque<std::shared_ptr<WaitingRequest>> queue;
   };
   // the key whose turn it is, among `keys` with `from[key]` requests already taken
-  const std::string* turn(const std::map<std::string, size_t>& taken, const std::map<std::string, uint64_t>& served) const;
+  const std::string* turn(const std::map<std::string, size_t>& taken,
+                          const std::map<std::string, uint64_t>& served) const;
   std::map<std::string, Key> keys_;  // keys with requests waiting
   // when each key's last request got rows (a key never served: 0), kept after its queue
   // empties, so a key that sends one request at a time does not count as new each time

@@ -33,8 +33,8 @@ struct TrainMemory {
 TrainMemory gpt_train_memory(const GPTConfig& config, int64_t device_batch_size, torch::ScalarType dtype,
                              int world_size, bool fp8 = false);
 // the largest power of two <= max_batch whose total fits in budget_bytes (0 when not even 1 does)
-int64_t gpt_train_memory_fit(const GPTConfig& config, torch::ScalarType dtype, int world_size,
-                             int64_t budget_bytes, int64_t max_batch, bool fp8 = false);
+int64_t gpt_train_memory_fit(const GPTConfig& config, torch::ScalarType dtype, int world_size, int64_t budget_bytes,
+                             int64_t max_batch, bool fp8 = false);
 
 // What training can have of `device`'s memory: the caching allocator's cache is released
 // first, then free memory plus what the allocator holds now (the model, if built: it is part

@@ -19,11 +19,11 @@ namespace nanochat {
 
 struct kernels_check_result {
   std::string op, device, dtype;
-  bool ok;       // agreed within the tolerance (or has no kernel there)
-  bool applies;  // the op has a kernel for this device and dtype
+  bool ok;                      // agreed within the tolerance (or has no kernel there)
+  bool applies;                 // the op has a kernel for this device and dtype
   double max_error, tolerance;  // max |kernel - reference| / max |reference| over its outputs and gradients
   double fused_ms, reference_ms;
-  std::string detail;  // why, when the kernel threw
+  std::string detail;   // why, when the kernel threw
   double check_ms = 0;  // the whole check of this op: both runs, the error's reduction and read-back
 };
 // Runs every op's check on device in dtype now (again) and returns the table (nanochat doctor

@@ -36,14 +36,14 @@ namespace nanochat {
 enum class ChartKind { line, points, fit };
 
 struct ChartSeries {
-  std::string name;                 // in the legend and in data-name; "" = not in the legend
+  std::string name;  // in the legend and in data-name; "" = not in the legend
   ChartKind kind = ChartKind::line;
-  std::vector<double> x, y;         // line and points: the data, same length
-  std::function<double(double)> f;  // fit: y = f(x)
+  std::vector<double> x, y;             // line and points: the data, same length
+  std::function<double(double)> f;      // fit: y = f(x)
   double fit_x_min = 0, fit_x_max = 0;  // fit: the x range; both 0 = the data series' x range
   int fit_samples = 100;
-  std::string color;                // "" = the next color of the palette (a fit: the color of the
-                                    // series before it, so a fit pairs with its points)
+  std::string color;  // "" = the next color of the palette (a fit: the color of the
+                      // series before it, so a fit pairs with its points)
 };
 
 ChartSeries chart_line(const std::string& name, std::vector<double> x, std::vector<double> y);

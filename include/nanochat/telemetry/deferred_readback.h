@@ -18,7 +18,7 @@ class DeferredReadback {
  public:
   explicit DeferredReadback(torch::Device device);
   void push(const torch::Tensor& values);  // 1-D floating values on the device
-  bool due() const;    // more values in flight than the lag allows: take() one now
+  bool due() const;                        // more values in flight than the lag allows: take() one now
   bool empty() const { return pending_.empty(); }
   std::vector<double> take();  // the oldest pushed values (waits for their copy)
 

@@ -19,8 +19,8 @@
 
 namespace nanochat {
 
-uint32_t crc32c(const void* data, size_t n);  // CRC-32C (Castagnoli), as TFRecord uses
-uint32_t tfrecord_masked_crc(uint32_t crc);   // ((crc >> 15) | (crc << 17)) + 0xa282ead8
+uint32_t crc32c(const void* data, size_t n);          // CRC-32C (Castagnoli), as TFRecord uses
+uint32_t tfrecord_masked_crc(uint32_t crc);           // ((crc >> 15) | (crc << 17)) + 0xa282ead8
 std::string tfrecord_frame(const std::string& data);  // one TFRecord around `data`
 // the Event bytes: one Summary with a simple_value per (tag, value)
 std::string tensorboard_scalars_event(double wall_time, int64_t step,

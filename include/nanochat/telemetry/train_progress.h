@@ -15,10 +15,10 @@ namespace nanochat {
 
 struct TrainStep {
   int64_t step = 0;
-  double loss = 0;       // the mean over ranks, raw
-  double dt = 0;         // seconds since the previous step's values arrived
-  double lrm = 1;        // the learning-rate multiplier it ran with
-  double data_wait = 0;  // seconds it waited for the loader
+  double loss = 0;                         // the mean over ranks, raw
+  double dt = 0;                           // seconds since the previous step's values arrived
+  double lrm = 1;                          // the learning-rate multiplier it ran with
+  double data_wait = 0;                    // seconds it waited for the loader
   int epoch = 1, file = 0, row_group = 0;  // where the loader was
 };
 
