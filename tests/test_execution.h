@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <functional>
+#include <set>
 #include <string>
 
 namespace execution_test {
@@ -21,15 +22,30 @@ inline std::string system_python() {
   return access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : NANOCHAT_PYTHON;
 }
 
-// how many run directories (nanochat_exec_*: the root run's tmpfs mount point) /tmp holds
-inline int run_dirs_in_tmp() {
-  int n = 0;
+// the run directories (nanochat_exec_*: the root run's tmpfs mount point) /tmp holds
+inline std::set<std::string> run_dirs_in_tmp() {
+  std::set<std::string> names;
   DIR* d = opendir("/tmp");
-  for (dirent* e; d && (e = readdir(d));)
-    n += std::string(e->d_name).rfind("nanochat_exec_", 0) == 0 &&
-         std::string(e->d_name).rfind("nanochat_exec_victim", 0) != 0;
+  for (dirent* e; d && (e = readdir(d));) {
+    const std::string n = e->d_name;
+    if (n.rfind("nanochat_exec_", 0) == 0 && n.rfind("nanochat_exec_victim", 0) != 0) names.insert(n);
+  }
   if (d) closedir(d);
-  return n;
+  return names;
+}
+
+// the run directories made since `before` that are still there 10 s later: a run's left-overs.
+// Other test processes (ctest -j) run programs meanwhile; theirs go when their runs end.
+inline std::set<std::string> run_dirs_left_since(const std::set<std::string>& before) {
+  std::set<std::string> left;
+  for (const std::string& n : run_dirs_in_tmp())
+    if (!before.count(n)) left.insert(n);
+  for (int i = 0; i < 100 && !left.empty(); i++) {
+    usleep(100 * 1000);
+    const std::set<std::string> now = run_dirs_in_tmp();
+    for (auto it = left.begin(); it != left.end();) it = now.count(*it) ? std::next(it) : left.erase(it);
+  }
+  return left;
 }
 
 // `body` in a forked child turned into uid/gid 65534 (as root), its answer through a pipe;

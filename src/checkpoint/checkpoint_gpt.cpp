@@ -62,7 +62,7 @@ void checkpoint_check_config_tensors(const GPTConfig& c, const NamedTensors& ten
       fail("%s: tensor %s is past the config's n_layer %lld", where.c_str(), name.c_str(), (long long)c.n_layer);
     block[i] = true;
   }
-  if (!wte) fail("%s: tensor transformer.wte.weight is missing", where.c_str());
+  if (!wte) fail("%s: missing tensor 'transformer.wte.weight'", where.c_str());  // as checkpoint_load_into_gpt says it
   for (int64_t i = 0; i < c.n_layer; i++)
     if (!block[i])
       fail("%s: the config says n_layer %lld but there is no tensor of block %lld (transformer.h.%lld.*)",
