@@ -626,9 +626,10 @@ TEST(HfServe, DocsWalkthroughAnswersTheOpenAIClient) {
             0);
   const std::string pid = read_file(root + "/pid");
   struct Kill {
+    // no "--": dash's kill (std::system's sh) takes it for a pid and kills nothing
     std::string pid;
     ~Kill() {
-      if (std::system(("kill -9 -- -" + pid + " 2>/dev/null").c_str()) != 0)
+      if (std::system(("kill -9 -" + pid + " 2>/dev/null").c_str()) != 0)
         std::fprintf(stderr, "walkthrough already gone\n");
     }
   } kill_group{pid.substr(0, pid.find('\n'))};
