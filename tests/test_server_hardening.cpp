@@ -579,8 +579,8 @@ TEST(Hardening, ApiKeyOnEveryApiRouteButHealth) {
 TEST(Hardening, SlowlorisDoesNotStarveHealthAndMeetsTheDeadline) {
   const int port = shared().port();  // --request-deadline 3
   std::vector<int> slow;
-  for (int i = 0; i < 100; i++) {
-    int fd = raw_connect(port);
+  for (int i = 0; i < 100; i++) {  // the attacker on 127.0.0.2, /health asked from 127.0.0.1
+    int fd = raw_connect_from("127.0.0.2", port);
     ASSERT_GE(fd, 0);
     raw_send(fd, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");
     slow.push_back(fd);
@@ -600,13 +600,21 @@ TEST(Hardening, SlowlorisDoesNotStarveHealthAndMeetsTheDeadline) {
     EXPECT_LT(s, 1.0) << "/health took " << s << " s with 100 slow sockets open (try " << i << ")";
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
-  // the slow ones still open are answered 408 at the 3 s deadline, and closed (the newest is:
-  // all 100 come from 127.0.0.1, whose cap of 64 connections had the oldest shed, with a 503)
-  std::string resp = raw_read_all(slow.back(), 6000);
-  const double at = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  // the slow ones still open are answered 408 at the 3 s deadline, and closed; the others went
+  // at the cap of 64 connections an address has: shed with a 503, or closed at accept when the
+  // address's others all had bytes waiting (those are never shed)
+  int answered_408 = 0;
+  double at = 0;
+  for (auto it = slow.rbegin(); it != slow.rend(); ++it) {
+    const std::string resp = raw_read_all(*it, 6000);
+    const int status = status_of(resp);
+    EXPECT_TRUE(status == 408 || status == 503 || status == 0) << resp.substr(0, 200);
+    if (status == 408 && answered_408++ == 0)
+      at = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
   dripping = false;
   drip.join();
-  EXPECT_EQ(status_of(resp), 408) << resp.substr(0, 200);
+  EXPECT_GT(answered_408, 0) << "no slow connection was answered 408 at its deadline";
   EXPECT_LT(at, 6.0);
   for (int fd : slow) close(fd);
   EXPECT_EQ(raw_http(port, "GET", "/health").status, 200);
