@@ -1,6 +1,6 @@
 // defines: tiny_chat_tokenizer, tiny_chat_config, tiny_chat_model, tiny_chat_base_dir,
 //          tiny_chat_prompt_by_hand, GreedyReference, tiny_chat_greedy_reference, ServerProcess,
-//          open_fds, FdWatch, raise_fd_limit
+//          tiny_chat_shared_base_dir, open_fds, FdWatch, raise_fd_limit
 // A chat model small enough for tests and the server bench: a BPE tokenizer trained here on
 // a few sentences (nanochat's 9 special tokens after 300 ranks) and a random 2-layer GPT
 // (n_embd 128, head_dim 64), saved as an SFT checkpoint in a temp NANOCHAT_BASE_DIR; plus
@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -131,6 +132,19 @@ inline GreedyReference tiny_chat_greedy_reference(nanochat::GPT& model, const na
 }
 
 // `nanochat chat-web --port 0 ...` as a child; its stdout/stderr go to files in `base`;
+// one tiny model's NANOCHAT_BASE_DIR for a whole test binary, removed at exit (after the
+// servers, built later, are gone)
+inline const std::string& tiny_chat_shared_base_dir() {
+  struct BaseDir {
+    std::string path = tiny_chat_base_dir();
+    ~BaseDir() {
+      if (path.rfind("/tmp/nanochat_server_", 0) == 0) std::system(("rm -rf " + path).c_str());
+    }
+  };
+  static BaseDir base;
+  return base.path;
+}
+
 // the port is read from its "listening on" line (the model may still be loading: wait_until_healthy)
 class ServerProcess {
  public:

@@ -36,16 +36,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-struct BaseDir {
-  std::string path = tiny_chat_base_dir();
-  ~BaseDir() {
-    if (path.rfind("/tmp/nanochat_server_", 0) == 0) std::system(("rm -rf " + path).c_str());
-  }
-};
-const std::string& base_dir() {
-  static BaseDir base;
-  return base.path;
-}
+const std::string& base_dir() { return tiny_chat_shared_base_dir(); }
 
 struct Server {
   ServerProcess proc;

@@ -42,17 +42,7 @@ using json = nlohmann::json;
 
 namespace {
 
-// the tiny model's NANOCHAT_BASE_DIR, removed at exit (after the servers, built later, are gone)
-struct BaseDir {
-  std::string path = tiny_chat_base_dir();
-  ~BaseDir() {
-    if (path.rfind("/tmp/nanochat_server_", 0) == 0) std::system(("rm -rf " + path).c_str());
-  }
-};
-const std::string& base_dir() {
-  static BaseDir base;
-  return base.path;
-}
+const std::string& base_dir() { return tiny_chat_shared_base_dir(); }
 
 // a running server with extra flags, healthy before the test starts
 struct Server {
