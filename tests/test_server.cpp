@@ -602,16 +602,22 @@ TEST(ServerLifecycle, HealthAnswersWhenEverythingIsBusy) {
   wait_until_healthy(s.port());
   json req = {{"messages", user_messages(prompt)}, {"temperature", 0}, {"max_tokens", budget}, {"stream", true}};
   std::string body = req.dump();
+  const std::string post =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  // 4 connections, the cap, each with 8 long streams pipelined: when one stream ends, the
+  // connection's next request is already waiting, so none of them is ever idle (a tiny model
+  // runs one stream of 1,000 tokens in well under a second, and an idle one would be shed)
   std::vector<int> held;
-  for (int i = 0; i < 4; i++) {  // generating or queued for the worker: the cap of 4 reached, none idle
+  for (int i = 0; i < 4; i++) {
     int fd = raw_connect(s.port());
-    raw_send(
-        fd,
-        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: " +
-            std::to_string(body.size()) + "\r\n\r\n" + body);
+    std::string pipelined;
+    for (int k = 0; k < 8; k++) pipelined += post;
+    raw_send(fd, pipelined);
     held.push_back(fd);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  for (int i = 0; i < 500 && parse_json(raw_http(s.port(), "GET", "/health").body)["available_workers"] != 0; i++)
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   const auto start = std::chrono::steady_clock::now();
   RawResponse h = raw_http(s.port(), "GET", "/health");
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
