@@ -498,6 +498,49 @@ TEST(HfImport, SpecialsFirstLayoutGivesTransformersGreedy) {
   }
 }
 
+// export undoes the import's permutation: tokenizer.json gets the file's own ids back, and
+// transformers' greedy continuation of the exported model, in those ids, is the original's
+TEST(HfExport, SpecialsFirstLayoutRoundTripsWithTheFilesIds) {
+  NEEDS_TRANSFORMERS();
+  const std::string dir = fixtures().dir + "/hf_specials_first";
+  const json e = json::parse(read_file(fixtures().dir + "/expected_specials_first.json"));
+  std::string base = temp_dir();
+  import_into(base, dir);
+  std::string out = base + "/exported";
+  CommandResult r = run_cli(base, "export --format hf --out " + out);
+  ASSERT_EQ(r.rc, 0) << r.err;
+  // token -> id, the vocab's and the added tokens' (the trainer lists its specials in both)
+  auto ids_of = [](const std::string& path) {
+    json j = json::parse(read_file(path));
+    std::map<std::string, int64_t> ids;
+    for (auto& [token, id] : j["model"]["vocab"].items()) ids[token] = id.get<int64_t>();
+    for (auto& a : j["added_tokens"]) {
+      const std::string token = a["content"].get<std::string>();
+      EXPECT_TRUE(!ids.count(token) || ids[token] == a["id"]) << path << ": " << token << " has two ids";
+      ids[token] = a["id"].get<int64_t>();
+    }
+    return ids;
+  };
+  const std::map<std::string, int64_t> original = ids_of(dir + "/tokenizer.json");
+  EXPECT_EQ(ids_of(out + "/tokenizer.json"), original);
+  json cfg = json::parse(read_file(out + "/config.json"));
+  EXPECT_EQ(cfg["bos_token_id"], original.at("<|bos|>"));
+  EXPECT_EQ(cfg["eos_token_id"], original.at("<|assistant_end|>"));
+  for (size_t i = 0; i < e["prompts"].size(); i++) {
+    const json& want = e["greedy"][i];
+    CommandResult py = run_shell(std::string(NANOCHAT_PYTHON) + " " + kScript + " greedy " + out + " '" +
+                                 e["prompts"][i].dump() + "' " + std::to_string(want.size()));
+    ASSERT_EQ(py.rc, 0) << py.err;
+    EXPECT_EQ(json::parse(py.out), want) << "prompt " << i;
+  }
+  // a tokenizer trained afterwards drops the kept ids: its own export has ours
+  Tokenizer tok = tokenizer_load(base + "/tokenizer");
+  tokenizer_save(tok, base + "/tokenizer");
+  ASSERT_EQ(run_cli(base, "export --format hf --out " + out + "2").rc, 0);
+  EXPECT_EQ(json::parse(read_file(out + "2/config.json"))["bos_token_id"], tok.bos_id());
+  EXPECT_NE(tok.bos_id(), original.at("<|bos|>"));
+}
+
 // hostile imports: each ends with one error line naming the file, in under 5 s and 1 GB RSS,
 // and writes nothing
 TEST(HfImport, HostileFilesEndInOneLineQuickly) {

@@ -160,3 +160,24 @@ TEST(TokenizerHf, UnrepresentableKindsAreRefusedByName) {
       },
       "<|bos|>");
 }
+
+// the kept table of an import's ids: written only when it is not the identity, read back as it
+// was, and anything but a permutation of the vocabulary is one error naming the file
+TEST(TokenizerHf, KeptFileIdsAreAPermutationOrRefused) {
+  const std::string dir = temp_dir();
+  EXPECT_EQ(tokenizer_load_hf_ids(dir, 3), (std::vector<int32_t>{0, 1, 2}));  // none kept
+  tokenizer_save_hf_ids(dir, {2, 0, 1});
+  EXPECT_EQ(tokenizer_load_hf_ids(dir, 3), (std::vector<int32_t>{2, 0, 1}));
+  tokenizer_save_hf_ids(dir, {0, 1, 2});  // the identity removes it
+  EXPECT_FALSE(std::ifstream(dir + "/hf_token_ids.json").good());
+  for (const char* bad : {"{\"file_ids\": [2, 2, 1]}", "{\"file_ids\": [0, 1]}", "{\"file_ids\": [0, 1, 3]}",
+                          "{\"file_ids\": [0, 1, -1]}", "[0, 1, 2]", "{\"file_ids\": [0, 1,"}) {
+    std::ofstream(dir + "/hf_token_ids.json") << bad;
+    try {
+      tokenizer_load_hf_ids(dir, 3);
+      ADD_FAILURE() << "accepted " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("hf_token_ids.json"), std::string::npos) << e.what();
+    }
+  }
+}

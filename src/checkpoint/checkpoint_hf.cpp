@@ -9,7 +9,9 @@
 //   lm_head.weight                          lm_head.weight (rows padded to 64)
 // and its norms carry no weights. The vocab rows are permuted into our token order when the
 // tokenizer.json's ids are not ours (tokenizer_read_hf_json's file_ids: BpeTrainer puts the
-// specials at 0..8); export writes ours, tokenizer.json and rows alike. In our config it is:
+// specials at 0..8), and the file's ids are kept beside our tokenizer (tokenizer_save_hf_ids);
+// export permutes the rows back and writes those ids, so that a round trip gives transformers
+// its own ids. In our config it is:
 // no value embeddings, no smear, no per-layer scalars, q/k scale 1, full windows, rope theta,
 // softcap and norm eps as given.
 #include <algorithm>
@@ -73,6 +75,17 @@ torch::Tensor permute_rows(const torch::Tensor& t, const std::vector<int32_t>& f
   if (identity) return t;
   std::vector<int64_t> index(file_ids.begin(), file_ids.end());
   return t.index_select(0, torch::tensor(index, torch::kLong));
+}
+
+// the inverse: row file_ids[i] of the result is row i of t (rows past the ids, the padding, stay)
+torch::Tensor unpermute_rows(const torch::Tensor& t, const std::vector<int32_t>& file_ids) {
+  bool identity = true;
+  for (size_t i = 0; i < file_ids.size(); i++) identity &= file_ids[i] == (int32_t)i;
+  if (identity) return t;
+  std::vector<int64_t> ours_of(file_ids.size());
+  for (size_t i = 0; i < file_ids.size(); i++) ours_of[file_ids[i]] = (int64_t)i;
+  torch::Tensor rows = t.narrow(0, 0, (int64_t)file_ids.size()).index_select(0, torch::tensor(ours_of, torch::kLong));
+  return t.size(0) == rows.size(0) ? rows : at::cat({rows, t.narrow(0, rows.size(0), t.size(0) - rows.size(0))}, 0);
 }
 
 // (vocab, d) -> (padded vocab, d) with zero rows: our embedding and lm_head are padded to 64
@@ -306,6 +319,7 @@ ImportResult checkpoint_import_hf(const ImportOptions& opts) {
   meta["model_config"] = gpt_config_to_json(config);
   meta["user_config"] = {{"imported_from", from}, {"format", "transformers nanochat"}};
   if (write_tokenizer) tokenizer_save(tok, tok_dir);  // first: a checkpoint is only usable with it
+  tokenizer_save_hf_ids(tok_dir, tok_ids);  // this import's id layout, for export
   r.tokenizer_written = write_tokenizer;
   checkpoint_save_model(r.dir, step, tensors, meta);
   checkpoint_mark_complete(r.dir, step, 0);
@@ -344,31 +358,34 @@ ExportResult checkpoint_export_hf(const std::string& source, const std::string& 
     const bool vocab_rows = name == "transformer.wte.weight" || name == "lm_head.weight";
     out.emplace_back(hf, vocab_rows ? t.narrow(0, 0, c.vocab_size).contiguous() : t);
   }
-  const std::string tok_json = tokenizer_hf_json(tok);
-  auto special = [&](const char* name) -> nlohmann::ordered_json {
-    for (auto& [n, id] : tok.specials())
-      if (n == name) return id;
-    return nullptr;
-  };
+  // an imported tokenizer's own ids (the identity for ours): rows and tokenizer.json alike
+  const std::vector<int32_t> file_ids = tokenizer_load_hf_ids(tok_dir, tok.vocab_size());
+  for (auto& [name, t] : out)
+    if (name == "transformer.wte.weight" || name == "model.embed_tokens.weight" || name == "lm_head.weight")
+      t = unpermute_rows(t, file_ids);
+  const std::string tok_json = tokenizer_hf_json(tok, file_ids);
   nlohmann::ordered_json cfg = hf_config_json(c, remote_code);
   cfg["tie_word_embeddings"] = false;
   // EOS ends a chat turn; pad must be a token no prompt holds (a pad id equal to BOS makes
   // transformers mask every prompt's first token when generate() gets no attention mask), so
-  // it is EOS as in nanochat's own configs: generate() infers no mask when pad == EOS
-  const nlohmann::ordered_json eos = special("<|assistant_end|>").is_null() ? nlohmann::ordered_json(tok.bos_id())
-                                                                            : special("<|assistant_end|>");
-  cfg["bos_token_id"] = tok.bos_id();
+  // it is EOS as in nanochat's own configs: generate() infers no mask when pad == EOS. The ids
+  // are the ones tokenizer.json gives them.
+  int32_t eos_ours = tok.bos_id();  // a base tokenizer without chat tokens: BOS
+  for (auto& [name, id] : tok.specials())
+    if (name == "<|assistant_end|>") eos_ours = id;
+  const int32_t bos = file_ids[tok.bos_id()], eos = file_ids[eos_ours];
+  cfg["bos_token_id"] = bos;
   cfg["eos_token_id"] = eos;
   cfg["pad_token_id"] = eos;
   nlohmann::ordered_json gen_cfg;
-  gen_cfg["bos_token_id"] = tok.bos_id();
+  gen_cfg["bos_token_id"] = bos;
   gen_cfg["eos_token_id"] = eos;
   gen_cfg["pad_token_id"] = eos;
   gen_cfg["max_length"] = c.sequence_len;
   nlohmann::ordered_json tok_cfg;
   tok_cfg["tokenizer_class"] = "PreTrainedTokenizerFast";
   tok_cfg["bos_token"] = tok.decode_single_token_bytes(tok.bos_id());
-  tok_cfg["eos_token"] = tok.decode_single_token_bytes(eos.get<int32_t>());
+  tok_cfg["eos_token"] = tok.decode_single_token_bytes(eos_ours);
   tok_cfg["pad_token"] = tok_cfg["eos_token"];
   tok_cfg["model_max_length"] = c.sequence_len;
 

@@ -11,6 +11,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
 #include "nanochat/tokenizer.h"
+#include "nanochat/tokenizer/hf_json.h"
 
 namespace nanochat {
 
@@ -105,6 +106,7 @@ void tokenizer_save(const Tokenizer& tok, const std::string& dir) {
   atomic_write_file(dir + "/tokenizer.json", meta.dump(2) + "\n");
   std::vector<int32_t> counts = tok.token_byte_counts();
   atomic_write_file(dir + "/token_bytes.bin", std::string((const char*)counts.data(), counts.size() * 4));
+  tokenizer_save_hf_ids(dir, {});  // a table of ids kept from an earlier import is not this tokenizer's
 }
 
 Tokenizer tokenizer_load(const std::string& dir) {

@@ -1,21 +1,28 @@
-// defines: tokenizer_read_hf_json, HfTokenizer::identity, tokenizer_load_hf_json, tokenizer_hf_json
+// defines: tokenizer_read_hf_json, HfTokenizer::identity, tokenizer_load_hf_json, tokenizer_save_hf_ids,
+//          tokenizer_load_hf_ids, tokenizer_hf_json
 // Hugging Face's tokenizer.json (the `tokenizers` library) in and out, for a byte-level BPE only.
 // Its vocab spells bytes with GPT-2's byte-to-character table. tiktoken merges by the rank of
 // the merged bytes, HF by the rank of the merge rule: so our ranks follow the merges (the bytes,
 // then each token in the order of the first merge making it), whatever ids the file gives them,
 // and the specials come after, in the file's order. The file's id of each of ours is kept
-// (HfTokenizer::file_ids): the import permutes the model's vocab rows with it. Then an imported
+// (HfTokenizer::file_ids): the import permutes the model's vocab rows with it and keeps it beside
+// the tokenizer (hf_token_ids.json), and export writes those ids again. Then an imported
 // tokenizer gives the library's ids through that table (tests/test_tokenizer_hf.cpp checks it on
 // a few MB of text, also for BpeTrainer's layout with the specials at ids 0..8).
 #include <algorithm>
+#include <cerrno>
 #include <climits>
+#include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <sstream>
 #include <unordered_map>
 
 #include "nanochat/checkpoint/regular_file.h"
+#include "nanochat/common/atomic_file.h"
 #include "nanochat/common/error.h"
+#include "nanochat/common/files.h"
 #include "nanochat/tokenizer/hf_json.h"
 
 namespace nanochat {
@@ -314,14 +321,53 @@ Tokenizer tokenizer_load_hf_json(const std::string& path, bool allow_custom_rege
   return tokenizer_read_hf_json(path, allow_custom_regex).tok;
 }
 
-std::string tokenizer_hf_json(const Tokenizer& tok) {
+static const char* const kHfIdsFile = "/hf_token_ids.json";
+
+void tokenizer_save_hf_ids(const std::string& dir, const std::vector<int32_t>& file_ids) {
+  bool identity = true;
+  for (size_t i = 0; i < file_ids.size(); i++) identity &= file_ids[i] == (int32_t)i;
+  if (identity) {  // ours are the file's: nothing to keep, and an older table would be wrong
+    if (std::remove((dir + kHfIdsFile).c_str()) != 0 && errno != ENOENT)
+      fail("cannot remove %s%s: %s", dir.c_str(), kHfIdsFile, std::strerror(errno));
+    return;
+  }
+  atomic_write_file(dir + kHfIdsFile, nlohmann::json{{"file_ids", file_ids}}.dump() + "\n");
+}
+
+std::vector<int32_t> tokenizer_load_hf_ids(const std::string& dir, int vocab_size) {
+  const std::string path = dir + kHfIdsFile;
+  std::vector<int32_t> ids(vocab_size);
+  for (int i = 0; i < vocab_size; i++) ids[i] = i;
+  if (!path_exists(path)) return ids;
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(read_regular_file(path));
+  } catch (const nlohmann::json::exception& e) {
+    fail("%s: not JSON (%s)", path.c_str(), e.what());
+  }
+  const nlohmann::json* list = j.is_object() && j.contains("file_ids") ? &j["file_ids"] : nullptr;
+  if (!list || !list->is_array() || (int64_t)list->size() != vocab_size)
+    fail("%s: file_ids must be a list of %d ids, one per token of the tokenizer beside it", path.c_str(), vocab_size);
+  std::vector<bool> seen(vocab_size, false);
+  for (int i = 0; i < vocab_size; i++) {
+    const nlohmann::json& v = (*list)[i];
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab_size || seen[v.get<int64_t>()])
+      fail("%s: entry %d (%s) is not an unused id below %d", path.c_str(), i, v.dump().c_str(), vocab_size);
+    ids[i] = v.get<int32_t>();
+    seen[ids[i]] = true;
+  }
+  return ids;
+}
+
+std::string tokenizer_hf_json(const Tokenizer& tok, const std::vector<int32_t>& file_ids) {
   const std::vector<std::string>& ranks = tok.ranks();
+  auto id_of = [&](size_t ours) { return file_ids.empty() ? (int32_t)ours : file_ids.at(ours); };
   std::unordered_map<std::string, int32_t> rank_of;
   for (size_t i = 0; i < ranks.size(); i++) rank_of.emplace(ranks[i], (int32_t)i);
   nlohmann::ordered_json vocab = nlohmann::ordered_json::object();
   nlohmann::ordered_json merges = nlohmann::ordered_json::array();
   for (size_t i = 0; i < ranks.size(); i++) {
-    vocab[bytes_to_hf(ranks[i])] = i;
+    vocab[bytes_to_hf(ranks[i])] = id_of(i);
     if (ranks[i].size() < 2) continue;
     std::vector<std::string> parts = merge_below(ranks[i], rank_of, (int32_t)i);
     if (parts.size() != 2)
@@ -330,7 +376,7 @@ std::string tokenizer_hf_json(const Tokenizer& tok) {
   }
   nlohmann::ordered_json added = nlohmann::ordered_json::array();
   for (auto& [name, id] : tok.specials())
-    added.push_back({{"id", id},
+    added.push_back({{"id", id_of(id)},
                      {"content", name},
                      {"single_word", false},
                      {"lstrip", false},

@@ -1,4 +1,5 @@
-// defines: HfTokenizer, tokenizer_read_hf_json, tokenizer_load_hf_json, tokenizer_hf_json
+// defines: HfTokenizer, tokenizer_read_hf_json, tokenizer_load_hf_json, tokenizer_save_hf_ids,
+//          tokenizer_load_hf_ids, tokenizer_hf_json
 // Hugging Face's tokenizer.json (the `tokenizers` library's format) in and out
 // (src/tokenizer/tokenizer_hf.cpp).
 #pragma once
@@ -23,7 +24,13 @@ struct HfTokenizer {
 HfTokenizer tokenizer_read_hf_json(const std::string& path, bool allow_custom_regex = false);
 // the Tokenizer alone (its ids are ours: the file's through file_ids)
 Tokenizer tokenizer_load_hf_json(const std::string& path, bool allow_custom_regex = false);
-// the same format written from ours (merges recovered from the ranks), for transformers
-std::string tokenizer_hf_json(const Tokenizer& tok);
+// an imported tokenizer's file_ids, kept in DIR (hf_token_ids.json) beside the tokenizer saved
+// there, so that export gives transformers the ids it had; the identity removes the table
+void tokenizer_save_hf_ids(const std::string& dir, const std::vector<int32_t>& file_ids);
+// DIR's table checked to be a permutation of [0, vocab_size), or the identity when there is none
+std::vector<int32_t> tokenizer_load_hf_ids(const std::string& dir, int vocab_size);
+// the same format written from ours (merges recovered from the ranks), for transformers; with
+// file_ids, token i gets id file_ids[i]
+std::string tokenizer_hf_json(const Tokenizer& tok, const std::vector<int32_t>& file_ids = {});
 
 }  // namespace nanochat
