@@ -1,5 +1,5 @@
 // defines: Fn, weighted_sum, grads_of, expect_finite_differences, expect_same, rotary_tables, targets_with_ignored,
-//          CudaDtype, kCudaDtypes
+//          CudaDtype, kCudaDtypes, expect_cpu_kernel_in
 // What the kernels' tests share (test_kernels.cpp and one test_kernels_<op>.cpp per op): an op
 // seen as a function of its inputs, its gradients, finite differences, and fused against
 // reference within a tolerance.
@@ -12,6 +12,9 @@
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include "nanochat/kernels.h"
+#include "../src/kernels/op_dispatch.h"  // kernels_cpu_supported
 
 namespace kernels_test {
 
@@ -94,12 +97,27 @@ inline Tensor targets_with_ignored(int64_t n, int64_t vocab) {
   return t;
 }
 
-// the dtypes the CUDA kernels run in, each with the tolerance of its comparison to the reference
+// the dtypes the CUDA kernels run in, each with the self-check's tolerance (the one table of
+// them: kernels_check_tolerance)
 struct CudaDtype {
   torch::ScalarType dtype;
   double tol;
 };
-inline const std::vector<CudaDtype> kCudaDtypes = {
-    {torch::kFloat, 1e-4}, {torch::kBFloat16, 3e-2}, {torch::kHalf, 3e-2}};
+inline const std::vector<CudaDtype> kCudaDtypes = {{torch::kFloat, nanochat::kernels_check_tolerance(torch::kFloat)},
+                                                   {torch::kBFloat16, nanochat::kernels_check_tolerance(torch::kBFloat16)},
+                                                   {torch::kHalf, nanochat::kernels_check_tolerance(torch::kHalf)}};
+
+// the self-check (the registry) finds a CPU kernel of `check` in exactly the dtypes of `with`
+// among fp32 and bf16: each op's test says where its kernel is
+inline void expect_cpu_kernel_in(const std::string& check, const std::vector<torch::ScalarType>& with) {
+  if (!nanochat::kernels_cpu_supported()) GTEST_SKIP() << "this CPU runs the ATen references";
+  for (auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    bool found = false, applies = false;
+    for (const nanochat::kernels_check_result& r : nanochat::kernels_self_check(torch::kCPU, dtype))
+      if (r.op == check) found = true, applies = r.applies;
+    EXPECT_TRUE(found) << check << " is not registered";
+    EXPECT_EQ(applies, std::find(with.begin(), with.end(), dtype) != with.end()) << check << " in " << dtype;
+  }
+}
 
 }  // namespace kernels_test

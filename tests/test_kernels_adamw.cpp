@@ -88,3 +88,8 @@ TEST(AdamWKernel, CudaMatchesTheReferenceWithinRounding) {
     for (int64_t n : {1, 37, (1 << 20) + 5})
       EXPECT_EQ(adamw_beyond_rounding(n, dtype, torch::kCUDA, 5), "") << case_name(dtype, n);
 }
+
+// the self-check finds its CPU kernel in both dtypes
+TEST(AdamWKernel, CpuKernelDtypes) {
+  expect_cpu_kernel_in("adamw", {torch::kFloat, torch::kBFloat16});
+}

@@ -8,6 +8,7 @@
 #include "nanochat/attention.h"
 #include "nanochat/kernels.h"
 #include "test_kernels.h"
+#include "../src/kernels/cpu_gemm.h"  // cpu_gemm_f32_available
 
 using namespace nanochat;
 using namespace kernels_test;
@@ -72,4 +73,13 @@ TEST(AttentionKernel, CpuKernelTracksTheSdpaPathInBf16) {
     Fn sdpa = [=](const std::vector<Tensor>& x) { return attention_causal_sdpa(x[0], x[1], x[2], w); };
     expect_same(attention(true, w), sdpa, in, 2e-2, w < 0 ? "causal" : "window 128");
   }
+}
+
+// the self-check finds its CPU kernel where MKL's fp32 GEMMs are (cpu_gemm_f32_available), and
+// never the flash window's (CUDA's alone)
+TEST(AttentionKernel, CpuKernelDtypes) {
+  std::vector<torch::ScalarType> with;
+  for (auto dtype : {torch::kFloat, torch::kBFloat16})
+    if (nanochat::cpu_gemm_f32_available(dtype)) with.push_back(dtype);
+  expect_cpu_kernel_in("attention", with);
 }

@@ -233,3 +233,9 @@ TEST(Fp8Linear, D2TrainingTracksTheRunWithoutFp8) {
   std::printf("d2, 30 steps: loss %.4f -> %.4f without FP8, %.4f with; largest gap %.4f\n", base.front(), base.back(),
               fp8.back(), worst);
 }
+
+// the self-check finds its CPU kernel in both dtypes (the emulation); its quantisation kernel is CUDA's alone
+TEST(Fp8Linear, CpuKernelDtypes) {
+  expect_cpu_kernel_in("fp8_linear", {torch::kFloat, torch::kBFloat16});
+  expect_cpu_kernel_in("fp8_quantize", {});
+}

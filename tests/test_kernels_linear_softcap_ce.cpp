@@ -122,3 +122,8 @@ TEST(LinearSoftcapCE, CudaEqualsReference) {
     EXPECT_EQ(loss[2].item<double>(), 0.0);
   }
 }
+
+// the self-check finds its CPU kernel in both dtypes
+TEST(LinearSoftcapCE, CpuKernelDtypes) {
+  expect_cpu_kernel_in("linear_softcap_ce", {torch::kFloat, torch::kBFloat16});
+}

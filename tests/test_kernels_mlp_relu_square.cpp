@@ -47,3 +47,8 @@ TEST(MlpReluSquare, CudaEqualsReference) {
     expect_same(mlp(true), mlp(false), m, tol, "cuda mlp");
   }
 }
+
+// the self-check finds its CPU kernel in both dtypes
+TEST(MlpReluSquare, CpuKernelDtypes) {
+  expect_cpu_kernel_in("mlp_relu_square", {torch::kFloat, torch::kBFloat16});
+}

@@ -127,3 +127,8 @@ TEST(MuonKernels, CudaEqualsReference) {
     expect_muon_equal(4, r, c, torch::kFloat, torch::kBFloat16, torch::kCUDA, 1.6e-2, 1e-5);
   }
 }
+
+// the self-check finds its CPU kernel in both dtypes
+TEST(MuonKernels, CpuKernelDtypes) {
+  expect_cpu_kernel_in("muon", {torch::kFloat, torch::kBFloat16});
+}

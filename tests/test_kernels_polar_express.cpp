@@ -35,3 +35,8 @@ TEST(PolarExpress, Fp32EqualsFp64Composition) {
     EXPECT_TRUE(X.equal(X0)) << "the input was written";
   }
 }
+
+// the self-check finds its CPU kernel in fp32 only (bf16 runs the reference)
+TEST(PolarExpress, CpuKernelDtypes) {
+  expect_cpu_kernel_in("polar_express", {torch::kFloat});
+}

@@ -79,3 +79,8 @@ TEST(ResidualNorm, CudaEqualsReference) {
       expect_same(residual_norm(true, mix), residual_norm(false, mix), rn, tol, "cuda residual_norm");
   }
 }
+
+// the self-check finds its CPU kernel in both dtypes
+TEST(ResidualNorm, CpuKernelDtypes) {
+  expect_cpu_kernel_in("residual_norm", {torch::kFloat, torch::kBFloat16});
+}

@@ -60,3 +60,8 @@ TEST(RotaryNorm, CudaEqualsReference) {
     expect_same(rotary_norm(true, 1.2), rotary_norm(false, 1.2), rw, tol, "cuda rotary_norm, head dim 512", 1);
   }
 }
+
+// the self-check finds its CPU kernel in both dtypes
+TEST(RotaryNorm, CpuKernelDtypes) {
+  expect_cpu_kernel_in("rotary_norm", {torch::kFloat, torch::kBFloat16});
+}

@@ -1,4 +1,4 @@
-// defines: CommandResult, kernel_ops, kernel_checks_besides_ops, run_shell, make_temp_dir, temp_dir, read_file, count_lines,
+// defines: CommandResult, kernel_ops, run_shell, make_temp_dir, temp_dir, read_file, count_lines,
 //          spawn_to_files, wait_exit, make_parquet_corpus
 // Helpers for tests that run the real binary and inspect files.
 #pragma once
@@ -36,12 +36,6 @@ inline std::vector<std::string> kernel_ops() {
   std::stringstream in(NANOCHAT_KERNEL_OPS);
   for (std::string op; std::getline(in, op, ',');) ops.push_back(op);
   return ops;
-}
-// what the self-check runs besides the ops: FP8's quantisation (part of fp8_linear, with a CUDA
-// kernel only) and the attention module's real flash window (where LibTorch has CUDA)
-inline std::vector<std::string> kernel_checks_besides_ops(bool cuda_built) {
-  if (cuda_built) return {"fp8_quantize", "flash_window"};
-  return {"fp8_quantize"};
 }
 #endif
 

@@ -108,7 +108,8 @@ std::vector<Tensor> flash_window_check(at::Device device, at::ScalarType dtype, 
   }
   return out;
 }
-const bool flash_window_check_registered = kernels_register_check({"flash_window", flash_window_check});
+const bool flash_window_check_registered = kernels_register_check(
+    {"flash_window", flash_window_check, nullptr, /*cuda_without_nvcc=*/false, /*part_of=*/"attention"});
 
 }  // namespace
 

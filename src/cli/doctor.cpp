@@ -52,6 +52,7 @@ static nlohmann::json kernels_json(const std::vector<kernels_check_result>& rows
   for (const kernels_check_result& r : rows) {
     nlohmann::json j = {{"op", r.op}, {"device", r.device},   {"dtype", r.dtype},
                         {"ok", r.ok}, {"applies", r.applies}, {"check_ms", r.check_ms}};
+    if (!r.part_of.empty()) j["part_of"] = r.part_of;
     if (r.applies) {
       j["max_error"] = std::isfinite(r.max_error) ? nlohmann::json(r.max_error) : nlohmann::json(nullptr);
       j["tolerance"] = r.tolerance;

@@ -305,7 +305,8 @@ std::vector<Tensor> fp8_quantize_check(at::Device device, at::ScalarType dtype, 
   }
   return out;
 }
-const bool fp8_quantize_check_registered = kernels_register_check({"fp8_quantize", fp8_quantize_check});
+const bool fp8_quantize_check_registered = kernels_register_check(
+    {"fp8_quantize", fp8_quantize_check, nullptr, /*cuda_without_nvcc=*/false, /*part_of=*/"fp8_linear"});
 
 }  // namespace
 

@@ -82,7 +82,8 @@ kernels_check_result check_one_untimed(const kernels_check_entry& e, at::Device 
                          0,
                          0,
                          "",
-                         0};
+                         0,
+                         e.part_of ? e.part_of : ""};
   // no kernels to check: a CPU without AVX2+FMA+F16C, a build without the CUDA kernels (but for
   // an op whose CUDA path is ATen alone)
   if ((device.is_cpu() && !kernels_cpu_supported()) ||

@@ -25,6 +25,7 @@ struct kernels_check_result {
   double fused_ms, reference_ms;
   std::string detail;   // why, when the kernel threw
   double check_ms = 0;  // the whole check of this op: both runs, the error's reduction and read-back
+  std::string part_of;  // the op this check is part of, when it is not an op itself (fp8_quantize)
 };
 // Runs every op's check on device in dtype now (again) and returns the table (nanochat doctor
 // --kernels). announce: log each op's name before its check runs. The checks run with fp32
@@ -58,6 +59,9 @@ struct kernels_check_entry {
   // the op's CUDA path is ATen alone (fp8_linear's _scaled_mm): it runs, and is checked, in a
   // build without the CUDA kernels too
   bool cuda_without_nvcc = false;
+  // a second check of an op's file (fp8_linear's quantisation) or of a module that owns an op
+  // (attention's flash window): the op it belongs to; null for the op's own check
+  const char* part_of = nullptr;
 };
 bool kernels_register_check(kernels_check_entry entry);
 // the generator a check draws its inputs from: on the check's device (no host draws and copies
