@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The one prepared script for a lent GPU machine (one H200, 16 cores, PyTorch 2.11+cu130, no
 # apt, no internet). Prepare here first: bash bench/gpu/prepare.sh [upstream checkout], then
-# run it there with carry [".deps", ".upstream"] and a timeout of about 420 s:
+# run it there with carry [".deps", ".upstream"] and a timeout of about 540 s:
 #   UPSTREAM=.upstream bash bench/gpu/run.sh
 # Here, without a GPU, DRY_RUN=1 runs every stage on the CPU at tiny shapes (the CUDA tests
 # skip), to check the script itself.
@@ -12,7 +12,8 @@
 # else the script builds its own from the carried headers, libraries and pkg-config files,
 # inside the same deadline as everything else.
 #
-# The GPU and SDPA backends, then correctness before speed: the CUDA tests (the fused kernels,
+# The GPU and SDPA backends and `doctor --kernels` (every fused kernel against its reference on the
+# device, with its times), then correctness before speed: the CUDA tests (the fused kernels,
 # FP8, the flash windows, the data loader's staging), each test in a process of its own with
 # TEST_S seconds (default 40), so that one that hangs is named and the rest still run (on the
 # first H200 every kernel test hung: the self-check's deadlock, fixed since); per-op forward+backward times
@@ -33,13 +34,25 @@
 # reports (max_memory_allocated, the figure upstream_step.py reports for upstream), and the most
 # used on the GPU during the run (nvidia-smi, sampled: context, allocator cache and all).
 #
-# Budget: 6 minutes in all (BUDGET_S, less 15 s for the summary), builds included. Every stage
-# gets min(its cap, what is left before the deadline) and is skipped, saying so, when too little
-# is left. The corpus and the logs stay under /tmp; $OUT gets logs.tar.gz and summary.json.
+# Then the whole path, on the same device: a small model (d4 at T=512) trained 30 steps
+# and saved, a greedy `generate` from it on the GPU and on the CPU (the same prompt; how many
+# tokens the two agree on before they part, as bf16 and fp32 may), `infer-bench` (TTFT, decode
+# tok/s and bandwidth per batch size), and `chat-web` on it under 1, 16 and 64 concurrent
+# streaming clients (bench/gpu/load_clients.py: OpenAI streams back to back for a few seconds;
+# aggregate tok/s and time to first token, p50 and p99). The server is stopped at the stage's end
+# whatever happens.
+#
+# Budget: 8 minutes in all (BUDGET_S, less 15 s for the summary), builds included, of which
+# WHOLE_S (120 s) is kept for the whole path: the stages before it end by BUDGET_S - WHOLE_S (6
+# minutes less 15 s, as before the whole path was added). Every stage gets min(its cap, what is
+# left before its deadline) and is skipped, saying so, when too little is left. The corpus, the
+# small model and the logs stay under /tmp; $OUT gets logs.tar.gz and summary.json.
 # The last line is one JSON object holding every figure printed above it.
 set -uo pipefail
 t0=$(date +%s)
-DEADLINE=$((t0 + ${BUDGET_S:-345}))  # 6 minutes less 15 s for the summary
+DEADLINE=$((t0 + ${BUDGET_S:-465}))  # 8 minutes less 15 s for the summary
+WHOLE_S=${WHOLE_S:-120}  # of which the whole path's, kept from the stages before it (RESERVE)
+RESERVE=0
 cd "$(dirname "$0")/../.."
 OUT="${OUT:-/tmp/nanochat_gpu_out}"
 WORK=/tmp/nanochat_gpu
@@ -64,14 +77,19 @@ with_our_libs() { LD_LIBRARY_PATH="$OUR_LD" "$@"; }
 if [ -n "${DRY_RUN:-}" ]; then
   DEV=cpu DEPTHS="4 2" SEQ=64 DBS=2 ACCUM=2 DTYPE=float32 STEPS=4 WARM=2 UP_FLAGS="--head-dim 64 --no-compile"
   TRAIN_FLAGS="--head-dim 64" DEFAULT_DBS="--device-batch-size 2" KDEPTH=2 KBATCH=2 CHARS=2000000
+  WP_DEPTH=2 WP_SEQ=64 WP_DBS=2 WP_STEPS=10 WP_GEN=16 WP_IB="--prompt-tokens 32 --decode-tokens 8 --batch-sizes 1,4"
+  WP_LOAD="--seconds 2 --max-tokens 8"
 else  # DEFAULT_DBS: the SSSL runs' device batch, the memory estimate's on a GPU
   DEV=cuda DEPTHS="20 12" SEQ=2048 DBS=16 ACCUM=8 DTYPE=bfloat16 STEPS=8 WARM=3 UP_FLAGS="" TRAIN_FLAGS=""
   DEFAULT_DBS="" KDEPTH=20 KBATCH=16 CHARS=20000000
+  WP_DEPTH=4 WP_SEQ=512 WP_DBS=32 WP_STEPS=30 WP_GEN=32 WP_IB="--prompt-tokens 256 --decode-tokens 64 --batch-sizes 1,16,64"
+  WP_LOAD="--seconds 8 --max-tokens 128"
 fi
+WP_CLIENTS=1,16,64  # the whole path's concurrent streaming clients, one level after the other
 TOTAL_BATCH=$((DBS * SEQ * ACCUM))
-# seconds a stage may take: its cap, or what is left before the deadline if that is less; at
-# least 1 (`timeout 0` would mean no limit)
-budget() { local left=$((DEADLINE - $(date +%s))); echo $(( $1 < left ? $1 : (left > 1 ? left : 1) )); }
+# seconds a stage may take: its cap, or what is left before the deadline (less RESERVE, the time
+# kept for a later stage) if that is less; at least 1 (`timeout 0` would mean no limit)
+budget() { local left=$((DEADLINE - RESERVE - $(date +%s))); echo $(( $1 < left ? $1 : (left > 1 ? left : 1) )); }
 # a stage's timeout: TERM at its budget, KILL 10 s later
 limit() { timeout -k 10 "$@"; }
 
@@ -108,10 +126,11 @@ else
   echo "built in $build_s s"
 fi
 BIN="$WORK/bin"
+RESERVE=$WHOLE_S  # the whole path's time, kept from here until it starts
 
-echo "== GPU and SDPA backends"
+echo "== GPU and SDPA backends, the fused kernels against their references (doctor --kernels)"
 with_our_libs "$BIN/nanochat" --version | tee "$LOG/version.txt"
-with_our_libs limit "$(budget 30)" "$BIN/nanochat" doctor --device-type "$DEV" 2>&1 | tee "$LOG/doctor.txt"
+with_our_libs limit "$(budget 45)" "$BIN/nanochat" doctor --device-type "$DEV" --kernels 2>&1 | tee "$LOG/doctor.txt"
 doctor_rc=${PIPESTATUS[0]}
 
 echo "== CUDA tests: the fused kernels (AdamW's and Muon's too), FP8, the flash windows, the loader's staging"
@@ -242,10 +261,114 @@ ours "d${DB}_L" "$DB" L --device-batch-size "$DBS"
 upstream "$DB" L
 ours "d${DB}_SSSL" "$DB" SSSL $DEFAULT_DBS
 
+# the whole path, on a model of its own: trained and saved, generated from on the device and on the
+# CPU, benchmarked, served. Each step's outcome goes to wp_<step>.rc: its exit code, or skipped
+echo "== the whole path: d$WP_DEPTH trained $WP_STEPS steps and saved, greedy generate on $DEV and on cpu, infer-bench," \
+     "chat-web on $DEV under $WP_CLIENTS streaming clients"
+RESERVE=0
+WP_TAG=gpu_whole_path
+WP_PROMPT="The capital of France is"
+CKPT=(-i base -g "$WP_TAG")
+b=$(budget 60)
+if [ "$b" -lt 20 ]; then
+  echo skipped > "$LOG/wp_train.rc"
+  echo "train: skipped, out of time"
+else
+  with_our_libs limit "$b" "$BIN/nanochat" base-train --device-type "$DEV" --data "$WORK/corpus" --depth "$WP_DEPTH" \
+    --max-seq-len "$WP_SEQ" --device-batch-size "$WP_DBS" --total-batch-size $((WP_DBS * WP_SEQ)) \
+    --num-iterations "$WP_STEPS" --warmup-steps 5 --eval-every -1 --core-metric-every -1 --sample-every -1 \
+    --model-tag "$WP_TAG" $TRAIN_FLAGS > "$LOG/wp_train.log" 2>&1
+  echo $? > "$LOG/wp_train.rc"
+  echo "train: exit $(cat "$LOG/wp_train.rc"); $(grep -o 'step [0-9]*/[0-9]* .*| loss: [0-9.]*' "$LOG/wp_train.log" | tail -1)"
+  grep -q 'saved checkpoint' "$LOG/wp_train.log" || tail -5 "$LOG/wp_train.log"
+fi
+wp_saved=0  # a complete checkpoint: its done_<step> marker
+ls "$NANOCHAT_BASE_DIR/base_checkpoints/$WP_TAG"/done_* > /dev/null 2>&1 && wp_saved=1
+# the last generated text of a generate --json, for the log
+gen_text() { $PY -c 'import json, sys
+d = json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])
+print(len(d["generated_ids"]), "tokens:", repr(d["text"])[:160])' "$1" 2> /dev/null; }
+# generate_dev on $DEV (on the CPU too in DRY_RUN), generate_cpu the fp32 reference
+for g in "dev $DEV" "cpu cpu"; do
+  read -r name dev <<< "$g"
+  b=$(budget 30)
+  if [ "$wp_saved" = 0 ] || [ "$b" -lt 10 ]; then
+    echo skipped > "$LOG/wp_generate_$name.rc"
+    echo "generate on $dev: skipped, $([ "$wp_saved" = 0 ] && echo "no checkpoint" || echo "out of time")"
+    continue
+  fi
+  with_our_libs limit "$b" "$BIN/nanochat" generate "${CKPT[@]}" --device-type "$dev" -p "$WP_PROMPT" \
+    --max-tokens "$WP_GEN" --temperature 0 --json > "$LOG/wp_generate_$name.json" 2> "$LOG/wp_generate_$name.log"
+  echo $? > "$LOG/wp_generate_$name.rc"
+  echo "generate on $dev: exit $(cat "$LOG/wp_generate_$name.rc"); $(gen_text "$LOG/wp_generate_$name.json")"
+  [ "$(cat "$LOG/wp_generate_$name.rc")" = 0 ] || tail -5 "$LOG/wp_generate_$name.log"
+done
+b=$(budget 45)
+if [ "$wp_saved" = 0 ] || [ "$b" -lt 15 ]; then
+  echo skipped > "$LOG/wp_infer_bench.rc"
+  echo "infer-bench: skipped, $([ "$wp_saved" = 0 ] && echo "no checkpoint" || echo "out of time")"
+else
+  with_our_libs limit "$b" "$BIN/nanochat" infer-bench "${CKPT[@]}" --device-type "$DEV" $WP_IB \
+    > "$LOG/wp_infer_bench.txt" 2>&1
+  echo $? > "$LOG/wp_infer_bench.rc"
+  grep -v '^{' "$LOG/wp_infer_bench.txt" | tail -20  # the card; its JSON line goes to the summary
+fi
+# chat-web on a free port, then the load: the server goes down at the end of the step, or when
+# the script itself is stopped
+server_pid=""
+stop_server() {
+  [ -n "$server_pid" ] || return 0
+  kill -TERM "$server_pid" 2> /dev/null  # it drains: requests in flight finish, then it exits 0
+  for _ in $(seq 50); do kill -0 "$server_pid" 2> /dev/null || break; sleep 0.1; done
+  kill -TERM "$server_pid" 2> /dev/null  # a second signal cancels what is still in flight
+  for _ in $(seq 20); do kill -0 "$server_pid" 2> /dev/null || break; sleep 0.1; done
+  kill -KILL "$server_pid" 2> /dev/null
+  wait "$server_pid" 2> /dev/null
+  echo $? > "$LOG/wp_chat_web.rc"
+  server_pid=""
+}
+b=$(budget 75)
+if [ "$wp_saved" = 0 ] || [ "$b" -lt 25 ]; then
+  echo skipped > "$LOG/wp_serving.rc"
+  echo "chat-web: skipped, $([ "$wp_saved" = 0 ] && echo "no checkpoint" || echo "out of time")"
+else
+  start=$(date +%s)
+  trap stop_server EXIT
+  trap 'stop_server; exit 143' TERM INT HUP
+  # 64 streams decoded together (--max-batch), and every client comes from 127.0.0.1: a
+  # connection cap per address above 64 (the default is a quarter of --max-connections, 64)
+  LD_LIBRARY_PATH="$OUR_LD" "$BIN/nanochat" chat-web "${CKPT[@]}" --device-type "$DEV" --port 0 --max-batch 64 \
+    --max-connections-per-client 128 --quiet > "$LOG/wp_chat_web.log" 2>&1 &
+  server_pid=$!
+  port=""
+  for _ in $(seq 150); do  # the port is printed on binding, before the model loads
+    port=$(grep -o 'listening on http://[0-9.]*:[0-9]*' "$LOG/wp_chat_web.log" | grep -o '[0-9]*$')
+    if [ -n "$port" ] || ! kill -0 "$server_pid" 2> /dev/null; then break; fi
+    sleep 0.1
+  done
+  if [ -n "$port" ]; then
+    # the rest of the step's time less 10 s to stop the server; the client skips a level that
+    # would not fit, and its last line holds every level done even when it is killed
+    cb=$((b - ($(date +%s) - start) - 10))
+    limit "$((cb > 1 ? cb : 1))" $PY bench/gpu/load_clients.py --port "$port" --clients "$WP_CLIENTS" $WP_LOAD \
+      --ready-timeout 30 --budget "$((cb > 3 ? cb - 3 : 1))" > "$LOG/wp_serving.log" 2>&1
+    echo $? > "$LOG/wp_serving.rc"
+    grep -v '^{' "$LOG/wp_serving.log"
+  else
+    echo "no port" > "$LOG/wp_serving.rc"
+    echo "chat-web did not start:"
+  fi
+  stop_server
+  trap - EXIT TERM INT HUP
+  echo "chat-web: exit $(cat "$LOG/wp_chat_web.rc")$(grep -o 'stopped after [0-9]* requests' "$LOG/wp_chat_web.log" | sed 's/^/, /')"
+  [ "$(cat "$LOG/wp_chat_web.rc")" = 0 ] || tail -5 "$LOG/wp_chat_web.log"
+fi
+
 # the summary table, then one JSON line with every figure above: parsed back from the logs,
 # nothing estimated
 LOG="$LOG" OUT="$OUT" BIN_SOURCE="$binaries" BUILD_S="$build_s" TESTS_RC="$tests_rc" DOCTOR_RC="$doctor_rc" \
-  KERNELS_RC="$kernels_rc" WARM="$WARM" DEPTHS="$DEPTHS" T0="$t0" SEQ="$SEQ" $PY - <<'PY'
+  KERNELS_RC="$kernels_rc" WARM="$WARM" DEPTHS="$DEPTHS" T0="$t0" SEQ="$SEQ" DEV="$DEV" WP_SAVED="$wp_saved" \
+  WP_DEPTH="$WP_DEPTH" WP_CLIENTS="$WP_CLIENTS" $PY - <<'PY'
 import json, os, re, time
 log = os.environ["LOG"]
 def read(name):
@@ -261,6 +384,15 @@ r["tests_skipped"] = sorted(set(re.findall(r"^\[  SKIPPED \] (\w+\.\w+)", tests,
 m = re.search(r"compute dtype ([a-z0-9]+)", read("doctor.txt"))
 if m: r["compute_dtype"] = m[1]
 r["version"] = read("version.txt").strip()
+def last_json(text):  # the last line that is a JSON object, else None
+    for line in reversed(text.splitlines()):
+        if line.startswith("{"):
+            try: return json.loads(line)
+            except ValueError: pass
+    return None
+kernels = (last_json(read("doctor.txt")) or {}).get("kernels") or []  # doctor --kernels
+r["doctor_kernels"] = {f"{k.get('op')} {k.get('dtype')}": {x: k.get(x) for x in
+                       ("ok", "applies", "max_error", "fused_ms", "reference_ms", "check_ms")} for k in kernels}
 warm, seq_len = int(os.environ["WARM"]), int(os.environ["SEQ"])
 for name in read("runs").split():
     text, rc = read(f"train_{name}.log"), read(f"train_{name}.rc").strip()
@@ -295,12 +427,52 @@ lines = [l for l in read("bench_kernels.txt").splitlines() if l.strip()]
 try: last = json.loads(lines[-1])  # a bench that ends with its own JSON line
 except (IndexError, ValueError): last = None
 r["bench_kernels"] = last if isinstance(last, dict) else lines  # else its table, verbatim
+# the whole path: a step's outcome is its exit code, "skipped", or missing (the script stopped before it)
+def rc_of(step):
+    v = read(f"wp_{step}.rc").strip()
+    return int(v) if v.lstrip("-").isdigit() else (v or None)
+wp = r["whole_path"] = {"device": os.environ["DEV"], "depth": int(os.environ["WP_DEPTH"]), "train_rc": rc_of("train"),
+                        "saved": os.environ["WP_SAVED"] == "1"}
+steps = re.findall(r"step (\d+)/\d+ .*?\| loss: ([0-9.]+) .*?tok/sec: ([0-9,]+)", read("wp_train.log"))
+if steps:
+    wp["train_steps"], wp["train_loss"] = int(steps[-1][0]) + 1, float(steps[-1][1])
+    wp["train_tok_per_sec"] = int(steps[-1][2].replace(",", ""))
+ids = {}
+for name in ("dev", "cpu"):  # generate_cuda: the run on DEV (on the CPU too in DRY_RUN)
+    g = {"device": os.environ["DEV"] if name == "dev" else "cpu", "rc": rc_of(f"generate_{name}")}
+    out = last_json(read(f"wp_generate_{name}.json"))
+    if out:
+        ids[name] = out["generated_ids"]
+        g.update(tokens=len(out["generated_ids"]), text=out["text"][:200])
+    wp["generate_cuda" if name == "dev" else "generate_cpu"] = g
+if len(ids) == 2:  # greedy on both: the tokens they agree on before they part (bf16 and fp32 may)
+    n = 0
+    while n < min(len(ids["dev"]), len(ids["cpu"])) and ids["dev"][n] == ids["cpu"][n]: n += 1
+    wp["common_prefix_tokens"], wp["generate_agree"] = n, ids["dev"] == ids["cpu"]
+ib = {"rc": rc_of("infer_bench")}
+out = last_json(read("wp_infer_bench.txt"))
+if out:
+    ms = lambda s: round(s * 1000, 2) if s is not None else None
+    ib.update(prefill_tok_per_sec=round(out.get("prefill", {}).get("tok_per_sec", 0), 1),
+              compute_dtype=out.get("compute_dtype"), sweep={
+        str(x["batch_size"]): {"tok_per_sec": round(x["tok_per_sec"], 1), "ttft_ms": ms(x.get("ttft_sec")),
+                               "tpot_ms": ms(x.get("tpot_sec")), "mbu_percent": round(x.get("mbu_percent", 0), 2),
+                               "peak_memory_mib": round(x.get("peak_memory_bytes", 0) / 2**20, 1)}
+        for x in out.get("sweep", [])})
+wp["infer_bench"] = ib
+serving = {"rc": rc_of("serving"), "server_rc": rc_of("chat_web")}
+serving.update(last_json(read("wp_serving.log")) or {})
+wp["serving"] = serving
 r["seconds"] = round(time.time() - int(os.environ["T0"]))
-def outcome(rc, ok): return ok if rc == 0 else f"FAIL (exit {rc})"
+def outcome(rc, ok):  # an exit code, "skipped" (or no record: the script stopped before), or why it failed
+    return ok if rc == 0 else "skipped" if rc in ("skipped", None) else f"FAIL ({'exit ' if isinstance(rc, int) else ''}{rc})"
 print("== summary")
 rows = [("binaries", r["binaries"]),
         ("CUDA tests", f"{outcome(r['tests_rc'], 'pass')}, {r['tests_passed']} passed, {len(r['tests_skipped'])} skipped"),
         ("doctor", outcome(r["doctor_rc"], "pass")), ("compute dtype", r.get("compute_dtype", "?")),
+        ("doctor --kernels", f"{sum(1 for k in r['doctor_kernels'].values() if k['ok'] and k['applies'])} ok, "
+                             f"{sum(1 for k in r['doctor_kernels'].values() if not k['applies'])} without a kernel here, "
+                             f"disagreeing: {[n for n, k in r['doctor_kernels'].items() if not k['ok']] or 'none'}"),
         ("bench_kernels", outcome(r["bench_kernels_rc"], "ran"))]
 for name in read("runs").split():
     x = r[name]
@@ -312,6 +484,28 @@ for run in read("upstream_runs").split():
         rows.append((run, f"{round(r[run]['tok_per_sec'])} tok/s, peak allocated {r[run].get('peak_mem_mb')} MiB; "
                           f"ours / upstream: speed {r.get(f'{mine}_over_upstream', '?')}, "
                           f"memory {r.get(f'{mine}_memory_over_upstream', '?')}"))
+dev = wp["device"]
+rows.append((f"whole path d{wp['depth']} train", f"{outcome(wp['train_rc'], 'ran')}: {wp.get('train_steps')} steps, "
+             f"loss {wp.get('train_loss')}, {wp.get('train_tok_per_sec')} tok/s, saved {'yes' if wp['saved'] else 'no'}"))
+for key in ("generate_cuda", "generate_cpu"):
+    g = wp[key]
+    rows.append((f"generate on {g['device']}", f"{outcome(g['rc'], 'ran')}: {g.get('tokens')} tokens "
+                                               f"{json.dumps(g.get('text', ''))[:60]}"))
+rows.append((f"generate {dev} vs cpu", f"common prefix {wp.get('common_prefix_tokens')} of "
+                                       f"{wp['generate_cuda'].get('tokens')} tokens"))
+ib = wp["infer_bench"]
+rows.append(("infer-bench", f"{outcome(ib['rc'], 'ran')}: prefill {ib.get('prefill_tok_per_sec')} tok/s; " +
+             "; ".join(f"batch {b}: {x['tok_per_sec']} tok/s, TTFT {x['ttft_ms']} ms, TPOT {x['tpot_ms']} ms"
+                       for b, x in ib.get("sweep", {}).items())))
+sv = wp["serving"]
+rows.append((f"chat-web on {dev}", outcome(sv["rc"], "ran") if sv["server_rc"] is None else
+             f"{outcome(sv['rc'], 'ran')}, ready in {sv.get('ready_s')} s, server {outcome(sv['server_rc'], 'stopped cleanly')}"))
+for n in os.environ.get("WP_CLIENTS", "1,16,64").split(","):
+    x = sv.get(n)
+    if x is None: continue
+    rows.append((f"  {n} streaming clients", x.get("skipped") or
+                 f"{x['tok_per_sec']} tok/s, TTFT p50 {x['ttft_p50_ms']} ms, p99 {x['ttft_p99_ms']} ms, "
+                 f"{x['requests']} requests, {x['errors']} errors"))
 rows.append(("seconds", r["seconds"]))
 for key, value in rows:
     print(f"{key:<28} {value}")
