@@ -29,6 +29,11 @@ log="$out/run.log"
 has "$log" 'the ClimbMix shards cannot be downloaded here: using a local English corpus'
 has "$log" 'SFT on the offline spelling mixture'
 has "$log" 'spelling the [0-9]+ whole words of the tokenizer'
+# said once per stage that spells (SFT, chat-eval): the tasks of a mixture share the list
+for stage in 6/8 7/8; do
+  n=$(sed -n "/^=== \[runcpu\] ${stage//\//\\/} /,/^=== \[runcpu\]/p" "$log" | grep -cE 'spelling the [0-9]+ whole words')
+  [ "$n" = 1 ] || fail "stage $stage said the spelling fallback $n times"
+done
 has "$log" '^=== \[runcpu\] 8/8 a chat ===$'
 # the reply: the lines after the chat's heading up to the empty line runcpu.sh prints after it,
 # without the log's timestamped lines (chat-cli's stderr)

@@ -75,7 +75,8 @@ torch::Tensor sft_masked_mean(const torch::Tensor& losses, const torch::Tensor& 
 
 // the train or val conversations of a mixture: "chat" is upstream's SmolTalk + MMLU + GSM8K
 // (tasks_sft_mixture, after `nanochat download tasks`); "spelling" the historical
-// SimpleSpelling + SpellingBee (+ identity), which need no download (wamerican)
+// SimpleSpelling + SpellingBee (+ identity), which need no download (their words: the
+// downloaded list, else wamerican, else the tokenizer's whole words: spelling_load_words)
 TaskPtr sft_mixture(const std::string& mixture, const std::string& split, const SftMixtureOptions& mix);
 
 }  // namespace nanochat

@@ -2,6 +2,8 @@
 // example is drawn from random.Random(index) (test: 10_000_000 + index), so examples are
 // independent of each other and identical to upstream's for the same word list.
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <unordered_set>
 
 #include "nanochat/common/base_dir.h"
@@ -145,12 +147,8 @@ std::vector<std::string> read_system_dict(std::ifstream& f) {
   return words;
 }
 
-}  // namespace
-
-std::vector<std::string> spelling_load_words() {
-  std::string path = spelling_word_list_path();
+std::vector<std::string> load_words(const std::string& path, const char* dict) {
   if (path_exists(path)) return read_word_list(path);
-  const char* dict = "/usr/share/dict/words";
   if (std::ifstream f(dict); f) {
     log_warn("%s is missing: using %s (a different list than upstream's, so different spelling examples)", path.c_str(),
              dict);
@@ -170,6 +168,21 @@ std::vector<std::string> spelling_load_words() {
   log_warn("%s and %s are missing: spelling the %zu whole words of the tokenizer's vocabulary (%s)", path.c_str(), dict,
            words.size(), ranks.c_str());
   return words;
+}
+
+}  // namespace
+
+std::vector<std::string> spelling_load_words() {
+  const std::string path = spelling_word_list_path(), ranks = base_dir_path("tokenizer/tokenizer.tiktoken");
+  const char* dict = "/usr/share/dict/words";
+  // read once per source: the tasks of a mixture share the list (and its warning, said once)
+  const std::string source = path_exists(path) ? path : path_exists(dict) ? dict : ranks;
+  static std::mutex mu;
+  static std::map<std::string, std::vector<std::string>> loaded;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = loaded.find(source);
+  if (it == loaded.end()) it = loaded.emplace(source, load_words(path, dict)).first;
+  return it->second;
 }
 
 SpellingBeeTask::SpellingBeeTask(int64_t size, std::string split, TaskSlice slice, std::vector<std::string> words)
