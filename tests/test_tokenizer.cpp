@@ -2,6 +2,7 @@
 // multilingual corpus: rustbpe's merges, Python regex's pieces, tiktoken's ids and decodes
 #include <gtest/gtest.h>
 #include <fstream>
+#include <optional>
 
 #include "nanochat/common.h"
 #include "nanochat/tokenizer.h"
@@ -74,6 +75,24 @@ TEST(Encode, CopiesAndMovesKeepWorking) {
   auto heap = std::make_unique<Tokenizer>(std::move(moved));
   EXPECT_EQ(heap->encode("ab"), (std::vector<int32_t>{256}));
   EXPECT_EQ(copy.encode("abab"), (std::vector<int32_t>{256, 256}));
+}
+
+// the per-thread cache of merged pieces belongs to one tokenizer: a tokenizer built where an
+// earlier one was (the same address) does not get the earlier one's merges of a piece
+TEST(Encode, ATokenizerAtAFreedOnesAddressMergesByItsOwnRanks) {
+  auto with = [](const char* merge) {
+    auto ranks = byte_ranks();
+    ranks.push_back(merge);  // 256
+    return ranks;
+  };
+  std::optional<Tokenizer> slot;
+  slot.emplace(with("ab"), kPatternNanochat, nanochat_specials(257), "<|bos|>");
+  const Tokenizer* first = &*slot;
+  EXPECT_EQ(slot->encode("aba"), (std::vector<int32_t>{256, 'a'}));  // "aba" is one piece: cached
+  slot.reset();
+  slot.emplace(with("ba"), kPatternNanochat, nanochat_specials(257), "<|bos|>");
+  ASSERT_EQ(&*slot, first);
+  EXPECT_EQ(slot->encode("aba"), (std::vector<int32_t>{'a', 256}));
 }
 
 TEST(Encode, SpecialTokensArePlainTextUnlessAllowed) {

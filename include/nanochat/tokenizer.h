@@ -101,6 +101,7 @@ class Tokenizer {
   std::vector<std::string> id_bytes_;  // id -> bytes (specials: literal text)
   std::shared_ptr<Splitter> splitter_;
   int32_t bos_id_ = -1;
+  uint64_t serial_ = 0;  // unique per constructed tokenizer (copies share it): the piece cache's key
 };
 
 // rustbpe's training (RustBPETokenizer.train_from_iterator). add_texts() splits each text with the pattern and counts

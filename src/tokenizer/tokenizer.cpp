@@ -1,6 +1,7 @@
 // Encoding and decoding with a rank table, exactly as tiktoken: split, then per piece either
 // the whole piece's rank or byte-pair merging by lowest rank (leftmost on ties).
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <memory>
 
@@ -18,6 +19,8 @@ const std::vector<std::string> kSpecialTokens = {
 Tokenizer::Tokenizer(std::vector<std::string> ranks, const std::string& pattern,
                      std::vector<std::pair<std::string, int32_t>> specials, const std::string& bos_token)
     : ranks_(std::move(ranks)), specials_(std::move(specials)), splitter_(std::make_shared<Splitter>(pattern)) {
+  static std::atomic<uint64_t> constructed{0};
+  serial_ = ++constructed;
   auto table = std::make_shared<RankTable>();
   int32_t dup = -1;
   if (!table->build(ranks_, &dup)) fail("rank table: two ranks have the same bytes (one is rank %d)", dup);
@@ -85,13 +88,14 @@ static void byte_pair_merge(std::string_view piece, const RankTable& ranks, std:
 
 namespace {
 // Merged pieces recur (Zipf), so each thread remembers the ids of the pieces that needed
-// merging. Bounded: cleared when full. Keyed by tokenizer so two tokenizers never mix.
+// merging. Bounded: cleared when full. Keyed by the tokenizer's serial (not its address, which a
+// later tokenizer may reuse) so two tokenizers never mix.
 struct PieceCache {
-  const void* owner = nullptr;
+  uint64_t owner = 0;
   std::unordered_map<std::string_view, std::pair<uint32_t, uint32_t>> where;  // piece -> (offset, count) in ids
   std::vector<int32_t> ids;
   std::vector<std::unique_ptr<char[]>> keys;
-  void reset(const void* tok) {
+  void reset(uint64_t tok) {
     owner = tok;
     where.clear();
     ids.clear();
@@ -108,7 +112,7 @@ void Tokenizer::encode_piece(std::string_view piece, std::vector<int32_t>& out) 
     return;
   }
   thread_local PieceCache cache;
-  if (cache.owner != this || cache.where.size() >= kPieceCacheEntries) cache.reset(this);
+  if (cache.owner != serial_ || cache.where.size() >= kPieceCacheEntries) cache.reset(serial_);
   auto hit = cache.where.find(piece);
   if (hit != cache.where.end()) {
     out.insert(out.end(), cache.ids.begin() + hit->second.first,
