@@ -15,8 +15,8 @@
 # The GPU and SDPA backends and `doctor --kernels` (every fused kernel against its reference on the
 # device, with its times), then correctness before speed: the CUDA tests (the fused kernels,
 # FP8, the flash windows, the data loader's staging), each test in a process of its own with
-# TEST_S seconds (default 40), so that one that hangs is named and the rest still run (on the
-# first H200 every kernel test hung: the self-check's deadlock, fixed since); per-op forward+backward times
+# TEST_S seconds (default 40), so that one that hangs is named and the rest still run;
+# per-op forward+backward times
 # of the fused ops against their references (bench_kernels; SKIP_KERNEL_BENCH=1 leaves it out
 # when its figures are in hand); base-train tok/s, MFU and memory
 # at d20 then d12, most wanted first: window pattern L at upstream's device batch 16 with 8
@@ -44,7 +44,7 @@
 #
 # Budget: 8 minutes in all (BUDGET_S, less 15 s for the summary), builds included, of which
 # WHOLE_S (120 s) is kept for the whole path: the stages before it end by BUDGET_S - WHOLE_S (6
-# minutes less 15 s, as before the whole path was added). Every stage gets min(its cap, what is
+# minutes less 15 s). Every stage gets min(its cap, what is
 # left before its deadline) and is skipped, saying so, when too little is left. The corpus, the
 # small model and the logs stay under /tmp; $OUT gets logs.tar.gz and summary.json.
 # The last line is one JSON object holding every figure printed above it.
