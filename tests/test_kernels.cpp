@@ -65,7 +65,7 @@ TEST(KernelsSelfCheck, EveryOpAgreesWithItsReferenceOnTheCpu) {
     std::set<std::string> seen;
     for (const kernels_check_result& r : kernels_self_check(torch::kCPU, dtype)) {
       if (r.op == std::string("precision_probe") || r.op == std::string("other_thread_probe"))
-        continue;  // registered by tests below
+        continue;                                         // registered by tests below
       seen.insert(r.part_of.empty() ? r.op : r.part_of);  // a second check names its op
       EXPECT_TRUE(r.ok) << r.op << " in " << r.dtype << ": max error " << r.max_error << " " << r.detail;
       EXPECT_EQ(r.device, "cpu");

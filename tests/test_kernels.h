@@ -103,9 +103,10 @@ struct CudaDtype {
   torch::ScalarType dtype;
   double tol;
 };
-inline const std::vector<CudaDtype> kCudaDtypes = {{torch::kFloat, nanochat::kernels_check_tolerance(torch::kFloat)},
-                                                   {torch::kBFloat16, nanochat::kernels_check_tolerance(torch::kBFloat16)},
-                                                   {torch::kHalf, nanochat::kernels_check_tolerance(torch::kHalf)}};
+inline const std::vector<CudaDtype> kCudaDtypes = {
+    {torch::kFloat, nanochat::kernels_check_tolerance(torch::kFloat)},
+    {torch::kBFloat16, nanochat::kernels_check_tolerance(torch::kBFloat16)},
+    {torch::kHalf, nanochat::kernels_check_tolerance(torch::kHalf)}};
 
 // the self-check (the registry) finds a CPU kernel of `check` in exactly the dtypes of `with`
 // among fp32 and bf16: each op's test says where its kernel is

@@ -90,6 +90,4 @@ TEST(AdamWKernel, CudaMatchesTheReferenceWithinRounding) {
 }
 
 // the self-check finds its CPU kernel in both dtypes
-TEST(AdamWKernel, CpuKernelDtypes) {
-  expect_cpu_kernel_in("adamw", {torch::kFloat, torch::kBFloat16});
-}
+TEST(AdamWKernel, CpuKernelDtypes) { expect_cpu_kernel_in("adamw", {torch::kFloat, torch::kBFloat16}); }

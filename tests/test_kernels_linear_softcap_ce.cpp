@@ -124,6 +124,4 @@ TEST(LinearSoftcapCE, CudaEqualsReference) {
 }
 
 // the self-check finds its CPU kernel in both dtypes
-TEST(LinearSoftcapCE, CpuKernelDtypes) {
-  expect_cpu_kernel_in("linear_softcap_ce", {torch::kFloat, torch::kBFloat16});
-}
+TEST(LinearSoftcapCE, CpuKernelDtypes) { expect_cpu_kernel_in("linear_softcap_ce", {torch::kFloat, torch::kBFloat16}); }

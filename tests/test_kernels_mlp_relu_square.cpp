@@ -49,6 +49,4 @@ TEST(MlpReluSquare, CudaEqualsReference) {
 }
 
 // the self-check finds its CPU kernel in both dtypes
-TEST(MlpReluSquare, CpuKernelDtypes) {
-  expect_cpu_kernel_in("mlp_relu_square", {torch::kFloat, torch::kBFloat16});
-}
+TEST(MlpReluSquare, CpuKernelDtypes) { expect_cpu_kernel_in("mlp_relu_square", {torch::kFloat, torch::kBFloat16}); }

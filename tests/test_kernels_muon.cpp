@@ -129,6 +129,4 @@ TEST(MuonKernels, CudaEqualsReference) {
 }
 
 // the self-check finds its CPU kernel in both dtypes
-TEST(MuonKernels, CpuKernelDtypes) {
-  expect_cpu_kernel_in("muon", {torch::kFloat, torch::kBFloat16});
-}
+TEST(MuonKernels, CpuKernelDtypes) { expect_cpu_kernel_in("muon", {torch::kFloat, torch::kBFloat16}); }

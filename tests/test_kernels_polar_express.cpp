@@ -37,6 +37,4 @@ TEST(PolarExpress, Fp32EqualsFp64Composition) {
 }
 
 // the self-check finds its CPU kernel in fp32 only (bf16 runs the reference)
-TEST(PolarExpress, CpuKernelDtypes) {
-  expect_cpu_kernel_in("polar_express", {torch::kFloat});
-}
+TEST(PolarExpress, CpuKernelDtypes) { expect_cpu_kernel_in("polar_express", {torch::kFloat}); }

@@ -81,6 +81,4 @@ TEST(ResidualNorm, CudaEqualsReference) {
 }
 
 // the self-check finds its CPU kernel in both dtypes
-TEST(ResidualNorm, CpuKernelDtypes) {
-  expect_cpu_kernel_in("residual_norm", {torch::kFloat, torch::kBFloat16});
-}
+TEST(ResidualNorm, CpuKernelDtypes) { expect_cpu_kernel_in("residual_norm", {torch::kFloat, torch::kBFloat16}); }

@@ -62,6 +62,4 @@ TEST(RotaryNorm, CudaEqualsReference) {
 }
 
 // the self-check finds its CPU kernel in both dtypes
-TEST(RotaryNorm, CpuKernelDtypes) {
-  expect_cpu_kernel_in("rotary_norm", {torch::kFloat, torch::kBFloat16});
-}
+TEST(RotaryNorm, CpuKernelDtypes) { expect_cpu_kernel_in("rotary_norm", {torch::kFloat, torch::kBFloat16}); }

@@ -319,7 +319,7 @@ ImportResult checkpoint_import_hf(const ImportOptions& opts) {
   meta["model_config"] = gpt_config_to_json(config);
   meta["user_config"] = {{"imported_from", from}, {"format", "transformers nanochat"}};
   if (write_tokenizer) tokenizer_save(tok, tok_dir);  // first: a checkpoint is only usable with it
-  tokenizer_save_hf_ids(tok_dir, tok_ids);  // this import's id layout, for export
+  tokenizer_save_hf_ids(tok_dir, tok_ids);            // this import's id layout, for export
   r.tokenizer_written = write_tokenizer;
   checkpoint_save_model(r.dir, step, tensors, meta);
   checkpoint_mark_complete(r.dir, step, 0);
