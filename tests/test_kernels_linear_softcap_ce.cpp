@@ -123,5 +123,38 @@ TEST(LinearSoftcapCE, CudaEqualsReference) {
   }
 }
 
+// on a GPU: the training mean through the one-pass kernel (NANOCHAT_CE_PASSES=1) equals the
+// reference, values and gradients, on whole-pack rows of 32768 and on the padded vocab; its
+// own check (linear_softcap_ce_one_pass) passes in fp32 and bf16
+TEST(LinearSoftcapCE, CudaOnePassMeanEqualsReference) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto dev = torch::Device(torch::kCUDA);
+  torch::manual_seed(9);
+  setenv("NANOCHAT_CE_PASSES", "1", 1);
+  for (auto [dtype, tol] : kCudaDtypes) {
+    if (dtype == torch::kHalf) continue;  // fp16 keeps the recompute path
+    bool checked = false;
+    for (const nanochat::kernels_check_result& r : nanochat::kernels_self_check(dev, dtype))
+      if (r.op == "linear_softcap_ce_one_pass") {
+        checked = true;
+        EXPECT_TRUE(r.applies && r.ok) << r.dtype << ": max error " << r.max_error << " " << r.detail;
+      }
+    EXPECT_TRUE(checked);
+    for (auto [Vp, vocab] : {std::pair<int64_t, int64_t>{32768, 32768}, {32768, 32700}}) {
+      const int64_t N = 700, C = 64;
+      std::vector<Tensor> ce = {torch::randn({N, C}, dev).to(dtype), torch::randn({Vp, C}, dev) * 0.3,
+                                targets_with_ignored(N, vocab).to(dev)};
+      Fn fused = [&](const std::vector<Tensor>& in) {
+        return kernels_linear_softcap_ce_mean(in[0], in[1], in[2], vocab, 15.0, 256);
+      };
+      Fn ref = [&](const std::vector<Tensor>& in) {
+        return kernels_linear_softcap_ce_mean_reference(in[0], in[1], in[2], vocab, 15.0);
+      };
+      expect_same(fused, ref, ce, tol, "cuda one-pass mean");
+    }
+  }
+  unsetenv("NANOCHAT_CE_PASSES");
+}
+
 // the self-check finds its CPU kernel in both dtypes
 TEST(LinearSoftcapCE, CpuKernelDtypes) { expect_cpu_kernel_in("linear_softcap_ce", {torch::kFloat, torch::kBFloat16}); }

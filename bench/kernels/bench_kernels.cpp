@@ -135,9 +135,17 @@ int main(int argc, char** argv) {
   compare(
       "lm_head+softcap+CE", [&] { return kernels_linear_softcap_ce(x, w, targets, vocab, kSoftcap); },
       [&] { return kernels_linear_softcap_ce_reference(x, w, targets, vocab, kSoftcap); });
+  setenv("NANOCHAT_CE_PASSES", "2", 1);  // the default: forward then backward kernel on CUDA
   compare(
       "  ... mean (training)", [&] { return kernels_linear_softcap_ce_mean(x, w, targets, vocab, kSoftcap); },
       [&] { return kernels_linear_softcap_ce_mean_reference(x, w, targets, vocab, kSoftcap); });
+  if (device.is_cuda()) {  // the one-pass kernel beside it: the faster becomes the default
+    setenv("NANOCHAT_CE_PASSES", "1", 1);
+    compare(
+        "  ... mean, one pass", [&] { return kernels_linear_softcap_ce_mean(x, w, targets, vocab, kSoftcap); },
+        [&] { return kernels_linear_softcap_ce_mean_reference(x, w, targets, vocab, kSoftcap); });
+    setenv("NANOCHAT_CE_PASSES", "2", 1);
+  }
   // MLP with ReLU^2
   Tensor xm = leaf(torch::randn({B, T, C}, opts).to(dtype));
   Tensor wfc = leaf((torch::randn({4 * C, C}, opts) * 0.05).to(dtype)),

@@ -11,6 +11,8 @@
 
 #include <array>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <ATen/ATen.h>
 #include <torch/autograd.h>
 
@@ -38,6 +40,11 @@ void softcap_ce_forward_cuda(const torch::Tensor& logits, const torch::Tensor& t
                              torch::Tensor& loss, torch::Tensor& lse);
 void softcap_ce_backward_cuda(torch::Tensor& logits, const torch::Tensor& targets, const torch::Tensor& lse,
                               const torch::Tensor& grad_loss, int64_t vocab, double cap);
+// forward_backward (CUDA): the row held in registers, read once; false, nothing done, when a row
+// does not fit them
+bool softcap_ce_forward_backward_cuda(torch::Tensor& logits, const torch::Tensor& targets,
+                                      const torch::Tensor& grad_loss, int64_t vocab, double cap, torch::Tensor& loss,
+                                      torch::Tensor& lse);
 
 namespace {
 
@@ -102,6 +109,19 @@ void backward_chunk(Tensor& logits, const Tensor& targets, const Tensor& lse, co
                       softcap_ce_backward_cpu(logits, targets, lse, grad, vocab, cap));
 }
 
+// the training mean's chunk: loss, lse and, in place, d loss / d logits for a gradient known up
+// front. The CPU visits each row once; CUDA runs the forward then the backward kernel (two
+// reads of the chunk), or with one_pass the kernel that reads it once where a row fits
+void forward_backward_chunk(Tensor& logits, const Tensor& targets, const Tensor& grad, int64_t vocab, double cap,
+                            Tensor& loss, Tensor& lse, bool one_pass) {
+  if (!logits.is_cuda()) return softcap_ce_forward_backward_cpu(logits, targets, grad, vocab, cap, loss, lse);
+  if (one_pass &&
+      KERNELS_CUDA_OR_CPU(true, softcap_ce_forward_backward_cuda(logits, targets, grad, vocab, cap, loss, lse), false))
+    return;
+  forward_chunk(logits, targets, vocab, cap, loss, lse);
+  backward_chunk(logits, targets, lse, grad, vocab, cap);
+}
+
 // a chunk's d loss / d logits multiplied out: its rows of x's gradient, and its share of the
 // weight's (summed over chunks in fp32)
 void multiply_out(const Tensor& dlogits, const Tensor& x_rows, const Tensor& w, Tensor dx_rows, Tensor& dw) {
@@ -160,7 +180,7 @@ struct LinearSoftcapCE : public torch::autograd::Function<LinearSoftcapCE> {
 // underflow before the loss scale reaches them.
 struct LinearSoftcapCEMean : public torch::autograd::Function<LinearSoftcapCEMean> {
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& weight, const Tensor& targets,
-                        int64_t vocab, double cap, int64_t rows_requested) {
+                        int64_t vocab, double cap, int64_t rows_requested, bool one_pass) {
     const int64_t N = x.size(0);
     const Tensor w = weight.to(x.scalar_type());
     Tensor loss = acc_empty(x, N), lse = acc_empty(x, N);
@@ -175,12 +195,7 @@ struct LinearSoftcapCEMean : public torch::autograd::Function<LinearSoftcapCEMea
       const Tensor xc = x.narrow(0, r0, n), tc = targets.narrow(0, r0, n), gc = grad_rows.narrow(0, r0, n);
       Tensor logits = at::mm(xc, w.t());
       Tensor l = loss.narrow(0, r0, n), s = lse.narrow(0, r0, n);
-      if (logits.is_cuda()) {
-        forward_chunk(logits, tc, vocab, cap, l, s);
-        backward_chunk(logits, tc, s, gc, vocab, cap);
-      } else {
-        softcap_ce_forward_backward_cpu(logits, tc, gc, vocab, cap, l, s);  // one visit of each row
-      }
+      forward_backward_chunk(logits, tc, gc, vocab, cap, l, s, one_pass);
       multiply_out(logits, xc, w, dx.narrow(0, r0, n), dw);
     }
     ctx->save_for_backward({dx, dw});
@@ -197,6 +212,7 @@ struct LinearSoftcapCEMean : public torch::autograd::Function<LinearSoftcapCEMea
             Tensor(),
             Tensor(),
             Tensor(),
+            Tensor(),
             Tensor()};
   }
 };
@@ -205,6 +221,22 @@ void check_inputs(const Tensor& x, const Tensor& weight, const Tensor& targets, 
   if (x.dim() != 2 || weight.dim() != 2 || x.size(1) != weight.size(1) || vocab > weight.size(0) ||
       targets.dim() != 1 || targets.size(0) != x.size(0))
     fail("linear_softcap_ce: x (N, C), weight (V >= vocab, C) and targets (N,) expected");
+}
+
+// the fused mean with its gradients precomputed, the CUDA chunks in one pass or two
+Tensor fused_mean(const Tensor& x, const Tensor& weight, const Tensor& targets, int64_t vocab, double cap,
+                  int64_t chunk_rows, bool one_pass) {
+  return kernels_fault("linear_softcap_ce", LinearSoftcapCEMean::apply(x.contiguous(), weight, targets.contiguous(),
+                                                                       vocab, cap, chunk_rows, one_pass));
+}
+
+// NANOCHAT_CE_PASSES=1: the training mean's CUDA chunks in one pass, where its own check passed
+// (linear_softcap_ce_one_pass). Two passes stay the default until a GPU's bench_kernels shows
+// which is faster (docs/kernels.md).
+bool ce_one_pass(const Tensor& x) {
+  const char* v = std::getenv("NANOCHAT_CE_PASSES");
+  return x.is_cuda() && v && std::string(v) == "1" &&
+         kernels_check_passed("linear_softcap_ce_one_pass", x.device(), x.scalar_type());
 }
 
 }  // namespace
@@ -240,8 +272,7 @@ Tensor kernels_linear_softcap_ce_mean(const Tensor& x, const Tensor& weight, con
   const bool wants_grad = torch::GradMode::is_enabled() && (x.requires_grad() || weight.requires_grad());
   if (!wants_grad || x.scalar_type() == at::kHalf)  // eval: no gradient to precompute; fp16: see above
     return kernels_linear_softcap_ce(x, weight, targets, vocab, cap, chunk_rows).sum() / (targets != -1).sum();
-  return kernels_fault("linear_softcap_ce", LinearSoftcapCEMean::apply(x.contiguous(), weight, targets.contiguous(),
-                                                                       vocab, cap, chunk_rows));
+  return fused_mean(x, weight, targets, vocab, cap, chunk_rows, ce_one_pass(x));
 }
 
 namespace {
@@ -280,6 +311,31 @@ std::vector<Tensor> linear_softcap_ce_check(at::Device device, at::ScalarType dt
   return out;
 }
 const bool linear_softcap_ce_check_registered = kernels_register_check({"linear_softcap_ce", linear_softcap_ce_check});
+
+// the one-pass CUDA kernel of the training mean (CUDA only: the CPU's mean is one pass already)
+// against the reference, at the check's shapes: d24's vocab of 32768 on 1024 rows, and a
+// padded vocab of 80 with 72 counted
+std::vector<Tensor> linear_softcap_ce_one_pass_check(at::Device device, at::ScalarType dtype, bool fused) {
+  if (!device.is_cuda() || dtype == at::kHalf) return {};  // fp16 keeps the recompute path
+  std::vector<Tensor> out;
+  for (auto [rows, width, padded, vocab] :
+       {std::array<int64_t, 4>{48, 32, 80, 72}, std::array<int64_t, 4>{1024, d24::n_embd, d24::vocab, d24::vocab}}) {
+    auto gen = kernels_check_generator(device, 4);
+    Tensor x = at::randn({rows, width}, gen, at::device(device)).to(device, dtype).requires_grad_();
+    Tensor w = (at::randn({padded, width}, gen, at::device(device)) * (0.5 * std::sqrt(32.0 / (double)width)))
+                   .requires_grad_();
+    Tensor targets = at::randint(0, vocab, {rows}, gen, at::device(device).dtype(at::kLong))
+                         .index_fill_(0, at::tensor(std::vector<int64_t>{1, rows - 2}).to(device), -1);
+    Tensor loss = fused ? fused_mean(x, w, targets, vocab, 15.0, 512, /*one_pass=*/true)
+                        : kernels_linear_softcap_ce_mean_reference(x, w, targets, vocab, 15.0);
+    auto grads = torch::autograd::grad({loss}, {x, w});
+    out.insert(out.end(), {loss, grads[0], grads[1]});
+  }
+  return out;
+}
+const bool linear_softcap_ce_one_pass_check_registered = kernels_register_check(
+    {"linear_softcap_ce_one_pass", linear_softcap_ce_one_pass_check, nullptr, /*cuda_without_nvcc=*/false,
+     /*part_of=*/"linear_softcap_ce"});
 
 }  // namespace
 

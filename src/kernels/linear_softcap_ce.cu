@@ -1,6 +1,7 @@
-// defines: softcap_ce_forward_cuda, softcap_ce_backward_cuda
+// defines: softcap_ce_forward_cuda, softcap_ce_backward_cuda, softcap_ce_forward_backward_cuda
 // The CUDA kernels of linear_softcap_ce.cpp: the softcapped cross-entropy of one chunk of logits
-// rows, forward (loss, log-sum-exp) and backward (the logits turned into their gradient in place).
+// rows, forward (loss, log-sum-exp) and backward (the logits turned into their gradient in place),
+// and both in one pass for a gradient known up front (the training mean).
 // Every kernel reads the compute dtype and does its math in fp32. Untested on GPU until a run
 // of doctor --kernels on one says otherwise.
 #include "cuda_helpers.cuh"
@@ -126,6 +127,76 @@ __global__ void softcap_ce_backward_kernel(T* __restrict__ logits, const int64_t
   }
 }
 
+// forward and backward in one pass, for a gradient known up front: one block per row, which it
+// holds in registers (up to P packs a thread), so the logits are read once and written once
+// where the two kernels above read them twice. The loss and lse are the forward's; the row
+// becomes g * (exp(z - lse) - [j == target]) * (1 - tanh^2) as in the backward.
+template <typename T, int N, int P>
+__global__ void __launch_bounds__(512)
+    softcap_ce_forward_backward_kernel(T* __restrict__ logits, const int64_t* __restrict__ targets,
+                                       const float* __restrict__ grad_loss, int64_t grad_stride, int64_t ld,
+                                       int64_t vocab, float cap, float* __restrict__ loss, float* __restrict__ lse) {
+  const int64_t row = blockIdx.x;
+  T* x = logits + row * ld;
+  const float inv_cap = 1.f / cap;
+  const int64_t npacks = ld / N, t = targets[row];
+  pack_t<T, N> pk[P];
+  float m = -f32_inf(), s = 0.f;
+#pragma unroll
+  for (int k = 0; k < P; k++) {
+    const int64_t p = threadIdx.x + (int64_t)k * blockDim.x;
+    if (p >= npacks) break;
+    pk[k] = reinterpret_cast<const pack_t<T, N>*>(x)[p];
+    float z[N], mz = -f32_inf();
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      z[i] = p * N + i < vocab ? cap * softcap_tanh(to_f32(pk[k].v[i]), inv_cap) : -f32_inf();
+      mz = fmaxf(mz, z[i]);
+    }
+    if (mz == -f32_inf()) continue;  // a pack of padding columns only
+    if (mz > m) {
+      s *= __expf(m - mz);
+      m = mz;
+    }
+#pragma unroll
+    for (int i = 0; i < N; i++) s += __expf(z[i] - m);
+  }
+  block_lse_reduce(m, s);
+  __shared__ float row_lse_shared;
+  if (threadIdx.x == 0) {
+    const float row_lse = m + logf(s);
+    float row_loss = 0.f;  // as the forward kernel: NaN for a target outside the vocab
+    if (t != -1) row_loss = t >= 0 && t < vocab ? row_lse - cap * softcap_tanh(to_f32(x[t]), inv_cap) : f32_nan();
+    lse[row] = row_lse;
+    loss[row] = row_loss;
+    row_lse_shared = row_lse;
+  }
+  __syncthreads();  // the lse for every thread, and thread 0's read of x[t] before any write
+  const float row_lse = row_lse_shared;
+  const bool live = t != -1;
+  const float g = live ? grad_loss[row * grad_stride] : 0.f;
+#pragma unroll
+  for (int k = 0; k < P; k++) {
+    const int64_t p = threadIdx.x + (int64_t)k * blockDim.x;
+    if (p >= npacks) break;
+#pragma unroll
+    for (int i = 0; i < N; i++) {
+      const int64_t j = p * N + i;
+      float d = 0.f;
+      if (live && j < vocab) {
+        const float th = softcap_tanh(to_f32(pk[k].v[i]), inv_cap);
+        d = g * (__expf(cap * th - row_lse) - (j == t ? 1.f : 0.f)) * (1.f - th * th);
+      }
+      pk[k].v[i] = from_f32<T>(d);
+    }
+    reinterpret_cast<pack_t<T, N>*>(x)[p] = pk[k];
+  }
+}
+
+// packs a thread holds in the one-pass kernel: 16 x 16 bytes, 64 registers (512 threads: a
+// bf16 row of 65,536 columns, an fp32 row of 32,768)
+constexpr int kOnePassPacks = 16;
+
 cudaError_t launch_softcap_ce_forward(const void* logits, const int64_t* targets, int64_t n, int64_t ld, int64_t vocab,
                                       float cap, float* loss, float* lse, kernels_dtype dtype, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
@@ -163,6 +234,27 @@ cudaError_t launch_softcap_ce_backward(void* logits, const int64_t* targets, con
   });
 }
 
+// launched = false (nothing launched) when a row does not fit the one-pass kernel's registers
+// or its 16-byte packs
+cudaError_t launch_softcap_ce_forward_backward(void* logits, const int64_t* targets, const float* grad_loss,
+                                               int64_t grad_stride, int64_t n, int64_t ld, int64_t vocab, float cap,
+                                               float* loss, float* lse, kernels_dtype dtype, cudaStream_t stream,
+                                               bool& launched) {
+  launched = false;
+  return with_dtype(dtype, [&](auto tag) {
+    using T = decltype(tag);
+    constexpr int V = 16 / sizeof(T);
+    T* p = static_cast<T*>(logits);
+    const int threads = threads_for(ld / V);
+    if (!aligned16(p) || ld % V != 0 || ld / V > (int64_t)threads * kOnePassPacks) return cudaSuccess;
+    launched = true;
+    if (n == 0) return cudaSuccess;
+    softcap_ce_forward_backward_kernel<T, V, kOnePassPacks>
+        <<<(unsigned)n, threads, 0, stream>>>(p, targets, grad_loss, grad_stride, ld, vocab, cap, loss, lse);
+    return cudaGetLastError();
+  });
+}
+
 // what both softcap CE kernels take: logits (n, ld) contiguous in a compute dtype, one int64
 // target per row, 0 < vocab <= ld, a positive cap, n rows for one launch; returns (n, ld)
 std::pair<int64_t, int64_t> check_logits_rows(const Tensor& logits, const Tensor& targets, int64_t vocab, double cap,
@@ -193,6 +285,27 @@ void softcap_ce_forward_cuda(const Tensor& logits, const Tensor& targets, int64_
   check_launch(launch_softcap_ce_forward(logits.data_ptr(), targets.data_ptr<int64_t>(), n, ld, vocab, (float)cap,
                                          loss.data_ptr<float>(), lse.data_ptr<float>(), dt, stream_of(logits)),
                where);
+}
+
+bool softcap_ce_forward_backward_cuda(Tensor& logits, const Tensor& targets, const Tensor& grad_loss, int64_t vocab,
+                                      double cap, Tensor& loss, Tensor& lse) {
+  const char* where = "softcap_ce_forward_backward_cuda";
+  const kernels_dtype dt = cuda_dtype(logits, where);
+  const at::Device dev = logits.device();
+  const auto [n, ld] = check_logits_rows(logits, targets, vocab, cap, where);
+  fp32_rows_out(loss, n, dev, "loss", where);
+  fp32_rows_out(lse, n, dev, "lse", where);
+  if (!grad_loss.defined() || grad_loss.device() != dev || grad_loss.scalar_type() != at::kFloat ||
+      grad_loss.dim() != 1 || grad_loss.size(0) != n)
+    fail("%s: grad_loss must be a float32 (%lld,) tensor on %s", where, (long long)n, dev.str().c_str());
+  const c10::cuda::CUDAGuard guard(dev);
+  bool launched;
+  check_launch(
+      launch_softcap_ce_forward_backward(logits.data_ptr(), targets.data_ptr<int64_t>(), grad_loss.data_ptr<float>(),
+                                         grad_loss.stride(0), n, ld, vocab, (float)cap, loss.data_ptr<float>(),
+                                         lse.data_ptr<float>(), dt, stream_of(logits), launched),
+      where);
+  return launched;
 }
 
 void softcap_ce_backward_cuda(Tensor& logits, const Tensor& targets, const Tensor& lse, const Tensor& grad_loss,
