@@ -58,6 +58,27 @@ __device__ void block_lse_reduce(float& m, float& s) {
   }
 }
 
+// one pack's share of a row's online (max, sum of exp) of z = cap * tanh(l / cap) over its
+// columns below vocab, rescaling the sum once when the max grows; a pack of padding only adds
+// nothing
+template <typename T, int N>
+__device__ __forceinline__ void lse_add_pack(const pack_t<T, N>& pk, int64_t first_col, int64_t vocab, float cap,
+                                             float inv_cap, float& m, float& s) {
+  float z[N], mz = -f32_inf();
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    z[i] = first_col + i < vocab ? cap * softcap_tanh(to_f32(pk.v[i]), inv_cap) : -f32_inf();
+    mz = fmaxf(mz, z[i]);
+  }
+  if (mz == -f32_inf()) return;
+  if (mz > m) {
+    s *= __expf(m - mz);
+    m = mz;
+  }
+#pragma unroll
+  for (int i = 0; i < N; i++) s += __expf(z[i] - m);
+}
+
 // one block per row: each thread keeps an online (max, sum of exp) over its packs of the
 // row, rescaling its sum once per pack when the max grows; then a block reduce.
 // lse = m + log(s); loss = lse - z[target].
@@ -69,21 +90,8 @@ __global__ void softcap_ce_forward_kernel(const T* __restrict__ logits, const in
   const float inv_cap = 1.f / cap;
   const int64_t npacks = (vocab + N - 1) / N;  // the last pack may run past vocab (not past ld)
   float m = -f32_inf(), s = 0.f;
-  for (int64_t p = threadIdx.x; p < npacks; p += blockDim.x) {
-    const pack_t<T, N> pk = reinterpret_cast<const pack_t<T, N>*>(x)[p];
-    float z[N], mz = -f32_inf();
-#pragma unroll
-    for (int i = 0; i < N; i++) {
-      z[i] = p * N + i < vocab ? cap * softcap_tanh(to_f32(pk.v[i]), inv_cap) : -f32_inf();
-      mz = fmaxf(mz, z[i]);
-    }
-    if (mz > m) {
-      s *= __expf(m - mz);
-      m = mz;
-    }
-#pragma unroll
-    for (int i = 0; i < N; i++) s += __expf(z[i] - m);
-  }
+  for (int64_t p = threadIdx.x; p < npacks; p += blockDim.x)
+    lse_add_pack(reinterpret_cast<const pack_t<T, N>*>(x)[p], p * N, vocab, cap, inv_cap, m, s);
   block_lse_reduce(m, s);
   if (threadIdx.x == 0) {
     const float row_lse = m + logf(s);
@@ -147,19 +155,7 @@ __global__ void __launch_bounds__(512)
     const int64_t p = threadIdx.x + (int64_t)k * blockDim.x;
     if (p >= npacks) break;
     pk[k] = reinterpret_cast<const pack_t<T, N>*>(x)[p];
-    float z[N], mz = -f32_inf();
-#pragma unroll
-    for (int i = 0; i < N; i++) {
-      z[i] = p * N + i < vocab ? cap * softcap_tanh(to_f32(pk[k].v[i]), inv_cap) : -f32_inf();
-      mz = fmaxf(mz, z[i]);
-    }
-    if (mz == -f32_inf()) continue;  // a pack of padding columns only
-    if (mz > m) {
-      s *= __expf(m - mz);
-      m = mz;
-    }
-#pragma unroll
-    for (int i = 0; i < N; i++) s += __expf(z[i] - m);
+    lse_add_pack(pk[k], p * N, vocab, cap, inv_cap, m, s);
   }
   block_lse_reduce(m, s);
   __shared__ float row_lse_shared;
@@ -271,6 +267,14 @@ std::pair<int64_t, int64_t> check_logits_rows(const Tensor& logits, const Tensor
   return {n, ld};
 }
 
+// d loss_i for n rows: float32 (n,) on the logits' device, any stride (a broadcast scalar from
+// loss.sum() has stride 0)
+void check_grad_loss(const Tensor& grad_loss, int64_t n, at::Device dev, const char* where) {
+  if (!grad_loss.defined() || grad_loss.device() != dev || grad_loss.scalar_type() != at::kFloat ||
+      grad_loss.dim() != 1 || grad_loss.size(0) != n)
+    fail("%s: grad_loss must be a float32 (%lld,) tensor on %s", where, (long long)n, dev.str().c_str());
+}
+
 }  // namespace
 
 void softcap_ce_forward_cuda(const Tensor& logits, const Tensor& targets, int64_t vocab, double cap, Tensor& loss,
@@ -295,9 +299,7 @@ bool softcap_ce_forward_backward_cuda(Tensor& logits, const Tensor& targets, con
   const auto [n, ld] = check_logits_rows(logits, targets, vocab, cap, where);
   fp32_rows_out(loss, n, dev, "loss", where);
   fp32_rows_out(lse, n, dev, "lse", where);
-  if (!grad_loss.defined() || grad_loss.device() != dev || grad_loss.scalar_type() != at::kFloat ||
-      grad_loss.dim() != 1 || grad_loss.size(0) != n)
-    fail("%s: grad_loss must be a float32 (%lld,) tensor on %s", where, (long long)n, dev.str().c_str());
+  check_grad_loss(grad_loss, n, dev, where);
   const c10::cuda::CUDAGuard guard(dev);
   bool launched;
   check_launch(
@@ -316,10 +318,7 @@ void softcap_ce_backward_cuda(Tensor& logits, const Tensor& targets, const Tenso
   const auto [n, ld] = check_logits_rows(logits, targets, vocab, cap, where);
   check_cuda(lse, "lse", at::kFloat, dev, where);
   if (lse.numel() != n) fail("%s: lse has %lld entries for %lld rows", where, (long long)lse.numel(), (long long)n);
-  // grad_loss may be a broadcast scalar (stride 0, as from loss.sum()) or any 1-D stride
-  if (!grad_loss.defined() || grad_loss.device() != dev || grad_loss.scalar_type() != at::kFloat ||
-      grad_loss.dim() != 1 || grad_loss.size(0) != n)
-    fail("%s: grad_loss must be a float32 (%lld,) tensor on %s", where, (long long)n, dev.str().c_str());
+  check_grad_loss(grad_loss, n, dev, where);
   const c10::cuda::CUDAGuard guard(dev);
   check_launch(launch_softcap_ce_backward(logits.data_ptr(), targets.data_ptr<int64_t>(), lse.data_ptr<float>(),
                                           grad_loss.data_ptr<float>(), grad_loss.stride(0), n, ld, vocab, (float)cap,
