@@ -149,23 +149,8 @@ TEST(LaunchFaults, SigtermDuringASlowSaveEndsWithACompleteCheckpointThatResumes)
   ASSERT_FALSE(data.empty()) << corpus_err;
 
   const int delay_ms = 7000;  // longer than the old fixed 5 s between SIGTERM and SIGKILL
-  std::vector<std::string> args = {"launch",     "--nproc-per-node",
-                                   "2",          "--",
-                                   "base-train", "--data",
-                                   data,         "--depth",
-                                   "2",          "--aspect-ratio",
-                                   "64",         "--head-dim",
-                                   "64",         "--window-pattern",
-                                   "L",          "--core-metric-every",
-                                   "-1",         "--sample-every",
-                                   "-1",         "--tokenizer-threads",
-                                   "1",          "--max-seq-len",
-                                   "32",         "--device-batch-size",
-                                   "4",          "--total-batch-size",
-                                   "256",        "--num-iterations",
-                                   "100000",     "--eval-every",
-                                   "-1",         "--model-tag",
-                                   "graceful"};
+  std::vector<std::string> args = {"launch", "--nproc-per-node", "2", "--"};
+  for (const std::string& a : tiny_base_train_args(data, "graceful", "100000")) args.push_back(a);
   pid_t pid = start_launcher(args, base,
                              {{"NANOCHAT_BASE_DIR", base}, {"NANOCHAT_TEST_SAVE_DELAY_MS", std::to_string(delay_ms)}});
   const std::string ckpt = base + "/base_checkpoints/graceful";

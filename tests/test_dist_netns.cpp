@@ -114,24 +114,6 @@ std::map<int, double> losses(const std::string& metrics) {
   return out;
 }
 
-std::vector<std::string> train_args(const std::string& data, const std::string& tag, const std::string& iterations) {
-  return {"base-train", "--data",
-          data,         "--depth",
-          "2",          "--aspect-ratio",
-          "64",         "--head-dim",
-          "64",         "--window-pattern",
-          "L",          "--core-metric-every",
-          "-1",         "--sample-every",
-          "-1",         "--tokenizer-threads",
-          "1",          "--max-seq-len",
-          "32",         "--device-batch-size",
-          "4",          "--total-batch-size",
-          "256",        "--eval-every",
-          "-1",         "--num-iterations",
-          iterations,   "--model-tag",
-          tag};
-}
-
 }  // namespace
 
 TEST(TwoNodeNamespaces, CollectivesTrainingAndALostNode) {
@@ -152,11 +134,11 @@ TEST(TwoNodeNamespaces, CollectivesTrainingAndALostNode) {
   // 10 steps on two nodes = 10 steps on one node with 2 ranks
   CommandResult one = run_shell("NANOCHAT_BASE_DIR=" + base + " " + kBin + " launch --nproc-per-node 2 -- " + [&] {
     std::string s;
-    for (auto& a : train_args(data, "one", "10")) s += a + " ";
+    for (auto& a : tiny_base_train_args(data, "one", "10")) s += a + " ";
     return s;
   }());
   ASSERT_EQ(one.rc, 0) << one.out << one.err;
-  auto [t0, t1] = run_two_nodes(nodes, 29612, base, train_args(data, "two", "10"), dir);
+  auto [t0, t1] = run_two_nodes(nodes, 29612, base, tiny_base_train_args(data, "two", "10"), dir);
   ASSERT_EQ(t0, 0) << outputs(dir);
   ASSERT_EQ(t1, 0) << outputs(dir);
   auto l1 = losses(base + "/base_checkpoints/one/metrics.jsonl");
@@ -167,7 +149,7 @@ TEST(TwoNodeNamespaces, CollectivesTrainingAndALostNode) {
   EXPECT_LT(l1[9], l1[0]);  // the loss moved, so the comparison means something
 
   // SIGKILL of node 1's rank mid-run: node 0 must stop, non-zero
-  std::vector<std::string> args = train_args(data, "lost", "200");
+  std::vector<std::string> args = tiny_base_train_args(data, "lost", "200");
   args.insert(args.end(), {"--save-every", "3"});
   pid_t n0 = start_node(nodes, 0, 29613, base, args, dir), n1 = start_node(nodes, 1, 29613, base, args, dir);
   const std::string ckpt = base + "/base_checkpoints/lost";
@@ -189,7 +171,7 @@ TEST(TwoNodeNamespaces, CollectivesTrainingAndALostNode) {
   EXPECT_NE(rc0, -1) << "node 0 did not stop within 2 minutes of losing node 1\n" << outputs(dir);
 
   // and both nodes resume from the last complete checkpoint to the end
-  args = train_args(data, "lost", "12");
+  args = tiny_base_train_args(data, "lost", "12");
   args.insert(args.end(), {"--save-every", "3", "--resume", "latest"});
   auto [r0, r1] = run_two_nodes(nodes, 29614, base, args, dir);
   EXPECT_EQ(r0, 0) << outputs(dir);

@@ -1,5 +1,5 @@
 // defines: CommandResult, kernel_ops, run_shell, make_temp_dir, temp_dir, read_file, count_lines,
-//          spawn_to_files, wait_exit, make_parquet_corpus
+//          spawn_to_files, wait_exit, make_parquet_corpus, tiny_base_train_args
 // Helpers for tests that run the real binary and inspect files.
 #pragma once
 #include <fcntl.h>
@@ -132,4 +132,25 @@ inline std::string make_parquet_corpus(const std::string& python, const std::str
     }
   }
   return data;
+}
+
+// base-train on such a corpus at toy shapes (d2, 64 wide, context 32, 256 tokens a step), no
+// evals or samples: `iterations` steps, saved under model tag `tag`
+inline std::vector<std::string> tiny_base_train_args(const std::string& data, const std::string& tag,
+                                                     const std::string& iterations) {
+  return {"base-train", "--data",
+          data,         "--depth",
+          "2",          "--aspect-ratio",
+          "64",         "--head-dim",
+          "64",         "--window-pattern",
+          "L",          "--core-metric-every",
+          "-1",         "--sample-every",
+          "-1",         "--tokenizer-threads",
+          "1",          "--max-seq-len",
+          "32",         "--device-batch-size",
+          "4",          "--total-batch-size",
+          "256",        "--eval-every",
+          "-1",         "--num-iterations",
+          iterations,   "--model-tag",
+          tag};
 }
