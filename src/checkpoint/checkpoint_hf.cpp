@@ -70,22 +70,19 @@ std::string hf_name(const std::string& ours) {
 
 // row i of the result is row file_ids[i] of t: the file's vocab order into ours
 torch::Tensor permute_rows(const torch::Tensor& t, const std::vector<int32_t>& file_ids) {
-  bool identity = true;
-  for (size_t i = 0; i < file_ids.size(); i++) identity &= file_ids[i] == (int32_t)i;
-  if (identity) return t;
+  if (tokenizer_hf_ids_identity(file_ids)) return t;
   std::vector<int64_t> index(file_ids.begin(), file_ids.end());
   return t.index_select(0, torch::tensor(index, torch::kLong));
 }
 
 // the inverse: row file_ids[i] of the result is row i of t (rows past the ids, the padding, stay)
 torch::Tensor unpermute_rows(const torch::Tensor& t, const std::vector<int32_t>& file_ids) {
-  bool identity = true;
-  for (size_t i = 0; i < file_ids.size(); i++) identity &= file_ids[i] == (int32_t)i;
-  if (identity) return t;
-  std::vector<int64_t> ours_of(file_ids.size());
-  for (size_t i = 0; i < file_ids.size(); i++) ours_of[file_ids[i]] = (int64_t)i;
-  torch::Tensor rows = t.narrow(0, 0, (int64_t)file_ids.size()).index_select(0, torch::tensor(ours_of, torch::kLong));
-  return t.size(0) == rows.size(0) ? rows : at::cat({rows, t.narrow(0, rows.size(0), t.size(0) - rows.size(0))}, 0);
+  if (tokenizer_hf_ids_identity(file_ids)) return t;
+  const int64_t n = (int64_t)file_ids.size();
+  torch::Tensor out = t.clone();
+  out.narrow(0, 0, n).index_copy_(0, torch::tensor(std::vector<int64_t>(file_ids.begin(), file_ids.end())),
+                                  t.narrow(0, 0, n));
+  return out;
 }
 
 // (vocab, d) -> (padded vocab, d) with zero rows: our embedding and lm_head are padded to 64

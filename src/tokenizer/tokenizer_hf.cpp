@@ -1,5 +1,5 @@
 // defines: tokenizer_read_hf_json, HfTokenizer::identity, tokenizer_load_hf_json, tokenizer_save_hf_ids,
-//          tokenizer_load_hf_ids, tokenizer_hf_json
+//          tokenizer_load_hf_ids, tokenizer_hf_ids_identity, tokenizer_hf_json
 // Hugging Face's tokenizer.json (the `tokenizers` library) in and out, for a byte-level BPE only.
 // Its vocab spells bytes with GPT-2's byte-to-character table. tiktoken merges by the rank of
 // the merged bytes, HF by the rank of the merge rule: so our ranks follow the merges (the bytes,
@@ -311,11 +311,13 @@ HfTokenizer tokenizer_read_hf_json(const std::string& path, bool allow_custom_re
   }
 }
 
-bool HfTokenizer::identity() const {
+bool tokenizer_hf_ids_identity(const std::vector<int32_t>& file_ids) {
   for (size_t i = 0; i < file_ids.size(); i++)
     if (file_ids[i] != (int32_t)i) return false;
   return true;
 }
+
+bool HfTokenizer::identity() const { return tokenizer_hf_ids_identity(file_ids); }
 
 Tokenizer tokenizer_load_hf_json(const std::string& path, bool allow_custom_regex) {
   return tokenizer_read_hf_json(path, allow_custom_regex).tok;
@@ -324,9 +326,7 @@ Tokenizer tokenizer_load_hf_json(const std::string& path, bool allow_custom_rege
 static const char* const kHfIdsFile = "/hf_token_ids.json";
 
 void tokenizer_save_hf_ids(const std::string& dir, const std::vector<int32_t>& file_ids) {
-  bool identity = true;
-  for (size_t i = 0; i < file_ids.size(); i++) identity &= file_ids[i] == (int32_t)i;
-  if (identity) {  // ours are the file's: nothing to keep, and an older table would be wrong
+  if (tokenizer_hf_ids_identity(file_ids)) {  // ours are the file's: nothing to keep, and an older table would be wrong
     if (std::remove((dir + kHfIdsFile).c_str()) != 0 && errno != ENOENT)
       fail("cannot remove %s%s: %s", dir.c_str(), kHfIdsFile, std::strerror(errno));
     return;

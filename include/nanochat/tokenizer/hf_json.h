@@ -1,5 +1,5 @@
 // defines: HfTokenizer, tokenizer_read_hf_json, tokenizer_load_hf_json, tokenizer_save_hf_ids,
-//          tokenizer_load_hf_ids, tokenizer_hf_json
+//          tokenizer_load_hf_ids, tokenizer_hf_ids_identity, tokenizer_hf_json
 // Hugging Face's tokenizer.json (the `tokenizers` library's format) in and out
 // (src/tokenizer/tokenizer_hf.cpp).
 #pragma once
@@ -27,6 +27,8 @@ Tokenizer tokenizer_load_hf_json(const std::string& path, bool allow_custom_rege
 // an imported tokenizer's file_ids, kept in DIR (hf_token_ids.json) beside the tokenizer saved
 // there, so that export gives transformers the ids it had; the identity removes the table
 void tokenizer_save_hf_ids(const std::string& dir, const std::vector<int32_t>& file_ids);
+// file_ids[i] == i for every i: the file's ids are ours
+bool tokenizer_hf_ids_identity(const std::vector<int32_t>& file_ids);
 // DIR's table checked to be a permutation of [0, vocab_size), or the identity when there is none
 std::vector<int32_t> tokenizer_load_hf_ids(const std::string& dir, int vocab_size);
 // the same format written from ours (merges recovered from the ranks), for transformers; with
