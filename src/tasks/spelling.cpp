@@ -147,17 +147,19 @@ std::vector<std::string> read_system_dict(std::ifstream& f) {
   return words;
 }
 
-std::vector<std::string> load_words(const std::string& path, const char* dict) {
-  if (path_exists(path)) return read_word_list(path);
-  if (std::ifstream f(dict); f) {
+// the words of `source`: the downloaded list `path`, else the system's `dict`, else `ranks`
+std::vector<std::string> load_words(const std::string& source, const std::string& path, const char* dict,
+                                    const std::string& ranks) {
+  if (source == path) return read_word_list(path);
+  if (source == dict) {
     log_warn("%s is missing: using %s (a different list than upstream's, so different spelling examples)", path.c_str(),
              dict);
+    std::ifstream f(dict);
     std::vector<std::string> words = read_system_dict(f);
     if (words.empty()) fail("%s has no words", dict);
     return words;
   }
   // offline on a machine without wamerican: the words the trained tokenizer learned whole
-  std::string ranks = base_dir_path("tokenizer/tokenizer.tiktoken");
   if (!path_exists(ranks))
     fail(
         "no word list: %s is missing (run `nanochat download tasks`), and so are %s (apt-get install wamerican) and %s "
@@ -176,12 +178,12 @@ std::vector<std::string> spelling_load_words() {
   const std::string path = spelling_word_list_path(), ranks = base_dir_path("tokenizer/tokenizer.tiktoken");
   const char* dict = "/usr/share/dict/words";
   // read once per source: the tasks of a mixture share the list (and its warning, said once)
-  const std::string source = path_exists(path) ? path : path_exists(dict) ? dict : ranks;
+  const std::string source = path_exists(path) ? path : std::ifstream(dict).good() ? dict : ranks;
   static std::mutex mu;
   static std::map<std::string, std::vector<std::string>> loaded;
   std::lock_guard<std::mutex> lock(mu);
   auto it = loaded.find(source);
-  if (it == loaded.end()) it = loaded.emplace(source, load_words(path, dict)).first;
+  if (it == loaded.end()) it = loaded.emplace(source, load_words(source, path, dict, ranks)).first;
   return it->second;
 }
 
