@@ -180,6 +180,16 @@ inline RawResponse raw_http(int port, const std::string& method, const std::stri
   return parse_response(raw);
 }
 
+// the status of GET/HEAD `path`, 0 when the connection closed before an answer came (a refused
+// connection): for loops that wait for the server to take them again
+inline int raw_http_status(int port, const std::string& method, const std::string& path) {
+  try {
+    return raw_http(port, method, path).status;
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 // every event exactly "data: <payload>\n\n" (no other fields, no comments, no CR)
 inline std::vector<std::string> sse_parse_strict(const std::string& body) {
   std::vector<std::string> events;

@@ -172,8 +172,10 @@ void HttpServer::run_job(const Job& job) {
     bool connection_closed = false;
     const bool ret = process_request(strm, job.last, connection_closed, keep_ranges_for_files);
     keep = ret && !connection_closed && !strm.close_after() && !job.last;
+    // not kept: after_job closes it, under the event loop's lock, so its place is free before
+    // its client sees the end (one that reads to the end and connects again must not find its
+    // address's place, or the cap, still taken by the connection it just left)
     if (strm.close_after()) strm.linger();
-    else if (!keep) ::shutdown(job.fd, SHUT_WR);  // the client sees the end now, not once the event loop frees its lock
     tl_stream = nullptr;
   }
   after_job(job.fd, keep);
