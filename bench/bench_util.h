@@ -1,4 +1,3 @@
-// defines: bench_seconds_since, bench_matmul_roof, bench_parse_list, bench_clock
 // What several benches share: a wall clock and the CPU's fp32 matmul FLOP/s measured in the
 // same run (the roof that model throughput is reported against).
 #pragma once

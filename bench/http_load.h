@@ -1,4 +1,3 @@
-// defines: StreamSample, LoadLevel, bench_stream_chat, bench_http_load
 // The load generator of the serving benches (bench_server, bench_serving): streaming POST
 // /chat/completions requests, each on a fresh loopback connection (tests/http_raw_client.h),
 // from `clients` threads sending back to back.

@@ -1,4 +1,3 @@
-// defines: AdamWRoundingBound, adamw_bound_step, beyond_bound
 // How far apart two correct implementations of upstream's AdamW step may land, element by element,
 // from an error analysis of the operations rather than from one machine. Two implementations (the
 // fused kernel and the ATen reference, or the optimizer and a plain loop) do the same fp32

@@ -1,4 +1,3 @@
-// defines: HfFixtures, hf_fixtures, NEEDS_TRANSFORMERS, hf_fixtures_script
 // The transformers side of the interop tests (tests/fixtures/hf_fixtures.py): written once per
 // build directory (by ctest's hf_fixtures step, or here when missing); `skip` says which
 // Python package is missing when it cannot run.

@@ -1,6 +1,3 @@
-// defines: RawResponse, raw_connect, raw_connect_from, raw_http, raw_http_status, raw_send, dechunk, sse_parse_strict,
-//          wait_until_healthy, attacker_address, Slowloris, ConnectionFlood, Legit, legit_traffic, raw_read_all,
-//          raw_read_response, parse_response
 // A deliberately small HTTP/1.1 client on plain sockets, for server tests that must see the
 // bytes: chunked framing checked strictly, SSE events parsed strictly (every event exactly
 // "data: <payload>\n\n"), raw garbage sent on purpose, connections dropped mid-stream.

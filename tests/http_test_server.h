@@ -1,4 +1,3 @@
-// defines: TestServer
 // A cpp-httplib server on 127.0.0.1 (a free port) in a thread, for download tests: serves
 // files from memory with Range support (httplib's own), and misbehaves on request: drop the
 // connection at a byte offset, answer 500, redirect to another server, go slowly, or hold

@@ -1,6 +1,3 @@
-// defines: tiny_chat_tokenizer, tiny_chat_config, tiny_chat_model, tiny_chat_base_dir,
-//          tiny_chat_prompt_by_hand, GreedyReference, tiny_chat_greedy_reference, ServerProcess,
-//          tiny_chat_shared_base_dir, open_fds, FdWatch, raise_fd_limit
 // A chat model small enough for tests and the server bench: a BPE tokenizer trained here on
 // a few sentences (nanochat's 9 special tokens after 300 ranks) and a random 2-layer GPT
 // (n_embd 128, head_dim 64), saved as an SFT checkpoint in a temp NANOCHAT_BASE_DIR; plus

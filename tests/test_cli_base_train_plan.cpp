@@ -138,7 +138,7 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-// each rank fits its own free memory; they train with the smallest (issue 50: ranks that
+// each rank fits its own free memory; they train with the smallest (ranks that
 // disagree step out of line: eval step counts, loader state)
 TEST(BaseTrainPlan, RanksAgreeOnTheSmallestDeviceBatch) {
   const int port = free_port();

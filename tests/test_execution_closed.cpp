@@ -1,4 +1,4 @@
-// execution fails closed (issue 48): a program run while 40 host processes sleep as uid 65534
+// execution fails closed: a program run while 40 host processes sleep as uid 65534
 // (RLIMIT_NPROC's old trigger) is still isolated: not uid 0, no capability, no /etc/shadow, not
 // the caller's environment; a run forking to its limit cannot weaken a run beside it; /proc/1
 // is the sandbox's own; bwrap absent from PATH, bwrap unable to make its namespaces, an

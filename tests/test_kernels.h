@@ -1,5 +1,3 @@
-// defines: Fn, weighted_sum, grads_of, expect_finite_differences, expect_same, rotary_tables, targets_with_ignored,
-//          CudaDtype, kCudaDtypes, expect_cpu_kernel_in
 // What the kernels' tests share (test_kernels.cpp and one test_kernels_<op>.cpp per op): an op
 // seen as a function of its inputs, its gradients, finite differences, and fused against
 // reference within a tolerance.

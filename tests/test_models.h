@@ -1,4 +1,3 @@
-// defines: byte_tokenizer, tiny_gpt_config, perturbed_gpt
 // Tiny tokenizers and models for the tests that need one in process.
 #pragma once
 #include <cstdint>

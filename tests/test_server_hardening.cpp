@@ -11,7 +11,7 @@
 //    read from /proc/<pid>/status before and after;
 //  - no CORS by default, --cors-origin, the Host check against DNS rebinding, --api-key;
 //  - slowloris: 100 dripping sockets do not delay /health, and get 408 at the deadline (the
-//    floods of issue 49 are test_server_floods.cpp's);
+//    connection floods are test_server_floods.cpp's);
 //  - HTTP/1.1 framing as RFC 9112 asks of a server (no request smuggling past a proxy), each
 //    rule over a raw socket with a request pipelined behind the bad one that must go unanswered;
 //  - engine errors without internals, tiny sampling values, the Bearer scheme in any case, the

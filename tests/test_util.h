@@ -1,5 +1,3 @@
-// defines: CommandResult, kernel_ops, run_shell, make_temp_dir, temp_dir, read_file, count_lines,
-//          spawn_to_files, wait_exit, make_parquet_corpus, tiny_base_train_args
 // Helpers for tests that run the real binary and inspect files.
 #pragma once
 #include <fcntl.h>

@@ -1,4 +1,3 @@
-// defines: main (bench_core)
 // CORE evaluation speed on the CPU: examples/s of a randomly initialised d<depth> model on a
 // synthetic bundle (a multiple-choice task with 4 choices and few-shot prompts, and a
 // language-modelling task), with one prompt per forward (batch 1), with about one

@@ -1,4 +1,3 @@
-// defines: main (bench_engine), clk, EngineRun
 // Decode speed of the engine's KV-cache generation against the naive full-recompute
 // gpt_generate (upstream's GPT.generate), measured in the same run on a randomly initialised model:
 //  1. decode tok/s at contexts 128/512/2048, batch 1, greedy: KV cache vs naive (ratio);

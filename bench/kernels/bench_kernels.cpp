@@ -1,4 +1,3 @@
-// defines: main (bench_kernels)
 // Forward+backward time of each fused op of the kernels module against its ATen reference,
 // measured in the same run on the same inputs (for Muon's optimizer passes, the step around
 // Polar Express on one group of the model's matrices; Polar Express itself on the model's Muon

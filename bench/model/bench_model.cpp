@@ -1,4 +1,3 @@
-// defines: main (bench_model)
 // Forward+backward throughput of nanochat's GPT on the CPU for the d4 and d12 shapes
 // (vocab 32768, short sequences), against the matmul FLOP roof measured in the same run:
 // fraction = tokens/s x estimate_flops() per token / the best fp32 matmul FLOP/s.

@@ -3,7 +3,7 @@
 // uid and tmpfs as root, the seccomp filter, rlimits) and the baseline, the unsandboxed opt-in:
 // a plain rlimit-only fork/exec of the same interpreter with the same pipes and collection (the
 // hand-written jail this replaced is gone; this baseline is cheaper than it was, so stricter).
-// Prints the 25th, 50th and 90th percentiles of each and the difference per program (issue 48:
+// Prints the 25th, 50th and 90th percentiles of each and the difference per program (the budget:
 // at most 20 ms), with the load average: on a shared machine the quartile is the fairer number.
 //   bench_sandbox [runs=40] [python=/usr/bin/python3]
 #include <fcntl.h>

@@ -1,11 +1,10 @@
-// defines: main (bench_server)
 // Serving throughput of `nanochat chat-web` on a tiny model (tests/server_fixture.h: 2 layers,
 // n_embd 128), driven over loopback by streaming clients on threads:
 //   requests/s and p50/p99 time to first token (request sent -> first token event) with
 //   1, 8 and 32 concurrent clients, each sending POST /chat/completions back to back.
 // Baseline, same run: the same request through the Engine in this process (no HTTP, no
 // queue), one after another; the table gives server/baseline ratios.
-// --attacks instead: the server under each attack of issue 49 (the attacker on 127.0.0.2 ...
+// --attacks instead: the server under each attack the hardening tests cover (the attacker on 127.0.0.2 ...
 // 127.0.0.254, the legitimate client on 127.0.0.1 probing GET /health every 50 ms and chatting
 // between), against the same probes with no attack, same run: /health p50/p99, the chats that
 // succeeded, the server's descriptors at the peak; then key B's chat latency alone and while key A

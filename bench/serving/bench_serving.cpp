@@ -1,4 +1,3 @@
-// defines: main (bench_serving)
 // Continuous batching, measured on a random 6-layer, 256-wide chat model (the tiny test
 // tokenizer, vocab ~300), greedy, every reply running its whole budget:
 //  1. in process: N requests through one Scheduler at once (--max-batch N) against the same N

@@ -1,4 +1,3 @@
-// defines: main (bench_train_step), Options, OursResult
 // One full pretraining step (forward, backward and the MuonAdamW update, as base-train runs it)
 // against the same model and optimizer written in plain PyTorch (reference_step.py beside this
 // file runs the project's reference, tests/fixtures/gpt_reference.py and optim_reference.py), run eagerly and under torch.compile, with the same shapes, threads,

@@ -1,4 +1,3 @@
-# defines: the Python baseline of bench_train_step (one JSON line of step timings)
 """The Python baseline of a whole pretraining step: the project's reference GPT and MuonAdamW
 (tests/fixtures/gpt_reference.py and optim_reference.py, plain PyTorch written after upstream's
 Python, not from the C++ code) with attention through F.scaled_dot_product_attention (causal for

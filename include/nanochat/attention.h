@@ -1,5 +1,3 @@
-// defines: attention_causal, attention_causal_sdpa, attention_with_kvcache, attention_with_kvcache_rows,
-//          attention_kernel_name, attention_window_mask, attention_rows_mask, KVCache
 // The attention module (upstream flash_attention.py and engine.py's KVCache): the one place that knows devices and kernels.
 // Everything uses the FA3 layout (B, T, H, D) at the interface, like nanochat's
 // flash_attention.py, and FA3's window semantics: `window` is the left size, a query at

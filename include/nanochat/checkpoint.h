@@ -1,4 +1,3 @@
-// defines: TensorSpec, ModelCheckpoint, OptimCheckpoint, CheckpointRef, checkpoint_* functions
 // nanochat's checkpoints (upstream's checkpoint_manager.py), in safetensors instead of pickles. In
 // $NANOCHAT_BASE_DIR/{base,chatsft,chatrl}_checkpoints/<tag>/ (sources base, sft, rl), step S
 // is the files

@@ -1,4 +1,3 @@
-// defines: nothing; one include for the common runtime (errors, logging, environment,
 // base dir, atomic files, thread pool, progress, device policy)
 #pragma once
 #include "nanochat/common/atomic_file.h"

@@ -1,4 +1,3 @@
-// defines: Compute, compute_init, KernelsAgreement
 // The wiring of a stage's compute, above dist and kernels (upstream common.py's compute_init):
 // ranks from the environment, CPU threads, device (cuda:LOCAL_RANK or cpu), compute dtype,
 // seed 42, TF32 on CUDA, the process group, and the kernels' self-checks agreed across ranks

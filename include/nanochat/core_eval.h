@@ -1,9 +1,3 @@
-// defines: kEvalBundleUrl, CoreTaskSpec, core_bundle_load, core_eval_bundle_dir,
-//          core_bundle_verify_zip, core_bundle_place, core_bundle_download,
-//          CoreItem, core_load_task_data, core_shuffle_truncate, core_fewshot_indices,
-//          core_py_strip, core_render_prompts, CoreSequences, core_prepare_example,
-//          CoreLogitsFn, core_gpt_logits_fn, CoreOptions, core_evaluate_task,
-//          CoreTaskResult, CoreResult, core_evaluate, core_task_line, core_csv, core_csv_path
 // The CORE metric (upstream's core_eval.py and base_eval.py): DCLM's 22 in-context tasks scored exactly as upstream's
 // nanochat/core_eval.py and scripts/base_eval.evaluate_core do it: the same shuffled
 // subsets (CPython's random), the same Jinja2 prompts, the same BOS-prepended tokens and

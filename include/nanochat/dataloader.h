@@ -1,6 +1,3 @@
-// defines: DocRef, BestFitPacker, LoaderOptions, LoaderState, loader_state_to_json,
-//          loader_state_upstream_json, loader_state_from_checkpoint,
-//          loader_state_from_json, LoaderBatch, LoaderMetrics, DataLoader
 // The dataloader module (upstream's nanochat/dataloader.py): BOS-aligned best-fit packing fed by
 // reader, tokenizer and packer threads that run ahead of the model, and batches that resume
 // exactly. The pipeline and the resume rule: docs/architecture.md ("The dataloader's pipeline").

@@ -1,10 +1,3 @@
-// defines: kClimbmixBaseUrl, kClimbmixMaxShard, climbmix_shard_name, climbmix_shard_url,
-//          climbmix_shard_ids, dataset_dir, dataset_list_parquet_files,
-//          DownloadError, DownloadOptions, DownloadOutcome, download_file, download_verify_parquet,
-//          DownloadMeter, download_climbmix_shards,
-//          CorpusOptions, DocSource, doc_source_open, Corpus, corpus_open, corpus_split_files,
-//          CorpusSplit, corpus_split,
-//          DocPosition, DocBatch, DocIterator
 // The dataset module (upstream's nanochat/dataset.py and dataloader.py's document walk): where the pretraining shards come from and how they
 // are fetched (resume, retry, verify, lock), local corpora (--data DIR of parquet, jsonl or
 // txt files), and the rank-strided, resumable walk over their documents. No torch in here.

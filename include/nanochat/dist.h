@@ -1,5 +1,3 @@
-// defines: DistEnv, dist_env_from_environment, ReduceOp, DistWork, Dist, DistTraffic, dist_shard_range,
-//          dist_any_rank, dist_self_test, DistSelfTestResult, dist_gloo_create, dist_nccl_create
 // Data parallelism over PyTorch's c10d: a TCPStore rendezvous and ProcessGroupNCCL on CUDA
 // or ProcessGroupGloo on CPU. nanochat has no DDP wrapper (upstream never wraps the model): the optimizer and
 // the loaders call these collectives themselves. With one process every collective is the

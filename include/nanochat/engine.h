@@ -1,7 +1,3 @@
-// defines: EngineModel, engine_model_from_gpt, SampleRequest, engine_sample_rows, engine_cache_select_rows,
-//          GenerateOptions, FinishReason, finish_reason_name, TokenColumn, TokenCallback,
-//          GenerateResult, engine_completion_text, Engine, engine_sample_prompts,
-//          engine_sample_greedy
 // The engine module (upstream's nanochat/engine.py): batched generation with a KV cache. One batch-1
 // prefill of the prompt is cloned into N sample rows; each row then samples on its own
 // (temperature, top-k, and top-p as an addition), may be fed forced tokens (the calculator's

@@ -1,7 +1,3 @@
-// defines: ExecutionOptions, ExecutionResult, ExecutionIsolation, execution_guard_prelude,
-//          execution_isolation_describe, execution_run_budget_refused, execution_memory_bound,
-//          execution_unavailable_runs,
-//          execute_code
 // Runs model-written Python (HumanEval programs) as upstream's nanochat/execution.py does, but
 // inside bubblewrap (bwrap: every namespace, no capability, a uid of its own, its own /proc and
 // session, only the interpreter's files) with the project's seccomp filter, rlimits and one

@@ -1,12 +1,3 @@
-// defines: GPTConfig, gpt_config_from_depth, gpt_config_to_json, gpt_config_from_json, gpt_config_validate,
-//          gpt_padded_vocab, gpt_has_ve, gpt_window_sizes, kSmearChannels, kVeGateChannels, kSoftcap, kRopeBase,
-//          gpt_rms_norm, gpt_rotary_tables, gpt_softcap, gpt_smear, gpt_rotary_norm, gpt_residual_norm,
-//          Linear (LinearImpl), Embedding (EmbeddingImpl), CausalSelfAttention (CausalSelfAttentionImpl),
-//          MLP (MLPImpl), Block (BlockImpl), GPT (GPTImpl), gpt_init_weights, gpt_set_fp8, gpt_fp8_eligible,
-//          GptFp8Off, LossReduction, gpt_loss, gpt_named_parameters, gpt_load_named_tensors, gpt_generate,
-//          gpt_make_generator, ScalingParams, gpt_num_scaling_params, gpt_num_matmul_params, gpt_count_params,
-//          gpt_estimate_flops, gpt_estimate_decode_flops, gpt_estimate_prefill_flops, gpt_kv_bytes_per_token,
-//          gpt_kv_read_bytes
 // The gpt module: nanochat's GPT (upstream nanochat/gpt.py) in LibTorch. Parameter names are nanochat's
 // state-dict keys, so checkpoints map one to one. Master weights are fp32; every matmul
 // runs in the activation (compute) dtype; wte and value_embeds are stored in the compute

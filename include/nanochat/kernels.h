@@ -1,13 +1,3 @@
-// defines: kernels_enabled, kernels_linear_softcap_ce, kernels_linear_softcap_ce_mean, kernels_mlp_relu_square,
-//          kernels_rotary_norm, kernels_linear_softcap_ce_reference, kernels_linear_softcap_ce_mean_reference,
-//          kernels_mlp_relu_square_reference, kernels_rotary_norm_reference,
-//          kernels_residual_norm, kernels_residual_norm_reference,
-//          kernels_fp8_linear, kernels_fp8_linear_reference, kernels_fp8_linear_shared, kernels_fp8_quantize,
-//          Fp8Quantized, kernels_fp8_quantize_transposed, kernels_fp8_mm, kernels_fp8_weights_changed,
-//          kernels_adamw_step, kernels_adamw_step_reference,
-//          kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish, kernels_muon_finish_reference,
-//          kernels_attention_available, kernels_attention, kernels_attention_reference,
-//          kernels_polar_express, kernels_polar_express_reference
 // The kernels module: the model's fused hot paths. Each op is an autograd function with a
 // CPU kernel (at::parallel_for + at::vec, one pass over memory), a CUDA kernel (.cu) and a
 // plain ATen composition -- the `_reference` twin -- that the tests compare both against.

@@ -1,4 +1,3 @@
-// defines: BpbSums, bpb_token_bytes, bpb_accumulate, bpb_finish, evaluate_bpb, BpbLossFn, BpbBatchFn
 // Bits per byte (upstream's loss_eval.evaluate_bpb): the model's summed cross-entropy in nats over the bytes those
 // target tokens stand for, so models with different tokenizers compare. Special tokens
 // have 0 bytes and count in neither sum; targets -1 (masked) count in neither.

@@ -1,5 +1,3 @@
-// defines: OptimKind, OptimGroup, MuonAdamW, GradScaler,
-//          optim_muon_step, optim_polar_express_coeffs, optim_param_groups_gpt
 // nanochat's optimizer (upstream nanochat/optim.py): AdamW for embeddings, lm_head and scalars, Muon (Polar
 // Express, MuonEq, Muon+, NorMuon, cautious weight decay) for the transformer matrices.
 // One class for one rank and many: with a Dist of world > 1 it also averages the gradients

@@ -1,4 +1,3 @@
-// defines: ParquetError, ParquetColumn, ParquetRowGroup, ParquetFile
 // A reader for the parquet files nanochat's datasets ship (ClimbMix shards, SmolTalk, MMLU,
 // ARC, GSM8K, HumanEval): footer + Thrift compact metadata, data pages v1/v2, dictionary
 // pages, PLAIN / dictionary / RLE-bit-packed / DELTA_(LENGTH_)BYTE_ARRAY encodings,

@@ -1,7 +1,3 @@
-// defines: ReportItem, report_dir, report_slug, report_render_section, report_log, report_reset,
-//          report_generate, report_format_summary, ReportRun, report_chart_runs,
-//          report_write_charts, report_remove_charts, report_stage_charts,
-//          report_section_heading_for_charts, kReportMaxChartRuns
 // The report card (upstream's nanochat/report.py): every stage writes one markdown
 // section into $NANOCHAT_BASE_DIR/report/<slug>.md (rank 0 only); `nanochat report reset`
 // starts a run with header.md (git, hardware, software, code size, start time) and

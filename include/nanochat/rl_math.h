@@ -1,5 +1,3 @@
-// defines: RlRollout, rl_rollout_batch, rl_policy_gradient_loss, rl_pass_at_k_counts,
-//          rl_rollout_seed
 // The arithmetic of RL on GSM8K (the rl subcommand), as upstream's scripts/chat_rl.py: a
 // simplified GRPO, in effect REINFORCE with a mean
 // baseline. For each training problem the current model samples num_samples completions;

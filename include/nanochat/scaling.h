@@ -1,6 +1,3 @@
-// defines: ScalingRun, scaling_run_load, scaling_polyfit, ScalingLine, scaling_line_fit,
-//          ScalingOptimum, scaling_isoflop_optimum, ScalingLaws, scaling_fit_laws,
-//          scaling_runs_table, scaling_laws_table, scaling_laws_json, scaling_write_charts
 // Scaling laws from finished base-train runs (runs/scaling_laws.sh, runs/miniseries.sh), the
 // analysis of upstream's dev/scaling_analysis.ipynb done by the binary:
 // - the runs: effective parameters N = transformer matrices + lm_head (the count base-train's

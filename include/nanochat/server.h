@@ -1,8 +1,3 @@
-// defines: kServerLimits, ServerLimits, ServerError, ChatRequest, server_parse_chat_request, server_prompt_tokens,
-//          server_api_keys_resolve, server_bearer_key, server_cache_scope, server_queue_key, ServerOptions,
-//          server_run, server_max_per_client, WebAsset, server_web_asset, server_web_assets, ChatDefaults,
-//          server_json_depth, server_host_is_loopback_name, server_bind_is_loopback, server_log_escape,
-//          server_bearer_ok, server_internal_error
 // The server module (upstream's scripts/chat_web.py): `nanochat chat-web`. One HTTP server (cpp-httplib) with
 //   GET  /                      the chat UI (web/, embedded into the binary at build time)
 //   POST /chat/completions      upstream's SSE stream: {"token","gpu"} ... {"done":true}

@@ -1,5 +1,3 @@
-// defines: SftBatch, SftBatcherState, SftBatcher, sft_batcher_state_to_json,
-//          sft_batcher_state_from_json, sft_masked_mean, sft_mixture
 // The data of supervised fine-tuning (the sft subcommand): the base model learns the chat
 // format, the calculator tool and to answer, on a shuffled mixture of conversations.
 // SftBatcher is upstream's sft_data_generator_bos_bestfit: each rank walks the mixture with stride W, conversations

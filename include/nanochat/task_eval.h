@@ -1,5 +1,3 @@
-// defines: TaskEvalOptions, TaskEvalResult, task_eval_baseline, task_evaluate,
-//          task_eval_sample_outcomes, task_eval_letter_logits
 // A chat model scored on one chat task, as upstream's scripts/chat_eval.py (used by
 // chat-eval, by SFT's ChatCORE and, for the sampled outcomes, by RL's pass@k). Generative
 // tasks (GSM8K, HumanEval, SpellingBee): sample num_samples completions per problem, a

@@ -1,11 +1,3 @@
-// defines: TaskSlice, Task, TaskPtr, PermutationFn, tasks_py_shuffled_range, TaskMixture,
-//          TaskSequence, render_mc, HubSplit, hub_endpoint, hub_split_dir, hub_download,
-//          HubDataset, kTaskDataSplits, ArcTask, MmluTask, Gsm8kTask, gsm8k_extract_answer,
-//          gsm8k_answer_parts, HumanEvalTask, humaneval_extract_imports,
-//          humaneval_extract_program, humaneval_program, SmolTalkTask, CustomJsonTask,
-//          kWordListUrl, spelling_word_list_path, spelling_load_words, spelling_words_from_pieces,
-//          SpellingBeeTask, SimpleSpellingTask, task_for_eval, SftMixtureOptions, tasks_sft_mixture,
-//          gsm8k_style_evaluate
 // The chat tasks of upstream's tasks/: datasets of conversations (JSON {"messages": [...]}, the
 // format render_conversation takes), views over them, mixtures for SFT, and for evaluation
 // the task's kind (generative: sample and check; categorical: pick a letter) and its

@@ -1,4 +1,3 @@
-// defines: nothing; one include for a training run's telemetry: the per-step progress line, the
 // metrics log (JSONL), TensorBoard event files, loss readbacks that do not stall the device, and
 // the peak FLOPS and bandwidth that MFU and the inference benchmark divide by
 #pragma once

@@ -1,8 +1,3 @@
-// defines: kPatternNanochat, kPatternGpt2, kPatternCl100k, kPatternO200k, kPatternGpt2ByteLevel, pattern_is_known,
-//          pattern_by_name, kSpecialTokens, Splitter, Tokenizer, BpeTrainer, tokenizer_save, tokenizer_load,
-//          tokenizer_load_tiktoken, tiktoken_ranks_read, base64_encode, base64_decode, RenderedConversation,
-//          render_conversation, render_for_completion, TokEvalText, tok_eval_builtin_texts, tok_eval_report,
-//          DocBatchSource, TokTrainOptions, TokTrainStats, tok_train
 // Byte-level BPE exactly as nanochat uses it (upstream's nanochat/tokenizer.py): pieces from a GPT-4 style split
 // regex (PCRE2 with JIT), tiktoken's merge rule for encoding (lowest rank first, leftmost on
 // ties) and rustbpe's rule for training (highest pair count first, smallest pair on ties).

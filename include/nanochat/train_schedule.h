@@ -1,6 +1,3 @@
-// defines: kBatchRef, TrainScaling, train_scaling, train_num_iterations, train_grad_accum,
-//          python_round, lr_multiplier, muon_momentum, muon_weight_decay,
-//          sft_lr_multiplier, sft_muon_momentum
 // How big a pretraining run is and how its hyperparameters move (upstream's base_train.py): the
 // "muP-style" transfer from the d12 reference (batch size and weight decay from the token
 // horizon), the number of iterations, gradient accumulation, and the per-step schedules.

@@ -1,5 +1,3 @@
-// defines: attention_causal, attention_causal_sdpa, attention_with_kvcache, attention_with_kvcache_rows,
-//          attention_window_mask, attention_rows_mask, attention_kernel_name
 // Device-generic attention on top of at::scaled_dot_product_attention (see attention.h for
 // the choice of kernels). SDPA wants (B,H,T,D); the interface is FA3's (B,T,H,D).
 #include "nanochat/attention.h"

@@ -1,4 +1,3 @@
-// defines: attention_flash_window_supported, attention_flash_window, attention_flash_window_checked
 // Causal sliding-window attention through LibTorch's own FlashAttention-2 kernel, with a
 // real window: at::_flash_attention_forward/_backward take window_size_left/right, which
 // at::scaled_dot_product_attention does not expose. The kernel skips the key blocks outside

@@ -1,4 +1,3 @@
-// defines: attention_flash_window_supported, attention_flash_window, attention_flash_window_checked
 // CUDA-only (compiled when the LibTorch found has CUDA). The sliding window of flash_window.h
 // as an autograd function over ATen's FlashAttention-2 entry points, called the way
 // PyTorch's own SDPA flash path calls them but with a window:

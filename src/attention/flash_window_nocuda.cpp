@@ -1,4 +1,3 @@
-// defines: attention_flash_window_supported, attention_flash_window, attention_flash_window_checked
 // Compiled instead of flash_window_cuda.cpp when the LibTorch found has no CUDA.
 #include "flash_window.h"
 

@@ -1,4 +1,3 @@
-// defines: KVCache
 // nanochat's engine.KVCache (upstream engine.py): (L, B, T_max, Hkv, D) in the FA3 layout.
 #include "nanochat/attention.h"
 

@@ -1,6 +1,3 @@
-// defines: checkpoint_gpt_embedding_dtype, checkpoint_gpt_tensor_specs, checkpoint_gpt_prepare,
-//          checkpoint_load_into_gpt, checkpoint_read_gpt_config, checkpoint_load_gpt, checkpoint_gpt_tensors,
-//          checkpoint_resume_gpt, checkpoint_check_config_limits, checkpoint_check_config_tensors
 // upstream checkpoint_manager.py's build_model: a checkpoint's tensors and meta into a GPT (API in checkpoint_gpt.h).
 #include "nanochat/checkpoint/checkpoint_gpt.h"
 

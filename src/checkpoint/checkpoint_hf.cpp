@@ -1,4 +1,3 @@
-// defines: checkpoint_hf_config, checkpoint_import_hf, checkpoint_export_hf
 // transformers' `nanochat` model type (NanoChatConfig, NanoChatForCausalLM: the October-2025
 // architecture of upstream nanochat) in and out (API in checkpoint_gpt.h). Its tensors are
 // ours under other names, with the vocab unpadded:

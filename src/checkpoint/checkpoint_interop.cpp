@@ -1,4 +1,3 @@
-// defines: checkpoint_export, checkpoint_import
 // Checkpoints in and out of nanochat's own layout (API in checkpoint_gpt.h): export to one
 // safetensors file with config and tokenizer beside it; import of upstream's torch.save
 // checkpoints. Both check everything they read before they write anything.

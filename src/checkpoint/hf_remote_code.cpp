@@ -1,4 +1,3 @@
-// defines: kHfRemoteConfigPy, kHfRemoteModelingPy
 // The two Python files `nanochat export --format hf` writes beside a model of the current
 // architecture (value embeddings, smear, per-layer scalars, sliding windows), which
 // transformers' own `nanochat` class cannot express: a PretrainedConfig holding our

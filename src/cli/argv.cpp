@@ -1,4 +1,3 @@
-// defines: cli_set_argv, cli_argv, cli_flags_json
 // The command line as typed, for subcommands that record it (checkpoint meta) or print
 // the command that resumes a run; and the flags as parsed, for the run's recorded config.
 #include <CLI/CLI.hpp>

@@ -1,6 +1,3 @@
-// defines: BaseTrainFlags, MemoryBudget, base_train_memory_budget, BaseTrainPlan, base_train_plan,
-//          base_train_agree_device_batch, base_train_plan_print, base_train_plan_fits, base_train_dry_run,
-//          base_train_parse_memory_size, base_train_preflight_report, kDefaultPlanGpu
 // base-train's flags and its plan: everything the run derives from its flags before it
 // touches a device or data (the model's shape and counts, the scaling rules, the horizon,
 // the batch split, the memory estimate). The run and `base-train --dry-run` share it.

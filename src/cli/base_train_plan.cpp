@@ -1,5 +1,3 @@
-// defines: base_train_memory_budget, base_train_agree_device_batch, base_train_plan, base_train_plan_print,
-//          base_train_plan_fits, base_train_dry_run, base_train_parse_memory_size, base_train_preflight_report
 // base-train's plan (upstream base_train.py's set-up arithmetic: parameter counts, FLOPs per
 // token, the d12-referenced batch, lr and weight decay scaling, the horizon, the device batch,
 // gradient accumulation) plus one rank's memory estimate, printed by the run at its start and

@@ -1,6 +1,3 @@
-// defines: cli_register_*, OutputFlags, cli_add_data_flags, cli_add_checkpoint_flags, cli_add_resume_flags,
-//          cli_resume_command, cli_add_output_flags, cli_open_checkpoint_dir,
-//          cli_prune_checkpoints, cli_set_argv, cli_argv, cli_flags_json, cli_version_text
 // One register function per subcommand (one file each in src/cli/). Each adds its
 // subcommand to the app with a callback that wires modules together and stores the exit code.
 #pragma once

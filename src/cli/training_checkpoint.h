@@ -1,4 +1,3 @@
-// defines: cli_save_training_checkpoint
 // The save that base-train and SFT share (checkpoint_flags.cpp), apart from commands.h so that
 // the stages that save nothing do not parse LibTorch's tensor header for it.
 #pragma once

@@ -1,4 +1,3 @@
-// defines: PyRandom, py_hash_int, py_hash_int_tuple
 // CPython's Modules/_randommodule.c and Lib/random.py (3.10+), transcribed.
 #include "nanochat/common/py_random.h"
 

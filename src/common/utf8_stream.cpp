@@ -1,4 +1,3 @@
-// defines: utf8_incomplete_tail, Utf8Stream
 // (API in include/nanochat/common/utf8_stream.h)
 #include "nanochat/common/utf8_stream.h"
 

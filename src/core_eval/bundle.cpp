@@ -1,5 +1,3 @@
-// defines: core_bundle_load, core_eval_bundle_dir, core_bundle_verify_zip, core_bundle_place,
-//          core_bundle_download
 // The CORE eval bundle (upstream's eval_bundle.zip): core.yaml (yaml-cpp), eval_meta_data.csv (a small
 // RFC 4180 reader: the file has quoted fields with commas), and the zip (libzip), placed
 // like upstream's place_eval_bundle: unzip into a temp dir, move eval_bundle/ into place.

@@ -1,4 +1,3 @@
-// defines: core_load_task_data, core_shuffle_truncate, core_fewshot_indices
 // One task's JSONL records (the eval bundle's formats), the seeded shuffle and subset, and the
 // few-shot draw (as upstream's evaluate_core and evaluate_example), with CPython's random module (PyRandom).
 #include <nlohmann/json.hpp>

@@ -1,5 +1,3 @@
-// defines: leaderboard_time_to_gpt2, leaderboard_core_points, leaderboard_line,
-//          leaderboard_metrics_record
 #include "nanochat/core_eval/leaderboard.h"
 
 #include <algorithm>

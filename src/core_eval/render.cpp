@@ -1,4 +1,3 @@
-// defines: core_py_strip, core_render_prompts, core_prepare_example
 // The three Jinja2 templates of upstream's core_eval.py written out by hand
 // (render_prompts_mc/schema/lm). With the template string .strip()ed, "{%- for -%}" eats the newline after it,
 // the body keeps its trailing "\n\n", and "{% endfor -%}" eats the newline before the final

@@ -1,5 +1,3 @@
-// defines: core_evaluate_task, core_evaluate, core_gpt_logits_fn, core_task_line, core_csv,
-//          core_csv_path
 // Scoring (upstream core_eval.py's evaluate_example and base_eval.py's CSV). Upstream forwards one example at a time (its options as
 // one batch). Here every row (prompt) of this rank's examples is prepared on a thread pool,
 // the rows are sorted longest first and cut into forwards of at most batch_size rows (and

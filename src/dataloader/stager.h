@@ -1,4 +1,3 @@
-// defines: DeviceStager
 // The last hop of a batch: host slot -> persistent device buffer. On CUDA (any accelerator
 // with streams) one non-blocking copy per batch on a side stream; the compute stream waits on
 // its event, and the side stream first waits until the compute stream is done with the

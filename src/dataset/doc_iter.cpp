@@ -1,4 +1,3 @@
-// defines: DocIterator
 // The document walk of upstream's dataloader.py: file after file, row groups start,
 // start+step, ... of each, every batch tagged with (file, row group, epoch) so a checkpoint
 // can save where the walk is and a resumed run continues with the next row group (or, for

@@ -1,4 +1,3 @@
-// defines: DownloadMeter, download_climbmix_shards
 // `nanochat download climbmix` without its flags: the shards fanned out over a thread pool,
 // each rank starting at its own offset, the errors of all workers gathered into one.
 #include <algorithm>

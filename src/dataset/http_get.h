@@ -1,4 +1,3 @@
-// defines: HttpUrl, http_parse_url, HttpGetOptions, HttpGetResult, http_get, HttpFailure
 // One streaming HTTP(S) GET over cpp-httplib: an optional "Range: bytes=N-" (with If-Range,
 // so a file that changed on the server comes whole instead of as a spliced tail), redirects
 // followed by hand (to any host, with a hop limit, never from https down to http) so every

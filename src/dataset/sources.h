@@ -1,5 +1,3 @@
-// defines: parquet_source_open, jsonl_source_open, txt_paragraphs_source_open,
-//          txt_files_source_open, utf8_check, LineGroups, line_groups_build, lines_read_from, line_is_blank
 // The DocSource kinds behind doc_source_open and corpus_split. Internal to the dataset module.
 #pragma once
 #include <functional>

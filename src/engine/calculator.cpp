@@ -1,4 +1,3 @@
-// defines: calculator_use, calculator_float_repr
 // A recursive-descent evaluator for the calculator tool (upstream engine.py's use_calculator) with Python's numeric
 // semantics. Values are computed while parsing; any error (syntax, type, overflow, division
 // by zero) unwinds as CalcError and becomes nullopt.

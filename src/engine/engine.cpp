@@ -1,4 +1,3 @@
-// defines: engine_model_from_gpt, finish_reason_name, Engine, engine_completion_text
 // Engine.generate as upstream's engine.py: batch-1 prefill, cloned into N rows, then one
 // decode step per token column, where each row (its RowState) takes its forced or sampled
 // token, stops on its stop tokens, and runs the calculator tool on its own.

@@ -1,4 +1,3 @@
-// defines: engine_sample_prompts, engine_sample_greedy
 // The greedy samples that show how a base model is doing, in base-train and base-eval.
 #include "nanochat/engine.h"
 

@@ -1,5 +1,3 @@
-// defines: infer_bench_step_stats, infer_bench_mbu_percent,
-//          infer_bench_weight_bytes, infer_bench_prompt, infer_bench_run
 #include "nanochat/engine/infer_bench.h"
 
 #include <algorithm>

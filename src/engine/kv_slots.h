@@ -1,4 +1,3 @@
-// defines: SlotHolder, PoolSlot, KvSlots
 // The scheduler's KV slot pool (internal to the engine module): one KVCache of `rows` slots x
 // row_len positions, allocated once. The slots that decode are kept packed at the front
 // (0..live-1), each at its own position, so a step reads only live rows and no cache is

@@ -1,5 +1,3 @@
-// defines: engine_tool_tokens, engine_special_or_missing, engine_row_step, engine_column_step,
-//          engine_rows_init, engine_rows_result
 // A sample row's step (upstream engine.py's RowState and the per-row part of its generate
 // loop) and a request's set-up, shared by Engine::generate and the Scheduler.
 #include "engine/row_state.h"

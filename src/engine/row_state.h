@@ -1,5 +1,3 @@
-// defines: RowState, ToolTokens, engine_tool_tokens, engine_special_or_missing, engine_row_step,
-//          engine_column_step, engine_rows_init, engine_rows_result
 // What Engine::generate and the Scheduler share (internal to the engine module): a sample
 // row's state (upstream's RowState plus what the result needs), its one-token step (forced
 // or sampled token, stop tokens, budget, the calculator tool), a request's token column over

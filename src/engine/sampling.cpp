@@ -1,4 +1,3 @@
-// defines: engine_sample_rows, engine_cache_select_rows
 // Sampling (upstream engine.py's sample_next_token, plus top-p) for the rows of every request
 // in a decode step at once, and dropping finished rows from a KV cache.
 //

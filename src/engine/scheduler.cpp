@@ -1,4 +1,3 @@
-// defines: Scheduler
 // The decode thread's loop, one iteration per step boundary:
 //   admit waiting requests that fit, in the waiting room's turns (wait_queues.h), into the KV
 //   slot pool (kv_slots.h: rows, prefix match) -> prefill up to prefill_chunk

@@ -1,5 +1,3 @@
-// defines: bwrap_find, bwrap_find_python, bwrap_supports_size, bwrap_pick_uid, bwrap_release_uid,
-//          bwrap_processes_of, bwrap_command
 // What a sandboxed run is made of, decided in the parent (internal to the execution module):
 // where bwrap and the interpreter are, the run's own uid, and bwrap's command line.
 #pragma once

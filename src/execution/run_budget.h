@@ -1,4 +1,3 @@
-// defines: RunBudget, run_budget_open, run_budget_close, run_budget_refused
 // One memory and process budget for a whole sandboxed run (internal to the execution module):
 // a cgroup v2 leaf per run, made under this process's own cgroup, with memory.max,
 // memory.swap.max = 0 and pids.max. The child that execs bwrap is cloned straight into it (clone3's

@@ -1,5 +1,3 @@
-// defines: SandboxChild, SandboxStep, sandbox_clone, sandbox_child_exec, sandbox_kill_uid,
-//          sandbox_seccomp_filter
 // The child side of execute_code (internal to the execution module). The parent builds a
 // SandboxChild (bwrap's whole command line, the descriptors, the limits), then forks; the child
 // may come from a multi-threaded parent, so everything after the fork is async-signal-safe: raw

@@ -1,6 +1,3 @@
-// defines: gpt_num_scaling_params, gpt_num_matmul_params, gpt_estimate_flops,
-//          gpt_estimate_decode_flops, gpt_estimate_prefill_flops, gpt_kv_bytes_per_token,
-//          gpt_kv_read_bytes, gpt_count_params
 // Parameter counts and FLOP estimates of gpt.py (num_scaling_params, estimate_flops), from the configuration's arithmetic
 // (gpt_count_params measures a real model; the tests check that both agree).
 #include "nanochat/gpt.h"

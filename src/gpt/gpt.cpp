@@ -1,8 +1,3 @@
-// defines: GPTImpl, NamedModules, LinearImpl, EmbeddingImpl, CausalSelfAttentionImpl, MLPImpl, BlockImpl,
-//          gpt_config_from_depth, gpt_config_to_json, gpt_config_from_json, gpt_config_validate, gpt_padded_vocab,
-//          gpt_has_ve, gpt_window_sizes, gpt_rms_norm, gpt_rotary_tables, gpt_softcap, gpt_smear, gpt_rotary_norm,
-//          gpt_residual_norm, gpt_loss, gpt_init_weights, gpt_make_generator, gpt_set_fp8, gpt_fp8_eligible,
-//          GptFp8Off, gpt_named_parameters, gpt_load_named_tensors, gpt_generate
 // nanochat's GPT (upstream nanochat/gpt.py), top to bottom as upstream reads: the config, the
 // parameter-free ops, the modules, the model and its forward, init, FP8, the named state, generate.
 // The parameter and FLOP counts are in counting.cpp, the training-memory estimate in memory.cpp.

@@ -1,4 +1,3 @@
-// defines: gpt_train_memory, gpt_train_memory_fit, gpt_device_memory_budget
 // One rank's training memory, counted tensor by tensor from what the model, its fused kernels
 // and the optimizer keep, in the dtypes they are stored in; and the device batch that fits a
 // budget. The derivation of each part is in docs/pretraining.md ("The training-memory estimate").

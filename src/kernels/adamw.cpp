@@ -1,4 +1,3 @@
-// defines: kernels_adamw_step, kernels_adamw_step_reference
 // AdamW's update fused into one pass over the four tensors, as upstream compiles its
 // adamw_step_fused. Eagerly the same update is ~10 ATen ops, each a pass over memory (plus
 // the fp32 copies of bf16 params and moments): on a d4 model on the CPU the optimizer step was

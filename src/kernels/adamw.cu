@@ -1,4 +1,3 @@
-// defines: adamw_step_cuda
 // The CUDA kernel of adamw.cpp: AdamW's update of one tensor in one pass, fp32 math.
 #include "cuda_helpers.cuh"
 

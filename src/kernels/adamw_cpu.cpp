@@ -1,4 +1,3 @@
-// defines: adamw_step_cpu
 // The CPU kernel of adamw.cpp.
 #include <ATen/core/Tensor.h>
 #include <ATen/Dispatch.h>

@@ -1,4 +1,3 @@
-// defines: kernels_attention_available, kernels_attention, kernels_attention_reference
 // Causal attention with a left window as an autograd function over the CPU kernel of
 // attention_cpu.cpp, which saves o and one fp32 log-sum-exp per row and recomputes the
 // scores in backward. On CUDA the attention module keeps LibTorch's flash kernels (with a

@@ -1,4 +1,3 @@
-// defines: attention_cpu_supported, attention_forward_cpu, attention_backward_cpu
 // Causal attention with a left window on the CPU (contracts in attention.cpp). One task per
 // (batch, head) -- per (batch, kv head) in backward, which sums a kv head's gradient over the
 // query heads that share it -- split over the intra-op threads. A task walks its queries in

@@ -1,4 +1,3 @@
-// defines: cpu_gemm_f32_available, cpu_gemm_f32
 // MKL's entry points are looked up at run time: libtorch_cpu exports them when it was built
 // with MKL (the x86 wheels), and a build without them still links and takes ATen's path.
 #include "cpu_gemm.h"

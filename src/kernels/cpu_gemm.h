@@ -1,4 +1,3 @@
-// defines: cpu_gemm_f32_available, cpu_gemm_f32
 // GEMMs with an fp32 result straight from MKL, the BLAS inside the torch wheel's libtorch_cpu:
 // bf16 x bf16 -> fp32 (ATen's CPU addmm cannot write fp32 from bf16 inputs) and fp32, with
 // beta for accumulation and either operand transposed, on raw strided pointers (no dispatch

@@ -1,4 +1,3 @@
-// defines: cast_float_bfloat16_cpu, cpu_kernel_threads
 // What the CPU kernels share beyond the row helpers of cpu_helpers.h: the thread count they
 // really run on, and the fp32 <-> bf16 row conversion exposed for the tests. Compiled, as
 // every *_cpu.cpp, for AVX2+FMA+F16C (CMakeLists.txt).

@@ -1,4 +1,3 @@
-// defines: acc_t, to_float, from_float, row_as_acc, floats_as, store_row, round_row, dot_row, check_rows
 // What the CPU kernels of the ops (<op>_cpu.cpp) share: conversions between bf16/fp16 rows and
 // fp32 scratch, a vectorised dot product, the row check. Included only by the *_cpu.cpp files,
 // which are compiled for AVX2+FMA+F16C (CMakeLists.txt; kernels_cpu_supported() guards every

@@ -1,4 +1,3 @@
-// defines: cuda_dtype, check_cuda, check_launch, check_grid_rows, stream_of, fp32_rows_out
 // The host-side checks every CUDA kernel's wrapper makes (cuda_helpers.cuh).
 #include "cuda_helpers.cuh"
 

@@ -1,6 +1,3 @@
-// defines: kernels_dtype, with_dtype, to_f32, from_f32, pack_t, warp_sum, block_sum, lerp_f, round_to,
-//          threads_for, elementwise_blocks, aligned16, cuda_dtype, check_cuda, check_launch,
-//          check_grid_rows, stream_of, fp32_rows_out
 // What the CUDA kernels of the ops (<op>.cu) share: the element types and their fp32 math,
 // warp and block reductions, launch sizes, and on the host the checks of the tensors handed
 // to a kernel (device, dtype, contiguity) with the stream to launch on. Every kernel reads

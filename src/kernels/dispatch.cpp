@@ -1,5 +1,3 @@
-// defines: kernels_enabled, kernels_strict, kernels_use_fused, kernels_fault, kernels_fault_, kernels_cpu_supported,
-//          kernels_cuda_built, kernels_use_fused_aten_on_cuda
 // The switch between the fused kernels and their ATen references, the same for every op.
 #include "nanochat/kernels.h"
 

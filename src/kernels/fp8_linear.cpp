@@ -1,5 +1,3 @@
-// defines: kernels_fp8_linear, kernels_fp8_linear_shared, kernels_fp8_linear_reference, kernels_fp8_quantize,
-//          kernels_fp8_quantize_transposed, kernels_fp8_mm, kernels_fp8_weights_changed
 // FP8 training's linear layer, as upstream fp8.py's Float8Linear (tensorwise recipe):
 // forward quantizes the input and the weight to e4m3 with one dynamic scale per tensor and
 // multiplies them with at::_scaled_mm (fast accumulation); backward quantizes the output's

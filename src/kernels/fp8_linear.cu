@@ -1,4 +1,3 @@
-// defines: fp8_quantize_cuda
 // The CUDA kernel of fp8_linear.cpp's quantisation: amax, the scale and the scaled, clamped cast
 // to e4m3 or e5m2 in two passes over x (ATen's composition takes six: abs, max, cast, scale,
 // clamp, cast), the second also writing the transposed copy (cols, rows) that the backward's

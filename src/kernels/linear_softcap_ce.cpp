@@ -1,5 +1,3 @@
-// defines: kernels_linear_softcap_ce, kernels_linear_softcap_ce_reference, kernels_linear_softcap_ce_mean,
-//          kernels_linear_softcap_ce_mean_reference
 // The model's last step fused: lm_head matmul, softcap, cross-entropy. The reference
 // materialises the (N, V) logits in fp32 several times over (the matmul output, its fp32
 // copy, tanh, the softcap product, log_softmax, and as many again in backward: ~17 GB kept

@@ -1,4 +1,3 @@
-// defines: softcap_ce_forward_cuda, softcap_ce_backward_cuda, softcap_ce_forward_backward_cuda
 // The CUDA kernels of linear_softcap_ce.cpp: the softcapped cross-entropy of one chunk of logits
 // rows, forward (loss, log-sum-exp) and backward (the logits turned into their gradient in place),
 // and both in one pass for a gradient known up front (the training mean).

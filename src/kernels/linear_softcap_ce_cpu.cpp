@@ -1,4 +1,3 @@
-// defines: softcap_ce_forward_cpu, softcap_ce_backward_cpu, softcap_ce_forward_backward_cpu
 // The CPU kernel of linear_softcap_ce.cpp: the softcapped cross-entropy of one chunk of logits
 // rows, one pass per row through fp32 scratch (a row of even a 65536 vocab stays in L2),
 // split over rows with at::parallel_for and vectorised with at::vec.

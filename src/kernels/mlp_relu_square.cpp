@@ -1,4 +1,3 @@
-// defines: kernels_mlp_relu_square, kernels_mlp_relu_square_reference
 // The MLP, relu(x @ w_fc^T)^2 @ w_proj^T. Eagerly, relu and square each write a 4C-wide
 // tensor and autograd keeps both; the fused op writes relu(h)^2 in one pass, keeps only x
 // and h, and recomputes relu(h)^2 in backward (one cheap pass) for w_proj's gradient.

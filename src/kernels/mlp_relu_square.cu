@@ -1,4 +1,3 @@
-// defines: relu_square_forward_cuda, relu_square_backward_cuda
 // The CUDA kernels of mlp_relu_square.cpp: relu(h)^2 and its backward, element-wise, 16 bytes
 // per load and store when the pointers allow it.
 #include "cuda_helpers.cuh"

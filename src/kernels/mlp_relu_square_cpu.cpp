@@ -1,4 +1,3 @@
-// defines: relu_square_forward_cpu, relu_square_backward_cpu
 // The CPU kernel of mlp_relu_square.cpp: relu(h)^2 and its backward in blocks through fp32.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_like.h>

@@ -1,5 +1,3 @@
-// defines: kernels_muon_prepare, kernels_muon_prepare_reference, kernels_muon_finish,
-//          kernels_muon_finish_reference
 // Muon's element-wise work around Polar Express, fused. Eagerly, upstream's muon_step_fused
 // is ~25 ATen ops over the stacked matrices (lerps, dtype copies, norms, products, the mask),
 // plus stacking the params and copying them back: at d8 on the CPU that was twice the time

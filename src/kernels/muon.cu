@@ -1,4 +1,3 @@
-// defines: muon_nesterov_cuda, muon_scale_rows_cuda, muon_sumsq_cuda, muon_update_cuda
 // The CUDA kernels of muon.cpp: Muon's passes over one (rows, cols) matrix a launch.
 #include "cuda_helpers.cuh"
 

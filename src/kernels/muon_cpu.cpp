@@ -1,4 +1,3 @@
-// defines: muon_nesterov_cpu, muon_scale_rows_cpu, muon_sumsq_cpu, muon_update_cpu
 // The CPU passes of the fused Muon step (contracts in muon.cpp), one matrix a call,
 // split over rows (or, for column sums, over column blocks) with at::parallel_for and
 // vectorised with at::vec. Compiled for AVX2+FMA as every *_cpu.cpp (CMakeLists.txt).

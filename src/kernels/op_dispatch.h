@@ -1,7 +1,3 @@
-// defines: KERNELS_CUDA_OR_CPU, kernels_use_fused, kernels_fault, kernels_strict, kernels_cpu_supported,
-//          kernels_cuda_built, cast_float_bfloat16_cpu, cpu_kernel_threads,
-//          d24 (n_embd, n_head, head_dim, mlp_hidden, vocab, seq_len), kernels_check_real_shapes,
-//          kernels_use_fused_aten_on_cuda, kernels_fault_
 // How an op of the kernels module picks its path: the one rule that picks its fused kernel or
 // its reference, the build switch, the fault switch for drills, the capability queries, the
 // d24 shapes of the self-check's inputs and the CPU helpers the tests reach (the self-check's

@@ -1,4 +1,3 @@
-// defines: kernels_polar_express, kernels_polar_express_reference
 // Polar Express, Muon's orthogonalisation: ns_steps times X <- a X + (b A + c A@A) X with
 // A = X X^T (X <- a X + X (b A + c A@A) with A = X^T X for tall X).
 //

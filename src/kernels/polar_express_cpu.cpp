@@ -1,4 +1,3 @@
-// defines: polar_express_cpu
 // The CPU kernel of polar_express.cpp (fp32): each matrix runs all its iterations on one thread,
 // the batch split across the threads, with single-threaded MKL GEMMs on data that stays in cache.
 #include <ATen/core/Tensor.h>

@@ -1,4 +1,3 @@
-// defines: kernels_residual_norm, kernels_residual_norm_reference, ResidualNormOut, ResidualNormGrads
 // The residual stream meets an RMSNorm three times per layer pair: the per-layer lambdas
 // (x = a*x + b*x0, then the attention's norm), the add before the MLP's norm, and the final
 // "backout". Eagerly each is 2-3 element-wise kernels plus the norm's two passes, and autograd

@@ -1,4 +1,3 @@
-// defines: residual_norm_forward_cuda, residual_norm_backward_cuda
 // The CUDA kernels of residual_norm.cpp: h = a*x + b*y and rms_norm(h), one block per row.
 #include "cuda_helpers.cuh"
 

@@ -1,4 +1,3 @@
-// defines: residual_norm_forward_cpu, residual_norm_backward_cpu
 // The CPU kernel of residual_norm.cpp: h = a*x + b*y and rms_norm(h), one row at a time.
 #include <tuple>
 

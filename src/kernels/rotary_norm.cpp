@@ -1,4 +1,3 @@
-// defines: kernels_rotary_norm, kernels_rotary_norm_reference
 // q and k after their projections: rotary, RMSNorm without weight, then x1.2 ("sharper
 // attention"). Eagerly that is ~8 kernels for the rotary (narrow, 4 products, 2 sums, cat),
 // the norm, and the scale, each keeping tensors for backward; fused it is one pass that

@@ -1,4 +1,3 @@
-// defines: rotary_norm_cuda_takes, rotary_norm_forward_cuda, rotary_norm_backward_cuda
 // The CUDA kernels of rotary_norm.cpp: rotary then RMSNorm of q or k, one warp per row held in
 // registers (heads up to rotary_norm_max_dim wide).
 #include "cuda_helpers.cuh"

@@ -1,4 +1,3 @@
-// defines: rotary_norm_forward_cpu, rotary_norm_backward_cpu
 // The CPU kernel of rotary_norm.cpp: rotary then RMSNorm, one row at a time.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>

@@ -1,5 +1,3 @@
-// defines: kernels_register_check, kernels_check_passed, kernels_self_check, kernels_check_at_start,
-//          kernels_self_check_running, kernels_check_generator, kernels_check_tolerance, kernels_set_agreement
 // The self-check: before the fused ops run on a device in a dtype, each op runs once,
 // forward and backward, on small seeded random inputs through its kernel and through its ATen
 // reference, and the two must agree within the dtype's tolerance. An op that does not is logged

@@ -1,4 +1,3 @@
-// defines: GradScaler
 // torch.amp.GradScaler's unscale_/step/update on top of the same two ATen ops it uses:
 // _amp_foreach_non_finite_check_and_unscale_ and _amp_update_scale_.
 #include <map>

@@ -1,4 +1,3 @@
-// defines: optim_param_groups_gpt
 // GPT.setup_optimizer (upstream gpt.py) from parameter names only, so optim needs no gpt header.
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,3 @@
-// defines: optim_polar_express_coeffs, optim_muon_step
 // upstream optim.py's compiled muon_step_fused:
 //   Nesterov momentum (lerp) -> MuonEq row equilibration -> Polar Express (tall/wide branch)
 //   -> Muon+ renormalisation -> NorMuon variance reduction -> cautious weight decay + update.

@@ -1,4 +1,3 @@
-// defines: MuonAdamW (step, zero_grad)
 // The three phases of upstream's DistMuonAdamW.step(), which on one rank reduce to
 // MuonAdamW.step(): no collectives, the same kernels on whole params.
 #include "nanochat/optim.h"

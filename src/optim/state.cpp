@@ -1,4 +1,3 @@
-// defines: MuonAdamW::state_tensors, MuonAdamW::state_json, MuonAdamW::load_state
 // The per-rank optimizer state dict (upstream's optim_<step>_rank<r>.pt) split the way the checkpoint module stores it: named tensors
 // (safetensors) plus JSON for the step counts and group hyperparameters.
 #include <map>

@@ -1,4 +1,3 @@
-// defines: assemble_rows, leaf_value_json, leaf_value_string
 // Rebuilding rows from leaf columns (Dremel record assembly): each leaf column is a stream
 // of (repetition level, definition level, value) entries; the definition level says how
 // deep the path is present (null or empty list above that), the repetition level at which

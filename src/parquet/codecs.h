@@ -1,4 +1,3 @@
-// defines: Decompressor, ByteBuffer
 // Page decompression: UNCOMPRESSED, ZSTD (libzstd), SNAPPY (libsnappy), GZIP (zlib).
 // The output size is the page header's uncompressed size, checked by the caller against
 // ParquetLimits; a codec that yields any other size is an error.

@@ -1,4 +1,3 @@
-// defines: LeafInfo, ColumnData, ChunkBudget, chunk_budget, read_column_chunk, pread_exact
 // One column chunk of one row group, decoded: pread its bytes, walk its pages (dictionary,
 // data v1, data v2), decompress each, decode the repetition/definition levels and the
 // non-null values. Nothing here is shared between calls, so threads may read different

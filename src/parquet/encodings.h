@@ -1,6 +1,3 @@
-// defines: ColumnValues, rle_hybrid_decode, decode_plain, decode_dictionary,
-//          decode_delta_binary_packed, decode_delta_length_byte_array, decode_delta_byte_array,
-//          decode_byte_stream_split, decode_rle_boolean
 // Parquet's value encodings, each decoding `n` values from a bounded byte range and
 // appending them to a ColumnValues. Every read is checked against the range's end.
 #pragma once

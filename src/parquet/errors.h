@@ -1,4 +1,3 @@
-// defines: parquet_fail, ParquetLimits, parquet_limits, load_le32
 // Internal helpers shared by the parquet sources: throwing ParquetError printf-style, the
 // caps that keep a corrupt file from asking for unbounded memory, and reading a length.
 #pragma once

@@ -1,5 +1,3 @@
-// defines: PhysicalType, Repetition, Codec, Encoding, PageType, ConvertedType, SchemaElement,
-//          ColumnChunkMeta, RowGroupMeta, FileMeta, PageHeader, parse_file_meta, parse_page_header, *_name
 // The subset of parquet.thrift this reader needs, decoded from the compact protocol.
 // Field ids are the ones in parquet-format's parquet.thrift.
 #pragma once

@@ -1,4 +1,3 @@
-// defines: SchemaNode, Schema, schema_build, schema_text
 // The schema tree rebuilt from the footer's flat, depth-first list of elements, with each
 // node's definition and repetition levels (how many optional/repeated ancestors it has,
 // itself included) and the leaves below it.

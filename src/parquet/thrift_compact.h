@@ -1,4 +1,3 @@
-// defines: ThriftReader, thrift_read_struct, ThriftType
 // Thrift compact protocol, read side only, over a bounded byte range: what parquet's footer
 // and page headers are written in. Every length is checked against the bytes left, list
 // sizes and nesting depth are capped, so corrupt metadata gives a ParquetError, never a

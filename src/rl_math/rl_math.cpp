@@ -1,4 +1,3 @@
-// defines: rl_rollout_batch, rl_policy_gradient_loss, rl_pass_at_k_counts, rl_rollout_seed
 // The arithmetic of RL, as upstream's chat_rl.py: rollouts into padded, masked batches with advantages,
 // the token-normalised policy-gradient loss, pass@k counts and upstream's rollout seeds.
 #include <algorithm>

@@ -1,4 +1,3 @@
-// defines: scaling_write_charts
 // The scaling fits as figures, as upstream's notebook plots them: measured points and the
 // fitted curves through them (svg_chart), one SVG file per figure.
 #include <cmath>

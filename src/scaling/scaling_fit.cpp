@@ -1,5 +1,3 @@
-// defines: scaling_polyfit, ScalingLine::at, scaling_line_fit, scaling_isoflop_optimum,
-//          scaling_fit_laws, scaling_runs_table, scaling_laws_table, scaling_laws_json
 // The fits of the scaling analysis (IsoFLOP parabolas, power laws) as plain least squares.
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,3 @@
-// defines: scaling_run_load
 // One base-train run as the scaling analysis sees it: sizes from the saved model config, the
 // horizon recomputed from the saved flags (so a run stopped early is told from a finished one),
 // the final val bpb and CORE from metrics.jsonl.

@@ -1,5 +1,3 @@
-// defines: ConnectionQueue, server_connection_gone, server_connection_overflow, server_connection_close_after,
-//          HttpServer
 // A whole request on its thread (the event loop read it: event_loop.cpp). httplib parses,
 // routes and answers it through ConnectionStream, whose reads come from the request's bytes
 // (nothing more is read from the socket) and whose writes go to the socket. The

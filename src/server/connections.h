@@ -1,5 +1,3 @@
-// defines: ConnectionLimits, ConnectionStats, ConnectionQueue, HttpServer, server_connection_gone,
-//          server_connection_overflow, server_connection_close_after
 // The chat-web server's connections: one event loop (event_loop.cpp) accepts them and reads
 // every request whole, non-blocking, each connection with its own buffer, head cap and
 // deadline; only a whole request takes a thread (connection.cpp), where httplib parses,

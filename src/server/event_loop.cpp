@@ -1,4 +1,3 @@
-// defines: HttpServer
 // The event loop: one thread, one epoll set, every connection non-blocking. It accepts, reads
 // each connection's bytes into that connection's buffer as they come, and finds where its
 // request ends (request_reader.h); a whole request goes to a thread (connection.cpp), a

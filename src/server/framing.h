@@ -1,4 +1,3 @@
-// defines: HeadCheck, server_head_line, server_head_end, ChunkScan, server_chunk_scan
 // A request's head judged as RFC 9112 asks of a server, line by line as it arrives
 // (connection.cpp feeds it), before httplib parses it. httplib 0.11.4 is lenient where a proxy
 // in front of us may not be, and each disagreement is a way to smuggle a request past that

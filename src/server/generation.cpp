@@ -1,4 +1,3 @@
-// defines: server_generate_options, server_generate
 #include "server/generation.h"
 
 #include <algorithm>

@@ -1,4 +1,3 @@
-// defines: ChoiceResult, GenerationOutcome, TextSink, server_generate_options, server_generate
 // One chat request on one worker's scheduler: N sample rows turned into N text streams. Each row's
 // tokens go through a Utf8Stream (never half a character) and a StopMatcher (OpenAI stop
 // strings); its stop token (<|assistant_end|>, <|bos|>) is never shown. Special tokens of

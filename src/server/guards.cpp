@@ -1,6 +1,3 @@
-// defines: server_guard, server_host_is_loopback_name, server_bind_is_loopback, server_log_escape,
-//          server_bearer_ok, server_bearer_key, server_api_keys_resolve, server_cache_scope,
-//          server_queue_key, server_internal_error
 // The security policy every request meets before routing (server_guard: reserved headers,
 // Host, Origin, the connection cap, the API key, bodies where none belong) and its pieces:
 // the API keys and the prefix-cache scope they give. A server bound to loopback is reachable

@@ -1,4 +1,3 @@
-// defines: server_run, server_max_per_client
 // The chat-web server's lifecycle: bind, signals, the model loaded in the background while
 // GET /health answers 503, then serving until a signal. Shutdown: the first SIGINT/SIGTERM
 // drains (new and queued requests 503, in-flight streams run to their end), a second

@@ -1,4 +1,3 @@
-// defines: server_kv_pool_size
 #include "server/kv_pool_size.h"
 
 #include <algorithm>

@@ -1,4 +1,3 @@
-// defines: KVPoolSize, server_kv_pool_size
 // How big each worker's KV pool is. The pool is allocated at start, all of it (zeroed, so
 // every page is touched), and lives as long as the server: it must fit in what the device
 // has free once the model is loaded, with a quarter left for the forward's activations and

@@ -1,4 +1,3 @@
-// defines: kServerLimits, server_json_depth, server_parse_chat_request, server_prompt_tokens
 // Request checking for both chat endpoints. Upstream's validate_chat_request (chat_web.py) in
 // its order and words, plus what FastAPI/pydantic did for it (malformed JSON, wrong types),
 // plus the OpenAI fields. Nothing here touches a model: a bad request costs no worker.

@@ -1,4 +1,3 @@
-// defines: RequestReader, RequestLimits
 // Whether the bytes a connection has sent so far hold one whole request, judged as they
 // arrive (the event loop feeds it, event_loop.cpp): the head's lines counted and capped
 // (414 request line, 431 header line or count), each judged as RFC 9112 asks (framing.h:

@@ -1,4 +1,3 @@
-// defines: server_routes_install, server_error_json, server_send_error, server_close_after
 // The chat-web server's set-up and routes on cpp-httplib. Life of a request:
 //   connection thread (connection.cpp): bounded head -> guard (guards.cpp: Host, Origin, API
 //   key, connection cap, body size) -> body read through httplib's content reader, capped after

@@ -1,4 +1,3 @@
-// defines: server_error_json, server_send_error, server_close_after, server_guard, server_routes_install
 // The chat-web server's routes (routes.cpp) and the policy every request meets first
 // (guards.cpp), with the one JSON error format every refusal uses (the event loop's too).
 // Internal to the server module.

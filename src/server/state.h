@@ -1,4 +1,3 @@
-// defines: ServerWorker, ServerState, server_workers_setup
 // The chat-web server's state: its workers (one scheduler each), the request counters and the
 // stop level, which the routes (routes.cpp) and the lifecycle (http_server.cpp) share.
 // Internal to the server module.

@@ -1,4 +1,3 @@
-// defines: StopMatcher
 // OpenAI's `stop`: the text ends just before the first stop string. A stop string may arrive
 // split over several tokens, so the tail that could still grow into one is held back.
 #include <algorithm>

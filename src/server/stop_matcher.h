@@ -1,4 +1,3 @@
-// defines: StopMatcher
 // OpenAI's stop strings on a text stream (internal to the server module; generation.cpp).
 #pragma once
 #include <string>

@@ -1,4 +1,3 @@
-// defines: server_web_asset
 // Lookup in the table web/embed_web.cmake generates (server_web_assets).
 #include "nanochat/server.h"
 

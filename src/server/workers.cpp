@@ -1,4 +1,3 @@
-// defines: server_workers_setup
 // The workers: one scheduler each (one per GPU, or --workers on the CPU sharing one model),
 // their KV pools sized to fit the device.
 #include "nanochat/common/device.h"

@@ -1,4 +1,3 @@
-// defines: SftBatcher, sft_batcher_state_to_json, sft_batcher_state_from_json, sft_masked_mean
 // SFT batches as upstream chat_sft.py's sft_data_generator_bos_bestfit: rank-strided and
 // best-fit packed, with BOS padding where upstream pads.
 #include <torch/torch.h>

@@ -1,4 +1,3 @@
-// defines: sft_mixture
 // The conversations SFT trains and validates on, by the --mixture name.
 #include "nanochat/common/error.h"
 #include "nanochat/sft_data.h"

@@ -1,4 +1,3 @@
-// defines: task_eval_sample_outcomes, task_eval_baseline, task_evaluate, task_eval_letter_logits
 // pass@n for generative tasks, letter logits for categorical ones (upstream chat_eval.py's
 // run_generative_eval and run_categorical_eval).
 #include "nanochat/task_eval.h"

@@ -1,4 +1,3 @@
-// defines: DeferredReadback
 #include "nanochat/telemetry/deferred_readback.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>

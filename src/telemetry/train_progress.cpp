@@ -1,4 +1,3 @@
-// defines: TrainProgress
 #include "nanochat/telemetry/train_progress.h"
 
 #include <cmath>

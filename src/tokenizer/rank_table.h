@@ -1,4 +1,3 @@
-// defines: RankTable
 // bytes -> rank lookups, the inner loop of encoding. Open addressing over one flat array
 // (a probe touches one cache line, where std::unordered_map chases a node per lookup), with
 // the full 64-bit hash stored so that most misses never compare bytes. The table keeps its

@@ -1,5 +1,3 @@
-// defines: tokenizer_read_hf_json, HfTokenizer::identity, tokenizer_load_hf_json, tokenizer_save_hf_ids,
-//          tokenizer_load_hf_ids, tokenizer_hf_ids_identity, tokenizer_hf_json
 // Hugging Face's tokenizer.json (the `tokenizers` library) in and out, for a byte-level BPE only.
 // Its vocab spells bytes with GPT-2's byte-to-character table. tiktoken merges by the rank of
 // the merged bytes, HF by the rank of the merge rule: so our ranks follow the merges (the bytes,

@@ -1,4 +1,3 @@
-// defines: FuzzFile, fuzz_temp_dir, fuzz_write_file, fuzz_note
 // What the libFuzzer targets share: an input handed to a reader as a real file path. A
 // memfd (/proc/self/fd/N) needs no disk and no clean-up; a reader that wants a directory
 // (the tokenizer) gets a per-process directory under $TMPDIR (or /dev/shm).

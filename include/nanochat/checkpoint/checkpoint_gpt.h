@@ -1,7 +1,3 @@
-// defines: LoadedGPT, checkpoint_gpt_embedding_dtype, checkpoint_gpt_tensor_specs,
-//          checkpoint_gpt_prepare, checkpoint_load_into_gpt, checkpoint_load_gpt,
-//          checkpoint_read_gpt_config, checkpoint_check_config_limits, checkpoint_check_config_tensors, checkpoint_gpt_tensors, checkpoint_resume_gpt, ExportResult, checkpoint_export, ImportOptions,
-//          ImportResult, checkpoint_import, checkpoint_hf_config, checkpoint_import_hf, checkpoint_export_hf
 // The bridge between the checkpoint module (named tensors + JSON) and the gpt module:
 // upstream checkpoint_manager.py's build_model, steps 1-7. A checkpoint from anywhere (ours, or upstream's .pt converted by
 // `nanochat import`) goes through the same fix-ups: "_orig_mod." prefixes stripped, missing

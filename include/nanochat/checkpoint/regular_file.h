@@ -1,4 +1,3 @@
-// defines: kMaxJsonFileBytes, open_regular_file, read_regular_file
 // The files an import or a checkpoint load reads must be what they claim: links are followed
 // (a Hub snapshot is symlinks into a blob store) but the target must be a regular file, so a
 // config.json that is /dev/zero, a FIFO or a directory is refused before a byte is read, and

@@ -1,5 +1,3 @@
-// defines: SafetensorsFile, safetensors_save, safetensors_check_savable, safetensors_load,
-//          safetensors_dtype_name, safetensors_dtype_from_name
 // The safetensors format (huggingface/safetensors), read and written without Python:
 //   [8 bytes: N, little-endian u64][N bytes: JSON header, space-padded to a multiple of 8]
 //   [data: each tensor's row-major little-endian bytes, back to back]

@@ -1,4 +1,3 @@
-// defines: TorchPickle, torch_pickle_load, torch_pickle_load_state_dict
 // Reads files written by Python's torch.save (the zip format of PyTorch >= 1.6: data.pkl
 // plus one data/<key> record per storage) with a restricted unpickler, so upstream
 // nanochat checkpoints (model_*.pt, optim_*.pt) load without Python. Like

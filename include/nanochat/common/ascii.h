@@ -1,4 +1,3 @@
-// defines: ascii_lower
 // ASCII case folding for protocol words and names (HTTP header names and values, GPU names):
 // A-Z only, whatever the C locale says of the bytes above 0x7f.
 #pragma once

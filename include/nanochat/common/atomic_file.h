@@ -1,4 +1,3 @@
-// defines: AtomicFile, atomic_write_file
 // Every file nanochat writes goes through here: bytes go to "<path>.tmp.<pid>", which is
 // flushed, fsynced and renamed over <path> only on commit(). A crash, a kill or an
 // exception before commit leaves the old <path> exactly as it was.

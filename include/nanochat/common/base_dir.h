@@ -1,4 +1,3 @@
-// defines: base_dir, base_dir_path, free_disk_bytes
 // Where every artifact lives: $NANOCHAT_BASE_DIR, default ~/.cache/nanochat (as upstream's get_base_dir).
 #pragma once
 #include <cstdint>

@@ -1,7 +1,3 @@
-// defines: device_autodetect, device_for_rank, compute_dtype_detect, dtype_name,
-//          seed_everything, cpu_threads_setup, cpu_malloc_setup, host_info, CudaDeviceInfo, cuda_built,
-//          cuda_device_infos, cuda_runtime_version, nccl_version, device_synchronize,
-//          device_peak_memory_bytes, device_allocated_memory_bytes, device_free_memory_bytes, HostInfo
 // The device and precision policy of upstream's common.py (compute_init, COMPUTE_DTYPE), in one place.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,3 @@
-// defines: nvidia_driver_version, cuda_major_for_driver, libtorch_cuda_version, gpu_unusable_reason
 // Never a silent CPU run on a GPU node: when the machine has an NVIDIA driver but LibTorch sees no
 // GPU (a driver too old for the wheel's CUDA, a CPU wheel, no device in the container),
 // device_autodetect("") stops with gpu_unusable_reason's line instead of picking the CPU;

@@ -1,4 +1,3 @@
-// defines: env_get, env_int, env_flag, parse_int
 // Reading environment variables with errors that name the variable and its bad value.
 #pragma once
 #include <cstdint>

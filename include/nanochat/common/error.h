@@ -1,4 +1,3 @@
-// defines: Error, strprintf, fail
 // One exception type for everything a user can cause (bad file, flag, environment).
 // main() prints it as a single "error: ..." line and exits 1.
 #pragma once

@@ -1,4 +1,3 @@
-// defines: FileLock
 // An exclusive flock on "<something>.lock" between processes and threads (each FileLock
 // opens its own descriptor, so two threads of one process exclude each other too). The
 // holder deletes the lock file on release; a waiter that then wakes up on the deleted file

@@ -1,5 +1,3 @@
-// defines: path_exists, is_directory, make_dirs, parent_dir, remove_tree, fsync_parent_dir,
-//          read_file_bytes
 // Small POSIX file helpers. Why not std::filesystem: the torch wheel exports its own copy of
 // libstdc++'s filesystem library (built with a newer GCC) from libtorch.so, and the dynamic
 // linker binds our calls to it; some of those functions (remove_all) crash with Debian's

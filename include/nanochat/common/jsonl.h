@@ -1,4 +1,3 @@
-// defines: jsonl_for_each
 // A JSONL file value by value: blank lines are skipped, every other line must be one JSON
 // value; errors name "path:line".
 #pragma once

@@ -1,5 +1,3 @@
-// defines: log_info, log_warn, log_error, log_debug, log_set_rank, log_debug_enabled,
-//          log_rank_prints
 // Rank-aware logging. Info lines print on rank 0 only (like nanochat's print0) unless
 // NANOCHAT_LOG_ALL_RANKS=1; warnings and errors print on every rank. Each line starts with
 // a timestamp, and with the rank when there is more than one.

@@ -1,4 +1,3 @@
-// defines: NamedTensors
 // Tensors by name, in order (files keep the order the tensors were given in: nanochat's
 // state-dict order): a model's parameters, an optimizer's state, a safetensors file.
 #pragma once

@@ -1,4 +1,3 @@
-// defines: Timer, Progress, format_duration, format_count, format_thousands
 // Progress of a long job: count, rate and ETA. On a terminal one line is redrawn at most
 // 10 times a second; otherwise (logs, CI) a plain line is printed every `every_seconds`.
 // Only rank 0 prints.

@@ -1,4 +1,3 @@
-// defines: PyRandom, py_hash_int, py_hash_int_tuple
 // CPython's random.Random, bit for bit, for the parts nanochat's evaluations use: seeding
 // from an int (init_by_array over the 32-bit words of |seed|), getrandbits, _randbelow (the
 // getrandbits rejection loop), shuffle and sample (CPython 3.10+ algorithms, including

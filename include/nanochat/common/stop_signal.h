@@ -1,4 +1,3 @@
-// defines: stop_signal_install, stop_signal_received
 // Graceful stop for long jobs: the first SIGINT or SIGTERM only sets a flag that the loop
 // polls between steps (finish the step, save, exit 0 with a line telling how to resume);
 // a second one restores the default action, so pressing Ctrl-C twice still kills.

@@ -1,4 +1,3 @@
-// defines: nothing; the torch:: names of at::Tensor and its types, for headers
 // What a header needs to name tensors, without all of ATen: at::Tensor and its methods, devices,
 // dtypes, options and generators (ATen/core/Tensor.h: a few seconds of the compiler's time where
 // <torch/types.h>, through ATen/ATen.h, takes ten or more), and the torch:: spellings of them

@@ -1,4 +1,3 @@
-// defines: ThreadPool, default_thread_count
 // A fixed set of worker threads with a FIFO queue. submit() returns a future; parallel_for
 // splits [0, n) into contiguous chunks, one per worker, and rethrows the first exception.
 #pragma once

@@ -1,4 +1,3 @@
-// defines: utf8_invalid_at, utf8_is_valid, utf8_decode_replace
 // UTF-8 validation and repair, shared by the corpus readers (which reject bad text with its
 // position) and the tokenizer (which repairs it like Python's errors="replace").
 #pragma once

@@ -1,4 +1,3 @@
-// defines: Utf8Stream, utf8_incomplete_tail
 // Streaming text out of a token stream: a token's bytes may end in the middle of a UTF-8
 // character (byte-level BPE), so printing them as they come would split characters. The
 // stream holds back an incomplete trailing sequence until the bytes that finish it arrive.

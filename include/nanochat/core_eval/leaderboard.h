@@ -1,5 +1,3 @@
-// defines: kGpt2Core, CorePoint, TimeToGpt2, leaderboard_time_to_gpt2, leaderboard_core_points,
-//          leaderboard_line, leaderboard_metrics_record
 // The leaderboard's one number, "time to GPT-2": the training-loop wall time (evaluations and
 // logging excluded, the first 10 steps excluded, as base-train's total_training_time) at the
 // first CORE evaluation whose score beats GPT-2 (1.6B)'s 0.256525. A run that never beats it

@@ -1,4 +1,3 @@
-// defines: LaunchOptions, launch_run
 // `nanochat launch`: torchrun for nanochat. Starts --nproc-per-node local ranks with
 // torchrun's variables, prefixes each output line with its rank, and stops them as an
 // operator expects:

@@ -1,5 +1,3 @@
-// defines: calculator_use, calculator_float_repr, kCalculatorMaxChars, kCalculatorMaxParens,
-//          kCalculatorMaxDepth
 // The calculator tool of nanochat's engine (engine.py's use_calculator): upstream eval()s the model's
 // expression under a 3 s SIGALRM. This is a small parser/evaluator instead: it never
 // executes anything, uses no signals (safe on any thread, any OS), and bounds its work by

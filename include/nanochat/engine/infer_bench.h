@@ -1,5 +1,3 @@
-// defines: InferBenchOptions, InferBenchStep, infer_bench_step_stats,
-//          infer_bench_mbu_percent, infer_bench_weight_bytes, infer_bench_prompt, infer_bench_run
 // The inference benchmark (upstream's scripts/infer_bench.py): what a checkpoint costs to run,
 // sweeping the decode batch size. Prefill (the prompt at once) is compute-bound; decode (one
 // token a step) re-reads every weight and the KV cache to do little math, so it is bound by

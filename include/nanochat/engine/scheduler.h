@@ -1,4 +1,3 @@
-// defines: SchedulerOptions, SchedulerStats, SchedulerRefused, Scheduler
 // Continuous batching (what llama-server's --parallel and vLLM do): one decode thread per
 // device runs a batch of rows, and requests join and leave it at step boundaries.
 //  - KV pool (src/engine/kv_slots.h): one KVCache of max_batch rows x row_len positions,

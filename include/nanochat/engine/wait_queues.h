@@ -1,4 +1,3 @@
-// defines: WaitingRequest, WaitQueues
 // The scheduler's waiting room: one queue per key (Scheduler::submit's queue_key), first come first
 // served within a key; free rows go to the front request of the key served least recently (a
 // key with nobody served yet first, then the oldest request), so a key that floods waits

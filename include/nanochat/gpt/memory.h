@@ -1,4 +1,3 @@
-// defines: TrainMemory, gpt_train_memory, gpt_train_memory_fit, gpt_device_memory_budget
 // How much memory one rank's training step needs (from the configuration alone, so a plan
 // costs nothing), what makes it up, and how much of a device's memory training can use:
 // base-train's default --device-batch-size on a GPU and its --dry-run plan.

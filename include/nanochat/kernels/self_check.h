@@ -1,6 +1,3 @@
-// defines: kernels_check_result, kernels_self_check, kernels_set_agreement, kernels_check_at_start,
-//          kernels_check_entry, kernels_register_check, kernels_check_tolerance, kernels_check_passed,
-//          kernels_self_check_running, kernels_check_generator
 // The self-check of the fused ops (src/kernels/self_check.cpp): each op, forward and backward,
 // through its kernel and through its ATen reference on small random inputs; an op that
 // disagrees runs its reference from then on. Ops register here, in the kernels module and

@@ -1,5 +1,3 @@
-// defines: ChartKind, ChartSeries, Chart, chart_line, chart_points, chart_fit, chart_render_svg,
-//          chart_drawn_count
 // Line and scatter charts as standalone SVG text (no script, no external font or file): a
 // title, axes with "nice" ticks (1-2-5 steps; powers of ten on a log axis), axis labels, a
 // legend, and one or more series. The report card draws its training curves with it, and the

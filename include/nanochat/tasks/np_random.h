@@ -1,4 +1,3 @@
-// defines: NpPcg64, np_default_rng, np_permutation
 // NumPy's default generator, bit for bit: `np.random.default_rng(seed)` is PCG64 (XSL-RR
 // 128/64) seeded through SeedSequence, and `Generator.permutation(n)` is arange(n) shuffled
 // by Fisher-Yates from the back with masked-rejection bounded integers (random_interval). Upstream shuffles every

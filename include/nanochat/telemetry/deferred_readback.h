@@ -1,4 +1,3 @@
-// defines: DeferredReadback
 // Reading a step's few scalars (the loss, a stop flag) one step late, so that a training loop
 // waits on the device at most once a step and never while it has nothing queued: push()
 // starts a copy into pinned host memory and records an event behind it; take() waits for the

@@ -1,4 +1,3 @@
-// defines: MetricsLog
 // One JSON object per line in <checkpoint dir>/metrics.jsonl: what a run measured, step by
 // step (training lines, eval lines), for the report and for plotting. Only rank 0 writes.
 // Lines are flushed as they are written, so a crash loses at most the line being written.

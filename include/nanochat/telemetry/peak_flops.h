@@ -1,5 +1,3 @@
-// defines: peak_flops, peak_bandwidth, peak_flops_measure_cpu, peak_bandwidth_measure_cpu,
-//          peak_flops_of_run, mfu_label_for
 // Nominal dense BF16 FLOPS and memory bandwidth of an accelerator by its name (upstream's common.get_peak_flops table),
 // for MFU and the inference benchmark. The name is lower-cased; the first pattern whose
 // words all appear wins; an unknown device gives +inf (so MFU shows 0).

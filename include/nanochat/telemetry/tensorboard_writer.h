@@ -1,5 +1,3 @@
-// defines: TensorBoardWriter, crc32c, tfrecord_masked_crc, tensorboard_scalars_event,
-//          tfrecord_frame
 // TensorBoard event files without TensorFlow: what `tensorboard --logdir` reads, written by
 // hand. A file events.out.tfevents.<unix seconds>.<host>.<pid>.<n> is a sequence of TFRecords
 //   uint64 length | uint32 masked_crc32c(length) | data | uint32 masked_crc32c(data)

@@ -1,4 +1,3 @@
-// defines: TrainStep, TrainProgress
 // The running numbers behind a training run's per-step line, kept as upstream's base_train.py
 // keeps them: the EMA of the loss (beta 0.9) and its bias correction, tokens/s and MFU from the
 // step's wall time, the training time (steps after the first 10, which warm up and compile),

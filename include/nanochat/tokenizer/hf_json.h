@@ -1,5 +1,3 @@
-// defines: HfTokenizer, tokenizer_read_hf_json, tokenizer_load_hf_json, tokenizer_save_hf_ids,
-//          tokenizer_load_hf_ids, tokenizer_hf_ids_identity, tokenizer_hf_json
 // Hugging Face's tokenizer.json (the `tokenizers` library's format) in and out
 // (src/tokenizer/tokenizer_hf.cpp).
 #pragma once
