@@ -80,5 +80,26 @@ TEST(ResidualNorm, CudaEqualsReference) {
   }
 }
 
+// every path of the CUDA kernels: a warp per row at 1, 2, 4, 8 and 16 packs a lane (24, 512, 1536,
+// 2048, 4096 wide in bf16), the general kernel for a width that is not whole packs (1283), one
+// wider than a warp's registers (4104) and rows that start off 16 bytes (a tensor at an odd offset)
+TEST(ResidualNorm, CudaEveryWidthAndAlignment) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto dev = torch::Device(torch::kCUDA);
+  torch::manual_seed(10);
+  for (auto [dtype, tol] : kCudaDtypes)
+    for (int64_t D : {24, 512, 1283, 1536, 2048, 4096, 4104})
+      for (bool offset : {false, true}) {
+        auto rows = [&] {  // (5, 7, D), contiguous, at element 1 of its storage when `offset`
+          Tensor flat = torch::randn({5 * 7 * D + 1}, dev).to(dtype);
+          return flat.narrow(0, offset ? 1 : 0, 5 * 7 * D).view({5, 7, D});
+        };
+        std::vector<Tensor> rn = {rows(), rows(), torch::tensor(0.91f, dev), torch::tensor(0.13f, dev)};
+        for (Mix mix : {Mix::plain, Mix::lambdas})
+          expect_same(residual_norm(true, mix), residual_norm(false, mix), rn, tol,
+                      ("cuda residual_norm D=" + std::to_string(D) + (offset ? " offset" : "")).c_str());
+      }
+}
+
 // the self-check finds its CPU kernel in both dtypes
 TEST(ResidualNorm, CpuKernelDtypes) { expect_cpu_kernel_in("residual_norm", {torch::kFloat, torch::kBFloat16}); }

@@ -61,5 +61,24 @@ TEST(RotaryNorm, CudaEqualsReference) {
   }
 }
 
+// every path of the CUDA kernels: the packed one at 1 to 16 lanes a row (head dims 16, 64, 96,
+// 128, 256; 96's 6 packs a half leave two lanes of 8 idle), the general one for halves that are not
+// whole packs (72 in bf16, 10) and for rows off 16 bytes (x at an odd offset)
+TEST(RotaryNorm, CudaEveryHeadDimAndAlignment) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const auto dev = torch::Device(torch::kCUDA);
+  torch::manual_seed(11);
+  for (auto [dtype, tol] : kCudaDtypes)
+    for (int64_t D : {10, 16, 64, 72, 96, 128, 256})
+      for (bool offset : {false, true}) {
+        auto [c, s] = rotary_tables(0, 33, D, dtype);
+        Tensor flat = torch::randn({3 * 33 * 5 * D + 1}, dev).to(dtype);
+        Tensor x = flat.narrow(0, offset ? 1 : 0, 3 * 33 * 5 * D).view({3, 33, 5, D});
+        std::vector<Tensor> r = {x, c.to(dev), s.to(dev)};
+        expect_same(rotary_norm(true, 1.2), rotary_norm(false, 1.2), r, tol,
+                    ("cuda rotary_norm D=" + std::to_string(D) + (offset ? " offset" : "")).c_str(), 1);
+      }
+}
+
 // the self-check finds its CPU kernel in both dtypes
 TEST(RotaryNorm, CpuKernelDtypes) { expect_cpu_kernel_in("rotary_norm", {torch::kFloat, torch::kBFloat16}); }

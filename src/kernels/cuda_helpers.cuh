@@ -57,6 +57,54 @@ struct alignas(sizeof(T) * N) pack_t {
   T v[N];
 };
 
+// 16 bytes held in registers as four 32-bit words, element i of T (a constant once unrolled)
+// read and written with bit operations: a row kept this way between two passes stays packed
+// (4 registers per 16 bytes) where an array of T tends to be widened to floats or put on the stack
+template <typename T>
+__device__ __forceinline__ float word_half(uint32_t w, int hi);
+template <>
+__device__ __forceinline__ float word_half<__nv_bfloat16>(uint32_t w, int hi) {
+  return __uint_as_float(hi ? (w & 0xffff0000u) : (w << 16));
+}
+template <>
+__device__ __forceinline__ float word_half<__half>(uint32_t w, int hi) {
+  return __half2float(__ushort_as_half((unsigned short)(hi ? w >> 16 : w & 0xffffu)));
+}
+template <typename T>
+__device__ __forceinline__ uint32_t half_bits(float v);
+template <>
+__device__ __forceinline__ uint32_t half_bits<__nv_bfloat16>(float v) {
+  return __bfloat16_as_ushort(__float2bfloat16_rn(v));
+}
+template <>
+__device__ __forceinline__ uint32_t half_bits<__half>(float v) {
+  return __half_as_ushort(__float2half_rn(v));
+}
+template <typename T>
+__device__ __forceinline__ float vec_get(const uint4& u, int i) {
+  if constexpr (sizeof(T) == 4) return __uint_as_float((&u.x)[i]);
+  else return word_half<T>((&u.x)[i / 2], i % 2);
+}
+// element i of u = v rounded to T
+template <typename T>
+__device__ __forceinline__ void vec_set(uint4& u, int i, float v) {
+  if constexpr (sizeof(T) == 4) {
+    (&u.x)[i] = __float_as_uint(v);
+  } else {
+    uint32_t& w = (&u.x)[i / 2];
+    w = i % 2 ? (w & 0xffffu) | (half_bits<T>(v) << 16) : (w & 0xffff0000u) | half_bits<T>(v);
+  }
+}
+// the 16-byte pack p of a row (p counts packs, 16 / sizeof(T) elements each)
+template <typename T>
+__device__ __forceinline__ uint4 vec_load(const T* row, int64_t p) {
+  return reinterpret_cast<const uint4*>(row)[p];
+}
+template <typename T>
+__device__ __forceinline__ void vec_store(T* row, int64_t p, const uint4& u) {
+  reinterpret_cast<uint4*>(row)[p] = u;
+}
+
 // calls f(T{}) with T the C++ type of dtype, so one generic lambda launches every dtype
 template <typename F>
 cudaError_t with_dtype(kernels_dtype dtype, F&& f) {

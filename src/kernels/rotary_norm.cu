@@ -1,6 +1,11 @@
-// The CUDA kernels of rotary_norm.cpp: rotary then RMSNorm of q or k, one warp per row held in
-// registers (heads up to rotary_norm_max_dim wide).
+// The CUDA kernels of rotary_norm.cpp: rotary then RMSNorm of q or k. A head of 128 bf16 is
+// two halves of eight 16-byte packs: eight lanes take a row, pack i of each half (x1 and x2
+// meet in one lane, as do cos and sin), so a warp holds four rows in registers and sums each
+// with three shuffles; no barriers. Heads whose halves are not whole packs, or unaligned
+// tensors, run the general kernels, one warp per row of 2-byte loads. Untested on GPU.
 #include "cuda_helpers.cuh"
+
+#include <initializer_list>
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -17,7 +22,7 @@ using at::Tensor;
 // the widest head the kernels take: a row lives in one warp's registers
 constexpr int64_t rotary_norm_max_dim = 256;
 
-// ---- rotary + rms norm -------------------------------------------------------------------
+// ---- rotary + rms norm: the general kernels --------------------------------------------------
 // One warp per row of D <= 256: lane l owns the pairs i = l, l+32, ... (< D/2), each pair
 // being (x[i], x[i + D/2]), so the row stays in registers between the reduce and the store.
 constexpr int rot_warps_per_block = 8;
@@ -107,6 +112,104 @@ __global__ void rotary_norm_backward_kernel(const T* __restrict__ dy, const T* _
   }
 }
 
+// ---- packed: G lanes per row, one 16-byte pack of each half per lane ------------------------
+// G = the halves' packs rounded up to a power of two (<= 32): a warp holds 32/G rows, and the
+// shuffles of a sum stay inside a row's lanes (xor offsets below G)
+__device__ __forceinline__ float group_sum(float v, int G) {
+  for (int o = G / 2; o > 0; o >>= 1) v += __shfl_xor_sync(full_mask, v, o);
+  return v;
+}
+
+template <typename T>
+__global__ void __launch_bounds__(32 * rot_warps_per_block)
+    rotary_norm_forward_packed_kernel(const T* __restrict__ x, const T* __restrict__ cos, const T* __restrict__ sin,
+                                      T* __restrict__ y, float* __restrict__ rstd, int64_t R, int D, int G,
+                                      int64_t T_len, int64_t H, float scale, float eps) {
+  constexpr int N = 16 / sizeof(T);
+  const int half = D / 2, p = threadIdx.x & (G - 1);
+  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
+  // lanes past the last row or the half's packs still take part in the shuffles, with zeros
+  const bool active = row < R && p < half / N;
+  const int64_t pos = (row / H) % T_len;
+  uint4 a{}, b{}, c{}, sn{};
+  if (active) {
+    a = vec_load(x + row * D, p), b = vec_load(x + row * D + half, p);
+    c = vec_load(cos + pos * half, p), sn = vec_load(sin + pos * half, p);
+  }
+  float r1[N], r2[N], ss = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    const float x1 = vec_get<T>(a, i), x2 = vec_get<T>(b, i), cs = vec_get<T>(c, i), si = vec_get<T>(sn, i);
+    r1[i] = x1 * cs + x2 * si;
+    r2[i] = x2 * cs - x1 * si;
+    ss += r1[i] * r1[i] + r2[i] * r2[i];
+  }
+  const float inv = 1.f / sqrtf(group_sum(ss, G) / (float)D + eps);
+  if (!active) return;
+  const float f = scale * inv;
+#pragma unroll
+  for (int i = 0; i < N; i++) vec_set<T>(a, i, f * r1[i]), vec_set<T>(b, i, f * r2[i]);
+  vec_store(y + row * D, p, a);
+  vec_store(y + row * D + half, p, b);
+  if (p == 0) rstd[row] = inv;
+}
+
+// the backward of the general kernel below, a pack of each half per lane
+template <typename T>
+__global__ void __launch_bounds__(32 * rot_warps_per_block)
+    rotary_norm_backward_packed_kernel(const T* __restrict__ dy, const T* __restrict__ y,
+                                       const float* __restrict__ rstd, const T* __restrict__ cos,
+                                       const T* __restrict__ sin, T* __restrict__ dx, int64_t R, int D, int G,
+                                       int64_t T_len, int64_t H, float scale) {
+  constexpr int N = 16 / sizeof(T);
+  const int half = D / 2, p = threadIdx.x & (G - 1);
+  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / G;
+  const bool active = row < R && p < half / N;
+  const int64_t pos = (row / H) % T_len;
+  const float inv_scale = scale != 0.f ? 1.f / scale : 0.f;  // scale 0: y = 0 and dx = 0
+  uint4 g1{}, g2{}, n1{}, n2{}, c{}, sn{};
+  if (active) {
+    g1 = vec_load(dy + row * D, p), g2 = vec_load(dy + row * D + half, p);
+    n1 = vec_load(y + row * D, p), n2 = vec_load(y + row * D + half, p);
+    c = vec_load(cos + pos * half, p), sn = vec_load(sin + pos * half, p);
+  }
+  float dot = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; i++)
+    dot += vec_get<T>(g1, i) * (vec_get<T>(n1, i) * inv_scale) + vec_get<T>(g2, i) * (vec_get<T>(n2, i) * inv_scale);
+  const float mean_gn = group_sum(dot, G) / (float)D;
+  if (!active) return;
+  const float f = scale * rstd[row];
+#pragma unroll
+  for (int i = 0; i < N; i++) {
+    const float dr1 = f * (vec_get<T>(g1, i) - (vec_get<T>(n1, i) * inv_scale) * mean_gn);
+    const float dr2 = f * (vec_get<T>(g2, i) - (vec_get<T>(n2, i) * inv_scale) * mean_gn);
+    const float cs = vec_get<T>(c, i), si = vec_get<T>(sn, i);
+    vec_set<T>(g1, i, dr1 * cs - dr2 * si);
+    vec_set<T>(g2, i, dr1 * si + dr2 * cs);
+  }
+  vec_store(dx + row * D, p, g1);
+  vec_store(dx + row * D + half, p, g2);
+}
+
+// the lanes per row of the packed kernels for heads of D elements of T whose pointers are all
+// 16-byte aligned, or 0 (the general kernels): each half whole packs, at most 32 of them
+template <typename T>
+int rot_lanes_per_row(int64_t D, std::initializer_list<const void*> ptrs) {
+  constexpr int N = 16 / sizeof(T);
+  if (D % (2 * N) != 0 || D / 2 / N > 32) return 0;
+  for (const void* p : ptrs)
+    if (!aligned16(p)) return 0;
+  int G = 1;
+  while (G < D / 2 / N) G *= 2;
+  return G;
+}
+
+unsigned rot_packed_blocks(int64_t R, int G) {
+  const int64_t rows_per_block = 32 * rot_warps_per_block / G;
+  return (unsigned)((R + rows_per_block - 1) / rows_per_block);
+}
+
 cudaError_t launch_rotary_norm_forward(const void* x, const void* cos, const void* sin, void* y, float* rstd, int64_t R,
                                        int64_t D, int64_t T, int64_t H, float scale, float eps, kernels_dtype dtype,
                                        cudaStream_t stream) {
@@ -115,6 +218,12 @@ cudaError_t launch_rotary_norm_forward(const void* x, const void* cos, const voi
   const unsigned blocks = (unsigned)((R + rot_warps_per_block - 1) / rot_warps_per_block);
   return with_dtype(dtype, [&](auto tag) {
     using E = decltype(tag);
+    if (const int G = rot_lanes_per_row<E>(D, {x, cos, sin, y})) {
+      rotary_norm_forward_packed_kernel<E><<<rot_packed_blocks(R, G), 32 * rot_warps_per_block, 0, stream>>>(
+          static_cast<const E*>(x), static_cast<const E*>(cos), static_cast<const E*>(sin), static_cast<E*>(y), rstd, R,
+          (int)D, G, T, H, scale, eps);
+      return cudaGetLastError();
+    }
     rotary_norm_forward_kernel<E><<<blocks, 32 * rot_warps_per_block, 0, stream>>>(
         static_cast<const E*>(x), static_cast<const E*>(cos), static_cast<const E*>(sin), static_cast<E*>(y), rstd, R,
         (int)D, T, H, scale, eps);
@@ -130,6 +239,12 @@ cudaError_t launch_rotary_norm_backward(const void* dy, const void* y, const flo
   const unsigned blocks = (unsigned)((R + rot_warps_per_block - 1) / rot_warps_per_block);
   return with_dtype(dtype, [&](auto tag) {
     using E = decltype(tag);
+    if (const int G = rot_lanes_per_row<E>(D, {dy, y, cos, sin, dx})) {
+      rotary_norm_backward_packed_kernel<E><<<rot_packed_blocks(R, G), 32 * rot_warps_per_block, 0, stream>>>(
+          static_cast<const E*>(dy), static_cast<const E*>(y), rstd, static_cast<const E*>(cos),
+          static_cast<const E*>(sin), static_cast<E*>(dx), R, (int)D, G, T, H, scale);
+      return cudaGetLastError();
+    }
     rotary_norm_backward_kernel<E><<<blocks, 32 * rot_warps_per_block, 0, stream>>>(
         static_cast<const E*>(dy), static_cast<const E*>(y), rstd, static_cast<const E*>(cos),
         static_cast<const E*>(sin), static_cast<E*>(dx), R, (int)D, T, H, scale);
