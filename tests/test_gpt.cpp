@@ -147,13 +147,13 @@ TEST(GptMemory, PartsByHandForOneSmallConfig) {
   EXPECT_EQ(m.total, 2 * m.weights + m.optimizer + m.weight_copies + m.activations + m.loss_saved + m.backward);
 
   // FP8: the six block matrices as 1-byte weights (ve_gate still cast to bf16); per token and
-  // layer 10 bf16 vectors (no norms; relu's 4C output instead of the pre-activation) + layer
-  // 1's block input, the fp8 inputs C (q, k and v share theirs) + C (attn c_proj) + C (c_fc) +
-  // 4C (mlp c_proj), and layer 1's norm that ve_gate reads
+  // layer 6 bf16 vectors (no norms, no MLP activation: backward recomputes c_fc's output) + layer
+  // 1's block input, the fp8 inputs C (q, k and v share theirs) + C (attn c_proj) + 2C (c_fc's,
+  // row-major and transposed) + 4C (mlp c_proj), and layer 1's norm that ve_gate reads
   TrainMemory f = gpt_train_memory(c, 4, torch::kBFloat16, 2, /*fp8=*/true);
   EXPECT_EQ(f.weight_copies, 2 * 196608 + 24 * 2);
   EXPECT_EQ(f.activations,
-            256 * (2 * 10 * 128 * 2 + 128 * 2 + 2 * 4 * 8 + (128 + 4) * 2 + 1034 + 2 * 7 * 128 + 128 * 2));
+            256 * (2 * 6 * 128 * 2 + 128 * 2 + 2 * 4 * 8 + (128 + 4) * 2 + 1034 + 2 * 8 * 128 + 128 * 2));
   EXPECT_EQ(f.weights, m.weights);
   EXPECT_EQ(f.optimizer, m.optimizer);
 }
@@ -185,7 +185,7 @@ TEST(GptMemory, ActivationsAreWhatAutogradKeepsOnTheCpu) {
   EXPECT_NEAR((double)kept / expected, 1.0, 0.05) << "kept " << kept << " bytes, estimated " << expected;
   loss.backward();
 
-  // the FP8 path (which the CPU runs too): 1-byte weights and matmul inputs, the unfused MLP
+  // the FP8 path (which the CPU runs too): 1-byte weights and matmul inputs, no MLP activation
   gpt_set_fp8(m, true);
   gpt_loss(m, x, y).backward();
   const int64_t before8 = heap_in_use();

@@ -52,6 +52,56 @@ TEST(Fp8Linear, ForwardAndGradientsEqualTheQuantizeDequantizeEmulation) {
   EXPECT_FALSE(close(out.view({-1, 256}).detach(), torch::mm(x.view({-1, 128}), w.detach().t())));
 }
 
+// The FP8 MLP, c_proj(relu(c_fc(x))^2) with both linears in FP8 and relu^2 fused, against the
+// emulation written out here. The inputs sit on the fp8 grids with power-of-two scales (x: integers
+// up to 7, scale 64; weights: eighths up to 0.875, scale 512; the gradient: eighths, e5m2 scale
+// 65536), so h and every product are exact in fp32 on both sides and the roundings of relu(h)^2
+// and of h's gradient to fp8 happen on the same values: the two agree up to fp32 summation order.
+TEST(Fp8Linear, MlpEqualsTheEmulationOfItsTwoLinears) {
+  torch::manual_seed(21);
+  auto eighths = [](std::vector<int64_t> shape) {
+    Tensor t = torch::randint(-7, 8, shape).to(torch::kFloat) / 8;
+    t.view(-1)[0] = 0.875;  // the max: the scale a power of two
+    return t;
+  };
+  Tensor x = torch::randint(-7, 8, {2, 16, 32}).to(torch::kFloat);
+  x.view(-1)[0] = 7;
+  Tensor w_fc = eighths({64, 32}).requires_grad_(true), w_proj = eighths({32, 64}).requires_grad_(true);
+  Tensor go = eighths({2, 16, 32});
+  Tensor xr = x.clone().requires_grad_(true);
+  Tensor out = kernels_fp8_mlp(xr, w_fc, w_proj);
+  out.backward(go);
+
+  const Tensor x2 = x.view({-1, 32}), g2 = go.view({-1, 32}), wf = w_fc.detach(), wp = w_proj.detach();
+  ASSERT_TRUE(quantize_dequantize(x2, torch::kFloat8_e4m3fn, 448).equal(x2));  // on the grid
+  ASSERT_TRUE(quantize_dequantize(wf, torch::kFloat8_e4m3fn, 448).equal(wf));
+  ASSERT_TRUE(quantize_dequantize(g2, torch::kFloat8_e5m2, 57344).equal(g2));
+  const Tensor h = torch::mm(x2, wf.t());
+  const Tensor aq = quantize_dequantize(h.relu().square(), torch::kFloat8_e4m3fn, 448);
+  const Tensor dh = h.relu() * 2 * torch::mm(g2, wp);
+  const Tensor dhq = quantize_dequantize(dh, torch::kFloat8_e5m2, 57344);
+  auto close = [](const Tensor& a, const Tensor& b) {
+    return (a - b).abs().max().item<double>() <= 1e-5 * b.abs().max().item<double>();
+  };
+  EXPECT_TRUE(close(out.view({-1, 32}).detach(), torch::mm(aq, wp.t())));
+  EXPECT_TRUE(close(w_proj.grad(), torch::mm(g2.t(), aq)));
+  EXPECT_TRUE(close(xr.grad().view({-1, 32}), torch::mm(dhq, wf)));
+  EXPECT_TRUE(close(w_fc.grad(), torch::mm(dhq.t(), x2)));
+  // the rounding of relu(h)^2 to e4m3 is there: without it the output differs
+  EXPECT_FALSE(close(out.view({-1, 32}).detach(), torch::mm(h.relu().square(), wp.t())));
+}
+
+// the MLP's fused op and its reference (the linears' emulation with ATen's relu and square) agree
+// in bf16 too, forward and the three gradients, within the rounding of bf16's h and its gradient
+TEST(Fp8Linear, MlpEqualsItsReferenceInBf16) {
+  torch::manual_seed(22);
+  std::vector<Tensor> in = {torch::randn({2, 16, 64}).to(torch::kBFloat16), torch::randn({128, 64}) * 0.1,
+                            torch::randn({64, 128}) * 0.1};
+  expect_same([](const std::vector<Tensor>& t) { return kernels_fp8_mlp(t[0], t[1], t[2]); },
+              [](const std::vector<Tensor>& t) { return kernels_fp8_mlp_reference(t[0], t[1], t[2]); }, in,
+              kernels_check_tolerance(torch::kBFloat16), "fp8 mlp bf16");
+}
+
 // the weight's FP8 copy is made once per optimizer step: a write past the version counter (as
 // the optimizer's kernels write) keeps the old copy until kernels_fp8_weights_changed(); an ATen
 // in-place op (a checkpoint load) or that call makes it anew. Each output against the emulation
@@ -160,6 +210,21 @@ TEST(Fp8Linear, CudaEqualsTheQuantizeDequantizeEmulation) {
   EXPECT_LE(rel_err(out.view({-1, 256}).detach(), torch::mm(xq, wq.t())), 1e-2);  // bf16 output
   EXPECT_LE(rel_err(xr.grad().view({-1, 128}), torch::mm(gq, wq)), 1e-2);         // bf16 output
   EXPECT_LE(rel_err(w.grad(), torch::mm(gq.t(), xq)), 1e-5);                      // fp32 output
+}
+
+// on a GPU (sm89+): the MLP's fused op (_scaled_mm, the relu^2 and quantising kernels) against its
+// reference in bf16, within the FP8 self-check's tolerance (fast accumulation)
+TEST(Fp8Linear, CudaMlpEqualsItsReference) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const CudaDeviceInfo gpu = cuda_device_infos(0, /*with_memory=*/false).at(0);
+  if (gpu.major * 10 + gpu.minor < 89) GTEST_SKIP() << "no FP8 below sm89";
+  const auto dev = torch::Device(torch::kCUDA, 0);
+  torch::manual_seed(23);
+  std::vector<Tensor> in = {torch::randn({4, 64, 128}).to(dev, torch::kBFloat16),
+                            (torch::randn({512, 128}) * 0.1).to(dev), (torch::randn({128, 512}) * 0.05).to(dev)};
+  expect_same([](const std::vector<Tensor>& t) { return kernels_fp8_mlp(t[0], t[1], t[2]); },
+              [](const std::vector<Tensor>& t) { return kernels_fp8_mlp_reference(t[0], t[1], t[2]); }, in,
+              kernels_check_tolerance(torch::kBFloat16), "cuda fp8 mlp");
 }
 
 TEST(Fp8Linear, CpuMatmulEqualsLibTorchScaledMm) {

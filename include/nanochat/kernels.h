@@ -98,6 +98,12 @@ void kernels_fp8_weights_changed();
 // x through several weights (q, k and v): one output each, as kernels_fp8_linear of each, with
 // x quantized once; x's gradient sums the weights' terms in their order
 std::vector<torch::Tensor> kernels_fp8_linear_shared(const torch::Tensor& x, const std::vector<torch::Tensor>& weights);
+// The MLP with both linears in FP8: kernels_fp8_linear(relu(kernels_fp8_linear(x, w_fc))^2, w_proj)
+// with relu^2 in one pass (mlp_relu_square's kernel) and no (N, 4C) activation kept for backward:
+// it recomputes c_fc's output from the saved FP8 input. The reference: the same through the
+// linears' emulation and ATen's relu and square.
+torch::Tensor kernels_fp8_mlp(const torch::Tensor& x, const torch::Tensor& w_fc, const torch::Tensor& w_proj);
+torch::Tensor kernels_fp8_mlp_reference(const torch::Tensor& x, const torch::Tensor& w_fc, const torch::Tensor& w_proj);
 // (x quantized to `fp8`, 1/scale) with scale = fp8_max / max|x| (fp32; 448 for e4m3fn,
 // 57344 for e5m2), values clamped to +-fp8_max
 std::pair<torch::Tensor, torch::Tensor> kernels_fp8_quantize(const torch::Tensor& x, at::ScalarType fp8);

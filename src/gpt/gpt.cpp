@@ -291,6 +291,7 @@ MLPImpl::MLPImpl(const GPTConfig& config, const torch::TensorOptions& options) {
 }
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
+  if (c_fc->fp8 && c_proj->fp8) return kernels_fp8_mlp(x, c_fc->weight, c_proj->weight);
   if (c_fc->fp8 || c_proj->fp8) return c_proj(at::relu(c_fc(x)).square());
   const auto dt = x.scalar_type();
   return kernels_mlp_relu_square(x, c_fc->weight.to(dt), c_proj->weight.to(dt));

@@ -72,11 +72,12 @@ TrainMemory gpt_train_memory(const GPTConfig& c, int64_t device_batch_size, torc
   else m.weight_copies = dtype == torch::kFloat32 ? 0 : p.transformer_matrices * e;
 
   // mixed, its norm, h, its norm; k, v; q, attention output; the MLP's pre-activation
-  // (fp8: no norms, see above, and the fp8 inputs of the six matmuls)
-  const int64_t layer_vectors = f8 ? 2 * C + 2 * kv + 2 * q + 4 * C : 4 * C + 2 * kv + 2 * q + 4 * C;
+  // (fp8: no norms, see above, and no MLP activation: backward recomputes c_fc's output from its
+  // fp8 input; instead the fp8 inputs of the six matmuls)
+  const int64_t layer_vectors = f8 ? 2 * C + 2 * kv + 2 * q : 4 * C + 2 * kv + 2 * q + 4 * C;
   int64_t per_token = 0;
   per_token += L * layer_vectors * e + (L - 1) * C * e;  // + the block inputs of layers 1..L-1
-  if (f8) per_token += L * (6 * C + q) + n_ve * C * e;   // fp8 inputs; the norm ve_gate reads
+  if (f8) per_token += L * (7 * C + q) + n_ve * C * e;   // fp8 inputs (c_fc's twice); the norm ve_gate reads
   per_token += L * 4 * (2 + 2 * H + Hkv);                // rstd x2, q rstd, lse; k rstd
   per_token += n_ve * (kv + 2 * Hkv) * e;
   per_token += 4 * C * e + 4 + 3 * e;  // embedding, norm, x0, final residual; rstd; smear

@@ -33,6 +33,11 @@ using torch::autograd::variable_list;
 
 // fp8_linear.cu: (q, q^T when `transposed`, 1/scale)
 std::tuple<Tensor, Tensor, Tensor> fp8_quantize_cuda(const Tensor& x, at::ScalarType fp8, bool transposed);
+// mlp_relu_square_cpu.cpp, mlp_relu_square.cu: y = relu(h)^2; dy turned into 2 * relu(h) * dy in place
+Tensor relu_square_forward_cpu(const Tensor& h);
+void relu_square_backward_cpu(const Tensor& h, Tensor& dy);
+Tensor relu_square_forward_cuda(const Tensor& h);
+void relu_square_backward_cuda(const Tensor& h, Tensor& dy);
 
 // LibTorch's CPU _scaled_mm is a plain reference loop (~20 MFLOP/s here): on the CPU the fp8
 // operands are widened to fp32, where every e4m3 and e5m2 value is exact, and multiplied by
@@ -145,6 +150,61 @@ struct Fp8Linear : public torch::autograd::Function<Fp8Linear> {
   }
 };
 
+// relu(h)^2 through mlp_relu_square's kernels where `fused`, else ATen's relu and square (the same
+// bits: each rounds r*r once); backward turns dy into dh = 2 * relu(h) * dy in place
+Tensor mlp_relu_square_of(const Tensor& h, bool fused) {
+  if (!fused) return at::relu(h).square();
+  return KERNELS_CUDA_OR_CPU(h.is_cuda(), relu_square_forward_cuda(h), relu_square_forward_cpu(h));
+}
+void mlp_relu_square_backward_of(const Tensor& h, Tensor& dy, bool fused) {
+  if (!fused) {
+    dy.mul_(at::relu(h) * 2);
+    return;
+  }
+  KERNELS_CUDA_OR_CPU(h.is_cuda(), relu_square_backward_cuda(h, dy), relu_square_backward_cpu(h, dy));
+}
+
+// The MLP with both linears in FP8: x (N, C) -> h = x8 @ w_fc8^T -> a = relu(h)^2 (one pass) ->
+// out = a8 @ w_proj8^T. Saved: x8 and its transpose, a8^T and the scales (1 byte an element);
+// backward recomputes h from x8 (one FP8 GEMM) instead of keeping the (N, 4C) activation in
+// the compute dtype (eagerly relu's output is kept: 2 bytes an element, 336 MB a layer at d20, B=16).
+struct Fp8Mlp : public torch::autograd::Function<Fp8Mlp> {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& w_fc, const Tensor& w_proj,
+                        bool quantize_fused, bool relu_fused) {
+    const Fp8Quantized xq = fp8_quantize(x, at::kFloat8_e4m3fn, /*transposed=*/true, quantize_fused);
+    const Fp8Quantized fc = weight_quantized(w_fc), proj = weight_quantized(w_proj);
+    const Tensor h = kernels_fp8_mm(xq.q, fc.q.t(), xq.inv, fc.inv, x.scalar_type(), /*use_fast_accum=*/true);
+    const Fp8Quantized aq = fp8_quantize(mlp_relu_square_of(h, relu_fused), at::kFloat8_e4m3fn, true, quantize_fused);
+    Tensor out = kernels_fp8_mm(aq.q, proj.q.t(), aq.inv, proj.inv, x.scalar_type(), /*use_fast_accum=*/true);
+    ctx->save_for_backward({xq.q, xq.q_t, xq.inv, aq.q_t, aq.inv, fc.q, fc.q_t, fc.inv, proj.q_t, proj.inv});
+    ctx->saved_data["quantize_fused"] = quantize_fused;
+    ctx->saved_data["relu_fused"] = relu_fused;
+    ctx->saved_data["fc_dtype"] = (int64_t)w_fc.scalar_type();
+    ctx->saved_data["proj_dtype"] = (int64_t)w_proj.scalar_type();
+    return out;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto s = ctx->get_saved_variables();
+    const Tensor &x8 = s[0], &x8_t = s[1], &x_inv = s[2], &a8_t = s[3], &a_inv = s[4];
+    const Tensor &fc8 = s[5], &fc8_t = s[6], &fc_inv = s[7], &proj8_t = s[8], &proj_inv = s[9];
+    const bool quantize_fused = ctx->saved_data["quantize_fused"].toBool();
+    const auto dtype = grads[0].scalar_type();
+    const Fp8Quantized gq = fp8_quantize(grads[0].contiguous(), at::kFloat8_e5m2, true, quantize_fused);
+    const Tensor d_proj = kernels_fp8_mm(gq.q_t, a8_t.t(), gq.inv, a_inv, at::kFloat, false)
+                              .to((at::ScalarType)ctx->saved_data["proj_dtype"].toInt());
+    Tensor dh = kernels_fp8_mm(gq.q, proj8_t.t(), gq.inv, proj_inv, dtype, false);  // d a, made d h in place
+    // the forward's h again: the same operands and accumulation
+    const Tensor h = kernels_fp8_mm(x8, fc8.t(), x_inv, fc_inv, dtype, /*use_fast_accum=*/true);
+    mlp_relu_square_backward_of(h, dh, ctx->saved_data["relu_fused"].toBool());
+    const Fp8Quantized hq = fp8_quantize(dh, at::kFloat8_e5m2, true, quantize_fused);
+    const Tensor dx = kernels_fp8_mm(hq.q, fc8_t.t(), hq.inv, fc_inv, dtype, false);
+    const Tensor d_fc = kernels_fp8_mm(hq.q_t, x8_t.t(), hq.inv, x_inv, at::kFloat, false)
+                            .to((at::ScalarType)ctx->saved_data["fc_dtype"].toInt());
+    return {dx, d_fc, d_proj, Tensor(), Tensor()};
+  }
+};
+
 }  // namespace
 
 void kernels_fp8_weights_changed() {
@@ -232,18 +292,44 @@ Tensor kernels_fp8_linear_reference(const Tensor& x, const Tensor& weight) {
 
 Tensor kernels_fp8_linear(const Tensor& x, const Tensor& weight) { return kernels_fp8_linear_shared(x, {weight})[0]; }
 
+Tensor kernels_fp8_mlp_reference(const Tensor& x, const Tensor& w_fc, const Tensor& w_proj) {
+  return kernels_fp8_linear_reference(at::relu(kernels_fp8_linear_reference(x, w_fc)).square(), w_proj);
+}
+
+Tensor kernels_fp8_mlp(const Tensor& x, const Tensor& w_fc, const Tensor& w_proj) {
+  // where the FP8 linears or this op failed a check: the linears one by one, each on its own path
+  if (!kernels_use_fused_aten_on_cuda("fp8_linear", x) || !kernels_use_fused_aten_on_cuda("fp8_mlp", x))
+    return kernels_fp8_linear(at::relu(kernels_fp8_linear(x, w_fc)).square(), w_proj);
+  const int64_t C = x.size(-1);
+  if (w_fc.dim() != 2 || w_proj.dim() != 2 || w_fc.size(1) != C || w_proj.size(1) != w_fc.size(0) || C % 16 != 0 ||
+      w_fc.size(0) % 16 != 0 || w_proj.size(0) % 16 != 0)
+    fail(
+        "fp8 mlp: w_fc (H, C) and w_proj (C', H) with every dimension a multiple of 16 and C = x's %lld, got %s and %s",
+        (long long)C, c10::str(w_fc.sizes()).c_str(), c10::str(w_proj.sizes()).c_str());
+  const Tensor rows = x.reshape({-1, C}).contiguous();
+  std::vector<int64_t> shape = x.sizes().vec();
+  shape.back() = w_proj.size(0);
+  // the paths are picked here: backward runs on autograd's device thread, where a first
+  // dispatch would wait for the self-check that waits for this backward
+  Tensor out = Fp8Mlp::apply(rows, w_fc, w_proj, fp8_quantize_fused(rows), kernels_use_fused("mlp_relu_square", rows));
+  return kernels_fault("fp8_mlp", out).view(shape);
+}
+
 namespace {
 
 // the self-check: (2, 16, 32) rows through a (48, 32) and a (16, 32) fp32 master weight sharing
 // the input, as q and k do (on a GPU also one d24 sequence through the MLP's (6144, 1536));
 // _scaled_mm needs a GPU of compute capability 8.9 or more, below that FP8 training is refused
 // before it starts
+bool fp8_checkable(at::Device device, at::ScalarType dtype) {
+  if (dtype == at::kDouble) return false;
+  if (!device.is_cuda()) return true;
+  auto infos = cuda_device_infos(device.index(), /*with_memory=*/false);
+  return !infos.empty() && infos[0].major * 10 + infos[0].minor >= 89;
+}
+
 std::vector<Tensor> fp8_linear_check(at::Device device, at::ScalarType dtype, bool fused) {
-  if (dtype == at::kDouble) return {};
-  if (device.is_cuda()) {
-    auto infos = cuda_device_infos(device.index(), /*with_memory=*/false);
-    if (infos.empty() || infos[0].major * 10 + infos[0].minor < 89) return {};
-  }
+  if (!fp8_checkable(device, dtype)) return {};
   struct Shape {
     int64_t B, T, in;
     std::vector<int64_t> features;  // one weight each, sharing the input
@@ -280,6 +366,28 @@ double fp8_linear_tolerance(at::Device device, at::ScalarType dtype) {
 }
 const bool fp8_linear_check_registered = kernels_register_check(
     {"fp8_linear", fp8_linear_check, fp8_linear_tolerance, /*cuda_without_nvcc=*/true});
+
+// the FP8 MLP: (2, 16, 32) rows through a (64, 32) and a (32, 64) fp32 master weight, with the
+// three gradients; on a GPU also one d24 sequence through (6144, 1536) and back
+std::vector<Tensor> fp8_mlp_check(at::Device device, at::ScalarType dtype, bool fused) {
+  if (!fp8_checkable(device, dtype)) return {};
+  std::vector<std::array<int64_t, 4>> shapes = {{2, 16, 32, 64}};  // B, T, C, hidden
+  if (kernels_check_real_shapes(device)) shapes.push_back({1, d24::seq_len, d24::n_embd, d24::mlp_hidden});
+  std::vector<Tensor> out;
+  for (auto [B, T, C, H] : shapes) {
+    auto gen = kernels_check_generator(device, 29);
+    Tensor x = at::randn({B, T, C}, gen, at::device(device)).to(device, dtype).requires_grad_();
+    Tensor w_fc = (at::randn({H, C}, gen, at::device(device)) / std::sqrt((double)C)).to(device).requires_grad_();
+    Tensor w_proj = (at::randn({C, H}, gen, at::device(device)) / std::sqrt((double)H)).to(device).requires_grad_();
+    Tensor y = fused ? kernels_fp8_mlp(x, w_fc, w_proj) : kernels_fp8_mlp_reference(x, w_fc, w_proj);
+    auto grads = torch::autograd::grad({y}, {x, w_fc, w_proj},
+                                       {(at::randn(y.sizes(), gen, at::device(device)) * 1e-3).to(device, dtype)});
+    out.insert(out.end(), {y, grads[0], grads[1], grads[2]});
+  }
+  return out;
+}
+const bool fp8_mlp_check_registered = kernels_register_check(
+    {"fp8_mlp", fp8_mlp_check, fp8_linear_tolerance, /*cuda_without_nvcc=*/true, /*part_of=*/"fp8_linear"});
 
 // the quantisation kernel (CUDA only): e4m3 and e5m2 of a ragged (37, 29) tensor and of d24's
 // activations (2048, 1536), alone and with the transposed copy: bits and 1/scale against the
