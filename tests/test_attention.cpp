@@ -1,7 +1,8 @@
 // Tests of the attention module: the window mask by hand, causal and sliding-window attention
 // against brute force in float64, the KV cache's prefill, chunk and decode steps against full
 // attention, a batch of rows each at its own position against each row alone, a
-// finite-difference gradient, and on a GPU the flash kernel against a masked softmax.
+// finite-difference gradient, on a GPU the flash kernel against a masked softmax, and the rules
+// that pick the kernel for each kind of call (training, eval, prefill, decode, rows).
 // (The kernels module's own CPU attention kernel is tested against its reference in test_kernels.)
 #include <algorithm>
 #include <cmath>
@@ -106,6 +107,45 @@ TEST(AttentionCuda, FlashWindowEqualsMaskedSoftmax) {
   }
 }
 
+// inference on a GPU (flash called directly, never SDPA's cuDNN): a prefill, a chunk after it,
+// single-token decodes, and rows at their own positions (flash's variable-length entry), each
+// against the masked softmax in fp64 of the same keys
+TEST(AttentionCuda, InferencePathsEqualMaskedSoftmax) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(14);
+  const int64_t T = 300, H = 4, Hkv = 2, D = 64;
+  auto opts = torch::TensorOptions().device(torch::kCUDA).dtype(torch::kBFloat16);
+  Tensor q = torch::randn({1, T, H, D}, opts), k = torch::randn({1, T, Hkv, D}, opts);
+  Tensor v = torch::randn({1, T, Hkv, D}, opts);
+  for (int64_t w : {-1, 50}) {
+    Tensor ref = masked_attention(q.to(torch::kFloat64), k.to(torch::kFloat64), v.to(torch::kFloat64), w);
+    KVCache cache(1, Hkv, T, D, 1, torch::kCUDA, torch::kBFloat16);
+    auto [kc, vc] = cache.get_layer_cache(0);
+    std::vector<Tensor> parts;
+    parts.push_back(
+        attention_with_kvcache(q.narrow(1, 0, 200), kc, vc, k.narrow(1, 0, 200), v.narrow(1, 0, 200), 0, w));
+    parts.push_back(
+        attention_with_kvcache(q.narrow(1, 200, 37), kc, vc, k.narrow(1, 200, 37), v.narrow(1, 200, 37), 200, w));
+    for (int64_t t = 237; t < T; t++)
+      parts.push_back(attention_with_kvcache(q.narrow(1, t, 1), kc, vc, k.narrow(1, t, 1), v.narrow(1, t, 1), t, w));
+    EXPECT_LT((torch::cat(parts, 1).to(torch::kFloat64) - ref).abs().max().item<double>(), 2e-2) << "window " << w;
+    // four rows at positions 0, 60, 150, 299 - 3, three tokens each, the cache holding the keys before
+    const std::vector<int64_t> pos = {0, 60, 150, 296};
+    const int64_t R = 4, n = 3;
+    Tensor kr = k.expand({R, T, Hkv, D}).contiguous(), vr = v.expand({R, T, Hkv, D}).contiguous();
+    std::vector<Tensor> q_rows, k_rows, v_rows, want_rows;
+    for (int64_t b = 0; b < R; b++) {
+      q_rows.push_back(q.narrow(1, pos[b], n));
+      k_rows.push_back(k.narrow(1, pos[b], n));
+      v_rows.push_back(v.narrow(1, pos[b], n));
+      want_rows.push_back(ref.narrow(1, pos[b], n));
+    }
+    Tensor y = attention_with_kvcache_rows(torch::cat(q_rows), kr, vr, torch::cat(k_rows), torch::cat(v_rows), pos, w);
+    EXPECT_LT((y.to(torch::kFloat64) - torch::cat(want_rows)).abs().max().item<double>(), 2e-2) << "rows, window " << w;
+  }
+}
+
 TEST(Attention, KVCachePrefillAndDecodeEqualFullAttention) {
   auto gen = gpt_make_generator(torch::kCPU, 12);
   const int64_t T = 30, H = 2, Hkv = 1, D = 8;
@@ -178,4 +218,59 @@ TEST(Attention, GradientOfChunkedWindowByFiniteDifferences) {
       *p = old;
       EXPECT_NEAR(t->grad().view(-1)[n].item<double>(), (up - down) / (2 * eps), 1e-7);
     }
+}
+
+// Which kernel each kind of call takes, as rules: training's fixed shapes may use SDPA's causal
+// choice (cuDNN on a recent GPU, one graph for the one shape); inference never does where flash
+// runs, since eval's lengths vary and decode's key length grows every token (a cuDNN graph each).
+TEST(AttentionPath, InferenceNeverTakesSdpaCausalWhereFlashRuns) {
+  AttentionCall c;
+  c.flash = true;
+  for (bool rows : {false, true})
+    for (int64_t Tk : {1, 2, 37, 100, 513, 2048})
+      for (int64_t Tq : {int64_t(1), Tk / 2 + 1, Tk})
+        for (int64_t window : {-1, 0, 8, 512, 4096}) {
+          c.rows = rows;
+          c.Tq = Tq;
+          c.Tk = Tk;
+          c.window = window;
+          c.grad = false;
+          const AttentionPath p = attention_path(c);
+          EXPECT_EQ(p, rows ? AttentionPath::FlashRows : AttentionPath::Flash)
+              << "Tq " << Tq << " Tk " << Tk << " window " << window << ": " << attention_path_name(p);
+        }
+}
+
+TEST(AttentionPath, RulesByHand) {
+  auto path = [](bool cpu, bool flash, bool grad, bool rows, int64_t Tq, int64_t Tk, int64_t window) {
+    AttentionCall c;
+    c.cpu_kernels = cpu;
+    c.flash = flash;
+    c.grad = grad;
+    c.rows = rows;
+    c.Tq = Tq;
+    c.Tk = Tk;
+    c.window = window;
+    return attention_path(c);
+  };
+  // training on a GPU: full causal layers keep SDPA (fixed shape), windows take the real window
+  EXPECT_EQ(path(false, true, true, false, 2048, 2048, -1), AttentionPath::SdpaCausal);
+  EXPECT_EQ(path(false, true, true, false, 2048, 2048, 2048), AttentionPath::SdpaCausal);  // window >= T-1: full
+  EXPECT_EQ(path(false, true, true, false, 2048, 2048, 2047), AttentionPath::SdpaCausal);
+  EXPECT_EQ(path(false, true, true, false, 2048, 2048, 512), AttentionPath::Flash);
+  // eval or a prefill on a GPU: flash, full or windowed
+  EXPECT_EQ(path(false, true, false, false, 77, 77, -1), AttentionPath::Flash);
+  // no flash (fp32 on a GPU, an old GPU, a failed self-check): SDPA, chunked windows, the last keys, a mask
+  EXPECT_EQ(path(false, false, false, false, 77, 77, -1), AttentionPath::SdpaCausal);
+  EXPECT_EQ(path(false, false, true, false, 64, 64, 8), AttentionPath::ChunkedWindows);
+  EXPECT_EQ(path(false, false, false, false, 1, 40, 8), AttentionPath::SdpaLastKeys);
+  EXPECT_EQ(path(false, false, false, false, 7, 40, 8), AttentionPath::SdpaMasked);
+  EXPECT_EQ(path(false, false, false, true, 1, 40, -1), AttentionPath::SdpaMasked);
+  // the CPU's own kernel for causal calls from position 0, training or not
+  EXPECT_EQ(path(true, false, true, false, 64, 64, 8), AttentionPath::CpuKernels);
+  EXPECT_EQ(path(true, false, false, false, 64, 64, -1), AttentionPath::CpuKernels);
+  EXPECT_EQ(path(true, false, false, false, 1, 64, -1), AttentionPath::SdpaLastKeys);  // a KV cache past 0
+  // what this machine takes: on the CPU, never flash
+  Tensor q = torch::randn({1, 5, 2, 8}), k = torch::randn({1, 5, 2, 8});
+  EXPECT_EQ(attention_kernel_name(q, k, 2).find("flash"), std::string::npos) << attention_kernel_name(q, k, 2);
 }

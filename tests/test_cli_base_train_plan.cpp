@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <thread>
 
@@ -23,6 +24,7 @@
 
 #include "cli/base_train.h"
 #include "nanochat/dist.h"
+#include "nanochat/gpt/memory.h"
 #include "test_util.h"
 
 namespace {
@@ -138,13 +140,15 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-// each rank fits its own free memory; they train with the smallest (ranks that
-// disagree step out of line: eval step counts, loader state)
-TEST(BaseTrainPlan, RanksAgreeOnTheSmallestDeviceBatch) {
+// runs rank_main(rank, dist) on two Gloo ranks of this process (rank 1 on a thread), each with
+// its own Dist on a free loopback port, and the dist timeout `timeout_s` seconds meanwhile
+template <class F>
+void on_two_ranks(F rank_main, const char* timeout_s = "600") {
   const int port = free_port();
-  const int64_t fits[2] = {16, 4};
-  int64_t agreed[2] = {-1, -1};
-  auto rank_main = [&](int rank) {
+  const char* old_timeout = std::getenv("NANOCHAT_DIST_TIMEOUT");
+  const std::string saved = old_timeout ? old_timeout : "";
+  setenv("NANOCHAT_DIST_TIMEOUT", timeout_s, 1);
+  auto run = [&](int rank) {
     nanochat::DistEnv env;
     env.rank = rank;
     env.world_size = 2;
@@ -152,13 +156,112 @@ TEST(BaseTrainPlan, RanksAgreeOnTheSmallestDeviceBatch) {
     env.local_world_size = 2;
     env.master_port = port;
     nanochat::Dist dist(env, torch::Device(torch::kCPU));
-    agreed[rank] = nanochat::base_train_agree_device_batch(fits[rank], dist);
+    try {
+      rank_main(rank, dist);
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "rank " << rank << ": " << e.what();
+    }
   };
-  std::thread r1(rank_main, 1);
-  rank_main(0);
+  std::thread r1(run, 1);
+  run(0);
   r1.join();
+  if (old_timeout) setenv("NANOCHAT_DIST_TIMEOUT", saved.c_str(), 1);
+  else unsetenv("NANOCHAT_DIST_TIMEOUT");
+}
+
+// each rank fits its own free memory; they train with the smallest (ranks that
+// disagree step out of line: eval step counts, loader state)
+TEST(BaseTrainPlan, RanksAgreeOnTheSmallestDeviceBatch) {
+  const int64_t fits[2] = {16, 4};
+  int64_t agreed[2] = {-1, -1};
+  on_two_ranks([&](int rank, nanochat::Dist& dist) {
+    agreed[rank] = nanochat::base_train_agree_device_batch(fits[rank], dist);
+  });
   EXPECT_EQ(agreed[0], 4);
   EXPECT_EQ(agreed[1], 4);
+}
+
+// a rank whose memory query gave nothing (budget <= 0) still joins the agreement with the
+// flag's default; rank 0 fits exactly 4 rows of a d4 model (its budget sits just above the 4-row
+// estimate over 0.9), so both plan 4. Were rank 1 to skip the all-reduce, rank 0 would wait in
+// it until the 30 s timeout set here and fail.
+TEST(BaseTrainPlan, ARankWithNoFreeMemoryStillAgrees) {
+  nanochat::BaseTrainFlags o;
+  o.depth = 4;
+  const nanochat::GPTConfig config = nanochat::gpt_config_from_depth(o.depth, 32768, o.max_seq_len, o.window_pattern,
+                                                                     o.aspect_ratio, o.head_dim);
+  const int64_t four_rows = nanochat::gpt_train_memory(config, 4, torch::kBFloat16, 2, false).total;
+  const int64_t eight_rows = nanochat::gpt_train_memory(config, 8, torch::kBFloat16, 2, false).total;
+  ASSERT_LT(four_rows, eight_rows);
+  nanochat::MemoryBudget budgets[2];
+  budgets[0].bytes = four_rows / 9 * 10 + 1000;  // 90% of it holds 4 rows, not 8
+  budgets[0].source = "a test's 4-row budget";
+  ASSERT_LT(budgets[0].bytes / 10 * 9, eight_rows);
+  budgets[1].bytes = 0;  // what a failed memory query reports
+  int64_t rows[2] = {-1, -1};
+  on_two_ranks(
+      [&](int rank, nanochat::Dist& dist) {
+        rows[rank] =
+            nanochat::base_train_plan(o, 32768, 2, "cuda", torch::kBFloat16, budgets[rank], &dist).device_batch_size;
+      },
+      "30");
+  EXPECT_EQ(rows[0], 4);
+  EXPECT_EQ(rows[1], 4);
+}
+
+// The step-time model against numbers worked out by hand from the H200's figures (docs/log.md):
+// a d20 L micro-step at B=16 is 20 MLPs at 4.15 ms times 1.5 (the block's GEMMs are 12 C^2 a
+// token, the MLP's 8) = 124.5 ms, 20 causal layers at 1.64 ms, the CE's 13.97 ms, 41 resid norms
+// at 0.82 ms and 40 rotary norms at 0.33 ms; upstream's micro-step is its measured 32768 tokens
+// at 157,537 tok/s, the calibration everything else hangs on.
+TEST(BaseTrainPlan, StepTimeModelMatchesHandComputedFigures) {
+  using nanochat::base_train_step_model;
+  const nanochat::GPTConfig d20 = nanochat::gpt_config_from_depth(20, 32768, 2048, "L");
+  const nanochat::StepTimeModel up = base_train_step_model(d20, 16, 2048, 989e12, 4.8e12, /*upstream=*/true);
+  EXPECT_NEAR(up.total(), 32768.0 / 157537, 1e-9);
+  EXPECT_NEAR(up.matmuls, 124.5e-3, 1e-9);
+  EXPECT_NEAR(up.attention, 32.8e-3, 1e-9);
+  // the CE's GEMMs at the MLP's rate (8.246e12 FLOPs at 620.9 TFLOPS) + 8 bytes a logit at 80% of 4.3 TB/s
+  EXPECT_NEAR(
+      up.lm_head_ce,
+      6.0 * 32768 * 1280 * 32768 / (6.0 * 32768 * 8 * 1280 * 1280 / 4.15e-3) + 8.0 * 32768 * 32768 / (0.8 * 4.3e12),
+      1e-9);
+  const nanochat::StepTimeModel ours = base_train_step_model(d20, 16, 2048, 989e12, 4.8e12, /*upstream=*/false);
+  EXPECT_NEAR(ours.matmuls, 124.5e-3, 1e-9);
+  EXPECT_NEAR(ours.attention, 32.8e-3, 1e-9);
+  EXPECT_NEAR(ours.lm_head_ce, 13.97e-3, 1e-9);
+  EXPECT_NEAR(ours.norms, 41 * 0.82e-3 + 40 * 0.33e-3, 1e-9);
+  EXPECT_NEAR(ours.other, up.other, 1e-12);
+  // other = upstream's step less its modelled ops: 208.002 - (124.5 + 32.8 + 15.776 + 15.853) ms
+  EXPECT_NEAR(ours.other, 19.073e-3, 0.002e-3);
+  EXPECT_NEAR(ours.total(), 237.163e-3, 0.002e-3);
+  // the norm kernels at 80% of the bandwidth: 41 x 20 B + 40 x 12 B a element over 3.44 TB/s
+  const nanochat::StepTimeModel fast = base_train_step_model(d20, 16, 2048, 989e12, 4.8e12, false, 0.8);
+  EXPECT_NEAR(fast.norms, (41 * 20.0 + 40 * 12.0) * 32768 * 1280 / (0.8 * 4.3e12), 1e-9);
+  EXPECT_NEAR(up.total() / fast.total(), 1.009, 0.001);
+
+  // d24 SSSL at B=32 on an H100 (989 TFLOPS, 3.35 TB/s nominal): 6 L and 18 S layers of 12
+  // heads; compute-bound ops scale with tokens, width and heads, memory-bound ones also by
+  // 4.3/3.35 x 4.8/4.3 (the H200's measured share of its nominal bandwidth)
+  const nanochat::GPTConfig d24 = nanochat::gpt_config_from_depth(24, 32768, 2048, "SSSL");
+  const nanochat::StepTimeModel h100 = base_train_step_model(d24, 32, 2048, 989e12, 3.35e12, false, 0.8);
+  EXPECT_NEAR(h100.matmuls, 4.15e-3 * 1.5 * 24 * 1.44 * 2, 1e-9);
+  EXPECT_NEAR(h100.attention, (6 * 1.64e-3 + 18 * 1.69e-3) * 2 * 1.2, 1e-9);
+  EXPECT_NEAR(h100.lm_head_ce, 13.97e-3 * 2 * 1.2, 1e-9);
+  EXPECT_NEAR(h100.norms, (49 * 20.0 * 65536 * 1536 + 24 * 12.0 * 65536 * 3072) / (0.8 * 3.35e12 * 4.3 / 4.8), 1e-9);
+  EXPECT_NEAR(h100.total(), 704.38e-3, 0.01e-3);
+}
+
+TEST(BaseTrainPlan, DryRunPrintsTheModelsWallClock) {
+  nlohmann::json j = dry_run("--depth 20 --world-size 8 --gpu-memory 80GB --gpu-name H200 --window-pattern L");
+  ASSERT_TRUE(j["model_micro_step_ms"].is_object());
+  const double micro = j["model_micro_step_ms"]["total"].get<double>();
+  // d20 on 8 ranks at B=32: two micro-steps a step, each twice the B=16 figures above
+  EXPECT_NEAR(micro, 2 * 237.163, 0.01);
+  EXPECT_NEAR(j["model_upstream_micro_step_ms"]["total"].get<double>(), 2 * 208.002, 0.01);
+  EXPECT_NEAR(j["model_seconds"].get<double>(), micro / 1e3 * 2 * 4980, 1e-6 * micro * 2 * 4980);
+  nlohmann::json cpu = dry_run("--depth 4 --device-type cpu");
+  EXPECT_TRUE(cpu["model_seconds"].is_null());
 }
 
 }  // namespace

@@ -206,3 +206,36 @@ TEST(KernelVerdicts, ARankMeetingADtypeAloneFinishesWithoutACollective) {
   std::vector<int> codes = run_workers(2, port, {"NANOCHAT_KERNELS=1"}, "late_dtype", /*deadline_s=*/90);
   for (int rank = 0; rank < 2; rank++) EXPECT_EQ(codes[rank], 0) << "rank " << rank << " (124: hung, killed)";
 }
+
+// a Dist's destruction ends with a barrier: rank 0, destroyed at once, returns only after rank
+// 1 (which sleeps 300 ms first) has begun its own destruction. Without the barrier rank 0 would
+// be gone 300 ms before rank 1 arrived; both groups are then shut down without a complaint.
+TEST(DistShutdown, DestructionWaitsForEveryRank) {
+  ScopedEnv env;
+  const int port = 20000 + (getpid() * 7 + 1511) % 20000;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point rank0_done, rank1_begins;
+  auto rank_main = [&](int rank) {
+    DistEnv e;
+    e.rank = rank;
+    e.world_size = 2;
+    e.local_rank = rank;
+    e.local_world_size = 2;
+    e.master_port = port;
+    {
+      Dist dist(e, torch::Device(torch::kCPU));
+      torch::Tensor t = torch::ones({4});
+      dist.all_reduce(t, ReduceOp::SUM);
+      EXPECT_EQ(t.sum().item<double>(), 8.0);
+      if (rank == 1) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        rank1_begins = Clock::now();
+      }
+    }
+    if (rank == 0) rank0_done = Clock::now();
+  };
+  std::thread r1(rank_main, 1);
+  rank_main(0);
+  r1.join();
+  EXPECT_GE(rank0_done.time_since_epoch().count(), rank1_begins.time_since_epoch().count());
+}

@@ -158,3 +158,29 @@ TEST(LinearSoftcapCE, CudaOnePassMeanEqualsReference) {
 
 // the self-check finds its CPU kernel in both dtypes
 TEST(LinearSoftcapCE, CpuKernelDtypes) { expect_cpu_kernel_in("linear_softcap_ce", {torch::kFloat, torch::kBFloat16}); }
+
+// The training loop divides the loss by grad_accum, so the mean's bf16 dx is scaled by 1/3 at
+// grad_accum 3 and by 1/6 at 6: each element must be the correctly rounded quotient of the
+// unscaled dx (worked out in fp64, rounded to bf16 once). Scaling by 1/3 rounded to bf16 first
+// (0.333984375) misses it on many elements: the comparison can tell the two apart.
+TEST(LinearSoftcapCE, MeanGradientScaledExactlyByThreeAndSix) {
+  torch::manual_seed(21);
+  const int64_t N = 64, C = 32, Vp = 128, vocab = 120;
+  Tensor x = torch::randn({N, C}).to(torch::kBFloat16).requires_grad_();
+  Tensor w = (torch::randn({Vp, C}) * 0.3).requires_grad_();
+  Tensor targets = targets_with_ignored(N, vocab);
+  auto dx_at = [&](double grad_accum) {
+    Tensor loss = kernels_linear_softcap_ce_mean(x, w, targets, vocab, 15.0, 0) / grad_accum;
+    return torch::autograd::grad({loss}, {x})[0];
+  };
+  const Tensor dx1 = dx_at(1.0);
+  ASSERT_EQ(dx1.scalar_type(), torch::kBFloat16);
+  for (double grad_accum : {3.0, 6.0}) {
+    SCOPED_TRACE("grad_accum " + std::to_string((int)grad_accum));
+    const Tensor expected = (dx1.to(torch::kDouble) / grad_accum).to(torch::kBFloat16);
+    const Tensor got = dx_at(grad_accum);
+    EXPECT_TRUE(torch::equal(got, expected)) << "elements off: " << (got != expected).sum().item<int64_t>();
+    const Tensor bf16_scale = dx1 * torch::tensor(1.0 / grad_accum).to(torch::kBFloat16);
+    EXPECT_GT((bf16_scale != expected).sum().item<int64_t>(), 0) << "the bf16-rounded scale is not told apart";
+  }
+}

@@ -13,12 +13,17 @@
 //    into blocks of `window` rows; block b attends to key blocks b-1 and b (2*window keys)
 //    with a small (window x 2*window) mask, built once per shape. Exact, O(T*window) work
 //    (about twice a real window's) instead of the O(T^2) masked fallback.
-//  - KV cache: decode of 1 token keeps only the last window+1 keys (no mask); a prefill
-//    at position 0 is the training path; a prefill after position 0 uses an explicit mask.
+//  - inference on CUDA (no gradient: eval, prefill, decode): LibTorch's flash kernel called
+//    directly, causal aligned to the last key, with the window, never SDPA's choice. Eval's
+//    batch lengths vary and decode's key length grows every token; SDPA would pick cuDNN
+//    there, which builds a graph for every new shape. Training keeps SDPA (cuDNN) for its full
+//    causal layers: its shape is fixed, so the graph is built once.
+//  - KV cache elsewhere: decode of 1 token keeps only the last window+1 keys (no mask); a
+//    prefill at position 0 is the training path; a prefill after position 0 uses an explicit mask.
 //  - KV cache whose rows sit at different positions (continuous batching): each row's new
-//    keys go to its own position and SDPA runs under a (B,1,T,Tk) mask of what each row's
-//    queries may see (its own length, its window). On CUDA this is masked SDPA too: LibTorch's
-//    flash entry point with per-row key lengths (seqused_k) is not used yet.
+//    keys go to its own position; on CUDA flash's variable-length entry reads each row's own
+//    key count (seqused_k) straight from the cache; elsewhere SDPA runs under a (B,1,T,Tk) mask
+//    of what each row's queries may see (its own length, its window).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -27,6 +32,28 @@
 #include "nanochat/common/tensor.h"
 
 namespace nanochat {
+
+// The kernel one attention call takes, from what the call is and what the device takes: a pure
+// function (attention.cpp dispatches on it; tests check its rules on any machine).
+enum class AttentionPath {
+  CpuKernels,      // the kernels module's CPU attention
+  SdpaCausal,      // SDPA with is_causal (cuDNN on a recent GPU: fixed training shapes only)
+  Flash,           // LibTorch's flash kernel, causal to the last key, with the window
+  ChunkedWindows,  // blocks of `window` queries over SDPA with a small cached mask
+  FlashRows,       // flash's variable-length entry: each row its own key count
+  SdpaLastKeys,    // one decoded token over its last window+1 keys, no mask
+  SdpaMasked,      // SDPA under an explicit mask
+};
+struct AttentionCall {
+  bool cpu_kernels = false;  // the kernels module's CPU attention takes q
+  bool flash = false;        // the flash kernel takes q and k here and passed its self-check
+  bool grad = false;         // a backward will follow (training)
+  bool rows = false;         // rows at positions of their own (continuous batching)
+  int64_t Tq = 0, Tk = 0;    // queries, and the keys they are the last Tq of
+  int64_t window = -1;       // left window; < 0 or >= Tk - 1: all earlier keys
+};
+AttentionPath attention_path(const AttentionCall& call);
+const char* attention_path_name(AttentionPath path);
 
 // q (B,T,H,D), k and v (B,T,Hkv,D) with H % Hkv == 0 (GQA); causal; returns (B,T,H,D)
 torch::Tensor attention_causal(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, int64_t window);

@@ -49,6 +49,7 @@ class Dist {
   // world_size 1: no process group at all. Otherwise connects to the store at
   // MASTER_ADDR:MASTER_PORT (rank 0 hosts it) and creates NCCL (cuda) or Gloo (cpu).
   Dist(const DistEnv& env, const torch::Device& device);
+  // a last barrier (skipped while an exception unwinds), then the group's shutdown()
   ~Dist();
 
   int rank() const { return env_.rank; }

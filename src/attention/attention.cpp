@@ -89,24 +89,80 @@ Tensor attention_window_mask(int64_t Tq, int64_t Tk, int64_t window, torch::Devi
   return mask;
 }
 
+AttentionPath attention_path(const AttentionCall& c) {
+  if (c.rows) return c.flash ? AttentionPath::FlashRows : AttentionPath::SdpaMasked;
+  const bool full = c.window < 0 || c.window >= c.Tk - 1;
+  if (c.Tq == c.Tk) {  // causal from position 0: training, eval, a prefill
+    if (c.cpu_kernels) return AttentionPath::CpuKernels;
+    // flash for a real window, and for inference whatever the window: its lengths vary
+    if (c.flash && (!full || !c.grad)) return AttentionPath::Flash;
+    return full ? AttentionPath::SdpaCausal : AttentionPath::ChunkedWindows;
+  }
+  // a KV cache past position 0: Tq new queries over Tk keys
+  if (c.flash) return AttentionPath::Flash;
+  return c.Tq == 1 ? AttentionPath::SdpaLastKeys : AttentionPath::SdpaMasked;
+}
+
+const char* attention_path_name(AttentionPath p) {
+  switch (p) {
+    case AttentionPath::CpuKernels: return "nanochat CPU attention";
+    case AttentionPath::SdpaCausal: return "SDPA causal";
+    case AttentionPath::Flash: return "flash (direct)";
+    case AttentionPath::ChunkedWindows: return "chunked windows over SDPA";
+    case AttentionPath::FlashRows: return "flash, variable length";
+    case AttentionPath::SdpaLastKeys: return "SDPA over the last keys";
+    case AttentionPath::SdpaMasked: return "SDPA masked";
+  }
+  return "?";
+}
+
+namespace {
+
+bool wants_grad(const Tensor& q, const Tensor& k, const Tensor& v) {
+  return at::GradMode::is_enabled() && (q.requires_grad() || k.requires_grad() || v.requires_grad());
+}
+
+bool flash_takes(const Tensor& q, const Tensor& k) {
+  return attention_flash_window_supported(q, k) && attention_flash_window_checked(q);
+}
+
+AttentionCall causal_call(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window, bool cpu_kernels) {
+  AttentionCall c;
+  c.cpu_kernels = cpu_kernels && kernels_attention_available(q);
+  c.flash = flash_takes(q, k);
+  c.grad = wants_grad(q, k, v);
+  c.Tq = c.Tk = q.size(1);
+  c.window = window;
+  return c;
+}
+
+Tensor causal_by_path(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window, AttentionPath path) {
+  const int64_t T = q.size(1);
+  const bool full = window < 0 || window >= T - 1;
+  switch (path) {
+    case AttentionPath::CpuKernels: return kernels_attention(q, k, v, full ? -1 : window);
+    case AttentionPath::Flash: return attention_flash_window(q, k, v, full ? -1 : window);
+    default: break;
+  }
+  Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);
+  Tensor y = full ? sdpa(qt, kt, vt, std::nullopt, true) : chunked_window(qt, kt, vt, window);
+  return y.transpose(1, 2);
+}
+
+}  // namespace
+
 Tensor attention_causal(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
   check_shapes(q, k, v, "attention_causal");
-  if (kernels_attention_available(q) && q.size(1) == k.size(1))
-    return kernels_attention(q, k, v, window < 0 || window >= q.size(1) - 1 ? -1 : window);
-  return attention_causal_sdpa(q, k, v, window);
+  if (q.size(1) != k.size(1))
+    fail("attention_causal: q has %lld positions, k %lld", (long long)q.size(1), (long long)k.size(1));
+  return causal_by_path(q, k, v, window, attention_path(causal_call(q, k, v, window, /*cpu_kernels=*/true)));
 }
 
 Tensor attention_causal_sdpa(const Tensor& q, const Tensor& k, const Tensor& v, int64_t window) {
   check_shapes(q, k, v, "attention_causal");
   if (q.size(1) != k.size(1))
     fail("attention_causal: q has %lld positions, k %lld", (long long)q.size(1), (long long)k.size(1));
-  const int64_t T = q.size(1);
-  const bool full = window < 0 || window >= T - 1;
-  if (!full && attention_flash_window_supported(q, k) && attention_flash_window_checked(q))
-    return attention_flash_window(q, k, v, window);
-  Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2), vt = v.transpose(1, 2);
-  Tensor y = full ? sdpa(qt, kt, vt, std::nullopt, true) : chunked_window(qt, kt, vt, window);
-  return y.transpose(1, 2);
+  return causal_by_path(q, k, v, window, attention_path(causal_call(q, k, v, window, /*cpu_kernels=*/false)));
 }
 
 std::string attention_kernel_name(const Tensor& q, const Tensor& k, int64_t window) {
@@ -116,13 +172,18 @@ std::string attention_kernel_name(const Tensor& q, const Tensor& k, int64_t wind
     return std::string("SDPA ") + (choice >= 0 && choice < 5 ? names[choice] : "(no backend)");
   };
   const int64_t T = q.size(1);
-  if (kernels_attention_available(q))
-    return window < 0 || window >= T - 1 ? "nanochat CPU attention, causal"
-                                         : "nanochat CPU attention, window of " + std::to_string(window);
+  const bool full = window < 0 || window >= T - 1;
+  const std::string what = full ? "causal" : "window of " + std::to_string(window);
+  // as the training step calls it: with a gradient
+  AttentionCall c = causal_call(q, k, k, window, /*cpu_kernels=*/true);
+  c.grad = true;
   Tensor qt = q.transpose(1, 2), kt = k.transpose(1, 2);
-  if (window < 0 || window >= T - 1) return sdpa_name(qt, kt, std::nullopt, true) + ", causal";
-  if (attention_flash_window_supported(q, k) && attention_flash_window_checked(q))
-    return "flash with a real window of " + std::to_string(window);
+  switch (attention_path(c)) {
+    case AttentionPath::CpuKernels: return "nanochat CPU attention, " + what;
+    case AttentionPath::Flash: return "flash with a real " + what;
+    case AttentionPath::SdpaCausal: return sdpa_name(qt, kt, std::nullopt, true) + ", causal";
+    default: break;
+  }
   const int64_t blk = std::max<int64_t>(window, 1);
   Tensor qb = qt.narrow(2, 0, std::min(blk, T)), kb = kt.narrow(2, 0, std::min(2 * blk, T));
   Tensor mask = at::ones({1, 1, qb.size(2), kb.size(2)}, q.options().dtype(torch::kBool));
@@ -139,15 +200,25 @@ Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tens
   k_cache.narrow(1, pos, T).copy_(k);
   v_cache.narrow(1, pos, T).copy_(v);
   if (pos == 0) return attention_causal(q, k, v, window);  // prefill: the training path
+  AttentionCall call;
+  call.flash = flash_takes(q, k_cache);
+  call.grad = wants_grad(q, k, v);
+  call.Tq = T;
+  call.Tk = Tk;
+  call.window = window;
+  const AttentionPath path = attention_path(call);
+  // only keys some query may see
+  const int64_t start = window >= 0 ? std::max<int64_t>(0, pos - window) : 0;
+  if (path == AttentionPath::Flash)  // causal to the last key: query r is at position pos + r
+    return attention_flash_window(q, k_cache.narrow(1, start, Tk - start), v_cache.narrow(1, start, Tk - start),
+                                  window);
   Tensor qt = q.transpose(1, 2);
-  if (T == 1) {  // decode: the last window+1 keys, no mask needed
-    int64_t start = (window >= 0 && window < Tk) ? Tk - (window + 1) : 0;
+  if (path == AttentionPath::SdpaLastKeys) {  // the last window+1 keys, no mask needed
     Tensor kt = k_cache.narrow(1, start, Tk - start).transpose(1, 2);
     Tensor vt = v_cache.narrow(1, start, Tk - start).transpose(1, 2);
     return sdpa(qt, kt, vt, std::nullopt, false).transpose(1, 2);
   }
-  // prefill after position 0: only keys some query may see, under an explicit mask
-  int64_t start = window >= 0 ? std::max<int64_t>(0, pos - window) : 0;
+  // a prefill after position 0: under an explicit mask
   Tensor kt = k_cache.narrow(1, start, Tk - start).transpose(1, 2);
   Tensor vt = v_cache.narrow(1, start, Tk - start).transpose(1, 2);
   Tensor mask = attention_window_mask(T, Tk - start, window, q.device());
@@ -185,6 +256,7 @@ Tensor attention_with_kvcache_rows(const Tensor& q, const Tensor& k_cache, const
     torch::Device dev = torch::kCPU;
     c10::List<std::optional<Tensor>> index;
     std::map<std::pair<int64_t, int64_t>, Tensor> masks;  // (first, window) -> mask
+    Tensor seqused;                                       // int32 (B,): each row's key count
   };
   thread_local Memo memo;
   const auto dev = q.device();
@@ -200,6 +272,7 @@ Tensor attention_with_kvcache_rows(const Tensor& q, const Tensor& k_cache, const
     memo.index.push_back(torch::tensor(ri, torch::kLong).to(dev));
     memo.index.push_back(torch::tensor(ci, torch::kLong).to(dev));
     memo.masks.clear();
+    memo.seqused = Tensor();
     memo.pos = pos;
     memo.T = T;
     memo.dev = dev;
@@ -207,6 +280,17 @@ Tensor attention_with_kvcache_rows(const Tensor& q, const Tensor& k_cache, const
   const c10::List<std::optional<Tensor>>& index = memo.index;
   k_cache.index_put_(index, k.reshape({B * T, k.size(2), k.size(3)}));
   v_cache.index_put_(index, v.reshape({B * T, v.size(2), v.size(3)}));
+  AttentionCall call;
+  call.flash = flash_takes(q, k_cache);
+  call.rows = true;
+  if (attention_path(call) == AttentionPath::FlashRows) {
+    if (!memo.seqused.defined()) {  // each row's key count: its position + T
+      std::vector<int32_t> used;
+      for (int64_t p : pos) used.push_back((int32_t)(p + T));
+      memo.seqused = torch::tensor(used, torch::kInt).to(dev);
+    }
+    return attention_flash_rows(q, k_cache, v_cache, memo.seqused, hi, window);
+  }
   // only keys some row may see: from the lowest row's window start to the longest row
   const int64_t first = window >= 0 ? std::max<int64_t>(0, lo_pos - window) : 0;
   Tensor kt = k_cache.narrow(1, first, hi - first).transpose(1, 2);

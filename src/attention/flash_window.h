@@ -20,6 +20,13 @@ bool attention_flash_window_supported(const torch::Tensor& q, const torch::Tenso
 torch::Tensor attention_flash_window(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                      int64_t window);
 
+// inference only (no autograd): rows at positions of their own over a KV cache through flash's
+// variable-length entry. q (B,T,H,D); k_cache, v_cache (B,Tmax,Hkv,D); seqused_k int32 (B,) on
+// q's device: row b's keys are its first seqused_k[b] cache positions and its T queries the last
+// T of them; max_k >= every seqused_k. Causal with the left window (< 0: unlimited).
+torch::Tensor attention_flash_rows(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
+                                   const torch::Tensor& seqused_k, int64_t max_k, int64_t window);
+
 // whether the real window passed the kernels' self-check on q's device in q's dtype (running the
 // check the first time; true with NANOCHAT_KERNELS=0, which turns off only nanochat's kernels)
 bool attention_flash_window_checked(const torch::Tensor& q);

@@ -126,4 +126,22 @@ Tensor attention_flash_window(const Tensor& q, const Tensor& k, const Tensor& v,
   return FlashWindow::apply(q, k, v, window);
 }
 
+Tensor attention_flash_rows(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache, const Tensor& seqused_k,
+                            int64_t max_k, int64_t window) {
+  if (!attention_flash_window_supported(q, k_cache) || v_cache.sizes() != k_cache.sizes() ||
+      k_cache.size(0) != q.size(0) || seqused_k.numel() != q.size(0) || seqused_k.scalar_type() != at::kInt)
+    fail("attention_flash_rows: needs q (B,T,H,D), caches (B,Tmax,Hkv,D) the flash kernel takes, seqused_k int32 (B,)");
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), D = q.size(3);
+  const int64_t Tmax = k_cache.size(1), Hkv = k_cache.size(2);
+  auto i32 = at::TensorOptions().dtype(at::kInt).device(q.device());
+  // packed sequences: row b's queries at b*T, its keys at b*Tmax (the cache as it lies)
+  const Tensor cu_q = at::arange(0, (B + 1) * T, T, i32), cu_k = at::arange(0, (B + 1) * Tmax, Tmax, i32);
+  const double scale = 1.0 / std::sqrt((double)D);
+  auto [out, lse, rng_state, rng_unused, debug_mask] = at::_flash_attention_forward(
+      q.reshape({B * T, H, D}), k_cache.reshape({B * Tmax, Hkv, D}), v_cache.reshape({B * Tmax, Hkv, D}), cu_q, cu_k, T,
+      max_k, /*dropout_p=*/0.0, /*is_causal=*/true, /*return_debug_mask=*/false, scale, window < 0 ? -1 : window,
+      /*window_size_right=*/0, seqused_k);
+  return out.view({B, T, H, D});
+}
+
 }  // namespace nanochat

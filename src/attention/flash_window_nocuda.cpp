@@ -12,4 +12,9 @@ torch::Tensor attention_flash_window(const torch::Tensor&, const torch::Tensor&,
   fail("attention_flash_window needs a CUDA build of nanochat (this one was built against a LibTorch without CUDA)");
 }
 
+torch::Tensor attention_flash_rows(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                                   const torch::Tensor&, int64_t, int64_t) {
+  fail("attention_flash_rows needs a CUDA build of nanochat (this one was built against a LibTorch without CUDA)");
+}
+
 }  // namespace nanochat

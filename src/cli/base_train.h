@@ -92,6 +92,20 @@ struct BaseTrainPlan {
 // make a run.
 BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int world, const std::string& device_type,
                               torch::ScalarType dtype, const MemoryBudget& budget, Dist* dist);
+// The step-time model of docs/gpu.md: one micro-step (forward and backward of B x T tokens) per
+// op, in seconds, on a GPU of `peak` dense bf16 FLOPS and `bandwidth` nominal bytes/s. The rates
+// are the H200's measured ones (docs/log.md, 2026-12-04: d20, B=16, T=2048), compute-bound ops
+// scaled by peak and memory-bound ones by bandwidth. Ours: the fused kernels at their measured
+// times, the norm kernels at `norm_fraction` of the bandwidth (0: their measured rates). Upstream:
+// the same GEMMs and SDPA, its S layers as masked SDPA (no FA3), its CE's logits through memory,
+// its compiled norms at 80% of the bandwidth. `other` (embeddings, gates, the optimizer's share,
+// gaps) is upstream's measured step less its modelled ops, the same on both sides.
+struct StepTimeModel {
+  double matmuls = 0, attention = 0, lm_head_ce = 0, norms = 0, other = 0;
+  double total() const { return matmuls + attention + lm_head_ce + norms + other; }
+};
+StepTimeModel base_train_step_model(const GPTConfig& config, int64_t B, int64_t T, double peak, double bandwidth,
+                                    bool upstream, double norm_fraction = 0);
 // the smallest of the ranks' rows (each rank fits its own free memory; the ranks must agree
 // for the same micro-steps, eval steps and loader state); a collective
 int64_t base_train_agree_device_batch(int64_t rows, Dist& dist);

@@ -59,11 +59,15 @@ std::pair<int64_t, std::string> device_batch_of(const BaseTrainFlags& o, const G
                                                 bool fp8, const MemoryBudget& budget, Dist* dist) {
   if (o.device_batch_size_given) return {o.device_batch_size, "--device-batch-size"};
   if (device_type != "cuda") return {o.device_batch_size, "the flag's default"};
-  if (budget.bytes <= 0)
-    return {o.device_batch_size, "upstream's default: no GPU here and no --gpu-memory to plan one by"};
-  const int64_t fit = gpt_train_memory_fit(config, dtype, world, budget.bytes / 10 * 9, 32, fp8);
-  int64_t rows = std::max<int64_t>(1, fit);
+  // A rank whose memory query gave nothing still joins the agreement, with the flag's default:
+  // skipping it would pair the other ranks' all-reduce with this rank's next collective.
+  const bool known = budget.bytes > 0;
+  const int64_t fit = known ? gpt_train_memory_fit(config, dtype, world, budget.bytes / 10 * 9, 32, fp8) : 0;
+  int64_t rows = known ? std::max<int64_t>(1, fit) : o.device_batch_size;
   if (dist) rows = base_train_agree_device_batch(rows, *dist);
+  if (!known)
+    return {rows, std::string("upstream's default: no GPU here and no --gpu-memory to plan one by") +
+                      (dist && world > 1 ? ", the smallest over the ranks" : "")};
   log_info(
       "device batch size %lld: the largest power of two up to 32 whose estimate (%.1f GiB) fits in 90%% of "
       "%s (--device-batch-size overrides)%s",
@@ -105,6 +109,105 @@ BaseTrainPlan base_train_plan(const BaseTrainFlags& o, int64_t vocab_size, int w
   p.grad_accum = train_grad_accum(p.scaling.total_batch_size, p.device_batch_size, o.max_seq_len, world);
   p.memory = gpt_train_memory(p.config, p.device_batch_size, dtype, world, p.fp8);
   return p;
+}
+
+namespace {
+
+// the H200's figures (docs/log.md, 2026-12-04): d20 (C 1280, 10 heads of 128, vocab 32768),
+// bf16, B=16, T=2048, forward+backward; the bandwidth measured (4.3 TB/s of a nominal 4.8)
+namespace h200 {
+constexpr double kPeak = 989e12, kBandwidth = 4.3e12, kNominalBandwidth = 4.8e12;
+constexpr double kTokens = 16 * 2048, kWidth = 1280, kHeads = 10, kHeadDim = 128, kVocab = 32768, kT = 2048;
+constexpr double kMlpSeconds = 4.15e-3;         // one layer's MLP: two GEMMs and the fused relu^2
+constexpr double kCeSeconds = 13.97e-3;         // lm_head+softcap+CE, the training mean, fused
+constexpr double kCausalSeconds = 1.64e-3;      // an L layer's attention (SDPA's cuDNN, causal)
+constexpr double kWindowSeconds = 1.69e-3;      // an S layer's (flash with a real window of 512)
+constexpr double kResidNormSeconds = 0.82e-3;   // resid mix + RMSNorm
+constexpr double kRotaryNormSeconds = 0.33e-3;  // rotary + QK norm, of q or of k
+// upstream (torch.compile, 16 x 2048 x 8 micro-steps): tok/s at window pattern L and SSSL
+constexpr double kUpstreamL = 157537, kUpstreamSSSL = 133969;
+}  // namespace h200
+
+constexpr double kUpstreamNormFraction = 0.8;  // inductor's fused elementwise kernels (assumed)
+constexpr double kResidNormBytes = 20;         // per element: 4 bf16 passes forward, 6 backward
+constexpr double kRotaryNormBytes = 12;        // per element of q or k: 2 forward, 4 backward
+
+double block_matmul_flops(double tokens, double C, double H, double Hkv, double D, double layers) {
+  return 6 * tokens * layers * (C * H * D + 2 * C * Hkv * D + H * D * C + 8 * C * C);
+}
+// (query, key) pairs of a causal window of `window` earlier keys (< 0: all) over T positions
+double attention_pairs(double T, double window) {
+  if (window < 0 || window >= T - 1) return T * (T + 1) / 2;
+  return T * (window + 1) - window * (window + 1) / 2;
+}
+// forward 4*D FLOPs a pair and head (QK^T and PV), backward 2.5 times that
+double attention_flops(double B, double H, double D, double pairs) { return 14 * B * H * D * pairs; }
+
+// the rates the H200's figures imply, each ms at its reference shape
+struct Rates {
+  double matmul, ce, causal, window, masked, resid_fraction, rotary_fraction, other_bytes;
+};
+Rates h200_rates();
+
+StepTimeModel model_at(double tokens, double B, double T, double C, double H, double Hkv, double D, double V,
+                       const std::vector<double>& windows, const Rates& r, double compute_scale, double bandwidth,
+                       bool upstream, double norm_fraction) {
+  StepTimeModel m;
+  const double layers = (double)windows.size();
+  m.matmuls = block_matmul_flops(tokens, C, H, Hkv, D, layers) / (r.matmul * compute_scale);
+  for (double w : windows) {
+    const bool full = w < 0 || w >= T - 1;
+    if (full) m.attention += attention_flops(B, H, D, attention_pairs(T, -1)) / (r.causal * compute_scale);
+    else if (upstream) m.attention += attention_flops(B, H, D, T * T) / (r.masked * compute_scale);
+    else m.attention += attention_flops(B, H, D, attention_pairs(T, w)) / (r.window * compute_scale);
+  }
+  const double ce_flops = 6 * tokens * C * V;
+  // upstream's logits: written by the GEMM, read by the CE forward and backward, dlogits written
+  m.lm_head_ce = upstream ? ce_flops / (r.matmul * compute_scale) + 8 * tokens * V / (kUpstreamNormFraction * bandwidth)
+                          : ce_flops / (r.ce * compute_scale);
+  const double resid_f = upstream ? kUpstreamNormFraction : norm_fraction > 0 ? norm_fraction : r.resid_fraction;
+  const double rotary_f = upstream ? kUpstreamNormFraction : norm_fraction > 0 ? norm_fraction : r.rotary_fraction;
+  m.norms = (2 * layers + 1) * kResidNormBytes * tokens * C / (resid_f * bandwidth) +
+            layers * kRotaryNormBytes * tokens * (H + Hkv) * D / (rotary_f * bandwidth);
+  m.other = r.other_bytes * tokens * C * layers / bandwidth;
+  return m;
+}
+
+Rates h200_rates() {
+  using namespace h200;
+  Rates r{};
+  r.matmul = 6 * kTokens * 8 * kWidth * kWidth / kMlpSeconds;
+  r.ce = 6 * kTokens * kWidth * kVocab / kCeSeconds;
+  r.causal = attention_flops(16, kHeads, kHeadDim, attention_pairs(kT, -1)) / kCausalSeconds;
+  r.window = attention_flops(16, kHeads, kHeadDim, attention_pairs(kT, 512)) / kWindowSeconds;
+  // upstream's S layer: its SSSL step less its L step, over its 15 S layers, on top of an L layer's
+  const double s_extra = (1 / kUpstreamSSSL - 1 / kUpstreamL) * kTokens / 15;
+  r.masked = attention_flops(16, kHeads, kHeadDim, kT * kT) / (kCausalSeconds + s_extra);
+  r.resid_fraction = kResidNormBytes * kTokens * kWidth / (kResidNormSeconds * kBandwidth);
+  r.rotary_fraction = kRotaryNormBytes * kTokens * kWidth / (kRotaryNormSeconds * kBandwidth);
+  // other: upstream's measured micro-step at L less its modelled ops, as bytes an element a layer
+  r.other_bytes = 0;
+  const std::vector<double> full(20, -1.0);
+  const StepTimeModel up = model_at(kTokens, 16, kT, kWidth, kHeads, kHeads, kHeadDim, kVocab, full, r, 1.0, kBandwidth,
+                                    /*upstream=*/true, 0);
+  r.other_bytes = (kTokens / kUpstreamL - up.total()) * kBandwidth / (kTokens * kWidth * 20);
+  return r;
+}
+
+}  // namespace
+
+StepTimeModel base_train_step_model(const GPTConfig& config, int64_t B, int64_t T, double peak, double bandwidth,
+                                    bool upstream, double norm_fraction) {
+  const double D = (double)config.head_dim();
+  std::vector<double> windows;
+  GPTConfig at_t = config;
+  at_t.sequence_len = T;
+  for (int64_t w : gpt_window_sizes(at_t)) windows.push_back((double)w);
+  // compute by the peak, memory by the bandwidth the H200 reached of its nominal
+  const double effective_bandwidth = bandwidth * (h200::kBandwidth / h200::kNominalBandwidth);
+  return model_at((double)(B * T), (double)B, (double)T, (double)config.n_embd, (double)config.n_head,
+                  (double)config.n_kv_head, D, (double)gpt_padded_vocab(config.vocab_size), windows, h200_rates(),
+                  peak / h200::kPeak, effective_bandwidth, upstream, norm_fraction);
 }
 
 int base_train_preflight_report(const BaseTrainPlan& plan, const TrainProgress& progress, int64_t steps,
@@ -307,12 +410,35 @@ int base_train_dry_run(const BaseTrainFlags& o) {
                    device_type == "cuda" ? gpu.c_str() : "this CPU's measured matmul peak",
                    std::isfinite(peak) ? strprintf("%.0f TFLOPS", peak / 1e12).c_str() : "peak unknown", world,
                    duration_text(seconds).c_str());
+  // the step-time model's wall-clock: micro-steps x the modelled micro-step (GPUs in the tables only)
+  const double bandwidth = device_type == "cuda" ? peak_bandwidth(gpu) : 0;
+  const bool modelled = std::isfinite(peak) && std::isfinite(bandwidth) && bandwidth > 0;
+  StepTimeModel ours, theirs;
+  if (modelled) {
+    ours = base_train_step_model(p.config, p.device_batch_size, o.max_seq_len, peak, bandwidth, false);
+    theirs = base_train_step_model(p.config, p.device_batch_size, o.max_seq_len, peak, bandwidth, true);
+    out << strprintf(
+        "Wall-clock by the step-time model (docs/gpu.md) on %d x %s: %s (a micro-step of %lld x %lld tokens: "
+        "%.1f ms; upstream's %.1f ms: %.2fx its speed%s)\n",
+        world, gpu.c_str(), duration_text(ours.total() * (double)(p.grad_accum * p.num_iterations)).c_str(),
+        (long long)p.device_batch_size, (long long)o.max_seq_len, 1e3 * ours.total(), 1e3 * theirs.total(),
+        theirs.total() / ours.total(), p.fp8 ? "; bf16 modelled, FP8 not" : "");
+  }
   nlohmann::ordered_json j = plan_json(p);
   j["vocab_assumed"] = !have_tok;
   j["gpu"] = device_type == "cuda" ? nlohmann::json(gpu) : nlohmann::json();
   j["peak_flops"] = std::isfinite(peak) ? nlohmann::json(peak) : nlohmann::json();
   j["mfu"] = o.mfu;
   j["estimated_seconds"] = std::isfinite(seconds) ? nlohmann::json(seconds) : nlohmann::json();
+  auto ms = [](const StepTimeModel& m) {
+    return nlohmann::ordered_json{{"matmuls", 1e3 * m.matmuls},       {"attention", 1e3 * m.attention},
+                                  {"lm_head_ce", 1e3 * m.lm_head_ce}, {"norms", 1e3 * m.norms},
+                                  {"other", 1e3 * m.other},           {"total", 1e3 * m.total()}};
+  };
+  j["model_micro_step_ms"] = modelled ? ms(ours) : nlohmann::ordered_json();
+  j["model_upstream_micro_step_ms"] = modelled ? ms(theirs) : nlohmann::ordered_json();
+  j["model_seconds"] = modelled ? nlohmann::ordered_json(ours.total() * (double)(p.grad_accum * p.num_iterations))
+                                : nlohmann::ordered_json();
   out << j.dump() << std::endl;
   return 0;
 }

@@ -1,6 +1,7 @@
 #include "nanochat/dist.h"
 
 #include <algorithm>
+#include <exception>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -83,7 +84,24 @@ Dist::Dist(const DistEnv& env, const torch::Device& device) : env_(env), device_
   log_debug("process group %s up: rank %d of %d", backend_name().c_str(), env.rank, env.world_size);
 }
 
-Dist::~Dist() = default;
+// A last barrier, then the group shut down before it is freed: NCCL otherwise warns that its
+// communicators were never destroyed and aborts them, and a rank that left early could tear
+// down a communicator another rank is still using. A rank leaving on an exception skips the
+// barrier (the others may never come to it) but still shuts its group down.
+Dist::~Dist() {
+  if (!backend_) return;
+  try {
+    if (std::uncaught_exceptions() == 0) barrier();
+  } catch (const std::exception& e) {
+    log_warn("rank %d: the last barrier failed (%s)", env_.rank, c10::GetExceptionString(e).substr(0, 200).c_str());
+  }
+  try {
+    backend_->shutdown();
+  } catch (const std::exception& e) {
+    log_warn("rank %d: shutting the process group down failed (%s)", env_.rank,
+             c10::GetExceptionString(e).substr(0, 200).c_str());
+  }
+}
 
 std::string Dist::backend_name() const { return backend_ ? backend_->getBackendName() : "none"; }
 

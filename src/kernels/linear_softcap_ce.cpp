@@ -170,6 +170,22 @@ struct LinearSoftcapCE : public torch::autograd::Function<LinearSoftcapCE> {
   }
 };
 
+// dx * g with one rounding. g is the incoming scalar, 1/grad_accum in training; a bf16 dx times
+// g rounded to bf16 first (1/3 -> 0.333984375, 0.2% high) is exact only for powers of two, so
+// a low-precision dx is scaled in fp32 and rounded once: the correctly rounded dx/3 or dx/6.
+// Row chunks bound the fp32 copy (64 MiB).
+Tensor scale_gradient(const Tensor& dx, const Tensor& g) {
+  if (dx.scalar_type() != at::kBFloat16 && dx.scalar_type() != at::kHalf) return dx * g.to(dx.scalar_type());
+  const Tensor gf = g.to(at::kFloat);
+  Tensor out = at::empty_like(dx);
+  const int64_t N = dx.size(0), rows = std::max<int64_t>(1, (int64_t(1) << 24) / std::max<int64_t>(1, dx.size(1)));
+  for (int64_t r0 = 0; r0 < N; r0 += rows) {
+    const int64_t n = std::min(rows, N - r0);
+    out.narrow(0, r0, n).copy_(dx.narrow(0, r0, n).to(at::kFloat).mul_(gf));
+  }
+  return out;
+}
+
 // The mean over counted tokens, for training: d mean / d logits is known in the forward
 // (1/count a counted row), so the forward computes the gradients too, while each chunk's
 // logits are at hand, and backward only scales them by the incoming scalar -- three matmuls
@@ -205,13 +221,8 @@ struct LinearSoftcapCEMean : public torch::autograd::Function<LinearSoftcapCEMea
     auto saved = ctx->get_saved_variables();
     const Tensor g = grads[0];
     const auto weight_dtype = (at::ScalarType)ctx->saved_data["weight_dtype"].toInt();
-    return {saved[0] * g.to(saved[0].scalar_type()),
-            (saved[1] * g).to(weight_dtype),
-            Tensor(),
-            Tensor(),
-            Tensor(),
-            Tensor(),
-            Tensor()};
+    return {
+        scale_gradient(saved[0], g), (saved[1] * g).to(weight_dtype), Tensor(), Tensor(), Tensor(), Tensor(), Tensor()};
   }
 };
 
