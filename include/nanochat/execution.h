@@ -33,10 +33,10 @@ enum ExecutionIsolation : uint32_t {
   kExecPidNamespace = 1u << 0,      // and its own /proc (kExecFreshProc)
   kExecNetworkNamespace = 1u << 2,  // no network
   kExecUidDropped = 1u << 3,        // a uid and gid of the run's own, that no host process used
-  kExecProcessLimit = 1u << 4,      // RLIMIT_NPROC (on the run's own uid: this run alone)
+  kExecProcessLimit = 1u << 4,      // RLIMIT_NPROC, counted on this run alone (its uid or user namespace)
   kExecReadOnlyMounts = 1u << 6,    // every mount read-only but /tmp and /dev/shm
   kExecUserNamespace = 1u << 7,     // user, IPC, UTS and cgroup namespaces too
-  kExecTmpfs = 1u << 8,             // /tmp and /dev/shm a private, size-capped tmpfs
+  kExecTmpfs = 1u << 8,             // /tmp and /dev/shm a private tmpfs, its size and inodes capped
   kExecFreshProc = 1u << 9,
   kExecCapsDropped = 1u << 10,     // --cap-drop ALL
   kExecSeccomp = 1u << 11,         // the syscall filter

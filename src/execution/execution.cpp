@@ -1,5 +1,5 @@
 // execute_code, the parent's side: find bwrap and the interpreter, pick the run's own uid, build
-// bwrap's command line (bwrap_command.cpp), fork the child (sandbox.cpp) that execs it, collect
+// bwrap's command line (bwrap_plan.cpp), fork the child (sandbox.cpp) that execs it, collect
 // capped output under a wall-clock deadline, kill whatever is left, clean up. Fails closed: any
 // part of the isolation missing gives "sandbox unavailable: ..." and the program does not run.
 #include "nanochat/execution.h"
@@ -210,8 +210,8 @@ const char* userns_fix(int e) {
     case EPERM:
     case EACCES:
       return " (unprivileged user namespaces are refused: on Debian before 11 sysctl -w "
-             "kernel.unprivileged_userns_clone=1, on Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0; "
-             "in a container, its seccomp profile or AppArmor may refuse unshare)";
+             "kernel.unprivileged_userns_clone=1, on Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0 or "
+             "an AppArmor profile with `userns,` for nanochat; in a container, its seccomp profile or AppArmor)";
     case EAGAIN: return " (the caller's uid is at its process limit, ulimit -u)";
     case EUSERS: return " (user namespaces are nested 32 deep here)";
   }
@@ -471,8 +471,8 @@ ExecutionResult execute_code(const std::string& code, const ExecutionOptions& op
   std::string tmpfs_options = strprintf("size=%lld,nr_inodes=%lld,mode=0700", (long long)opts.max_disk_bytes,
                                         (long long)execution_tmpfs_inodes(opts));
   if (root) tmpfs_options += strprintf(",uid=%u,gid=%u", (unsigned)s.uid, (unsigned)s.uid);
-  const std::string uid_map = strprintf("%u %u 1\n", (unsigned)getuid(), (unsigned)getuid());
-  const std::string gid_map = strprintf("%u %u 1\n", (unsigned)getgid(), (unsigned)getgid());
+  const std::string uid_map = strprintf("%u %u 1\n", (unsigned)geteuid(), (unsigned)geteuid());
+  const std::string gid_map = strprintf("%u %u 1\n", (unsigned)getegid(), (unsigned)getegid());
   if (!open_pipes(s, s.unsandboxed ? std::string() : seccomp_bpf())) {
     ExecutionResult res;
     res.error = strprintf("execute_code: pipe: %s", strerror(errno));
