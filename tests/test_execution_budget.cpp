@@ -6,7 +6,8 @@
 // escape exceeds the bound every time, another process's burst only once in a while.
 // With the run's cgroup v2 leaf, where it can be had: the fork-and-fill stays within it. And
 // the clone the child starts with (clone3 with CLONE_INTO_CGROUP) lands it in the group it is
-// given, from its first instruction.
+// given, from its first instruction. The run's tmpfs holds at most its inode cap of empty files
+// (kernel memory its size does not count), as root and as an ordinary user.
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -230,13 +231,41 @@ int processes_of(unsigned long uid) {
 }  // namespace
 
 TEST(ExecutionBudget, TheBoundIsWhatItSays) {
-  // by hand for one setting: 6 processes of (64 MiB + 4 * 2 * wmem_max + 1 MiB), one more
-  // 4 * 2 * wmem_max in flight, the pipes' pages, 8 MiB of disk
+  // by hand for one setting: a descriptor's socket S = 2 x the larger of wmem_max and rmem_max
+  // plus one 64 KiB packet; 6 processes of (64 MiB + 4 S + 1 MiB), one more 4 S in flight, the
+  // pipes' pages, 8 MiB of disk and its 2048 inodes at 2 KiB
   ExecutionOptions o;
   o.max_processes = 4, o.max_memory_bytes = 64LL << 20, o.max_open_files = 4, o.max_disk_bytes = 8LL << 20;
   const int64_t wmem = std::atoll(read_text("/proc/sys/net/core/wmem_max").c_str());
+  const int64_t rmem = std::atoll(read_text("/proc/sys/net/core/rmem_max").c_str());
+  const int64_t socket = 2 * std::max(wmem, rmem) + 65536;
   const int64_t pipes = std::atoll(read_text("/proc/sys/fs/pipe-user-pages-soft").c_str()) * 4096;
-  EXPECT_EQ(execution_memory_bound(o), 6 * ((64LL << 20) + 8 * wmem + (1 << 20)) + 8 * wmem + pipes + (8LL << 20));
+  EXPECT_EQ(execution_tmpfs_inodes(o), 2048);
+  EXPECT_EQ(execution_memory_bound(o),
+            6 * ((64LL << 20) + 4 * socket + (1 << 20)) + 4 * socket + pipes + (8LL << 20) + 2048 * 2048);
+}
+
+// empty files cost kernel memory (inode, dentry) that a tmpfs's size does not count: the run's
+// one tmpfs for /tmp and /dev/shm holds at most its inode cap, as root and as an ordinary user
+// (bwrap's own --tmpfs, which a user's run had before, has no inode cap: half the RAM's pages)
+static std::string inode_fill_past_cap() {
+  ExecutionOptions o;
+  o.python = execution_test::system_python();
+  o.max_disk_bytes = 8LL << 20;  // 2048 inodes: the root directory, "tmp", "shm" and 2045 files
+  const ExecutionResult r = execute_code(
+      "n = 0\ntry:\n    for i in range(30000):\n        open(('/tmp/' if i % 2 else '/dev/shm/') + str(i), 'w').close()\n"
+      "        n += 1\nexcept OSError as e:\n    print('stopped', e.errno)\nprint('files', n)\n",
+      o);
+  const std::string want = "stopped 28\nfiles " + std::to_string(execution_tmpfs_inodes(o) - 3) + "\n";  // ENOSPC
+  return r.stdout_text == want ? "" : "wanted " + want + ", got " + r.stdout_text + r.error;
+}
+
+TEST(ExecutionBudget, TmpfsInodesAreCapped) {
+  EXPECT_EQ(inode_fill_past_cap(), "");
+  if (geteuid() == 0) {
+    SCOPED_TRACE("as uid 65534: bwrap run by that user");
+    EXPECT_EQ(execution_test::as_nobody(inode_fill_past_cap), "");
+  }
 }
 
 TEST(ExecutionBudget, ForkAndFillStaysWithinTheBound) {

@@ -3,7 +3,11 @@
 // the caller's environment; a run forking to its limit cannot weaken a run beside it; /proc/1
 // is the sandbox's own; bwrap absent from PATH, bwrap unable to make its namespaces, an
 // interpreter the run's uid cannot reach each give the one-line refusal and a failed HumanEval
-// problem (never an unsandboxed run); the unsandboxed opt-in says so on every run.
+// problem (never an unsandboxed run), with the fix for the cause bwrap names (a process limit is
+// not a namespace setting); the unsandboxed opt-in says so on every run. A caller with 16
+// threads, not root, still gets its programs run (RLIMIT_NPROC counts the run apart from it).
+// A HumanEval pass is the tests having run to their end: a completion that exits 0 before them
+// is graded failed.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -21,6 +25,7 @@
 
 #include "nanochat/common/files.h"
 #include "nanochat/execution.h"
+#include "nanochat/tasks.h"
 #include "test_execution.h"
 
 using namespace nanochat;
@@ -160,14 +165,12 @@ TEST(ExecutionClosed, NoBwrapOnPathRefusesInOneLine) {
   EXPECT_TRUE(execute_code(kSolvedProblem, opts()).success);
 }
 
-TEST(ExecutionClosed, BwrapWithoutNamespacesRefusesWithTheFix) {
-  // a bwrap that fails as Debian's does when user namespaces are off
+// a fake bwrap that fails with `complaint` on stderr, as the real one does; the refusal it gets
+static ExecutionResult run_with_failing_bwrap(const std::string& complaint) {
   const std::string dir = "/tmp/nanochat_fake_bwrap_" + std::to_string(getpid());
   make_dirs(dir);
   chmod(dir.c_str(), 0755);
-  std::ofstream(dir + "/bwrap") << "#!/bin/sh\n"
-                                   "echo 'bwrap: No permissions to creating new namespace, likely because the kernel "
-                                   "does not allow non-privileged user namespaces.' >&2\nexit 1\n";
+  std::ofstream(dir + "/bwrap") << "#!/bin/sh\necho '" << complaint << "' >&2\nexit 1\n";
   chmod((dir + "/bwrap").c_str(), 0755);
   ExecutionResult r;
   {
@@ -175,11 +178,91 @@ TEST(ExecutionClosed, BwrapWithoutNamespacesRefusesWithTheFix) {
     r = execute_code("print('ran')", opts());
   }
   remove_tree(dir);
-  EXPECT_TRUE(r.sandbox_unavailable);
-  EXPECT_EQ(r.error.rfind("sandbox unavailable: bwrap: No permissions to creating new namespace", 0), 0u) << r.error;
-  EXPECT_NE(r.error.find("user.max_user_namespaces"), std::string::npos) << r.error;
-  EXPECT_EQ(r.error.find('\n'), std::string::npos);
-  EXPECT_EQ(r.stdout_text.find("ran"), std::string::npos);
+  return r;
+}
+
+TEST(ExecutionClosed, BwrapWithoutNamespacesRefusesWithTheFix) {
+  // what bwrap 0.8 says for EPERM (Debian's kernel.unprivileged_userns_clone=0), ENOSPC
+  // (user.max_user_namespaces reached or 0) and EAGAIN (a process limit): each refusal names
+  // the fix for its own cause and no other's
+  struct Case {
+    const char* complaint;
+    const char* fix;
+    const char* not_the_fix;
+  } cases[] = {
+      {"bwrap: No permissions to creating new namespace, likely because the kernel does not allow non-privileged "
+       "user namespaces.",
+       "kernel.unprivileged_userns_clone=1", "max_user_namespaces"},
+      {"bwrap: Creating new namespace failed: No space left on device", "sysctl -w user.max_user_namespaces=15000",
+       "unprivileged_userns_clone"},
+      {"bwrap: Creating new namespace failed: Resource temporarily unavailable", "process limit",
+       "max_user_namespaces"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.complaint);
+    const ExecutionResult r = run_with_failing_bwrap(c.complaint);
+    EXPECT_TRUE(r.sandbox_unavailable);
+    EXPECT_EQ(r.error.rfind("sandbox unavailable: " + std::string(c.complaint), 0), 0u) << r.error;
+    EXPECT_NE(r.error.find(c.fix), std::string::npos) << r.error;
+    EXPECT_EQ(r.error.find(c.not_the_fix), std::string::npos) << r.error;
+    EXPECT_EQ(r.error.find('\n'), std::string::npos);
+    EXPECT_EQ(r.stdout_text.find("ran"), std::string::npos);
+  }
+}
+
+// chat-eval with OMP_NUM_THREADS=16: the caller's threads count against its uid's RLIMIT_NPROC,
+// and used to count against the run's (every run refused at 8 threads or more). Not root: the
+// threads and the runs in a child turned into uid 65534 (as root), or in this process.
+TEST(ExecutionClosed, ACallerWithSixteenThreadsGetsProgramsRun) {
+  auto body = []() {
+    std::atomic<bool> done{false};
+    std::vector<std::thread> threads;
+    for (int i = 0; i < 16; i++)
+      threads.emplace_back([&done]() {
+        while (!done) usleep(10 * 1000);
+      });
+    std::string failed;
+    for (int i = 0; i < 3; i++) {
+      const ExecutionResult r = execute_code(kSolvedProblem, opts());
+      if (!r.success) failed += "run " + std::to_string(i) + ": " + r.error + "; ";
+    }
+    // the run's own limit still holds: a fork loop gets max_processes - 1 children
+    const ExecutionResult forks = execute_code(
+        "import posix, time\nkids = 0\nfor i in range(40):\n    try:\n        pid = posix.fork()\n"
+        "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(3)\n        posix._exit(0)\n"
+        "    kids += 1\nprint('kids', kids)\n",
+        opts());
+    if (forks.stdout_text != "kids 7\n") failed += "the fork loop: " + forks.stdout_text + forks.error + "; ";
+    done = true;
+    for (auto& t : threads) t.join();
+    return failed;
+  };
+  EXPECT_EQ(geteuid() == 0 ? as_nobody(body) : body(), "");
+}
+
+// a HumanEval problem as the dataset gives it, and completions graded as chat-eval grades them
+TEST(ExecutionClosed, AHumanEvalPassIsTheTestsRunningToTheirEnd) {
+  const nlohmann::json problem = {
+      {"messages", {{{"role", "user"}, {"content", "import math\n\ndef add(a, b):\n"}}}},
+      {"test", "def check(candidate):\n    assert candidate(2, 3) == 5\n    assert candidate(-1, 1) == 0\n"},
+      {"entry_point", "add"}};
+  EXPECT_EQ(humaneval_grade(problem, "```python\ndef add(a, b):\n    return a + b\n```"), 1);
+  EXPECT_EQ(humaneval_grade(problem, "def add(a, b):\n    return a - b"), 0);
+  // leaving before the tests with a clean exit status: the status alone would pass it
+  const std::string early_exit = "import sys\nsys.exit(0)\ndef add(a, b):\n    return 0";
+  EXPECT_TRUE(execute_code(humaneval_program(problem, early_exit), opts()).success);
+  EXPECT_EQ(humaneval_grade(problem, early_exit), 0);
+  EXPECT_EQ(humaneval_grade(problem, "import os\nos._exit(0)"), 0);
+  EXPECT_EQ(humaneval_grade(problem, "def add(a, b):\n    raise SystemExit(0)"), 0);  // inside check()
+  // the marker's line is not part of what the program printed
+  const ExecutionResult r = execute_code_to_the_end("print('hi', end='')", opts());
+  EXPECT_TRUE(r.success) << r.error;
+  EXPECT_EQ(r.stdout_text, "hi");
+  const ExecutionResult early = execute_code_to_the_end("import sys\nprint('hi')\nsys.exit(0)", opts());
+  EXPECT_FALSE(early.success);
+  EXPECT_EQ(early.exit_code, 0);
+  EXPECT_EQ(early.stdout_text, "hi\n");
+  EXPECT_NE(early.error.find("exited before its end"), std::string::npos) << early.error;
 }
 
 TEST(ExecutionClosed, InterpreterBehindAClosedDirectoryRefuses) {

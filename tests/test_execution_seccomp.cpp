@@ -1,13 +1,16 @@
 // execution, the syscall filter alone: loaded in a forked child, with no other layer of the jail,
 // it refuses what it lists with the errno it says (a root without it would get another answer or
 // succeed), lets the rest through, and kills a syscall of x86-64's x32 ABI; the terminal-control
-// ioctls and every socket family but IPv4/IPv6 are refused the same way.
+// ioctls and every socket family but IPv4/IPv6 are refused the same way, and so is each way to
+// hold kernel memory no rlimit counts: a TCP listener, accept, connect, TCP Fast Open's sendto,
+// native AIO, inotify.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -95,6 +98,33 @@ int socket_families_refused() {
   return 0;
 }
 
+// each on a real IPv4 socket of this process's network, where the kernel would say otherwise
+// (listen 0, connect to a closed port ECONNREFUSED, accept on a non-listener EINVAL, io_setup 0)
+int kernel_memory_holders_refused() {
+  const int s = socket(AF_INET, SOCK_STREAM, 0);
+  if (s < 0) return 70;
+  sockaddr_in lo{};
+  lo.sin_family = AF_INET;
+  lo.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  lo.sin_port = htons(1);
+  errno = 0;
+  if (listen(s, 8) != -1 || errno != EPERM) return 71;
+  if (accept(s, nullptr, nullptr) != -1 || errno != EPERM) return 72;
+  if (accept4(s, nullptr, nullptr, SOCK_CLOEXEC) != -1 || errno != EPERM) return 73;
+  if (connect(s, (sockaddr*)&lo, sizeof lo) != -1 || errno != EPERM) return 74;
+  if (sendto(s, "x", 1, MSG_FASTOPEN, (sockaddr*)&lo, sizeof lo) != -1 || errno != EPERM) return 75;
+  unsigned long ctx = 0;
+  if (syscall(SYS_io_setup, 16, &ctx) != -1 || errno != EPERM) return 76;
+  if (syscall(SYS_io_submit, 0UL, 0L, nullptr) != -1 || errno != EPERM) return 77;
+  if (syscall(SYS_inotify_init1, 0) != -1 || errno != EPERM) return 78;
+  // a datagram without MSG_FASTOPEN still goes
+  const int u = socket(AF_INET, SOCK_DGRAM, 0);
+  if (u < 0 || sendto(u, "x", 1, 0, (sockaddr*)&lo, sizeof lo) != 1) return 79;
+  close(u);
+  close(s);
+  return 0;
+}
+
 int x32_getpid() { return (int)syscall(0x40000000 | SYS_getpid) == 0 ? 0 : 9; }
 
 }  // namespace
@@ -115,6 +145,12 @@ TEST(ExecutionSeccomp, RefusesSocketFamiliesButIp) {
   const int status = status_under_filter(socket_families_refused);
   ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
   EXPECT_EQ(WEXITSTATUS(status), 0) << "the first check that failed (50-55: a family in order, 60-64: socketpair)";
+}
+
+TEST(ExecutionSeccomp, RefusesWhatHoldsKernelMemory) {
+  const int status = status_under_filter(kernel_memory_holders_refused);
+  ASSERT_TRUE(WIFEXITED(status)) << "status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the first check that failed (71-78: in order, 79: a plain datagram)";
 }
 
 #if defined(__x86_64__)

@@ -2,8 +2,11 @@
 // (stream and datagram, as a database, X11 or D-Bus would have) hears nothing from the program,
 // whichever way it tries (connect, sendto, a datagram socketpair's sendto, a raw socket() with
 // the family's upper half set); AF_VSOCK, AF_NETLINK and AF_PACKET sockets are refused; what a
-// program legitimately uses (a stream socketpair, an IPv4 socket) still works. As root (the
-// program as a uid of its own) and as uid 65534 (bwrap run by that user).
+// program legitimately uses (a stream socketpair, an IPv4 socket) still works. No TCP connection
+// can be made in a run (a listener's backlog, a self-connect, TCP Fast Open: TCP memory is
+// host-wide and no rlimit counts a connection nobody accepted), nor a native AIO context or an
+// inotify watch. As root (the program as a uid of its own) and as uid 65534 (bwrap run by that
+// user).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -62,6 +65,80 @@ print("ipv4 socket:", socket.socket().family.name)
 const std::initializer_list<const char*> kAttempts = {"stream tmp", "datagram tmp",  "socketpair tmp", "upper half tmp",
                                                       "stream run", "datagram run",  "socketpair run", "upper half run",
                                                       "vsock",      "netlink route", "netlink uevent", "packet"};
+
+// the round-5 probe: a loopback listener whose backlog fills with connections never accepted
+// (1.3 GB of host TCP memory from 5 descriptors), and the other ways to a TCP connection
+const char* const kKernelMemoryAttempts = R"PY(import ctypes, socket
+libc = ctypes.CDLL(None, use_errno=True)
+def attempt(name, fn):  # the filter's answer is EPERM; the kernel's own would be another
+    try:
+        print(f"{name}: ESCAPED {fn()!r}"[:200], flush=True)
+    except PermissionError as e:
+        print(f"{name}: refused ({e})"[:200], flush=True)
+    except BaseException as e:
+        print(f"{name}: not the filter's answer ({type(e).__name__}: {e})"[:200], flush=True)
+def backlog():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(4096)
+    held = []
+    for i in range(8):
+        c = socket.socket()
+        c.setblocking(False)
+        c.connect_ex(s.getsockname())
+        held.append(c)
+    return "listening"
+def accept():
+    s = socket.socket()
+    s.setblocking(False)
+    return s.accept()
+def accept4():
+    s = socket.socket()
+    if libc.accept4(s.fileno(), None, None, 0o4000) < 0:
+        raise OSError(ctypes.get_errno(), "accept4")
+def self_connect():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.connect(s.getsockname())
+    return "connected to itself"
+def fast_open():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    return s.sendto(b"x" * 1000, 0x20000000, s.getsockname())  # MSG_FASTOPEN
+def io_setup():
+    ctx = ctypes.c_ulong(0)
+    if libc.syscall(206, 1024, ctypes.byref(ctx)) != 0:  # x86-64's io_setup
+        raise OSError(ctypes.get_errno(), "io_setup")
+    return ctx.value
+def inotify():
+    if libc.inotify_init1(0) < 0:
+        raise OSError(ctypes.get_errno(), "inotify_init1")
+attempt("listen", backlog)
+attempt("accept", accept)
+attempt("accept4", accept4)
+attempt("self-connect", self_connect)
+attempt("fast open", fast_open)
+attempt("io_setup", io_setup)
+attempt("inotify", inotify)
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.bind(("127.0.0.1", 0))
+u.sendto(b"ok", u.getsockname())
+print("udp to itself:", u.recv(2).decode())
+)PY";
+
+// "" when every attempt above was refused and a datagram to itself still works
+std::string kernel_memory_held(const std::string& python) {
+  ExecutionOptions o;
+  o.python = python;
+  const ExecutionResult r = execute_code(kKernelMemoryAttempts, o);
+  std::string failed;
+  if (!r.success) failed += "the run failed: " + r.error + "; ";
+  failed += not_refused(r.stdout_text,
+                        {"listen", "accept", "accept4", "self-connect", "fast open", "io_setup", "inotify"});
+  if (r.stdout_text.find("udp to itself: ok\n") == std::string::npos)
+    failed += "a datagram to itself did not work: " + r.stdout_text;
+  return failed;
+}
 
 // a 0777 directory holding a stream listener `s` and a datagram socket `d`, both 0777
 struct HostSockets {
@@ -135,5 +212,13 @@ TEST(ExecutionJail, HostUnixSocketsAreUnreachable) {
   {
     SCOPED_TRACE("as uid 65534: bwrap run by that user");
     EXPECT_EQ(as_nobody([&]() { return host_sockets_reached(system_python(), tmp, run); }), "");
+  }
+}
+
+TEST(ExecutionJail, NoTcpConnectionNorAioInARun) {
+  EXPECT_EQ(kernel_memory_held(system_python()), "");
+  if (geteuid() == 0) {
+    SCOPED_TRACE("as uid 65534: bwrap run by that user");
+    EXPECT_EQ(as_nobody([]() { return kernel_memory_held(system_python()); }), "");
   }
 }

@@ -14,9 +14,9 @@ struct ExecutionOptions {
   double timeout_seconds = 5.0;
   int64_t max_memory_bytes = 256LL * 1024 * 1024;  // RLIMIT_AS, RLIMIT_DATA, RLIMIT_STACK of each process
   int64_t max_file_bytes = 16LL * 1024 * 1024;     // RLIMIT_FSIZE: no file may grow past this
-  int64_t max_processes = 8;                       // the program's processes (RLIMIT_NPROC of the run's own uid)
-  int64_t max_open_files = 16;                     // RLIMIT_NOFILE: bounds socket buffers, in-flight descriptors
-  int64_t max_disk_bytes = 64LL * 1024 * 1024;     // /tmp and /dev/shm together (one size-capped tmpfs)
+  int64_t max_processes = 8;    // the program's processes and threads (RLIMIT_NPROC, counted on the run alone)
+  int64_t max_open_files = 16;  // RLIMIT_NOFILE: bounds socket buffers, in-flight descriptors
+  int64_t max_disk_bytes = 64LL * 1024 * 1024;  // /tmp and /dev/shm together (one tmpfs, pages and inodes capped)
   // where a cgroup v2 leaf can be had: the whole run's memory (no swap) and processes
   int64_t max_run_memory_bytes = 512LL * 1024 * 1024;
   size_t max_output_bytes = 1 << 20;  // stdout and stderr each keep at most this
@@ -33,10 +33,10 @@ enum ExecutionIsolation : uint32_t {
   kExecPidNamespace = 1u << 0,      // and its own /proc (kExecFreshProc)
   kExecNetworkNamespace = 1u << 2,  // no network
   kExecUidDropped = 1u << 3,        // a uid and gid of the run's own, that no host process used
-  kExecProcessLimit = 1u << 4,      // RLIMIT_NPROC (on the run's own uid: this run alone)
+  kExecProcessLimit = 1u << 4,      // RLIMIT_NPROC, counted on this run alone (its uid or user namespace)
   kExecReadOnlyMounts = 1u << 6,    // every mount read-only but /tmp and /dev/shm
   kExecUserNamespace = 1u << 7,     // user, IPC, UTS and cgroup namespaces too
-  kExecTmpfs = 1u << 8,             // /tmp and /dev/shm a private, size-capped tmpfs
+  kExecTmpfs = 1u << 8,             // /tmp and /dev/shm a private tmpfs, its size and inodes capped
   kExecFreshProc = 1u << 9,
   kExecCapsDropped = 1u << 10,     // --cap-drop ALL
   kExecSeccomp = 1u << 11,         // the syscall filter
@@ -72,11 +72,20 @@ std::string execution_isolation_describe(uint32_t isolation);
 // "" when each run gets one memory and process budget here (a cgroup v2 leaf), else why not
 std::string execution_run_budget_refused();
 
-// The bound on the host memory one sandboxed run can hold without a cgroup (docs/security.md):
-// (max_processes + 2) * (max_memory_bytes + max_open_files * 2 * net.core.wmem_max) for its
-// processes and the socket buffers their descriptors can queue, + max_open_files * 2 *
-// wmem_max for descriptors in flight, + fs.pipe-user-pages-soft pages of pipes,
-// + max_disk_bytes of tmpfs, + 1 MiB of kernel state per process
+// the inode cap of the run's tmpfs (/tmp and /dev/shm together): max_disk_bytes / 4096, at least 1024
+int64_t execution_tmpfs_inodes(const ExecutionOptions& opts);
+
+// the kernel memory an inode of the run's tmpfs may cost (inode, dentry and their attachments),
+// which its size does not count; rounded up from about 1.2 KiB measured
+constexpr int64_t kExecutionInodeBytes = 2048;
+
+// The bound on the host memory one sandboxed run can hold without a cgroup (docs/security.md),
+// with S = 2 * max(net.core.wmem_max, net.core.rmem_max) + 64 KiB, the most one descriptor's
+// socket can queue (a UNIX pair's send buffer or a UDP socket's receive buffer at their cap, and
+// one packet past it; no TCP connection can be made):
+// (max_processes + 2) * (max_memory_bytes + max_open_files * S + 1 MiB) for its processes, their
+// sockets and kernel state, + max_open_files * S for descriptors in flight, + fs.pipe-user-pages-soft
+// pages of pipes, + max_disk_bytes of tmpfs pages + execution_tmpfs_inodes * kExecutionInodeBytes
 int64_t execution_memory_bound(const ExecutionOptions& opts);
 
 // runs refused so far in this process for want of a sandbox, and the last reason (for a summary)
@@ -86,5 +95,11 @@ int64_t execution_unavailable_runs(std::string* last_reason = nullptr);
 // sandbox that cannot be set up): those come back as an unsuccessful result with `error` set.
 // Error only when the interpreter cannot be found at all.
 ExecutionResult execute_code(const std::string& code, const ExecutionOptions& opts = ExecutionOptions());
+
+// execute_code of `code` followed by a line that prints a random marker of this run's own:
+// `success` only when the program exited 0 AND printed the marker, so a program that leaves
+// before its end with a clean status (sys.exit(0), os._exit(0)) has not succeeded (`error` says
+// so). The marker's line is taken out of stdout_text. HumanEval's pass is this: the tests ran.
+ExecutionResult execute_code_to_the_end(const std::string& code, const ExecutionOptions& opts = ExecutionOptions());
 
 }  // namespace nanochat

@@ -190,6 +190,8 @@ std::string humaneval_extract_imports(const std::string& prompt);      // leadin
 std::string humaneval_extract_program(const std::string& completion);  // first ``` block, stripped
 // imports + "\n\n" + code + "\n\n" + test + "\n" + "check(entry_point)"
 std::string humaneval_program(const nlohmann::json& conversation, const std::string& completion);
+// 1 when that program ran to its end in the sandbox (execute_code_to_the_end), else 0
+int humaneval_grade(const nlohmann::json& conversation, const std::string& completion);
 
 // SmolTalk (HuggingFaceTB/smol-smoltalk), split train|test; messages as they are. Training only.
 class SmolTalkTask : public Task {

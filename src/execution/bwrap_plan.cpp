@@ -4,8 +4,10 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -136,27 +138,6 @@ std::string bwrap_find_python(const ExecutionOptions& opts, std::string& why_not
   return p;
 }
 
-bool bwrap_supports_size(const std::string& bwrap) {
-  static std::mutex mutex;
-  static std::string known_for;
-  static bool known = false;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (known_for == bwrap) return known;
-  // "bubblewrap 0.8.0": --size came in 0.7.0
-  std::string out;
-  if (FILE* f = popen(("'" + bwrap + "' --version 2>/dev/null").c_str(), "r")) {
-    char buf[256];
-    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
-    pclose(f);
-  }
-  int major = 0, minor = 0;
-  const size_t sp = out.find(' ');
-  known = sp != std::string::npos && std::sscanf(out.c_str() + sp + 1, "%d.%d", &major, &minor) == 2 &&
-          (major > 0 || minor >= 7);
-  known_for = bwrap;
-  return known;
-}
-
 uid_t bwrap_pick_uid() {
   const std::set<uid_t> used = ids_in_use();
   std::lock_guard<std::mutex> lock(g_uid_mutex);
@@ -175,22 +156,37 @@ void bwrap_release_uid(uid_t uid) {
   g_uids_held.erase(uid);
 }
 
-int64_t bwrap_processes_of(uid_t uid) {
+int64_t bwrap_tasks_of(uid_t uid) {
   int64_t n = 0;
   DIR* proc = opendir("/proc");
   if (!proc) return 0;
+  char path[64], buf[4096];
   for (dirent* d; (d = readdir(proc));) {
     struct stat st {};
-    if (d->d_name[0] >= '1' && d->d_name[0] <= '9' && stat((std::string("/proc/") + d->d_name).c_str(), &st) == 0 &&
-        st.st_uid == uid)
-      n++;
+    if (d->d_name[0] < '1' || d->d_name[0] > '9') continue;
+    std::snprintf(path, sizeof path, "/proc/%.20s/status", d->d_name);
+    if (stat(path, &st) != 0 || st.st_uid != uid) continue;
+    const int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const ssize_t got = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+    if (fd >= 0) close(fd);
+    if (got <= 0) continue;
+    buf[got] = 0;
+    const char* at = std::strstr(buf, "\nThreads:");
+    n += at ? std::max(1L, std::strtol(at + 9, nullptr, 10)) : 1;
   }
   closedir(proc);
   return n;
 }
 
+bool bwrap_nproc_per_user_namespace() {
+  utsname u{};
+  int major = 0, minor = 0;
+  return uname(&u) == 0 && std::sscanf(u.release, "%d.%d", &major, &minor) == 2 &&
+         (major > 5 || (major == 5 && minor >= 14));
+}
+
 std::vector<std::string> bwrap_command(const std::string& bwrap, const std::string& python, const std::string& tmp_dir,
-                                       int64_t disk_bytes, const std::vector<std::string>& program) {
+                                       const std::vector<std::string>& program) {
   std::vector<std::string> a = {bwrap,
                                 "--unshare-user",
                                 "--unshare-pid",
@@ -222,12 +218,7 @@ std::vector<std::string> bwrap_command(const std::string& bwrap, const std::stri
   for (const std::string& d : dirs)
     if (d != "/" && d != "/usr" && !below(d, "/usr")) a.insert(a.end(), {"--ro-bind", d, d});
   a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev"});
-  if (!tmp_dir.empty()) {
-    a.insert(a.end(), {"--bind", tmp_dir + "/tmp", "/tmp", "--bind", tmp_dir + "/shm", "/dev/shm"});
-  } else {
-    const std::string size = std::to_string(disk_bytes / 2);  // two mounts, half each
-    a.insert(a.end(), {"--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"});
-  }
+  a.insert(a.end(), {"--bind", tmp_dir + "/tmp", "/tmp", "--bind", tmp_dir + "/shm", "/dev/shm"});
   // bwrap's own root and /dev are tmpfs without a size: read-only, so nothing fills them
   a.insert(a.end(),
            {"--remount-ro", "/", "--remount-ro", "/dev", "--chdir", "/tmp", "--seccomp", "4", "--info-fd", "6"});

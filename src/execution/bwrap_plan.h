@@ -19,23 +19,23 @@ std::string bwrap_find(const std::string& name);
 // chosen ("" when it can).
 std::string bwrap_find_python(const ExecutionOptions& opts, std::string& why_not);
 
-// does this bwrap take --size (0.7.0 and later; Ubuntu 22.04's 0.6.1 does not)
-bool bwrap_supports_size(const std::string& bwrap);
-
 // root: a uid (and gid, the same number) that no process on the host uses now and no other run
 // of this process holds, from a high range no distribution hands out; (uid_t)-1 when none found
 uid_t bwrap_pick_uid();
 void bwrap_release_uid(uid_t uid);
 
-// how many processes run as `uid` now
-int64_t bwrap_processes_of(uid_t uid);
+// how many tasks (threads: what RLIMIT_NPROC counts) run as `uid` now
+int64_t bwrap_tasks_of(uid_t uid);
+
+// does this kernel count RLIMIT_NPROC per user namespace and uid (Linux 5.14 and later), so that
+// a run in a user namespace of its own is counted apart from its caller
+bool bwrap_nproc_per_user_namespace();
 
 // bwrap's arguments for one run: every namespace, --cap-drop ALL, --new-session,
 // --die-with-parent, its own /proc and /dev, /usr (and the interpreter's prefix, and a venv)
-// read-only, /tmp and /dev/shm the run's tmpfs (`tmp_dir`'s "tmp" and "shm" as root, else bwrap's
-// --tmpfs of `disk_bytes`), the rest read-only, the seccomp filter from fd 4, the sandbox's pid 1
-// written to fd 6, then the interpreter
+// read-only, /tmp and /dev/shm the run's tmpfs (`tmp_dir`'s "tmp" and "shm"), the rest read-only,
+// the seccomp filter from fd 4, the sandbox's pid 1 written to fd 6, then the interpreter
 std::vector<std::string> bwrap_command(const std::string& bwrap, const std::string& python, const std::string& tmp_dir,
-                                       int64_t disk_bytes, const std::vector<std::string>& program);
+                                       const std::vector<std::string>& program);
 
 }  // namespace nanochat

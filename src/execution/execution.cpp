@@ -1,5 +1,5 @@
 // execute_code, the parent's side: find bwrap and the interpreter, pick the run's own uid, build
-// bwrap's command line (bwrap_command.cpp), fork the child (sandbox.cpp) that execs it, collect
+// bwrap's command line (bwrap_plan.cpp), fork the child (sandbox.cpp) that execs it, collect
 // capped output under a wall-clock deadline, kill whatever is left, clean up. Fails closed: any
 // part of the isolation missing gives "sandbox unavailable: ..." and the program does not run.
 #include "nanochat/execution.h"
@@ -23,6 +23,7 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <random>
 #include <vector>
 
 #include "nanochat/common/env.h"
@@ -202,13 +203,33 @@ Outcome collect(pid_t pid, RunSetup& s, ExecutionResult& res, const ExecutionOpt
   return o;
 }
 
+// the fix for a user namespace that could not be made, by the errno seen
+const char* userns_fix(int e) {
+  switch (e) {
+    case ENOSPC: return " (user.max_user_namespaces is reached, or 0: sysctl -w user.max_user_namespaces=15000)";
+    case EPERM:
+    case EACCES:
+      return " (unprivileged user namespaces are refused: on Debian before 11 sysctl -w "
+             "kernel.unprivileged_userns_clone=1, on Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0 or "
+             "an AppArmor profile with `userns,` for nanochat; in a container, its seccomp profile or AppArmor)";
+    case EAGAIN: return " (the caller's uid is at its process limit, ulimit -u)";
+    case EUSERS: return " (user namespaces are nested 32 deep here)";
+  }
+  return "";
+}
+
 // why the child stopped before the interpreter ran, as the one line's tail
 std::string step_failure(const Outcome& o, const std::string& bwrap) {
   const char* e = strerror(o.step_errno);
   switch (o.step) {
     case kStepDescriptors: return strprintf("cannot arrange the run's descriptors: %s", e);
+    case kStepUserNamespace:
+      return strprintf("cannot make the run's user namespace: %s%s", e, userns_fix(o.step_errno));
     case kStepMountNamespace: return strprintf("cannot make a private mount namespace for the run's tmpfs: %s", e);
-    case kStepTmpfs: return strprintf("cannot mount the run's size-capped tmpfs: %s", e);
+    case kStepTmpfs:
+      // not root, EPERM here is a user namespace without capabilities (Ubuntu 24.04's AppArmor)
+      return strprintf("cannot mount the run's size-capped tmpfs: %s%s", e,
+                       geteuid() != 0 ? userns_fix(o.step_errno) : "");
     case kStepUid: return strprintf("cannot switch to the run's own uid: %s", e);
     case kStepLimits: return strprintf("cannot set the run's rlimits: %s", e);
     case kStepExec: return strprintf("cannot run %s: %s (install the package bubblewrap)", bwrap.c_str(), e);
@@ -216,19 +237,21 @@ std::string step_failure(const Outcome& o, const std::string& bwrap) {
   return "";
 }
 
-// bwrap ran but never started the interpreter: its own complaint, with the usual fix
+// bwrap ran but never started the interpreter: its own complaint, with the fix for the cause it
+// names (bwrap says the errno's text: EAGAIN is a process limit, not a namespace setting)
 std::string bwrap_failure(const std::string& stderr_text) {
   std::string s = stderr_text;
   while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
   const size_t nl = s.rfind('\n');
   std::string line = s.substr(nl == std::string::npos ? 0 : nl + 1);
   if (line.empty()) line = "bwrap exited before the interpreter started";
-  if (line.find("namespace") != std::string::npos || line.find("uid map") != std::string::npos ||
-      line.find("Operation not permitted") != std::string::npos || line.find("Permission denied") != std::string::npos)
-    line +=
-        " (unprivileged user namespaces are refused: sysctl -w user.max_user_namespaces=15000, on Debian before 11 "
-        "kernel.unprivileged_userns_clone=1, on Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0 or "
-        "install the package bubblewrap's AppArmor profile)";
+  auto says = [&](int e) { return line.find(strerror(e)) != std::string::npos; };
+  if (says(EAGAIN))
+    line += " (a process limit was reached: the run's own, max_processes + 2, or the caller's uid at ulimit -u)";
+  else if (says(ENOSPC) || says(EPERM) || says(EACCES) || says(EUSERS))
+    line += userns_fix(says(ENOSPC) ? ENOSPC : says(EUSERS) ? EUSERS : EPERM);
+  else if (line.find("No permissions to creat") != std::string::npos || line.find("uid map") != std::string::npos)
+    line += userns_fix(EPERM);
   return line;
 }
 
@@ -289,17 +312,24 @@ std::string execution_isolation_describe(uint32_t isolation) {
 
 std::string execution_run_budget_refused() { return run_budget_refused(); }
 
+int64_t execution_tmpfs_inodes(const ExecutionOptions& opts) {
+  return std::max<int64_t>(1024, opts.max_disk_bytes / 4096);
+}
+
 int64_t execution_memory_bound(const ExecutionOptions& opts) {
   auto sysctl = [](const char* path, int64_t fallback) {
     std::ifstream f(path);
     int64_t v = 0;
     return f >> v ? v : fallback;
   };
-  const int64_t socket_bytes = opts.max_open_files * 2 * sysctl("/proc/sys/net/core/wmem_max", 212992);
+  const int64_t buffer = 2 * std::max(sysctl("/proc/sys/net/core/wmem_max", 212992),
+                                      sysctl("/proc/sys/net/core/rmem_max", 212992)) +
+                         (64 << 10);
+  const int64_t socket_bytes = opts.max_open_files * buffer;
   const int64_t pipe_bytes = sysctl("/proc/sys/fs/pipe-user-pages-soft", 16384) * 4096;
   const int64_t processes = opts.max_processes + 2;
   return processes * (opts.max_memory_bytes + socket_bytes + (1 << 20)) + socket_bytes + pipe_bytes +
-         opts.max_disk_bytes;
+         opts.max_disk_bytes + execution_tmpfs_inodes(opts) * kExecutionInodeBytes;
 }
 
 int64_t execution_unavailable_runs(std::string* last_reason) {
@@ -418,14 +448,10 @@ ExecutionResult execute_code(const std::string& code, const ExecutionOptions& op
     if (bwrap.empty()) return unavailable("bwrap not found on PATH (install the package bubblewrap)");
     if (!why_not.empty()) return unavailable(why_not);
     if (seccomp_bpf().empty()) return unavailable("libseccomp cannot build the syscall filter (install libseccomp2)");
-    if (!root && !bwrap_supports_size(bwrap))
-      return unavailable(bwrap +
-                         " is older than 0.7.0 and cannot cap its tmpfs (--size): install bubblewrap 0.7 or "
-                         "later (Debian 12 has 0.8.0), or run as root (nanochat then mounts the capped tmpfs)");
     if (root && (s.uid = bwrap_pick_uid()) == (uid_t)-1)
       return unavailable("no free uid for the run in the reserved range");
   }
-  if (s.unsandboxed || root) {  // the working directory, or the run's tmpfs's mount point
+  {  // the working directory, or the run's tmpfs's mount point
     char tmpl[] = "/tmp/nanochat_exec_XXXXXX";
     if (!mkdtemp(tmpl)) {
       if (s.unsandboxed) fail("execute_code: cannot create a temporary directory in /tmp: %s", strerror(errno));
@@ -434,17 +460,19 @@ ExecutionResult execute_code(const std::string& code, const ExecutionOptions& op
     s.tmp_dir = tmpl;
   }
   const std::vector<std::string> program = {python, "-I", "-c", execution_guard_prelude(), code};
-  const std::vector<std::string> args = s.unsandboxed ? program
-                                                      : bwrap_command(bwrap, python, root ? s.tmp_dir : "",
-                                                                      opts.max_disk_bytes, program);
+  const std::vector<std::string> args = s.unsandboxed ? program : bwrap_command(bwrap, python, s.tmp_dir, program);
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::string path = "PATH=/usr/bin:/bin";
   char* envp[] = {path.data(), nullptr};
-  const std::string tmpfs_options = strprintf(
-      "size=%lld,nr_inodes=%lld,mode=0700,uid=%u,gid=%u", (long long)opts.max_disk_bytes,
-      (long long)std::max<int64_t>(1024, opts.max_disk_bytes / 4096), (unsigned)s.uid, (unsigned)s.uid);
+  // one tmpfs for /tmp and /dev/shm: its pages and its inodes (an empty file costs about 1 KiB
+  // of kernel memory, which the size does not count) are both capped
+  std::string tmpfs_options = strprintf("size=%lld,nr_inodes=%lld,mode=0700", (long long)opts.max_disk_bytes,
+                                        (long long)execution_tmpfs_inodes(opts));
+  if (root) tmpfs_options += strprintf(",uid=%u,gid=%u", (unsigned)s.uid, (unsigned)s.uid);
+  const std::string uid_map = strprintf("%u %u 1\n", (unsigned)geteuid(), (unsigned)geteuid());
+  const std::string gid_map = strprintf("%u %u 1\n", (unsigned)getegid(), (unsigned)getegid());
   if (!open_pipes(s, s.unsandboxed ? std::string() : seccomp_bpf())) {
     ExecutionResult res;
     res.error = strprintf("execute_code: pipe: %s", strerror(errno));
@@ -457,19 +485,40 @@ ExecutionResult execute_code(const std::string& code, const ExecutionOptions& op
   c.info_w = s.unsandboxed ? -1 : s.fds[9];
   c.workdir = s.unsandboxed ? s.tmp_dir.c_str() : nullptr;
   c.uid = s.uid;
-  c.tmpfs_dir = !s.unsandboxed && root ? s.tmp_dir.c_str() : nullptr;
+  c.tmpfs_dir = s.unsandboxed ? nullptr : s.tmp_dir.c_str();
   c.tmpfs_options = tmpfs_options.c_str();
+  c.uid_map = !s.unsandboxed && !root ? uid_map.c_str() : nullptr;
+  c.gid_map = gid_map.c_str();
   c.max_memory_bytes = opts.max_memory_bytes;
   c.max_file_bytes = opts.max_file_bytes;
-  // bwrap's two processes (outside, and init inside) count against the run's uid too; not root,
-  // the caller's own processes as well (docs/security.md: the bound is weaker then)
+  // bwrap's two processes (outside, and init inside) count against the run too. The run's count
+  // is its own: as root its uid's, else its user namespace's (Linux 5.14 and later count
+  // RLIMIT_NPROC per user namespace); on an older kernel not as root, the caller's uid's tasks
+  // (threads included) count as well, so they are added
   struct rlimit nproc {};
   getrlimit(RLIMIT_NPROC, &nproc);  // unsandboxed: left as it is
-  c.nproc = s.unsandboxed ? (int64_t)nproc.rlim_cur
-                          : opts.max_processes + 2 + (root ? 0 : bwrap_processes_of(getuid()));
+  c.nproc = s.unsandboxed
+                ? (int64_t)nproc.rlim_cur
+                : opts.max_processes + 2 + (root || bwrap_nproc_per_user_namespace() ? 0 : bwrap_tasks_of(getuid()));
   c.max_open_files = opts.max_open_files;
   c.cpu_seconds = (int64_t)std::ceil(opts.timeout_seconds) + 1;
   return run_child(s, c, opts, bwrap);
+}
+
+ExecutionResult execute_code_to_the_end(const std::string& code, const ExecutionOptions& opts) {
+  std::random_device random;
+  const std::string marker = strprintf("nanochat-ran-to-the-end-%08x%08x%08x%08x", random(), random(), random(),
+                                       random());
+  // a line of its own even after output without a newline
+  ExecutionResult res = execute_code(code + "\n\nprint(\"\\n" + marker + "\", flush=True)\n", opts);
+  const std::string line = "\n" + marker + "\n";
+  const size_t at = res.stdout_text.rfind(line);
+  if (at != std::string::npos) res.stdout_text.erase(at, line.size());
+  if (res.success && at == std::string::npos) {
+    res.success = false;
+    res.error = "the program exited before its end (exit status 0, but what follows the code never ran)";
+  }
+  return res;
 }
 
 }  // namespace nanochat

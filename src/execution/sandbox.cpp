@@ -59,8 +59,34 @@ bool arrange_descriptors(const SandboxChild& c) {
   return syscall(SYS_close_range, 7u, ~0u, 0) == 0 || errno == ENOSYS;
 }
 
-// root: the run's tmpfs in a mount namespace of this child's own (bwrap's, made from it as the
-// run's uid, inherits it); sized and with an inode cap, which bwrap's own --tmpfs cannot set
+bool write_file(const char* path, const char* text) {
+  const int fd = open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  const ssize_t n = (ssize_t)strlen(text);
+  const bool ok = write(fd, text, (size_t)n) == n;
+  close(fd);
+  return ok;
+}
+
+// not root: a user namespace of the run's own, the caller's uid and gid mapped to themselves, so
+// the mount below is allowed (tmpfs mounts in a user namespace) and the run's processes count
+// against RLIMIT_NPROC apart from the caller's; made before the rlimits are lowered, so the
+// caller's uid, one level up, is held to the caller's own limit. The capabilities it gives are
+// gone at bwrap's exec (the uid is not 0 in it).
+void enter_user_namespace(const SandboxChild& c) {
+  if (syscall(SYS_unshare, CLONE_NEWUSER) != 0) step_failed(5, kStepUserNamespace);
+  // a caller that changed its uid without an exec is not dumpable, and then /proc/self's files
+  // are root's: dumpable for the three writes only (bwrap's exec settles it again)
+  const int dumpable = prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+  if (dumpable == 0) prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  if (!write_file("/proc/self/setgroups", "deny") || !write_file("/proc/self/uid_map", c.uid_map) ||
+      !write_file("/proc/self/gid_map", c.gid_map))
+    step_failed(5, kStepUserNamespace);
+  if (dumpable == 0) prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+}
+
+// the run's tmpfs in a mount namespace of this child's own (bwrap's, made from it, inherits
+// it); sized and with an inode cap, which bwrap's own --tmpfs cannot set
 void mount_run_tmpfs(const SandboxChild& c) {
   if (syscall(SYS_unshare, CLONE_NEWNS) != 0 || mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
     step_failed(5, kStepMountNamespace);
@@ -68,7 +94,8 @@ void mount_run_tmpfs(const SandboxChild& c) {
   const int dir = open(c.tmpfs_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (dir < 0) step_failed(5, kStepTmpfs);
   for (const char* sub : {"tmp", "shm"})
-    if (mkdirat(dir, sub, 0700) != 0 || fchownat(dir, sub, c.uid, c.uid, 0) != 0) step_failed(5, kStepTmpfs);
+    if (mkdirat(dir, sub, 0700) != 0 || (c.uid != (uid_t)-1 && fchownat(dir, sub, c.uid, c.uid, 0) != 0))
+      step_failed(5, kStepTmpfs);
   close(dir);
 }
 
@@ -100,6 +127,7 @@ void sandbox_child_exec(const SandboxChild& c) {
   sigprocmask(SIG_SETMASK, &none, nullptr);
   if (!arrange_descriptors(c)) step_failed(c.status_w, kStepDescriptors);
   if (c.workdir && chdir(c.workdir) != 0) step_failed(5, kStepDescriptors);
+  if (c.uid_map) enter_user_namespace(c);
   if (c.tmpfs_dir) mount_run_tmpfs(c);
   if (c.uid != (uid_t)-1) {
     // raw syscalls: glibc's setuid() would try to signal threads this child does not have

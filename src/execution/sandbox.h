@@ -10,7 +10,10 @@
 //   parent kills at the deadline); nothing else of the parent's;
 //   as root: a private mount namespace holding the run's tmpfs (size and inode caps; bwrap binds
 //   it as /tmp and /dev/shm), then the run's own uid and gid, no supplementary groups;
-//   no_new_privs; the rlimits (NPROC counts this uid alone); death with the parent.
+//   not root: a user namespace of the run's own (the caller's uid mapped to itself) with the same
+//   mount namespace and tmpfs; the kernel counts RLIMIT_NPROC per user namespace and uid, so the
+//   caller's threads and processes, outside it, are not counted against the run;
+//   no_new_privs; the rlimits (NPROC counts the run alone); death with the parent.
 // Any step that fails is reported on the status pipe (a SandboxStep and errno) and nothing runs.
 #pragma once
 #include <sys/types.h>
@@ -24,6 +27,7 @@ namespace nanochat {
 // where the child stopped, on the status pipe: the tag byte, then errno as int32
 enum SandboxStep : char {
   kStepDescriptors = 'D',
+  kStepUserNamespace = 'N',
   kStepMountNamespace = 'M',
   kStepTmpfs = 'T',
   kStepUid = 'U',
@@ -38,10 +42,14 @@ struct SandboxChild {
   const char* workdir;  // chdir here first (the unsandboxed temp dir); nullptr: stay
   // root: the run's own uid/gid; (uid_t)-1: keep the caller's
   uid_t uid;
-  // root: a private mount namespace with a tmpfs mounted here (options below), its "tmp" and
-  // "shm" directories made for uid; nullptr: none
+  // a private mount namespace with a tmpfs mounted here (options below), its "tmp" and "shm"
+  // directories made for uid (or the caller); nullptr: none
   const char* tmpfs_dir;
   const char* tmpfs_options;
+  // not root: "<uid> <uid> 1\n" and "<gid> <gid> 1\n", the maps of the user namespace made
+  // first (the caller mapped to itself); nullptr: none
+  const char* uid_map;
+  const char* gid_map;
   int64_t max_memory_bytes, max_file_bytes, nproc, max_open_files, cpu_seconds;
 };
 

@@ -1,10 +1,15 @@
 // The sandbox's syscall filter, written with libseccomp and exported as BPF once, in the parent
-// (libseccomp allocates); bwrap installs it (--seccomp) just before it execs the interpreter. What HumanEval never
-// needs and an escape would (mounts, device nodes, tracing, host names, anonymous memory files
-// past RLIMIT_AS, SysV IPC objects that outlive the program, namespaces, kernel modules, keyrings, io_uring, clocks, ...) fails with EPERM;
-// clone with a namespace flag too; clone3 says ENOSYS (glibc then uses clone, whose flags a filter
-// can see). Another architecture, and x86-64's x32 numbers, kill the process (libseccomp's
-// bad-arch action).
+// (libseccomp allocates); bwrap installs it (--seccomp) just before it execs the interpreter.
+// What HumanEval never needs and an escape would (mounts, device nodes, tracing, host names,
+// anonymous memory files past RLIMIT_AS, SysV IPC objects that outlive the program, namespaces,
+// kernel modules, keyrings, io_uring, clocks, ...) fails with EPERM; clone with a namespace flag
+// too; clone3 says ENOSYS (glibc then uses clone, whose flags a filter can see).
+// So does every way to hold kernel memory that no rlimit of the run counts: a TCP connection
+// (listen/accept: a backlog holds connections no descriptor owns; connect and TCP Fast Open's
+// sendto make one by a self-connect or a simultaneous open on loopback, and a closed end may
+// linger as an orphan with its buffers; neither tool needs a network), native AIO contexts
+// (io_setup: a host-wide count, fs.aio-max-nr) and inotify watches. Another architecture, and
+// x86-64's x32 numbers, kill the process (libseccomp's bad-arch action).
 // Two more doors out are shut by argument: the terminal (every 'T' ioctl but a few that only
 // read, so no TIOCSTI typing into the caller's shell, no TIOCSPGRP taking its foreground, no
 // TIOCSCTTY, TIOCLINUX, TIOCCONS, ...) and sockets of any family but IPv4/IPv6 (no AF_UNIX
@@ -93,7 +98,27 @@ const char* const kDenied[] = {
     "shmget",
     "msgget",
     "semget",
+    // TCP: a listener's backlog is memory no descriptor owns; a connection made any other way
+    // (a self-connect, a simultaneous open) may leave an orphan holding its buffers
+    "listen",
+    "accept",
+    "accept4",
+    "connect",
+    // native AIO: each context pins kernel memory and counts against the host-wide fs.aio-max-nr
+    "io_setup",
+    "io_destroy",
+    "io_submit",
+    "io_cancel",
+    "io_getevents",
+    "io_pgetevents",
+    // inotify: each watch pins an inode, counted per uid (the caller's, when not root)
+    "inotify_init",
+    "inotify_init1",
+    "inotify_add_watch",
 };
+
+// sendto/sendmsg/sendmmsg with MSG_FASTOPEN connect a TCP socket as they send
+constexpr uint64_t kMsgFastOpen = 0x20000000;
 
 // the terminal ioctls ('T', 0x54xx) that stay: they read, or change only the caller's own
 // descriptor (python's isatty is TCGETS; shutil.get_terminal_size TIOCGWINSZ)
@@ -152,6 +177,13 @@ bool add_rules(scmp_filter_ctx ctx) {
   for (uint64_t flag : kNamespaceFlags)  // clone's first argument is its flags
     if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(clone), 1, SCMP_A0(SCMP_CMP_MASKED_EQ, flag, flag)) != 0)
       return false;
+  if (seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(sendto), 1,
+                       SCMP_A3(SCMP_CMP_MASKED_EQ, kMsgFastOpen, kMsgFastOpen)) != 0 ||
+      seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(sendmsg), 1,
+                       SCMP_A2(SCMP_CMP_MASKED_EQ, kMsgFastOpen, kMsgFastOpen)) != 0 ||
+      seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(sendmmsg), 1,
+                       SCMP_A3(SCMP_CMP_MASKED_EQ, kMsgFastOpen, kMsgFastOpen)) != 0)
+    return false;
   return add_terminal_rules(ctx) && add_socket_rules(ctx);
 }
 

@@ -79,8 +79,14 @@ nlohmann::json HumanEvalTask::get_example(int64_t index) const {
           {"test", row.at("test")}};
 }
 
+// a pass is the tests having run to their end, not an exit status: a completion that calls
+// sys.exit(0) before check() exits 0 too
+int humaneval_grade(const nlohmann::json& conversation, const std::string& completion) {
+  return execute_code_to_the_end(humaneval_program(conversation, completion)).success ? 1 : 0;
+}
+
 int HumanEvalTask::evaluate(const nlohmann::json& conversation, const std::string& completion) const {
-  return execute_code(humaneval_program(conversation, completion)).success ? 1 : 0;
+  return humaneval_grade(conversation, completion);
 }
 
 }  // namespace nanochat
