@@ -4,7 +4,16 @@
 # everything (the binary, every test and bench) with warnings as errors, run ctest.
 # A package the distribution lacks (Ubuntu's chromium is a snap) is skipped with one line, and
 # the tests that need it skip, naming it.
+#   bash runs/test.sh           the full suite
+#   bash runs/test.sh --quick   the same build, then the quick tier only (`ctest -L quick`: each
+#                               module's own tests, without the end-to-end runs; docs/tests.md)
 set -euo pipefail
+CTEST_TIER=()
+case "${1:-}" in
+  --quick) CTEST_TIER=(-L quick) ;;
+  "") ;;
+  *) echo "usage: bash runs/test.sh [--quick]" >&2; exit 2 ;;
+esac
 cd "$(dirname "$0")/.."
 # shellcheck source=runs/apt_packages.sh
 source runs/apt_packages.sh
@@ -26,4 +35,4 @@ else
   .venv/bin/pip install -q --disable-pip-version-check -r runs/requirements-test.txt
 fi
 BUILD_DIR="${NANOCHAT_BUILD_DIR:-build}"
-ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" --timeout 600
+ctest --test-dir "$BUILD_DIR" --output-on-failure -j "$(nproc)" --timeout 600 "${CTEST_TIER[@]}"

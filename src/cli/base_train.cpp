@@ -33,12 +33,12 @@
 #include "nanochat/loss_eval.h"
 #include "nanochat/optim.h"
 #include "nanochat/report.h"
-#include "nanochat/telemetry/deferred_readback.h"
 #include "nanochat/telemetry/metrics_log.h"
 #include "nanochat/telemetry/peak_flops.h"
 #include "nanochat/telemetry/train_progress.h"
 #include "nanochat/tokenizer.h"
 #include "nanochat/train_schedule.h"
+#include "nanochat/train_schedule/train_step.h"
 
 namespace nanochat {
 
@@ -186,19 +186,15 @@ class BaseTrain {
   MetricsLog metrics;
   double last_core = NAN;  // for the report
 
-  // A step's loss (and whether any rank was signalled) comes back one step late on a GPU:
-  // the host queues step s+1 before it waits for step s, once (DeferredReadback). The log
-  // line of a step is written when its values arrive; dt is then the time between two
-  // arrivals, which is the device's step time once the queue is steady.
+  // a step's loss comes back one step late (StepReadback): its log line is written then
   struct StepRecord {
     int64_t step;
     double lrm, data_wait;
     DocPosition pos;
   };
   std::deque<StepRecord> in_flight;
-  std::unique_ptr<DeferredReadback> readback;
+  std::unique_ptr<StepReadback> readback;
   std::unique_ptr<TrainProgress> progress;
-  Timer since_last_log;
   int64_t start_step = 0;
 };
 
@@ -390,7 +386,7 @@ void BaseTrain::sample() {
 
 // ---- one optimizer step: queued without waiting for the device ----------------------------
 void BaseTrain::train_step(int64_t step) {
-  if (in_flight.empty()) since_last_log.reset();  // nothing queued: this step's time starts now
+  readback->begin_step();
   double data_wait = 0;
   torch::Tensor train_loss;
   for (int64_t micro = 0; micro < plan.grad_accum; micro++) {
@@ -404,35 +400,20 @@ void BaseTrain::train_step(int64_t step) {
   }
   const int64_t n = plan.num_iterations;
   const double lrm = lr_multiplier(step, n, o.warmup_steps, o.warmdown_ratio, o.final_lr_frac);
-  for (OptimGroup& g : opt->groups()) {
-    g.lr = g.initial_lr * lrm;
-    if (g.kind == OptimKind::muon) {
-      g.momentum = muon_momentum(step, n, o.warmdown_ratio);
-      g.weight_decay = muon_weight_decay(step, n, plan.scaling.weight_decay);
-    }
-  }
-  if (!scaler) opt->step();
-  else if (!scaler->step(*opt, &dist))
-    log_warn("step %lld: fp16 gradients overflowed; step skipped, loss scale now %g", (long long)step,
-             scaler->scale_value());
-  opt->zero_grad();
-  // the loss summed over ranks and the stop flag (any rank), in one collective
-  auto f32 = train_loss.options().dtype(torch::kFloat32);
-  torch::Tensor stats = at::stack(
-      {train_loss.to(torch::kFloat32).reshape({}), torch::full({}, stop_signal_received() ? 1.0f : 0.0f, f32)});
-  dist.all_reduce(stats, ReduceOp::SUM);
-  readback->push(stats);
+  train_optimizer_step(
+      *opt, scaler ? &*scaler : nullptr,
+      {lrm, muon_momentum(step, n, o.warmdown_ratio), muon_weight_decay(step, n, plan.scaling.weight_decay)}, step,
+      dist);
+  readback->push(train_loss);
   in_flight.push_back({step, lrm, data_wait, batch.state.last});
   state.step = step + 1;
 }
 
 bool BaseTrain::log_oldest() {
-  const std::vector<double> v = readback->take();
+  const StepReadback::Arrived v = readback->take();
   const StepRecord r = in_flight.front();
   in_flight.pop_front();
-  const double dt = since_last_log.seconds();
-  since_last_log.reset();
-  progress->record({r.step, v[0] / world, dt, r.lrm, r.data_wait, r.pos.epoch, r.pos.file, r.pos.row_group}, metrics);
+  progress->record({r.step, v.loss, v.dt, r.lrm, r.data_wait, r.pos.epoch, r.pos.file, r.pos.row_group}, metrics);
   state.smooth_train_loss = progress->smooth_loss();
   state.total_training_time = progress->total_training_time();
   if (r.step == start_step + 1) {  // the estimate beside the allocator's peak, once the state exists
@@ -441,7 +422,7 @@ bool BaseTrain::log_oldest() {
       log_info("memory after step %lld: peak %.2f GiB allocated (CUDA caching allocator), estimate %.2f GiB",
                (long long)r.step, (double)peak_now / (1 << 30), (double)plan.memory.total / (1 << 30));
   }
-  return v[1] > 0;
+  return v.stop;
 }
 
 bool BaseTrain::drain() {
@@ -450,14 +431,10 @@ bool BaseTrain::drain() {
   return stop;
 }
 
-// graceful stop: every rank saw the flag in the same all-reduce; save the state after the
-// last step that ran, and say how to resume
+// graceful stop: every rank saw the flag in the same all-reduce
 int BaseTrain::stop_and_save() {
   drain();
-  save(state.step);
-  log_info("stopped by signal after step %lld. Resume with:\n  %s", (long long)(state.step - 1),
-           cli_resume_command(cli_argv(), state.step).c_str());
-  return 0;
+  return cli_stop_and_save([this](int64_t step) { save(step); }, state.step);
 }
 
 // ---- the loop ----------------------------------------------------------------
@@ -467,7 +444,7 @@ int BaseTrain::loop() {
   progress = std::make_unique<TrainProgress>(
       num_iterations, total_batch, plan.flops_per_token, peak_flops_of_run(c.device, c.dtype, c.cpu_threads) * world,
       mfu_label_for(c.device, c.dtype), state.smooth_train_loss, state.total_training_time);
-  readback = std::make_unique<DeferredReadback>(c.device);
+  readback = std::make_unique<StepReadback>(c.device, dist);
   // the step that ends this process's loop: the plan's last, or the preflight's
   const int64_t end_step = preflight ? std::min(num_iterations, start_step + o.preflight_steps) : num_iterations;
   log_info("training %s from step %lld to %lld; metrics in %s", o.run.c_str(), (long long)start_step,

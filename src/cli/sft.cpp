@@ -6,6 +6,8 @@
 // loss average. Flags left at -1 inherit the base run's values.
 #include <CLI/CLI.hpp>
 #include <cmath>
+#include <deque>
+#include <memory>
 #include <unistd.h>
 
 #include <torch/torch.h>
@@ -28,6 +30,7 @@
 #include "nanochat/telemetry/peak_flops.h"
 #include "nanochat/tokenizer.h"
 #include "nanochat/train_schedule.h"
+#include "nanochat/train_schedule/train_step.h"
 
 namespace nanochat {
 
@@ -269,154 +272,237 @@ void cli_register_sft(CLI::App& app, int& exit_code) {
 
 namespace {
 
+// One run of SFT: the constructor is the set-up, the methods the script's sections in
+// upstream's order (data, checkpoints, evaluation, one step, the loop, the report).
+class Sft {
+ public:
+  explicit Sft(const SftFlags& o);
+  int loop();  // the training loop; the report at the end
+
+ private:
+  void next_batch();
+  nlohmann::ordered_json make_meta(int64_t step) const;
+  void save(int64_t step);
+  void evaluate_val_bpb(int64_t step);
+  void train_step(int64_t step);
+  bool log_oldest();  // logs the oldest step in flight; true when some rank was signalled
+  bool drain();       // every step in flight logged
+  int stop_and_save(int64_t next_step);
+
+  const SftFlags& o;
+  Compute c;
+  Dist& dist;
+  const int world, rank;
+  Tokenizer tok;
+  torch::Tensor token_bytes;
+  LoadedGPT base;
+  GPT model{nullptr};
+  SftShape shape{};
+  int64_t grad_accum = 0;
+  std::string out_dir;
+  int64_t resume_step = -1;
+  std::optional<ModelCheckpoint> resumed;
+  std::unique_ptr<MuonAdamW> opt;
+  std::optional<GradScaler> scaler;  // fp16: dynamic loss scaling, as upstream chat_sft's GradScaler
+  TaskPtr train_data, val_data;
+  std::unique_ptr<SftBatcher> train_batches;
+  // the batch in hand and the batcher state that reproduces it (saved in checkpoints)
+  SftBatcherState state_before_batch;
+  torch::Tensor x, y;
+  MetricsLog metrics;
+  double smooth = 0, val_bpb = 0, min_val_bpb = INFINITY;
+  // a step's loss comes back one step late (StepReadback): its log line is written then
+  struct StepRecord {
+    int64_t step;
+    double progress, lrm;
+    int epoch;
+  };
+  std::deque<StepRecord> in_flight;
+  std::unique_ptr<StepReadback> readback;
+  double flops_per_peak = 0;  // FLOPs per token over the peak FLOPS of all ranks
+  std::string mfu_label;      // the dtype of that peak
+};
+
 int sft(const SftFlags& o) {
   stop_signal_install();
-  Compute c = compute_init(o.device_type);
-  Dist& dist = *c.dist;
-  const int world = c.env.world_size, rank = c.env.rank;
-  const double peak = peak_flops_of_run(c.device, c.dtype, c.cpu_threads);
-  const std::string mfu_label = mfu_label_for(c.device, c.dtype);  // the dtype of that peak
-  Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
-  torch::Tensor token_bytes = bpb_token_bytes(tok, c.device);
+  Sft run(o);
+  return run.loop();
+}
 
-  LoadedGPT base = checkpoint_load_gpt("base", o.model_tag, o.model_step, c.device, c.dtype, tok.vocab_size());
-  GPT model = base.model;
+// ---- set-up ---------------------------------------------------------------------
+Sft::Sft(const SftFlags& o)
+    : o(o),
+      c(compute_init(o.device_type)),
+      dist(*c.dist),
+      world(c.env.world_size),
+      rank(c.env.rank),
+      tok(tokenizer_load(base_dir_path("tokenizer"))) {
+  token_bytes = bpb_token_bytes(tok, c.device);
+  base = checkpoint_load_gpt("base", o.model_tag, o.model_step, c.device, c.dtype, tok.vocab_size());
+  model = base.model;
   model->train();
-  const SftShape shape = shape_of(o, base);
-  const int64_t T = shape.T, B = shape.B, total_batch = shape.total_batch;
-  const int64_t grad_accum = train_grad_accum(total_batch, B, T, world);
+  shape = shape_of(o, base);
+  grad_accum = train_grad_accum(shape.total_batch, shape.B, shape.T, world);
   log_info("SFT of %s step %lld: T %lld, %lld rows per rank, total batch %lld (grad accumulation %lld)",
-           base.ref.dir.c_str(), (long long)base.ref.step, (long long)T, (long long)B, (long long)total_batch,
-           (long long)grad_accum);
+           base.ref.dir.c_str(), (long long)base.ref.step, (long long)shape.T, (long long)shape.B,
+           (long long)shape.total_batch, (long long)grad_accum);
 
   // the output tag, and the checkpoint of this run to resume from, if any
   const std::string tag = o.model_tag.empty() ? base.ref.dir.substr(base.ref.dir.rfind('/') + 1) : o.model_tag;
-  const std::string out_dir = checkpoint_dir("sft", tag);
+  out_dir = checkpoint_dir("sft", tag);
   cli_open_checkpoint_dir(out_dir, o.resume_latest || o.resume_from_step >= 0, o.output, dist);  // --force, stale files
-  const int64_t resume_step = o.resume_latest ? checkpoint_find_last_step(out_dir) : o.resume_from_step;
-  std::optional<ModelCheckpoint> resumed = checkpoint_resume_gpt(model, out_dir, resume_step, tok.vocab_size());
+  resume_step = o.resume_latest ? checkpoint_find_last_step(out_dir) : o.resume_from_step;
+  resumed = checkpoint_resume_gpt(model, out_dir, resume_step, tok.vocab_size());
 
   // optimizer: no batch-lr scaling, weight decay 0; warm start keeps the base run's moments
   // and group fields (momentum, weight decay) but takes the fresh learning rates; a resumed
   // run takes this run's state the same way
-  MuonAdamW opt(optim_param_groups_gpt(gpt_named_parameters(model), base.config.n_embd, shape.unembedding_lr,
-                                       shape.embedding_lr, shape.matrix_lr, 0.0, 0.5),
-                &dist, c.dtype);
-  std::optional<OptimCheckpoint> st = resumed ? load_optimizer(opt, out_dir, resume_step, rank, /*resume=*/true, false,
+  opt = std::make_unique<MuonAdamW>(
+      optim_param_groups_gpt(gpt_named_parameters(model), base.config.n_embd, shape.unembedding_lr, shape.embedding_lr,
+                             shape.matrix_lr, 0.0, 0.5),
+      &dist, c.dtype);
+  std::optional<OptimCheckpoint> st = resumed ? load_optimizer(*opt, out_dir, resume_step, rank, /*resume=*/true, false,
                                                                o.init_lr_frac)
-                                              : load_optimizer(opt, base.ref.dir, base.ref.step, rank, false,
+                                              : load_optimizer(*opt, base.ref.dir, base.ref.step, rank, false,
                                                                o.load_optimizer, o.init_lr_frac);
-  // fp16: dynamic loss scaling, as upstream chat_sft's GradScaler
-  std::optional<GradScaler> scaler;
-  if (c.dtype == torch::kHalf) scaler.emplace(c.device);
+  if (c.dtype == torch::kHalf) scaler.emplace(c.device);  // bf16 and fp32 need none
   if (scaler && resumed && st->state.contains("grad_scaler")) scaler->load_state(st->state["grad_scaler"]);
 
-  TaskPtr train_data = mixture_of(o, "train"), val_data = mixture_of(o, "val");
+  // data: the mixtures, and the batcher where a resumed run left it
+  train_data = mixture_of(o, "train");
+  val_data = mixture_of(o, "val");
   log_info("train mixture: %lld conversations, val mixture: %lld", (long long)train_data->size(),
            (long long)val_data->size());
   std::optional<SftBatcherState> batcher_resume;
   if (resumed) batcher_resume = batcher_state_of(*st, out_dir, resume_step, rank, train_data->size());
-  SftBatcher train_batches(tok, train_data, B, T, rank, world, 100, batcher_resume ? &*batcher_resume : nullptr);
-  auto to_device = [&](SftBatch b) {
-    return std::make_pair(b.inputs.to(c.device, /*non_blocking=*/true), b.targets.to(c.device, true));
-  };
+  train_batches = std::make_unique<SftBatcher>(tok, train_data, shape.B, shape.T, rank, world, 100,
+                                               batcher_resume ? &*batcher_resume : nullptr);
+  next_batch();
 
-  MetricsLog metrics;
   if (c.master()) metrics = MetricsLog(out_dir + "/metrics.jsonl", resumed ? resume_step : -1);
-  const int64_t flops_per_token = gpt_estimate_flops(base.config);
-
-  // the batch in hand comes with the batcher state that reproduces it (saved in checkpoints)
-  SftBatcherState state_before_batch = train_batches.state();
-  torch::Tensor x, y;
-  std::tie(x, y) = to_device(train_batches.next());
-  double smooth = 0, val_bpb = 0, min_val_bpb = INFINITY, progress = 0;
-  int64_t final_step = 0;
   if (resumed) {
     const nlohmann::ordered_json ls = resumed->meta.value("loop_state", nlohmann::ordered_json::object());
     val_bpb = checkpoint_meta_number(resumed->meta, "val_bpb", 0.0);
     smooth = checkpoint_meta_number(ls, "smooth_train_loss", 0.0);
     min_val_bpb = checkpoint_meta_number(ls, "min_val_bpb", INFINITY);  // JSON has no inf: null
   }
-  auto make_meta = [&](int64_t step) { return meta_of(base, shape, step, val_bpb, smooth, min_val_bpb); };
-  auto save = [&](int64_t step) {
-    nlohmann::ordered_json state = {{"optimizer", opt.state_json()},
-                                    {"sft_batcher_state", sft_batcher_state_to_json(state_before_batch)}};
-    if (scaler) state["grad_scaler"] = scaler->state_json();
-    cli_save_training_checkpoint(out_dir, step, c.master() ? checkpoint_gpt_tensors(model) : NamedTensors{},
-                                 make_meta(step), opt.state_tensors(), state, o.output, dist);
-  };
+  flops_per_peak = (double)gpt_estimate_flops(base.config) /
+                   (peak_flops_of_run(c.device, c.dtype, c.cpu_threads) * world);
+  mfu_label = mfu_label_for(c.device, c.dtype);
+  readback = std::make_unique<StepReadback>(c.device, dist);
+}
 
+// ---- data --------------------------------------------------------------------------
+void Sft::next_batch() {
+  state_before_batch = train_batches->state();
+  SftBatch b = train_batches->next();
+  x = b.inputs.to(c.device, /*non_blocking=*/true);
+  y = b.targets.to(c.device, true);
+}
+
+// ---- checkpoints --------------------------------------------------------------------
+nlohmann::ordered_json Sft::make_meta(int64_t step) const {
+  return meta_of(base, shape, step, val_bpb, smooth, min_val_bpb);
+}
+
+void Sft::save(int64_t step) {
+  nlohmann::ordered_json state = {{"optimizer", opt->state_json()},
+                                  {"sft_batcher_state", sft_batcher_state_to_json(state_before_batch)}};
+  if (scaler) state["grad_scaler"] = scaler->state_json();
+  cli_save_training_checkpoint(out_dir, step, c.master() ? checkpoint_gpt_tensors(model) : NamedTensors{},
+                               make_meta(step), opt->state_tensors(), state, o.output, dist);
+}
+
+// ---- evaluation ---------------------------------------------------------------------
+void Sft::evaluate_val_bpb(int64_t step) {
+  SftBatcher val_batches(tok, val_data, shape.B, shape.T, rank, world);
+  const int64_t steps = std::max<int64_t>(1, o.eval_tokens / (shape.B * shape.T * world));
+  model->eval();
+  val_bpb = evaluate_bpb(
+      [&](const torch::Tensor& vx, const torch::Tensor& vy) { return gpt_loss(model, vx, vy, LossReduction::none); },
+      [&] {
+        SftBatch b = val_batches.next();
+        return std::make_pair(b.inputs.to(c.device, /*non_blocking=*/true), b.targets.to(c.device, true));
+      },
+      steps, token_bytes, &dist);
+  min_val_bpb = std::min(min_val_bpb, val_bpb);
+  log_info("Step %05lld | Validation bpb: %.4f", (long long)step, val_bpb);
+  metrics.log({{"step", step}, {"val_bpb", val_bpb}});
+  model->train();
+}
+
+// ---- one optimizer step: queued without waiting for the device ----------------------------
+void Sft::train_step(int64_t step) {
+  readback->begin_step();
+  torch::Tensor train_loss;
+  for (int64_t micro = 0; micro < grad_accum; micro++) {
+    torch::Tensor loss = sft_masked_mean(gpt_loss(model, x, y, LossReduction::none), y);
+    train_loss = loss.detach();
+    loss = loss / (double)grad_accum;
+    (scaler ? scaler->scale(loss) : loss).backward();
+    next_batch();
+  }
+  const double progress = o.num_iterations > 0 ? (double)(step + 1) / (double)o.num_iterations
+                                               : (double)train_batches->consumed() / (double)train_batches->size();
+  const double lrm = sft_lr_multiplier(std::min(progress, 1.0), o.warmup_ratio, o.warmdown_ratio, o.final_lr_frac);
+  train_optimizer_step(*opt, scaler ? &*scaler : nullptr, {lrm, sft_muon_momentum(step), std::nullopt}, step, dist);
+  readback->push(train_loss);
+  in_flight.push_back({step, progress, lrm, train_batches->epoch()});
+}
+
+bool Sft::log_oldest() {
+  const StepReadback::Arrived v = readback->take();
+  const StepRecord r = in_flight.front();
+  in_flight.pop_front();
+  smooth = 0.9 * smooth + 0.1 * v.loss;
+  const double debiased = smooth / (1.0 - std::pow(0.9, (double)(r.step + 1)));
+  log_step(metrics, r.step, r.progress, debiased, v.loss, r.lrm, v.dt, (double)shape.total_batch, flops_per_peak,
+           mfu_label, r.epoch);
+  return v.stop;
+}
+
+bool Sft::drain() {
+  bool stop = false;
+  while (!readback->empty()) stop = log_oldest() || stop;
+  return stop;
+}
+
+// graceful stop: every rank saw the flag in the same all-reduce
+int Sft::stop_and_save(int64_t next_step) {
+  drain();
+  return cli_stop_and_save([this](int64_t step) { save(step); }, next_step);
+}
+
+// ---- the loop ----------------------------------------------------------------
+int Sft::loop() {
   for (int64_t step = std::max<int64_t>(resume_step, 0);; step++) {
     // the epoch ends when this rank's walk has placed every conversation once (or after
     // --num-iterations); ranks agree through a MAX
-    const bool last = dist_any_rank(
-        dist, o.num_iterations > 0 ? step >= o.num_iterations : train_batches.consumed() >= train_batches.size());
+    const bool last = o.num_iterations > 0 ? step >= o.num_iterations
+                                           : dist_any_rank(dist, train_batches->consumed() >= train_batches->size());
+    // the final val bpb is always measured (upstream too), --eval-every only adds the ones before it
+    const bool eval_now = last || (o.eval_every > 0 && step % o.eval_every == 0);
+    const bool chatcore_now = o.mixture == "chat" && o.chatcore_every > 0 &&
+                              (last || (step > 0 && step % o.chatcore_every == 0));
+    const bool save_now = !last && step > 0 && step != resume_step && o.save_every > 0 && step % o.save_every == 0;
+    // every rank drains at the same steps, so that a stop flag is seen by all at once
+    if ((last || eval_now || chatcore_now || save_now) && drain()) return stop_and_save(step);
 
     // the final checkpoint comes before the final evals, which must not cost the run
     if (last) save(step);
-    // the final val bpb is always measured (upstream too), --eval-every only adds the ones before it
-    if (last || (o.eval_every > 0 && step % o.eval_every == 0)) {
-      SftBatcher val_batches(tok, val_data, B, T, rank, world);
-      const int64_t steps = std::max<int64_t>(1, o.eval_tokens / (B * T * world));
-      model->eval();
-      val_bpb = evaluate_bpb([&](const torch::Tensor& vx,
-                                 const torch::Tensor& vy) { return gpt_loss(model, vx, vy, LossReduction::none); },
-                             [&] { return to_device(val_batches.next()); }, steps, token_bytes, &dist);
-      min_val_bpb = std::min(min_val_bpb, val_bpb);
-      log_info("Step %05lld | Validation bpb: %.4f", (long long)step, val_bpb);
-      metrics.log({{"step", step}, {"val_bpb", val_bpb}});
-      model->train();
+    if (eval_now) {
+      evaluate_val_bpb(step);
       if (last && c.master()) atomic_write_file(checkpoint_meta_path(out_dir, step), make_meta(step).dump(2));
     }
-    if (o.mixture == "chat" && o.chatcore_every > 0 && (last || (step > 0 && step % o.chatcore_every == 0))) {
-      evaluate_chatcore(model, tok, o, B, step, dist, metrics);
-    }
+    if (chatcore_now) evaluate_chatcore(model, tok, o, shape.B, step, dist, metrics);
     if (last) {
-      final_step = step;
-      break;
-    }
-    if (step > 0 && step != resume_step && o.save_every > 0 && step % o.save_every == 0) save(step);
-
-    device_synchronize(c.device);
-    Timer timer;
-    torch::Tensor train_loss;
-    for (int64_t micro = 0; micro < grad_accum; micro++) {
-      torch::Tensor loss = sft_masked_mean(gpt_loss(model, x, y, LossReduction::none), y);
-      train_loss = loss.detach();
-      (scaler ? scaler->scale(loss / (double)grad_accum) : loss / (double)grad_accum).backward();
-      state_before_batch = train_batches.state();
-      std::tie(x, y) = to_device(train_batches.next());
-    }
-    progress = o.num_iterations > 0 ? (double)(step + 1) / (double)o.num_iterations
-                                    : (double)train_batches.consumed() / (double)train_batches.size();
-    const double lrm = sft_lr_multiplier(std::min(progress, 1.0), o.warmup_ratio, o.warmdown_ratio, o.final_lr_frac);
-    for (OptimGroup& g : opt.groups()) {
-      g.lr = g.initial_lr * lrm;
-      if (g.kind == OptimKind::muon) g.momentum = sft_muon_momentum(step);
-    }
-    if (!scaler) opt.step();
-    else if (!scaler->step(opt, &dist))
-      log_warn("step %lld: fp16 gradients overflowed; step skipped, loss scale now %g", (long long)step,
-               scaler->scale_value());
-    opt.zero_grad();
-    dist.all_reduce(train_loss, ReduceOp::AVG);
-    const double loss = train_loss.item<double>();
-    device_synchronize(c.device);
-    smooth = 0.9 * smooth + 0.1 * loss;
-    const double debiased = smooth / (1.0 - std::pow(0.9, (double)(step + 1)));
-    log_step(metrics, step, progress, debiased, loss, lrm, timer.seconds(), (double)total_batch,
-             (double)flops_per_token / (peak * world), mfu_label, train_batches.epoch());
-
-    // graceful stop: every rank agrees, then the state after this step is saved
-    if (dist_any_rank(dist, stop_signal_received())) {
-      save(step + 1);
-      log_info("stopped by signal after step %lld. Resume with:\n  %s", (long long)step,
-               cli_resume_command(cli_argv(), step + 1).c_str());
+      if (c.master()) report(o, base, shape, step, world, min_val_bpb);
       return 0;
     }
+    if (save_now) save(step);
+    train_step(step);
+    if (readback->due() && log_oldest()) return stop_and_save(step + 1);
   }
-  if (c.master()) report(o, base, shape, final_step, world, min_val_bpb);
-  return 0;
 }
 
 }  // namespace

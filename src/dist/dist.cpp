@@ -192,6 +192,7 @@ void Dist::barrier() {
 }
 
 bool dist_any_rank(Dist& dist, bool flag) {
+  if (dist.world_size() == 1) return flag;  // alone: no collective, and no wait for the device
   torch::Tensor t = torch::tensor({(int64_t)flag}, torch::kLong).to(dist.device());
   dist.all_reduce(t, ReduceOp::MAX);
   return t.item<int64_t>() != 0;
