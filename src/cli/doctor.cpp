@@ -110,6 +110,18 @@ static void doctor_collectives(Compute& c, double mb) {
   log_info("collective self-test: all %zu collectives passed on all %d ranks", results.size(), c.env.world_size);
 }
 
+// one small op on the GPU against the CPU: a driver or runtime that cannot run a kernel fails
+// here in seconds, with its own error, before anything long starts
+static void doctor_device_op(const torch::Device& device) {
+  torch::Tensor a = torch::arange(64 * 64, torch::kFloat32).reshape({64, 64}).remainder(17) / 16;
+  const double error = (torch::mm(a.to(device), a.to(device)).cpu() - torch::mm(a, a)).abs().max().item<double>();
+  // TF32 ("high") keeps 10 mantissa bits of inputs <= 1 summed over 64 terms: within 64 * 2^-10
+  if (!(error <= 64.0 / 1024))
+    fail("%s: a 64x64 matmul differs from the CPU's by %g: this GPU's results cannot be trusted", device.str().c_str(),
+         error);
+  log_info("CUDA op: a 64x64 matmul on %s agrees with the CPU (max error %.3g)", device.str().c_str(), error);
+}
+
 static int doctor_run(std::string device_flag, double mb, bool check_kernels) {
   // doctor is what to run when the GPU is not used: it says why and goes on on the CPU, where
   // training, eval and serving stop with the same line
@@ -138,6 +150,7 @@ static int doctor_run(std::string device_flag, double mb, bool check_kernels) {
       log_info("cuda:%d %s: %d SMs, %s total, %s free", g.index, g.name.c_str(), g.multiprocessors,
                gib_or_unknown(g.total_bytes).c_str(), gib_or_unknown(g.free_bytes).c_str());
   log_info("device: %s, compute dtype %s", c.device.str().c_str(), dtype_name(c.dtype).c_str());
+  if (c.device.is_cuda()) doctor_device_op(c.device);
   std::string dir = base_dir();
   log_info("base dir: %s (%s free)", dir.c_str(), gib_or_unknown(free_disk_bytes(dir)).c_str());
   log_info("ranks: %d (backend %s)", c.env.world_size, c.dist->backend_name().c_str());
