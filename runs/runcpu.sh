@@ -27,6 +27,10 @@ else
   NC=build/nanochat
 fi
 say() { echo; echo "=== [runcpu] $* ==="; }
+# the scale: pretraining's and SFT's steps (tests/runcpu_offline.sh runs a smaller toy: it
+# proves that the stages connect, not what the model learns)
+BASE_STEPS="${RUNCPU_BASE_STEPS:-300}"
+SFT_STEPS="${RUNCPU_SFT_STEPS:-100}"
 
 # the report card: a new one unless this run is being resumed (rerunning keeps its start time)
 [ -f "$NANOCHAT_BASE_DIR/report/header.md" ] || $NC report reset
@@ -58,7 +62,7 @@ say "3/8 pretraining (d4, 256 wide, context 128)"
 RESUME=()
 if ls "$NANOCHAT_BASE_DIR"/base_checkpoints/d4/done_* >/dev/null 2>&1; then RESUME=(--resume latest); fi
 $NC base-train "${DATA[@]}" "${RESUME[@]}" --depth 4 --head-dim 64 --window-pattern L --max-seq-len 128 \
-  --device-batch-size 8 --total-batch-size 1024 --num-iterations 300 --warmup-steps 20 \
+  --device-batch-size 8 --total-batch-size 1024 --num-iterations "$BASE_STEPS" --warmup-steps 20 \
   --matrix-lr 0.08 --embedding-lr 1.2 --unembedding-lr 0.032 --scalar-lr 2.0 \
   --eval-every 100 --eval-tokens 16384 --core-metric-every -1 --sample-every 150 --save-every 100 \
   --run runcpu
@@ -73,7 +77,8 @@ say "6/8 SFT: the chat format, the calculator tool, who it is"
 # resumable too (a finished SFT is only saved and evaluated again)
 RESUME=()
 if ls "$NANOCHAT_BASE_DIR"/chatsft_checkpoints/d4/done_* >/dev/null 2>&1; then RESUME=(--resume latest); fi
-$NC sft "${MIXTURE[@]}" "${RESUME[@]}" --num-iterations 100 --device-batch-size 8 --max-seq-len 128 --total-batch-size 1024 \
+$NC sft "${MIXTURE[@]}" "${RESUME[@]}" --num-iterations "$SFT_STEPS" \
+  --device-batch-size 8 --max-seq-len 128 --total-batch-size 1024 \
   --matrix-lr 0.02 --embedding-lr 0.3 --unembedding-lr 0.008 \
   --eval-every 50 --eval-tokens 8192 --chatcore-every -1 --run runcpu
 

@@ -2,7 +2,9 @@
 # runs/runcpu.sh as a new user runs it on a machine without internet and without a word list:
 # the built binary (NANOCHAT_BIN: no set-up, no build), a fresh base dir, no network (a network
 # namespace) and /usr/share/dict hidden (a mount namespace). It must reach its chat, and the
-# chat must answer. The scripts run from a copy of runs/ (report.md lands beside it).
+# chat must answer. The scripts run from a copy of runs/ (report.md lands beside it), at a
+# smaller scale than a user's run (RUNCPU_*: a fifth of the training steps):
+# the test proves that the stages connect, not what the model learns.
 #   runcpu_offline.sh SOURCE_DIR NANOCHAT_BIN OUT_DIR      (exit 77: no namespaces here)
 set -uo pipefail
 src=$1 bin=$2 out=$3
@@ -19,7 +21,8 @@ has() { grep -qE -- "$2" "$1" || fail "no line matching '$2'"; }
 
 start=$(date +%s)
 # shellcheck disable=SC2016
-NANOCHAT_BIN="$bin" NANOCHAT_BASE_DIR="$out/base" unshare -rmn bash -c '
+NANOCHAT_BIN="$bin" NANOCHAT_BASE_DIR="$out/base" RUNCPU_BASE_STEPS=60 RUNCPU_SFT_STEPS=20 \
+  unshare -rmn bash -c '
   [ -d /usr/share/dict ] && mount --bind "$1" /usr/share/dict
   exec bash "$2/runs/runcpu.sh"' _ "$out/empty" "$out/repo" > "$out/run.log" 2>&1
 rc=$?

@@ -15,7 +15,7 @@
 
 #include "nanochat/common/atomic_file.h"
 #include "nanochat/common/base_dir.h"
-#include "nanochat/checkpoint/regular_file.h"
+#include "nanochat/common/regular_file.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"
 #include "nanochat/common/log.h"

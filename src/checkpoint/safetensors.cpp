@@ -17,7 +17,7 @@
 #include <ATen/ops/empty.h>
 
 #include "nanochat/common/atomic_file.h"
-#include "nanochat/checkpoint/regular_file.h"
+#include "nanochat/common/regular_file.h"
 #include "nanochat/common/error.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors data is little-endian");

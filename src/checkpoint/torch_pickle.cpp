@@ -22,7 +22,7 @@
 #include <memory>
 #include <unordered_map>
 
-#include "nanochat/checkpoint/regular_file.h"
+#include "nanochat/common/regular_file.h"
 #include "nanochat/common/error.h"
 
 namespace nanochat {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "nanochat/checkpoint/regular_file.h"
+#include "nanochat/common/regular_file.h"
 #include "nanochat/common/atomic_file.h"
 #include "nanochat/common/env.h"
 #include "nanochat/common/error.h"

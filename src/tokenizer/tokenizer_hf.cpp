@@ -17,7 +17,7 @@
 #include <sstream>
 #include <unordered_map>
 
-#include "nanochat/checkpoint/regular_file.h"
+#include "nanochat/common/regular_file.h"
 #include "nanochat/common/atomic_file.h"
 #include "nanochat/common/error.h"
 #include "nanochat/common/files.h"

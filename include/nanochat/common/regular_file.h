@@ -2,7 +2,8 @@
 // (a Hub snapshot is symlinks into a blob store) but the target must be a regular file, so a
 // config.json that is /dev/zero, a FIFO or a directory is refused before a byte is read, and
 // JSON files are refused past a size cap rather than parsed into memory without bound.
-// Inline: the tokenizer's file readers (also built alone for the fuzz replay) use it too.
+// Inline, in common: the checkpoint and tokenizer modules read files through it (the
+// tokenizer's readers are also built alone for the fuzz replay).
 #pragma once
 #include <fcntl.h>
 #include <sys/stat.h>
