@@ -692,3 +692,53 @@ TEST(ParserBounds, DeeplyNestedSafetensorsHeaderIsAnError) {
   std::ofstream(d + "/meta.safetensors", std::ios::binary) << std::string((const char*)&n, 8) << header;
   expect_error([&] { safetensors_load(d + "/meta.safetensors"); }, {"meta.safetensors", "deeper than 8"});
 }
+
+// A model tag is one folder under its source's: "../../x" would write outside the base dir.
+TEST(Checkpoint, ModelTagIsOneFolderName) {
+  BaseDir base;
+  for (const char* tag : {"../../x", "..", ".", "a/b", "/abs", ""})
+    expect_error([&] { checkpoint_dir("base", tag); }, {"--model-tag", "one path component"});
+  expect_error([&] { checkpoint_locate("sft", "../x"); }, {"--model-tag '../x'", "one path component"});
+  EXPECT_EQ(checkpoint_dir("base", "d4..x"), base.dir + "/base_checkpoints/d4..x");  // dots inside a name are a name
+}
+
+// 100,000 keys in one object. An insert that searches the keys already there costs about
+// n^2/2 = 5e9 string compares (15-17 s measured on ordered_json); a hashed or tree lookup
+// costs n log2 n = 1.7e6, tens of milliseconds. A second is 20x that on a loaded 2-core machine
+// and still 15x under the quadratic time.
+TEST(ParserBounds, HundredThousandKeysParseInUnderASecond) {
+  constexpr int kKeys = 100000;
+  std::string config = "{";
+  for (int i = 0; i < kKeys; i++) config += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":" + std::to_string(i);
+  config += ",\"k5\":-1,\"inf\":Infinity}";  // a repeated key (the last value wins, as in Python)
+  auto t0 = std::chrono::steady_clock::now();
+  nlohmann::ordered_json j = checkpoint_parse_json(config, "config.json");
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 1.0) << "100k-key config took " << secs << " s";
+  ASSERT_EQ(j.size(), (size_t)kKeys + 1);
+  EXPECT_EQ(j.begin().key(), "k0");  // the file's order kept
+  EXPECT_EQ(std::prev(j.end()).key(), "inf");
+  EXPECT_EQ(std::prev(j.end(), 2).key(), "k99999");
+  EXPECT_EQ(j["k5"], -1);
+  EXPECT_EQ(j["k77777"], 77777);
+  EXPECT_EQ(j["inf"].get<double>(), INFINITY);
+
+  // a safetensors header of 100,000 names: its metadata (a header's own object, whose keys went
+  // through the same insert), beside one tensor, so the time is the header's and not 100,000
+  // tensors' allocations and reads
+  std::string header = "{\"__metadata__\":{";
+  for (int i = 0; i < kKeys; i++)
+    header += (i ? ",\"m" : "\"m") + std::to_string(i) + "\":\"" + std::to_string(i) + "\"";
+  header += "},\"w\":{\"dtype\":\"U8\",\"shape\":[3],\"data_offsets\":[0,3]}}";
+  uint64_t n = header.size();
+  std::string path = temp_dir() + "/many.safetensors";
+  std::ofstream(path, std::ios::binary) << std::string((const char*)&n, 8) << header << "abc";
+  t0 = std::chrono::steady_clock::now();
+  SafetensorsFile f = safetensors_load(path);
+  secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_LT(secs, 1.0) << "a 100k-key safetensors header took " << secs << " s";
+  ASSERT_EQ(f.metadata.size(), (size_t)kKeys);
+  EXPECT_EQ(f.metadata["m77777"], "77777");
+  ASSERT_EQ(f.tensors.size(), 1u);
+  EXPECT_EQ(f.tensors[0].second[2].item<uint8_t>(), 'c');
+}

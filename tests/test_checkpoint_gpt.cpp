@@ -301,6 +301,10 @@ TEST(Import, RefusesToOverwriteWithoutForce) {
   EXPECT_FALSE(path_exists(base + "/base_checkpoints/x"));
   CommandResult r3 = run_cli(base, "import --from " + fixtures() + "/d2 --force --step 10");
   EXPECT_EQ(r3.rc, 0) << r3.err;
+  // a tag is one folder name: "../../x" would have written beside the base dir
+  CommandResult r4 = run_cli(base, "import --from " + fixtures() + "/d2 --model-tag ../../x");
+  expect_one_error_line(r4, "--model-tag '../../x' is not a folder name");
+  EXPECT_FALSE(path_exists(base + "/../x"));
 }
 
 TEST(Import, BadStateDictsFailBeforeWritingAnything) {

@@ -430,3 +430,47 @@ TEST(Scheduler, AFloodingKeyIsRefusedAloneAndTheOtherKeyGoesFirst) {
   s.run(*a2);
   EXPECT_EQ(settled(s).waiting, 0);
 }
+
+// Eight rows, a key holds at most seven. Key A's request of 8 samples is refused at submit; A's
+// two requests of 4 samples: the first takes 4 rows, the second would make 8 and waits; B's
+// one-sample request then starts while A's first still holds its rows (without the cap A's
+// second would have had the last 4 rows, and B would have waited for A's first to end).
+// Then A alone fills 7 rows with one-sample requests, its 8th waits, and B's goes into the
+// row that was left.
+TEST(Scheduler, AKeyNeverHoldsEveryRow) {
+  auto engine = tiny_engine();
+  SchedulerOptions so;
+  so.max_batch = 8;
+  so.max_rows_per_key = 7;
+  Scheduler s(engine, so);
+  GenerateOptions eight = greedy_unstopped(200), four = greedy_unstopped(200);
+  eight.num_samples = 8;
+  four.num_samples = 4;
+  try {
+    s.submit(prompt_of(1, 6), eight, "A");
+    ADD_FAILURE() << "8 samples were queued";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("one client may hold"), std::string::npos) << e.what();
+  }
+  auto a0 = s.submit(prompt_of(1, 6), four, "A");
+  ASSERT_TRUE(s.wait_admitted(*a0));
+  auto a1 = s.submit(prompt_of(2, 6), four, "A");
+  auto b = s.submit(prompt_of(3, 6), greedy_unstopped(4), "B");
+  ASSERT_TRUE(s.wait_admitted(*b));
+  EXPECT_EQ(s.stats().waiting, 1) << "A's second request took rows before B's";
+  s.run(*b);
+  s.run(*a0);
+  ASSERT_TRUE(s.wait_admitted(*a1));
+  s.run(*a1);
+  EXPECT_EQ(settled(s).waiting, 0);
+
+  std::vector<std::shared_ptr<Scheduler::Ticket>> a;
+  for (int i = 0; i < 8; i++) a.push_back(s.submit(prompt_of(10 + i, 6), greedy_unstopped(200), "A"));
+  for (int i = 0; i < 7; i++) ASSERT_TRUE(s.wait_admitted(*a[i]));
+  auto late = s.submit(prompt_of(20, 6), greedy_unstopped(4), "B");
+  ASSERT_TRUE(s.wait_admitted(*late));
+  EXPECT_EQ(s.stats().waiting, 1) << "A's eighth request took the last row";
+  s.run(*late);
+  for (auto& t : a) s.run(*t);
+  EXPECT_EQ(settled(s).waiting, 0);
+}

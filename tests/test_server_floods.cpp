@@ -250,6 +250,49 @@ TEST(Floods, AClientThatReadsToTheEndFindsItsPlaceFree) {
   EXPECT_EQ(stats_of(s.port())["connections"]["refused_per_client"], 0);
 }
 
+// 100 chat requests at once from one address (an evaluation harness, a proxy), past its cap of
+// 16 connections: every one is answered, 200 or a 503 with Retry-After and a JSON error; none
+// is reset or closed unanswered (a client that retries on 503 may not retry a reset).
+TEST(Floods, HundredRequestsAtOnceFromOneAddressGet200OrA503) {
+  Server s({"-q", "--workers", "1", "--max-connections-per-client", "16"});
+  const int port = s.port();
+  constexpr int kClients = 100;
+  const std::string body = R"({"messages":[{"role":"user","content":"hello"}],"temperature":0,"max_tokens":16})";
+  const std::string request =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+      "Content-Type: application/json\r\nContent-Length: " +
+      std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::vector<std::string> answers(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; i++)
+    clients.emplace_back([&, i] {
+      const int fd = raw_connect(port);
+      if (fd < 0) return;
+      raw_send(fd, request);  // a refused one may have its answer already: a failed send is not the end
+      answers[i] = raw_read_all(fd, 30000);
+      close(fd);
+    });
+  for (auto& t : clients) t.join();
+  int ok = 0, refused = 0;
+  for (int i = 0; i < kClients; i++) {
+    SCOPED_TRACE("client " + std::to_string(i));
+    ASSERT_EQ(answers[i].rfind("HTTP/1.1 ", 0), 0u) << "no answer (a reset or a bare close): " << answers[i];
+    const RawResponse r = parse_response(answers[i]);
+    if (r.status == 200) {
+      ok++;
+      continue;
+    }
+    ASSERT_EQ(r.status, 503) << r.body;
+    refused++;
+    EXPECT_EQ(r.headers.count("retry-after"), 1u) << answers[i];
+    const json e = json::parse(r.body, nullptr, false);
+    EXPECT_TRUE(e.is_object() && e.contains("error")) << r.body;
+  }
+  std::printf("%d answered 200, %d refused 503\n", ok, refused);
+  EXPECT_GT(ok, 0);
+  EXPECT_GT(stats_of(port)["connections"]["refused_per_client"].get<int64_t>(), 0) << "the cap was never reached";
+}
+
 // ---- fair admission between keys ---------------------------------------------------------------
 
 namespace {

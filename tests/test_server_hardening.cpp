@@ -22,6 +22,7 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -35,6 +36,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/server.h"
 #include "server/framing.h"
+#include "server/parse_budget.h"
 #include "server_fixture.h"
 
 using namespace nanochat;
@@ -189,6 +191,87 @@ TEST(HardeningUnits, JsonDepthScan) {
     EXPECT_EQ(e.status, 400);
     EXPECT_NE(std::string(e.what()).find("nested deeper than 64"), std::string::npos) << e.what();
   }
+}
+
+// Values are counted before a document is built: 16,384 pass the count (500 messages of a few
+// values each is about 2,000), one more is 413 however small the body; a flat array of 350,000
+// empty objects (1 MiB, about 35 MB as a document) is refused the same way.
+TEST(HardeningUnits, JsonValueCountIsCappedBeforeParsing) {
+  auto with_values = [](int64_t n) {  // the object, messages, its message, role, content = 5; then n - 6 more in "x"
+    std::string extra;
+    for (int64_t i = 0; i < n - 6; i++) extra += i ? ",0" : "0";
+    return R"({"messages":[{"role":"user","content":"hi"}],"x":[)" + extra + "]}";
+  };
+  ServerLimits limits;
+  ASSERT_EQ(limits.max_json_values, 16384);
+  EXPECT_NO_THROW(server_parse_chat_request(with_values(16384), true, ChatDefaults{}));
+  try {
+    server_parse_chat_request(with_values(16385), true, ChatDefaults{});
+    ADD_FAILURE() << "16,385 values accepted";
+  } catch (const ServerError& e) {
+    EXPECT_EQ(e.status, 413);
+    EXPECT_NE(std::string(e.what()).find("more than 16384 JSON values"), std::string::npos) << e.what();
+  }
+  std::string flat = "[";
+  while (flat.size() < (1u << 20) - 3) flat += "{},";
+  flat += "{}]";
+  try {
+    server_parse_chat_request(flat, true, ChatDefaults{});
+    ADD_FAILURE() << "a 1 MiB array of objects was parsed";
+  } catch (const ServerError& e) {
+    EXPECT_EQ(e.status, 413) << e.what();
+  }
+  // invalid JSON within the count is still a 400
+  try {
+    server_parse_chat_request(R"({"messages":[)", true, ChatDefaults{});
+    ADD_FAILURE() << "a truncated body was parsed";
+  } catch (const ServerError& e) {
+    EXPECT_EQ(e.status, 400);
+  }
+}
+
+// the budget of bytes being parsed: a share that does not fit waits, then is refused; given
+// back, it lets the next one in; one larger than the whole budget gets it alone
+TEST(HardeningUnits, ParseBudgetWaitsThenRefuses) {
+  ParseBudget budget(100);
+  {
+    ParseShare a(budget, 60, std::chrono::milliseconds(0));
+    ASSERT_TRUE(a.held());
+    const auto t0 = std::chrono::steady_clock::now();
+    ParseShare b(budget, 60, std::chrono::milliseconds(50));
+    EXPECT_FALSE(b.held());
+    EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(45));  // it waited
+    ParseShare c(budget, 40, std::chrono::milliseconds(0));
+    EXPECT_TRUE(c.held());
+    EXPECT_EQ(budget.in_use(), 100);
+  }
+  EXPECT_EQ(budget.in_use(), 0);
+  ASSERT_TRUE(budget.take(500, std::chrono::milliseconds(0)));  // larger than the budget, alone: it gets it
+  std::thread later([&] {
+    ParseShare d(budget, 1, std::chrono::milliseconds(5000));  // waits for the 500 to be given back
+    EXPECT_TRUE(d.held());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(budget.in_use(), 500);
+  budget.give_back(500);
+  later.join();
+  EXPECT_EQ(budget.in_use(), 0);
+}
+
+// a path's escapes as RFC 3986 writes them; what is not an escape stays as it is
+TEST(HardeningUnits, PercentDecode) {
+  EXPECT_EQ(server_percent_decode("/health"), "/health");
+  EXPECT_EQ(server_percent_decode("/h%65alth"), "/health");
+  EXPECT_EQ(server_percent_decode("/%2f%2F"), "///");
+  EXPECT_EQ(server_percent_decode("/a%0d%0Ab"), "/a\r\nb");
+  EXPECT_EQ(server_percent_decode("/%00"), std::string("/\0", 2));
+  EXPECT_EQ(server_percent_decode("/%ff"), "/\xff");
+  EXPECT_EQ(server_percent_decode("/a+b"), "/a+b");        // not a form: + is a +
+  EXPECT_EQ(server_percent_decode("/%"), "/%");            // too short
+  EXPECT_EQ(server_percent_decode("/%4"), "/%4");          // too short
+  EXPECT_EQ(server_percent_decode("/%zz%4g"), "/%zz%4g");  // not hex
+  EXPECT_EQ(server_percent_decode("/%%41"), "/%A");        // a lone % then an escape
+  EXPECT_EQ(server_percent_decode("/%u0041"), "/%u0041");  // no %u escapes
 }
 
 TEST(HardeningUnits, LoopbackHostNamesAndLogEscape) {
@@ -1064,5 +1147,59 @@ TEST(Hardening, RssFlatUnderRoundsOfDroppedStreams) {
   auto median3 = [](int64_t a, int64_t b, int64_t c) { return std::max(std::min(a, b), std::min(std::max(a, b), c)); };
   const int64_t early = median3(rss[2], rss[3], rss[4]), late = median3(rss[5], rss[6], rss[7]);
   EXPECT_LT(late - early, 16 * 1024) << "RSS grew after warm-up: " << trace;
+  EXPECT_EQ(raw_http(port, "GET", "/health").status, 200);
+}
+
+// 60 bodies of 1 MiB each, `[{},{},...]` (350,000 empty objects, about 35 MB each as a
+// document), sent at once from one address with a valid key: each is refused (413 past the
+// value count, or 503 past the parse budget) and the server's RSS stays within 200 MB of its
+// idle RSS (it went from 567 MB to 2,047 MB when each body was parsed whole). /health keeps
+// answering meanwhile.
+TEST(Hardening, SixtyJsonBombsAtOnceKeepRssNearIdle) {
+  Server s({"--workers", "1", "-q", "--api-key", "probe-key"});
+  const int port = s.port();
+  std::string bomb = "[";
+  while (bomb.size() < (1u << 20) - 3) bomb += "{},";
+  bomb += "{}]";
+  const std::string req = post("/v1/chat/completions", bomb, "Authorization: Bearer probe-key\r\n");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // idle connection threads exit after 1 s
+  const int64_t idle = rss_kb(s.proc.pid());
+  std::atomic<bool> done{false};
+  std::atomic<int64_t> peak{idle};
+  std::thread sampler([&] {
+    while (!done) {
+      peak = std::max<int64_t>(peak, rss_kb(s.proc.pid()));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+  });
+  double health_worst_ms = 0;
+  std::thread health([&] {
+    while (!done) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const int status = raw_http_status(port, "GET", "/health");
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (status == 200) health_worst_ms = std::max(health_worst_ms, ms);
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  std::vector<int> statuses(60, 0);
+  std::vector<std::thread> senders;
+  for (int i = 0; i < 60; i++)
+    senders.emplace_back([&, i] {
+      const int fd = raw_connect_from("127.0.0.3", port);
+      if (fd < 0) return;
+      raw_send(fd, req);
+      statuses[i] = status_of(raw_read_all(fd, 30000));
+      close(fd);
+    });
+  for (auto& t : senders) t.join();
+  done = true;
+  sampler.join();
+  health.join();
+  std::printf("RSS idle %lld MB, peak %lld MB under 60 JSON bombs; /health worst %.0f ms\n", (long long)idle / 1024,
+              (long long)peak.load() / 1024, health_worst_ms);
+  for (int i = 0; i < 60; i++)
+    EXPECT_TRUE(statuses[i] == 413 || statuses[i] == 503) << "body " << i << ": " << statuses[i];
+  EXPECT_LT(peak - idle, 200 * 1024) << "idle " << idle / 1024 << " MB, peak " << peak / 1024 << " MB";
   EXPECT_EQ(raw_http(port, "GET", "/health").status, 200);
 }

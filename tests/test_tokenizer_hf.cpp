@@ -4,6 +4,7 @@
 // one Error naming the file and the field. The library's ids come from tests/fixtures/hf_fixtures.py.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -154,6 +155,15 @@ TEST(TokenizerHf, UnrepresentableKindsAreRefusedByName) {
   expect_refused([](json& j) { j["added_tokens"][0]["special"] = false; }, "not special");
   expect_refused([](json& j) { j["added_tokens"][2]["id"] = 5; }, "<|user_end|>");
   expect_refused([](json& j) { j["model"]["vocab"].erase("\xc4\x80"); }, "id");  // U+0100 stands for byte 0x00
+  // a 40 KB token no merge makes (its split into merges at export was quadratic in it)
+  expect_refused(
+      [](json& j) {
+        size_t next = 0;
+        for (auto& [tok, id] : j["model"]["vocab"].items()) next = std::max(next, id.get<size_t>() + 1);
+        for (auto& a : j["added_tokens"]) next = std::max(next, a["id"].get<size_t>() + 1);
+        j["model"]["vocab"][std::string(40000, 'a')] = next;
+      },
+      "made by no merge");
   expect_refused(
       [](json& j) {
         for (auto& a : j["added_tokens"]) a["content"] = "<|x" + a["id"].dump() + "|>";

@@ -32,7 +32,10 @@ class Dist;
 // ---- where ------------------------------------------------------------------------------
 std::string checkpoint_source_subdir(const std::string& source);  // "base" -> "base_checkpoints"; sft, rl
 std::string checkpoint_root(const std::string& source);           // $BASE/<subdir>
-std::string checkpoint_dir(const std::string& source, const std::string& tag);
+// a model tag is one folder name: Error for "", ".", ".." or one holding '/' (so no tag
+// reaches outside its source's folder)
+void checkpoint_check_tag(const std::string& tag);
+std::string checkpoint_dir(const std::string& source, const std::string& tag);  // checks the tag
 std::string checkpoint_model_path(const std::string& dir, int64_t step);
 std::string checkpoint_meta_path(const std::string& dir, int64_t step);
 std::string checkpoint_optim_path(const std::string& dir, int64_t step, int rank);       // .safetensors

@@ -36,10 +36,12 @@ struct ServerLimits {
   int64_t max_choices = 8;       // OpenAI's n
   int64_t max_stop_strings = 4;  // OpenAI's limit
   int64_t max_stop_chars = 256;
-  int64_t max_body_bytes = 1 << 20;  // 413 beyond (after decompression too)
-  int64_t max_json_depth = 64;       // 400 beyond, checked before parsing
-  int64_t max_header_line = 8192;    // bytes of the request line (414) or a header line (431)
-  int64_t max_headers = 100;         // header lines (431 beyond)
+  int64_t max_body_bytes = 1 << 20;     // 413 beyond (after decompression too)
+  int64_t max_json_depth = 64;          // 400 beyond, checked before parsing
+  int64_t max_json_values = 16384;      // 413 beyond (a scalar, array or object is one), counted first
+  int64_t max_parsing_bytes = 8 << 20;  // bodies read and parsed at once, in all (past it: 2 s wait, then 503)
+  int64_t max_header_line = 8192;       // bytes of the request line (414) or a header line (431)
+  int64_t max_headers = 100;            // header lines (431 beyond)
 };
 extern const ServerLimits kServerLimits;
 

@@ -160,7 +160,15 @@ std::string checkpoint_source_subdir(const std::string& source) {
 }
 
 std::string checkpoint_root(const std::string& source) { return base_dir() + "/" + checkpoint_source_subdir(source); }
+void checkpoint_check_tag(const std::string& tag) {
+  if (tag.empty() || tag == "." || tag == ".." || tag.find('/') != std::string::npos ||
+      tag.find('\0') != std::string::npos)
+    fail("--model-tag '%s' is not a folder name: a tag is one path component (no '/', and not '.' or '..')",
+         tag.c_str());
+}
+
 std::string checkpoint_dir(const std::string& source, const std::string& tag) {
+  checkpoint_check_tag(tag);
   return checkpoint_root(source) + "/" + tag;
 }
 
@@ -254,6 +262,7 @@ int64_t checkpoint_find_last_step(const std::string& dir) {
 CheckpointRef checkpoint_locate(const std::string& source, const std::string& tag, int64_t step) {
   std::string root = checkpoint_root(source);
   CheckpointRef ref;
+  if (!tag.empty()) checkpoint_check_tag(tag);
   ref.dir = root + "/" + (tag.empty() ? checkpoint_find_largest_tag(root) : tag);
   if (!is_directory(ref.dir)) fail("no checkpoint directory %s: check --model-tag", ref.dir.c_str());
   ref.step = step < 0 ? checkpoint_find_last_step(ref.dir) : step;

@@ -308,10 +308,29 @@ struct Scheduler::Impl {
     logits = torch::Tensor();
   }
 
+  // rows the requests of `key` hold now (under mu)
+  int64_t rows_held(const std::string& key) const {
+    int64_t n = 0;
+    for (auto& r : prefilling)
+      if (r->key == key) n += (int64_t)r->rows.size();
+    for (auto& r : decoding)
+      if (r->key == key) n += std::count_if(r->slot.begin(), r->slot.end(), [](int64_t s) { return s >= 0; });
+    return n;
+  }
+
+  // whether a request's key may take its rows now: within max_rows_per_key, or half the
+  // rows while another key waits (under mu)
+  bool within_key_share(const WaitingRequest& w) const {
+    if (opt.max_rows_per_key <= 0) return true;
+    const int64_t share = waiting.others_wait(w.key) ? std::max<int64_t>(1, opt.max_batch / 2) : opt.max_rows_per_key;
+    return rows_held(w.key) + w.rows_needed <= std::max(share, w.rows_needed);
+  }
+
   // waiting requests get rows while they fit, in the waiting room's turns (under mu)
   void admit_waiting() {
-    while (waiting.next() && waiting.next()->rows_needed <= kv.free_count()) {
-      std::shared_ptr<Request> r = std::static_pointer_cast<Request>(waiting.pop_next());
+    const WaitQueues::Admissible share = [this](const WaitingRequest& w) { return within_key_share(w); };
+    while (waiting.next(share) && waiting.next(share)->rows_needed <= kv.free_count()) {
+      std::shared_ptr<Request> r = std::static_pointer_cast<Request>(waiting.pop_next(share));
       if (r->cancel) {
         end_request(*r);
         continue;
@@ -425,6 +444,11 @@ std::shared_ptr<Scheduler::Ticket> Scheduler::submit(const std::vector<int32_t>&
   if ((int64_t)r->rows.size() > im.opt.max_batch)
     fail("generate: %zu samples exceed the %lld rows decoded together (--max-batch)", r->rows.size(),
          (long long)im.opt.max_batch);
+  if (im.opt.max_rows_per_key > 0 && (int64_t)r->rows.size() > im.opt.max_rows_per_key)
+    fail(
+        "generate: %zu samples exceed the %lld rows one client may hold at once (--max-batch %lld less one, kept "
+        "for other clients)",
+        r->rows.size(), (long long)im.opt.max_rows_per_key, (long long)im.opt.max_batch);
   r->prompt = prompt;
   r->opt = options;
   r->key = queue_key;

@@ -20,13 +20,13 @@ void WaitQueues::pop_back(const std::string& key) {
 }
 
 const std::string* WaitQueues::turn(const std::map<std::string, size_t>& taken,
-                                    const std::map<std::string, uint64_t>& served) const {
+                                    const std::map<std::string, uint64_t>& served, const Admissible& admissible) const {
   const std::string* best = nullptr;
   uint64_t best_served = 0, best_seq = 0;
   for (const auto& [key, k] : keys_) {
     auto t = taken.find(key);
     const size_t at = t == taken.end() ? 0 : t->second;
-    if (at >= k.queue.size()) continue;
+    if (at >= k.queue.size() || (admissible && !admissible(*k.queue[at]))) continue;
     auto s = served.find(key);
     auto past = served_.find(key);
     const uint64_t when = s != served.end() ? s->second : past != served_.end() ? past->second : 0;
@@ -40,13 +40,13 @@ const std::string* WaitQueues::turn(const std::map<std::string, size_t>& taken,
   return best;
 }
 
-std::shared_ptr<WaitingRequest> WaitQueues::next() const {
-  const std::string* key = turn({}, {});
+std::shared_ptr<WaitingRequest> WaitQueues::next(const Admissible& admissible) const {
+  const std::string* key = turn({}, {}, admissible);
   return key ? keys_.at(*key).queue.front() : nullptr;
 }
 
-std::shared_ptr<WaitingRequest> WaitQueues::pop_next() {
-  const std::string* key = turn({}, {});
+std::shared_ptr<WaitingRequest> WaitQueues::pop_next(const Admissible& admissible) {
+  const std::string* key = turn({}, {}, admissible);
   if (!key) return nullptr;
   auto k = keys_.find(*key);
   std::shared_ptr<WaitingRequest> r = k->second.queue.front();

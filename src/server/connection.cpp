@@ -1,9 +1,10 @@
 // A whole request on its thread (the event loop read it: event_loop.cpp). httplib parses,
 // routes and answers it through ConnectionStream, whose reads come from the request's bytes
-// (nothing more is read from the socket) and whose writes go to the socket. The
-// thread-local stream lets a handler ask whether its client is still there (non-streaming
-// generations stop when it leaves; one that only shut its sending side still gets its
-// answer). Then the connection goes back to the event loop for its next request, or closes.
+// (nothing more is read from the socket) and whose writes go to the socket. The request's
+// context (connections.h), which the routes find through HttpServer::context, lets a handler
+// ask whether its client is still there (non-streaming generations stop when it leaves; one
+// that only shut its sending side still gets its answer). Then the connection goes back to the
+// event loop for its next request, or closes.
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -14,6 +15,7 @@
 #include <cstring>
 #include <system_error>
 
+#include "nanochat/common/ascii.h"
 #include "nanochat/server.h"
 #include "server/connections.h"
 
@@ -23,10 +25,10 @@ namespace {
 
 using StreamClock = std::chrono::steady_clock;
 
-void address_of(int fd, bool peer, std::string& ip, int& port) {
+void local_address_of(int fd, std::string& ip, int& port) {
   sockaddr_storage a{};
   socklen_t len = sizeof a;
-  if ((peer ? getpeername(fd, (sockaddr*)&a, &len) : getsockname(fd, (sockaddr*)&a, &len)) != 0) return;
+  if (getsockname(fd, (sockaddr*)&a, &len) != 0) return;
   char host[NI_MAXHOST], serv[NI_MAXSERV];
   if (getnameinfo((sockaddr*)&a, len, host, sizeof host, serv, sizeof serv, NI_NUMERICHOST | NI_NUMERICSERV) == 0) {
     ip = host;
@@ -36,15 +38,18 @@ void address_of(int fd, bool peer, std::string& ip, int& port) {
 
 class ConnectionStream final : public httplib::Stream {
  public:
-  ConnectionStream(int fd, const std::string& request, int write_timeout_ms, bool overflow)
-      : fd_(fd), request_(request), write_timeout_ms_(write_timeout_ms), overflow_(overflow) {
+  ConnectionStream(int fd, const std::string& ip, int port, const std::string& request, int write_timeout_ms,
+                   bool overflow)
+      : fd_(fd), ip_(ip), port_(port), request_(request), write_timeout_ms_(write_timeout_ms) {
     const std::string line = request.substr(0, request.find("\r\n"));
     http10_ = line.size() >= 8 && line.compare(line.size() - 8, 8, "HTTP/1.0") == 0;
+    context_.overflow = overflow;
+    context_.gone = [this] { return peer_gone(); };
   }
 
-  bool overflow() const { return overflow_; }
-  bool close_after() const { return close_after_; }
-  void set_close_after() { close_after_ = true; }
+  RequestContext& context() { return context_; }
+  // the response's head said "Connection: close" (see_head)
+  bool said_close() const { return said_close_; }
 
   // The client closed its socket, or the socket failed. A FIN alone (POLLRDHUP) does not tell
   // a client that closed from one that only shut its sending side and still reads: the first
@@ -87,11 +92,16 @@ class ConnectionStream final : public httplib::Stream {
     // httplib's "100 Continue": the event loop answered Expect before it read the body
     if (size >= 12 && std::memcmp(ptr, "HTTP/1.1 100", 12) == 0) return (ssize_t)size;
     wrote_ = true;
+    see_head(ptr, size);
     return send_all(ptr, size) ? (ssize_t)size : -1;
   }
 
-  void get_remote_ip_and_port(std::string& ip, int& port) const override { address_of(fd_, true, ip, port); }
-  void get_local_ip_and_port(std::string& ip, int& port) const override { address_of(fd_, false, ip, port); }
+  // as the event loop saw them at accept: the key HttpServer::context finds the request's context by
+  void get_remote_ip_and_port(std::string& ip, int& port) const override {
+    ip = ip_;
+    port = port_;
+  }
+  void get_local_ip_and_port(std::string& ip, int& port) const override { local_address_of(fd_, ip, port); }
   socket_t socket() const override { return fd_; }
 
   // before closing after an answer whose request asked to keep the connection: stop sending,
@@ -110,6 +120,21 @@ class ConnectionStream final : public httplib::Stream {
   }
 
  private:
+  // the response's head as it is written: whether it says "Connection: close", after which
+  // the connection must close (RFC 9112 9.6) whoever set the header (a route, or httplib's
+  // own refusal of a request it could not parse, which no context was found for)
+  void see_head(const char* p, size_t n) {
+    if (head_seen_) return;
+    head_.append(p, std::min(n, kMaxHead - std::min(kMaxHead, head_.size())));
+    const size_t end = head_.find("\r\n\r\n");
+    if (end == std::string::npos && head_.size() < kMaxHead) return;
+    head_seen_ = true;
+    if (ascii_lower(head_.substr(0, end == std::string::npos ? end : end + 2)).find("\r\nconnection: close\r\n") !=
+        std::string::npos)
+      said_close_ = true;
+    head_.clear();
+  }
+
   // a reset or failed socket; a half-closed one (EOF to read) still takes our bytes
   bool peer_gone_hard() const {
     pollfd p{fd_, POLLIN, 0};
@@ -133,15 +158,18 @@ class ConnectionStream final : public httplib::Stream {
   }
 
   int fd_;
+  std::string ip_;
+  int port_;
   const std::string& request_;
   size_t off_ = 0;
   int write_timeout_ms_;
-  bool overflow_, http10_;
+  bool http10_;
   bool wrote_ = false, probed_ = false;  // this response: bytes written, FIN probe sent
-  bool close_after_ = false;
+  static constexpr size_t kMaxHead = 16384;
+  std::string head_;  // the response's head so far
+  bool head_seen_ = false, said_close_ = false;
+  RequestContext context_;
 };
-
-thread_local ConnectionStream* tl_stream = nullptr;
 
 // httplib cuts every response to the request's Range, error bodies included, and answers
 // many ranges of one file with that many copies (a known httplib bug): a range is honoured for one
@@ -154,27 +182,31 @@ void keep_ranges_for_files(httplib::Request& req) {
 
 }  // namespace
 
-bool server_connection_gone() { return tl_stream && tl_stream->peer_gone(); }
-bool server_connection_overflow() { return tl_stream && tl_stream->overflow(); }
-void server_connection_close_after() {
-  if (tl_stream) tl_stream->set_close_after();
-}
-
 // one whole request through httplib; then the connection goes back to the event loop
 void HttpServer::run_job(const Job& job) {
   bool keep = false;
   {
-    ConnectionStream strm(job.fd, job.request, (int)(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000),
-                          job.overflow);
-    tl_stream = &strm;
+    ConnectionStream strm(job.fd, job.ip, job.port, job.request,
+                          (int)(write_timeout_sec_ * 1000 + write_timeout_usec_ / 1000), job.overflow);
+    const std::string key = job.ip + " " + std::to_string(job.port);
+    {
+      std::lock_guard<std::mutex> lock(contexts_mu_);
+      contexts_[key] = &strm.context();
+    }
     bool connection_closed = false;
     const bool ret = process_request(strm, job.last, connection_closed, keep_ranges_for_files);
-    keep = ret && !connection_closed && !strm.close_after() && !job.last;
+    {
+      std::lock_guard<std::mutex> lock(contexts_mu_);
+      contexts_.erase(key);
+    }
+    // closed after its answer at a route's word, or at the answer's (when the request did not
+    // ask for the close itself: then nothing of its is left to drain)
+    const bool close_after = strm.context().close_after || (strm.said_close() && !connection_closed);
+    keep = ret && !connection_closed && !close_after && !job.last;
     // not kept: after_job closes it, under the event loop's lock, so its place is free before
     // its client sees the end (one that reads to the end and connects again must not find its
     // address's place, or the cap, still taken by the connection it just left)
-    if (strm.close_after()) strm.linger();
-    tl_stream = nullptr;
+    if (close_after) strm.linger();
   }
   after_job(job.fd, keep);
 }

@@ -36,13 +36,23 @@ struct ConnectionLimits {
   int max_per_client = 64;    // open connections from one client address
 };
 
+// what a route may ask of the connection its request came on (HttpServer::context finds it
+// by the request's remote address and port, unique among the open connections)
+struct RequestContext {
+  bool overflow = false;       // the connection came beyond the connection cap: /health only
+  bool close_after = false;    // set by a route: close once this response is out
+  std::function<bool()> gone;  // the client closed its end (or the socket failed)
+  bool client_gone() const { return gone && gone(); }
+};
+
 // what the event loop has seen (GET /stats, the tests and bench/server read it)
 struct ConnectionStats {
   int64_t open = 0, peak = 0;  // connections open now, and at most
   int64_t accepted = 0;
   int64_t shed_idle = 0;       // closed to make room: between requests, nothing sent
   int64_t shed_partial = 0;    // closed to make room: a request begun, all its bytes read (503)
-  int64_t refused_client = 0;  // closed at once: its address already held max_per_client
+  int64_t refused_client = 0;  // answered 503 at once: its address already held max_per_client
+  int64_t refused_full = 0;    // answered 503 at once: every place, overflow ones included, taken
   int64_t paused = 0;          // times accepting paused (full, nothing to shed)
   int64_t timed_out = 0;       // 408 at the request deadline
 };
@@ -80,7 +90,8 @@ class HttpServer : public httplib::Server {
   ConnectionLimits limits;
   // runs for a head that waits for "100 Continue" before its body: Handled means refused, and
   // `res` is sent instead (routes.cpp sets it to the request guard)
-  std::function<httplib::Server::HandlerResponse(const httplib::Request&, httplib::Response&)> continue_guard;
+  std::function<httplib::Server::HandlerResponse(const httplib::Request&, httplib::Response&, RequestContext&)>
+      continue_guard;
 
   HttpServer();
   ~HttpServer() override;
@@ -92,6 +103,8 @@ class HttpServer : public httplib::Server {
   void stop_serving();
   bool serving() const { return serving_; }
   ConnectionStats stats() const;
+  // the connection of a request being answered (null for any other request)
+  RequestContext* context(const httplib::Request& req) const;
 
  private:
   // one open connection, as the event loop keeps it
@@ -99,6 +112,7 @@ class HttpServer : public httplib::Server {
     enum class Phase { waiting, busy, closing };  // for its request; at a thread; answered, draining
     int fd = -1;
     std::string ip;
+    int port = 0;
     Phase phase = Phase::waiting;
     std::unique_ptr<RequestReader> reader;  // the request being read
     std::string request;                    // its bytes so far
@@ -112,13 +126,15 @@ class HttpServer : public httplib::Server {
   // a whole request, handed to a thread
   struct Job {
     int fd;
+    std::string ip;
+    int port;
     std::string request;
     bool last;  // the connection's last request (keep-alive count spent)
     bool overflow;
   };
   void loop_once(std::vector<epoll_event>& events);
   void accept_new();
-  bool admit(const std::string& ip, bool& overflow);
+  const std::string* admit(const std::string& ip, bool& overflow);
   bool shed_one(const std::string* ip);
   bool can_shed() const;
   void on_readable(Conn& c);
@@ -126,6 +142,8 @@ class HttpServer : public httplib::Server {
   void dispatch(Conn& c);
   void answer_continue(Conn& c);
   void refuse(Conn& c, int status, const std::string& message);
+  void refuse_at_door(int fd, const std::string& answer);
+  void drain_refused(int fd);
   void expire();
   void set_listening(bool on);
   void new_request(Conn& c, Clock::time_point deadline);
@@ -142,16 +160,20 @@ class HttpServer : public httplib::Server {
   std::list<int> idle_, begun_;
   Clock::time_point expired_at_;  // when expire() last ran
   std::unordered_map<std::string, int> per_client_;
+  // connections refused at a cap: answered, their bytes read and dropped until the client
+  // closes or the deadline (so the close is no reset that eats the answer); outside the caps,
+  // bounded by kMaxRefused (past it one is closed right after its answer)
+  static constexpr size_t kMaxRefused = 64;
+  std::unordered_map<int, Clock::time_point> refused_;
+  std::string refused_client_answer_, refused_full_answer_;
+  // the connections whose request is at a thread, by "address port"
+  mutable std::mutex contexts_mu_;
+  std::unordered_map<std::string, RequestContext*> contexts_;
   int overflow_open_ = 0;
   bool listening_ = false;
   std::atomic<bool> stop_{false}, serving_{false};
   ConnectionStats stats_;
   std::unique_ptr<ConnectionQueue> queue_;
 };
-
-// On a request's thread, during the request (false elsewhere):
-bool server_connection_gone();         // the client closed its end (or the socket failed)
-bool server_connection_overflow();     // this connection came beyond the connection cap
-void server_connection_close_after();  // close once this response is out
 
 }  // namespace nanochat

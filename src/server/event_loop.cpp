@@ -10,7 +10,9 @@
 // has begun (it is answered 503). A connection whose bytes wait to be read is never shed.
 // With nothing to shed, kOverflow more are let in for GET /health only (so /health answers
 // while every connection is busy), and past those accepting pauses: new connections wait in
-// the kernel's backlog until one closes.
+// the kernel's backlog until one closes. A connection refused at a cap gets a canned 503
+// with Retry-After at once, from this thread, its request never read (a client that retries
+// on 503 may not retry a reset).
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -30,11 +32,28 @@ namespace nanochat {
 
 namespace {
 
-std::string client_address(const sockaddr_storage& a) {
+std::string client_address(const sockaddr_storage& a, int& port) {
   char host[INET6_ADDRSTRLEN] = "?";
-  if (a.ss_family == AF_INET) inet_ntop(AF_INET, &((const sockaddr_in&)a).sin_addr, host, sizeof host);
-  else if (a.ss_family == AF_INET6) inet_ntop(AF_INET6, &((const sockaddr_in6&)a).sin6_addr, host, sizeof host);
+  port = 0;
+  if (a.ss_family == AF_INET) {
+    inet_ntop(AF_INET, &((const sockaddr_in&)a).sin_addr, host, sizeof host);
+    port = ntohs(((const sockaddr_in&)a).sin_port);
+  } else if (a.ss_family == AF_INET6) {
+    inet_ntop(AF_INET6, &((const sockaddr_in6&)a).sin6_addr, host, sizeof host);
+    port = ntohs(((const sockaddr_in6&)a).sin6_port);
+  }
   return host;
+}
+
+// reads and drops what the socket holds now; false when the client has closed (or it failed)
+bool drop_unread(int fd) {
+  char sink[16384];
+  for (int round = 0; round < 8; round++) {
+    const ssize_t got = recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return true;
+    if (got <= 0) return false;
+  }
+  return true;
 }
 
 // bytes the kernel holds for this socket that the loop has not read yet
@@ -95,6 +114,12 @@ ConnectionStats HttpServer::stats() const {
   return stats_;
 }
 
+RequestContext* HttpServer::context(const httplib::Request& req) const {
+  std::lock_guard<std::mutex> lock(contexts_mu_);
+  auto it = contexts_.find(req.remote_addr + " " + std::to_string(req.remote_port));
+  return it == contexts_.end() ? nullptr : it->second;
+}
+
 void HttpServer::stop_serving() { stop_ = true; }
 
 void HttpServer::serve() {
@@ -102,6 +127,14 @@ void HttpServer::serve() {
   if (listener < 0) fail("chat-web: serve() before bind");
   fcntl(listener, F_SETFL, fcntl(listener, F_GETFL) | O_NONBLOCK);
   queue_ = std::make_unique<ConnectionQueue>((size_t)limits.max_connections + kOverflow);
+  const httplib::Headers refusal = {{"Content-Type", "application/json"}, {"Retry-After", "1"}};
+  refused_client_answer_ = response_bytes(
+      503, refusal,
+      server_error_json(503, strprintf("too many connections from this address (the limit is %d); retry later",
+                                       limits.max_per_client)));
+  refused_full_answer_ = response_bytes(
+      503, refusal,
+      server_error_json(503, strprintf("too many connections (the limit is %d); retry later", limits.max_connections)));
   set_listening(true);
   serving_ = true;
   std::vector<epoll_event> events(256);
@@ -115,6 +148,8 @@ void HttpServer::serve() {
     for (auto& [fd, c] : conns_)
       if (c->phase != Conn::Phase::busy) idle.push_back(fd);
     for (int fd : idle) close_conn(fd);
+    for (auto& [fd, until] : refused_) ::close(fd);
+    refused_.clear();
   }
   queue_->shutdown();
   serving_ = false;
@@ -138,6 +173,10 @@ void HttpServer::loop_once(std::vector<epoll_event>& events) {
       accept_new();
       continue;
     }
+    if (refused_.count(fd)) {
+      drain_refused(fd);
+      continue;
+    }
     auto it = conns_.find(fd);
     if (it != conns_.end() && it->second->phase != Conn::Phase::busy) on_readable(*it->second);
   }
@@ -150,18 +189,42 @@ void HttpServer::loop_once(std::vector<epoll_event>& events) {
 
 // a new connection's place: its address under max_per_client (shedding one of that address's
 // own if need be), and the total under max_connections (shedding the longest waiting, else an
-// overflow place); false: close it
-bool HttpServer::admit(const std::string& ip, bool& overflow) {
+// overflow place); null: admitted, else the canned answer it is refused with
+const std::string* HttpServer::admit(const std::string& ip, bool& overflow) {
   overflow = false;
   auto pc = per_client_.find(ip);
   if (pc != per_client_.end() && pc->second >= limits.max_per_client && !shed_one(&ip)) {
     stats_.refused_client++;
-    return false;
+    return &refused_client_answer_;
   }
   const int normal = (int)conns_.size() - overflow_open_;
-  if (normal < limits.max_connections || shed_one(nullptr)) return true;
+  if (normal < limits.max_connections || shed_one(nullptr)) return nullptr;
   overflow = true;
-  return overflow_open_ < kOverflow;
+  if (overflow_open_ < kOverflow) return nullptr;
+  stats_.refused_full++;
+  return &refused_full_answer_;
+}
+
+// the answer goes out before anything is read; what the client sent is then dropped until it
+// closes, or for a second
+void HttpServer::refuse_at_door(int fd, const std::string& answer) {
+  send_now(fd, answer);
+  ::shutdown(fd, SHUT_WR);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd;
+  if (!drop_unread(fd) || refused_.size() >= kMaxRefused || epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, fd, &ev) != 0) {
+    ::close(fd);
+    return;
+  }
+  refused_[fd] = Clock::now() + std::chrono::seconds(1);
+}
+
+void HttpServer::drain_refused(int fd) {
+  if (drop_unread(fd)) return;
+  epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+  ::close(fd);
+  refused_.erase(fd);
 }
 
 void HttpServer::accept_new() {
@@ -182,10 +245,11 @@ void HttpServer::accept_new() {
       }
       return;
     }
-    const std::string ip = client_address(addr);
+    int port = 0;
+    const std::string ip = client_address(addr, port);
     bool overflow = false;
-    if (!admit(ip, overflow)) {
-      ::close(fd);
+    if (const std::string* refusal = admit(ip, overflow)) {
+      refuse_at_door(fd, *refusal);
       continue;
     }
     const int one = 1;
@@ -200,6 +264,7 @@ void HttpServer::accept_new() {
     auto c = std::make_unique<Conn>();
     c->fd = fd;
     c->ip = ip;
+    c->port = port;
     c->overflow = overflow;
     c->requests_left = overflow ? 1 : keep_alive_max_count_;
     const int first_ms = overflow ? std::min(limits.first_byte_ms, 2000) : limits.first_byte_ms;
@@ -281,6 +346,10 @@ void HttpServer::take_bytes(Conn& c, const char* p, size_t n) {
   }
   if (!began && c.reader->started()) place(c, &begun_);
   c.request.append(p, used);
+  // the body's length is known: its room taken once (growing by doubling would hold up to 2x)
+  if (c.reader->state() == RequestReader::State::body && !c.reader->head().chunked &&
+      c.request.capacity() < c.request.size() + c.reader->head().length)
+    c.request.reserve(c.request.size() + c.reader->head().length);
   c.rest.append(p + used, n - used);
   switch (c.reader->state()) {
     case RequestReader::State::whole: return dispatch(c);
@@ -296,7 +365,7 @@ void HttpServer::dispatch(Conn& c) {
   c.phase = Conn::Phase::busy;
   place(c, nullptr);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
-  Job job{c.fd, std::move(c.request), c.requests_left <= 1, c.overflow};
+  Job job{c.fd, c.ip, c.port, std::move(c.request), c.requests_left <= 1, c.overflow};
   c.request.clear();
   queue_->enqueue([this, job = std::move(job)] { run_job(job); });
 }
@@ -309,13 +378,15 @@ void HttpServer::answer_continue(Conn& c) {
   const size_t sp1 = line.find(' '), sp2 = line.rfind(' ');
   req.method = line.substr(0, sp1);
   req.target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  req.path = httplib::detail::decode_url(req.target.substr(0, req.target.find('?')), false);
+  req.path = server_percent_decode(req.target.substr(0, req.target.find('?')));
   for (const auto& [name, value] : c.reader->fields()) req.headers.emplace(name, value);
   // as httplib adds them after the client's own (the guard wants each exactly once)
   req.headers.emplace("REMOTE_ADDR", c.ip);
   for (const char* name : {"REMOTE_PORT", "LOCAL_ADDR", "LOCAL_PORT"}) req.headers.emplace(name, "");
   httplib::Response res;
-  if (continue_guard && continue_guard(req, res) == httplib::Server::HandlerResponse::Handled) {
+  RequestContext ctx;  // the body is not read: the connection closes after a refusal anyway
+  ctx.overflow = c.overflow;
+  if (continue_guard && continue_guard(req, res, ctx) == httplib::Server::HandlerResponse::Handled) {
     send_now(c.fd, response_bytes(res.status, res.headers, res.body));
     ::shutdown(c.fd, SHUT_WR);
     c.phase = Conn::Phase::closing;
@@ -344,6 +415,15 @@ void HttpServer::expire() {
   for (const std::list<int>* line : {&idle_, &begun_})
     for (int fd : *line)
       if (conns_.at(fd)->deadline <= now) due.push_back(fd);
+  for (auto it = refused_.begin(); it != refused_.end();) {
+    if (it->second > now) {
+      ++it;
+      continue;
+    }
+    epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, it->first, nullptr);
+    ::close(it->first);
+    it = refused_.erase(it);
+  }
   for (int fd : due) {
     Conn& c = *conns_.at(fd);
     if (c.phase == Conn::Phase::waiting && c.reader->started()) {

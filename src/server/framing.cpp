@@ -202,4 +202,31 @@ bool server_chunk_scan(ChunkScan& c, const char* p, size_t n) {
   return true;
 }
 
+namespace {
+
+int hex_value(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+std::string server_percent_decode(const std::string& s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size(); i++) {
+    const int hi = s[i] == '%' && i + 2 < s.size() ? hex_value(s[i + 1]) : -1;
+    const int lo = hi >= 0 ? hex_value(s[i + 2]) : -1;
+    if (lo < 0) {
+      out += s[i];
+      continue;
+    }
+    out += (char)(hi * 16 + lo);
+    i += 2;
+  }
+  return out;
+}
+
 }  // namespace nanochat

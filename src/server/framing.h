@@ -48,4 +48,9 @@ struct ChunkScan {
 // n more bytes of the body; false once its framing is refused (status and message set)
 bool server_chunk_scan(ChunkScan& c, const char* p, size_t n);
 
+// a request path's %XX escapes decoded (RFC 3986 2.1, either case of hex digit); a "%" not
+// followed by two hex digits stays as it is, and "+" stays a "+" (it means a space only in a
+// form's query)
+std::string server_percent_decode(const std::string& s);
+
 }  // namespace nanochat

@@ -168,10 +168,10 @@ std::string server_cache_scope(int key_index, const std::string& cache_salt) {
 
 // Every request before routing and before its body is read; a refusal is Handled.
 httplib::Server::HandlerResponse server_guard(const ServerState& st, const httplib::Request& req,
-                                              httplib::Response& res) {
+                                              httplib::Response& res, RequestContext* ctx) {
   using HR = httplib::Server::HandlerResponse;
   auto refuse = [&](int status, const std::string& message) {
-    if (may_have_body(req)) server_close_after(req, res);  // its body stays unread
+    if (may_have_body(req)) server_close_after(ctx, req, res);  // its body stays unread
     server_send_error(res, status, message);
     return HR::Handled;
   };
@@ -194,7 +194,7 @@ httplib::Server::HandlerResponse server_guard(const ServerState& st, const httpl
     if (!same && (st.opt.cors_origin.empty() || origin != st.opt.cors_origin))
       return refuse(403, "cross-origin request from '" + origin + "' refused (allow one origin with --cors-origin)");
   }
-  if (server_connection_overflow() && !((req.method == "GET" || req.method == "HEAD") && req.path == "/health")) {
+  if (ctx && ctx->overflow && !((req.method == "GET" || req.method == "HEAD") && req.path == "/health")) {
     res.set_header("Retry-After", "1");
     return refuse(503, strprintf("too many connections (the limit is %d); retry later", st.opt.max_connections));
   }

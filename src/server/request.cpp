@@ -3,6 +3,8 @@
 // plus the OpenAI fields. Nothing here touches a model: a bad request costs no worker.
 // The nesting depth is checked on the raw bytes first: nlohmann parses deep input fine but
 // copies and destroys it recursively, so 200,000 levels would overflow a thread's stack.
+// Then the values are counted by a SAX pass that builds nothing: a 1 MiB body of `[{},{},...]`
+// is 350,000 objects, about 35 MB as a document, and 60 of them at once took gigabytes.
 #include <cmath>
 #include <string>
 
@@ -84,6 +86,30 @@ int64_t content_chars(const json& content) {
   return n;
 }
 
+// counts the values as the parser meets them and stops it past `limit`; builds nothing
+class ValueCounter final : public nlohmann::json_sax<json> {
+ public:
+  explicit ValueCounter(int64_t limit) : limit_(limit) {}
+  bool over() const { return count_ > limit_; }
+  bool null() override { return one(); }
+  bool boolean(bool) override { return one(); }
+  bool number_integer(number_integer_t) override { return one(); }
+  bool number_unsigned(number_unsigned_t) override { return one(); }
+  bool number_float(number_float_t, const string_t&) override { return one(); }
+  bool string(string_t&) override { return one(); }
+  bool binary(binary_t&) override { return one(); }
+  bool start_object(std::size_t) override { return one(); }
+  bool key(string_t&) override { return true; }
+  bool end_object() override { return true; }
+  bool start_array(std::size_t) override { return one(); }
+  bool end_array() override { return true; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override { return false; }
+
+ private:
+  bool one() { return ++count_ <= limit_; }
+  int64_t limit_, count_ = 0;
+};
+
 }  // namespace
 
 int64_t server_json_depth(const std::string& body, int64_t limit) {
@@ -117,6 +143,12 @@ ChatRequest server_parse_chat_request(const std::string& body, bool openai, cons
   if (bad_at != std::string::npos) bad(strprintf("request body is not valid UTF-8 (byte %zu)", bad_at));
   if (server_json_depth(body, limits.max_json_depth) > limits.max_json_depth)
     bad(strprintf("request body is nested deeper than %lld levels", (long long)limits.max_json_depth));
+  ValueCounter counter(limits.max_json_values);
+  const bool valid = json::sax_parse(body, &counter);
+  if (counter.over())
+    throw ServerError(413,
+                      strprintf("request body holds more than %lld JSON values", (long long)limits.max_json_values));
+  if (!valid) bad("request body is not valid JSON");
   const json j = json::parse(body, nullptr, false);
   if (j.is_discarded()) bad("request body is not valid JSON");
   if (!j.is_object()) bad("request body must be a JSON object");

@@ -1,7 +1,8 @@
 // The chat-web server's set-up and routes on cpp-httplib. Life of a request:
 //   connection thread (connection.cpp): bounded head -> guard (guards.cpp: Host, Origin, API
-//   key, connection cap, body size) -> body read through httplib's content reader, capped after
-//   decompression -> parse + check (4xx, no model work) -> prompt tokens -> queued at the
+//   key, connection cap, body size) -> a share of the parse budget (parse_budget.h) -> body
+//   read through httplib's content reader, capped after decompression -> parse + check (4xx,
+//   no model work; the share given back) -> prompt tokens -> queued at the
 //   least loaded worker's scheduler until its rows are free (first come first served; 503 when
 //   that queue is full or the server drains) -> generate.
 // Streams use httplib's content provider, which holds the request's ticket, so its rows are
@@ -45,8 +46,8 @@ const char* content_type_of(const std::string& path) {
 }
 
 // a second signal, or the client's socket closed (checked every decode step: one poll)
-std::function<bool()> cancelled_fn(ServerState& st) {
-  return [&st] { return st.stop_level >= 2 || server_connection_gone(); };
+std::function<bool()> cancelled_fn(ServerState& st, RequestContext* ctx) {
+  return [&st, ctx] { return st.stop_level >= 2 || (ctx && ctx->client_gone()); };
 }
 
 // the worker whose scheduler holds or waits for the fewest rows (the first of equals)
@@ -64,6 +65,7 @@ const ServerWorker& least_loaded(const ServerState& st) {
 // flight, its rows held by its ticket; shared by the stream provider
 struct Prepared {
   ServerState& st;
+  RequestContext* ctx = nullptr;  // its connection's
   ChatRequest req;
   int64_t prompt_len = 0;
   const ServerWorker* worker = nullptr;
@@ -77,13 +79,14 @@ struct Prepared {
   Prepared& operator=(const Prepared&) = delete;
 };
 
-// parse, check readiness, build the prompt, queue it at the least loaded worker and wait there
+// check readiness, build the prompt, queue it at the least loaded worker and wait there
 // for its rows in its key's queue (its limits checked once, by the scheduler); all
 // before the response begins, so a refusal is still a status. Throws ServerError.
-std::shared_ptr<Prepared> prepare(ServerState& st, const std::string& body, bool openai, int key_index,
+std::shared_ptr<Prepared> prepare(ServerState& st, ChatRequest chat, RequestContext* ctx, int key_index,
                                   const std::string& address) {
   auto p = std::make_shared<Prepared>(st);
-  p->req = server_parse_chat_request(body, openai, st.opt.defaults, st.opt.limits);
+  p->ctx = ctx;
+  p->req = std::move(chat);
   if (st.stop_level > 0) throw ServerError(503, "the server is shutting down");
   if (!st.ready) throw ServerError(503, "the model is still loading; retry when GET /health answers 200");
   const ServerWorker& w = least_loaded(st);
@@ -104,7 +107,7 @@ std::shared_ptr<Prepared> prepare(ServerState& st, const std::string& body, bool
   try {
     p->ticket = w.scheduler->submit(prompt, o,
                                     server_queue_key(key_index, address));  // fair admission: its key's own queue
-    if (!w.scheduler->wait_admitted(*p->ticket, cancelled_fn(st)))
+    if (!w.scheduler->wait_admitted(*p->ticket, cancelled_fn(st, ctx)))
       throw ServerError(503, st.stop_level > 0 ? "the server is shutting down" : "the request was cancelled");
   } catch (const SchedulerRefused& e) {
     throw ServerError(503, e.closed ? "the server is shutting down" : "too many requests are queued; retry later");
@@ -127,12 +130,12 @@ std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
 
 // an SSE stream: chunked for HTTP/1.1; an HTTP/1.0 client knows no chunks, so its stream is
 // delimited by the connection's close (RFC 9112 6.3)
-void stream_response(const httplib::Request& req, httplib::Response& res,
+void stream_response(RequestContext* ctx, const httplib::Request& req, httplib::Response& res,
                      std::function<bool(size_t, httplib::DataSink&)> provider) {
   res.set_header("Cache-Control", "no-cache");
   res.set_header("X-Accel-Buffering", "no");  // proxies: do not buffer the stream
   if (req.version == "HTTP/1.0") {
-    server_close_after(req, res);
+    server_close_after(ctx, req, res);
     res.set_content_provider("text/event-stream", std::move(provider));
   } else {
     res.set_chunked_content_provider("text/event-stream", std::move(provider));
@@ -140,10 +143,10 @@ void stream_response(const httplib::Request& req, httplib::Response& res,
 }
 
 // ---- POST /chat/completions: upstream's stream ---------------------------------------------
-void handle_upstream(ServerState& st, const httplib::Request& req, const std::string& body, int key_index,
+void handle_upstream(ServerState& st, const httplib::Request& req, ChatRequest chat, RequestContext* ctx, int key_index,
                      httplib::Response& res) {
-  std::shared_ptr<Prepared> p = prepare(st, body, false, key_index, req.remote_addr);
-  stream_response(req, res, [&st, p](size_t, httplib::DataSink& sink) {
+  std::shared_ptr<Prepared> p = prepare(st, std::move(chat), ctx, key_index, req.remote_addr);
+  stream_response(ctx, req, res, [&st, p](size_t, httplib::DataSink& sink) {
     const ServerWorker& w = *p->worker;
     auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
     try {
@@ -152,7 +155,7 @@ void handle_upstream(ServerState& st, const httplib::Request& req, const std::st
           [&](int, const std::string& text) {
             return write(sse({{"token", text}, {"gpu", w.index}}));
           },
-          cancelled_fn(st));
+          cancelled_fn(st, p->ctx));
       account(st, g);
       if (!g.client_gone) write(sse({{"done", true}}));
     } catch (const std::exception& e) {  // headers are out: the error becomes an event
@@ -181,16 +184,16 @@ json usage_json(const GenerationOutcome& g) {
           {"prompt_tokens_details", {{"cached_tokens", g.cached_tokens}}}};
 }
 
-void handle_openai(ServerState& st, const httplib::Request& req, const std::string& body, int key_index,
+void handle_openai(ServerState& st, const httplib::Request& req, ChatRequest chat, RequestContext* ctx, int key_index,
                    httplib::Response& res) {
-  std::shared_ptr<Prepared> p = prepare(st, body, true, key_index, req.remote_addr);
+  std::shared_ptr<Prepared> p = prepare(st, std::move(chat), ctx, key_index, req.remote_addr);
   const std::string id = completion_id();
   const int64_t created = (int64_t)std::time(nullptr);
   if (!p->req.stream) {
     const ServerWorker& w = *p->worker;
     GenerationOutcome g = server_generate(
         *w.scheduler, *p->ticket, p->req, p->prompt_len, [](int, const std::string&) { return true; },
-        cancelled_fn(st));
+        cancelled_fn(st, ctx));
     p.reset();
     account(st, g);
     json choices = json::array();
@@ -209,7 +212,7 @@ void handle_openai(ServerState& st, const httplib::Request& req, const std::stri
     res.set_content(dump(body), "application/json");
     return;
   }
-  stream_response(req, res, [&st, p, id, created](size_t, httplib::DataSink& sink) {
+  stream_response(ctx, req, res, [&st, p, id, created](size_t, httplib::DataSink& sink) {
     const ServerWorker& w = *p->worker;
     auto chunk = [&](json choices, const json& usage = nullptr) {
       json j = {{"id", id},
@@ -234,7 +237,7 @@ void handle_openai(ServerState& st, const httplib::Request& req, const std::stri
             [&](int row, const std::string& text) {
               return chunk(delta(row, {{"content", text}}, nullptr));
             },
-            cancelled_fn(st));
+            cancelled_fn(st, p->ctx));
         account(st, g);
         ok = !g.client_gone;
         for (size_t i = 0; i < g.choices.size() && ok; i++)
@@ -281,6 +284,7 @@ json connections_json(const ServerState& st) {
           {"shed_idle", c.shed_idle},
           {"shed_partial", c.shed_partial},
           {"refused_per_client", c.refused_client},
+          {"refused_full", c.refused_full},
           {"paused", c.paused},
           {"timed_out", c.timed_out}};
 }
@@ -347,14 +351,16 @@ const char* allowed_methods(const std::string& path) {
 // de-chunked there, counted here, so no encoding gets more than max_body_bytes into memory
 // (httplib 0.11.4 caps neither a chunked body nor a decompressed one).
 
-std::string read_body(const ServerState& st, const httplib::Request& req, httplib::Response& res,
+std::string read_body(const ServerState& st, RequestContext* ctx, const httplib::Request& req, httplib::Response& res,
                       const httplib::ContentReader& reader) {
   const size_t max = (size_t)st.opt.limits.max_body_bytes;
   if (req.is_multipart_form_data()) {
-    server_close_after(req, res);
+    server_close_after(ctx, req, res);
     throw ServerError(415, "multipart bodies are not accepted; send the request as JSON");
   }
   std::string body;
+  if (req.has_header("Content-Length") && req.get_header_value("Content-Encoding").empty())  // no doubling as it grows
+    body.reserve(std::min<size_t>(max, req.get_header_value<uint64_t>("Content-Length")));
   bool over = false;
   const bool ok = reader([&](const char* data, size_t n) {
     if (body.size() + n > max) return !(over = true);
@@ -362,14 +368,31 @@ std::string read_body(const ServerState& st, const httplib::Request& req, httpli
     return true;
   });
   if (over) {
-    server_close_after(req, res);  // the rest of the body stays unread
+    server_close_after(ctx, req, res);  // the rest of the body stays unread
     throw ServerError(413, strprintf("request body too large (limit %zu bytes, after decompression)", max));
   }
   if (!ok) {
-    server_close_after(req, res);
+    server_close_after(ctx, req, res);
     throw ServerError(400, "the request body could not be read (bad chunked framing or compression)");
   }
   return body;
+}
+
+// the body read and parsed under a share of the parse budget (parse_budget.h): the body and
+// its document are freed before the request waits for rows
+ChatRequest read_and_parse(ServerState& st, RequestContext* ctx, const httplib::Request& req, httplib::Response& res,
+                           const httplib::ContentReader& reader, bool openai) {
+  const int64_t max = st.opt.limits.max_body_bytes;
+  int64_t n = max;  // chunked or compressed: up to the cap
+  if (req.has_header("Content-Length") && req.get_header_value("Content-Encoding").empty())
+    n = std::min<int64_t>(max, (int64_t)req.get_header_value<uint64_t>("Content-Length"));
+  ParseShare share(st.parse_budget, n, std::chrono::milliseconds(2000));
+  if (!share.held()) {
+    server_close_after(ctx, req, res);  // its body stays unread
+    res.set_header("Retry-After", "1");
+    throw ServerError(503, "too many requests are being parsed at once; retry later");
+  }
+  return server_parse_chat_request(read_body(st, ctx, req, res, reader), openai, st.opt.defaults, st.opt.limits);
 }
 
 // CORS only for the --cors-origin; same-origin pages need none
@@ -402,8 +425,8 @@ void server_send_error(httplib::Response& res, int status, const std::string& me
   res.set_content(server_error_json(status, message), "application/json");
 }
 
-void server_close_after(const httplib::Request& req, httplib::Response& res) {
-  server_connection_close_after();
+void server_close_after(RequestContext* ctx, const httplib::Request& req, httplib::Response& res) {
+  if (ctx) ctx->close_after = true;
   if (req.get_header_value("Connection") != "close") res.set_header("Connection", "close");
 }
 
@@ -421,25 +444,28 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
   svr.set_write_timeout(30);
   svr.set_keep_alive_timeout(5);
   svr.set_tcp_nodelay(true);
+  st.parse_budget.set_bytes(o.limits.max_parsing_bytes);
 
-  auto chat = [&st](auto fn) {
-    return httplib::Server::HandlerWithContentReader(
-        [&st, fn](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
-          try {
-            // the key the guard let in (-1 without keys): the request's prefix-cache scope
-            const int key = st.opt.api_keys.empty()
-                                ? -1
-                                : server_bearer_key(req.get_header_value("Authorization"), st.opt.api_keys);
-            fn(st, req, read_body(st, req, res, reader), key, res);
-          } catch (const ServerError& e) {
-            server_send_error(res, e.status, e.what());
-          } catch (const std::exception& e) {
-            server_send_error(res, 500, server_internal_error(req.path.c_str(), e));
-          }
-        });
+  auto chat = [&st, &svr](auto fn, bool openai) {
+    return httplib::Server::HandlerWithContentReader([&st, &svr, fn, openai](const httplib::Request& req,
+                                                                             httplib::Response& res,
+                                                                             const httplib::ContentReader& reader) {
+      RequestContext* ctx = svr.context(req);
+      try {
+        // the key the guard let in (-1 without keys): the request's prefix-cache scope
+        const int key = st.opt.api_keys.empty()
+                            ? -1
+                            : server_bearer_key(req.get_header_value("Authorization"), st.opt.api_keys);
+        fn(st, req, read_and_parse(st, ctx, req, res, reader, openai), ctx, key, res);
+      } catch (const ServerError& e) {
+        server_send_error(res, e.status, e.what());
+      } catch (const std::exception& e) {
+        server_send_error(res, 500, server_internal_error(req.path.c_str(), e));
+      }
+    });
   };
-  svr.Post("/chat/completions", chat(handle_upstream));
-  svr.Post("/v1/chat/completions", chat(handle_openai));
+  svr.Post("/chat/completions", chat(handle_upstream, false));
+  svr.Post("/v1/chat/completions", chat(handle_openai, true));
   svr.Get("/health", [&st](const httplib::Request&, httplib::Response& res) {
     json h = health_json(st);
     res.status = h["ready"].get<bool>() ? 200 : 503;
@@ -472,37 +498,40 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
   });
   // httplib's own refusals (no route, 413, 400 on an unparsable request) get a JSON body;
   // a known path with another method is 405
-  svr.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    const char* allow = allowed_methods(req.path);
-    if (res.status == 404 && allow) {
-      res.set_header("Allow", allow);
-      server_send_error(res, 405,
-                        "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")");
-    } else if (res.status == 404) {
-      server_send_error(res, 404, "no such path: " + req.path);
-    } else if (res.status == 413) {
-      server_send_error(res, 413, "request body too large");
-    } else {
-      if (res.status == 400) server_connection_close_after();  // a malformed request: nothing after it is trusted
-      server_send_error(res, res.status, res.status == 400 ? "malformed HTTP request" : "request refused");
-    }
-    return httplib::Server::HandlerResponse::Handled;
-  }));
+  svr.set_error_handler(
+      httplib::Server::HandlerWithResponse([&svr](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
+        const char* allow = allowed_methods(req.path);
+        if (res.status == 404 && allow) {
+          res.set_header("Allow", allow);
+          server_send_error(res, 405,
+                            "method " + req.method + " is not allowed on " + req.path + " (allowed: " + allow + ")");
+        } else if (res.status == 404) {
+          server_send_error(res, 404, "no such path: " + req.path);
+        } else if (res.status == 413) {
+          server_send_error(res, 413, "request body too large");
+        } else {
+          if (res.status == 400)
+            server_close_after(svr.context(req), req, res);  // a malformed request: nothing after it is trusted
+          server_send_error(res, res.status, res.status == 400 ? "malformed HTTP request" : "request refused");
+        }
+        return httplib::Server::HandlerResponse::Handled;
+      }));
   svr.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
     server_send_error(res, 500, "internal error");
   });
-  svr.set_pre_routing_handler(
-      [&st](const httplib::Request& req, httplib::Response& res) { return server_guard(st, req, res); });
+  svr.set_pre_routing_handler([&st, &svr](const httplib::Request& req, httplib::Response& res) {
+    return server_guard(st, req, res, svr.context(req));
+  });
   // Expect: 100-continue is answered after the guard (key, Host, Origin, size) passed: a
   // refused client gets the refusal, not an invitation to send its body
   // (the event loop does so before it reads the body: continue_guard; httplib's own 100 then
   // goes unsent)
-  svr.set_expect_100_continue_handler([&st](const httplib::Request& req, httplib::Response& res) {
-    return server_guard(st, req, res) == httplib::Server::HandlerResponse::Handled ? res.status : 100;
+  svr.set_expect_100_continue_handler([&st, &svr](const httplib::Request& req, httplib::Response& res) {
+    return server_guard(st, req, res, svr.context(req)) == httplib::Server::HandlerResponse::Handled ? res.status : 100;
   });
-  svr.continue_guard = [&st](const httplib::Request& req, httplib::Response& res) {
-    return server_guard(st, req, res);
+  svr.continue_guard = [&st](const httplib::Request& req, httplib::Response& res, RequestContext& ctx) {
+    return server_guard(st, req, res, &ctx);
   };
   svr.set_post_routing_handler(
       [&st](const httplib::Request& req, httplib::Response& res) { add_cors_headers(st, req, res); });

@@ -17,11 +17,12 @@ std::string server_error_json(int status, const std::string& message);
 void server_send_error(httplib::Response& res, int status, const std::string& message);
 // the connection closes once this response is out (its body is left unread); said in the
 // response too (httplib adds the header itself when the request asked for the close)
-void server_close_after(const httplib::Request& req, httplib::Response& res);
+void server_close_after(RequestContext* ctx, const httplib::Request& req, httplib::Response& res);
 
-// Every request before routing and before its body is read (guards.cpp); a refusal is Handled
+// Every request before routing and before its body is read (guards.cpp); a refusal is Handled.
+// `ctx`: its connection's (null: none known)
 httplib::Server::HandlerResponse server_guard(const ServerState& st, const httplib::Request& req,
-                                              httplib::Response& res);
+                                              httplib::Response& res, RequestContext* ctx);
 
 // the server's threads, limits, headers, and every route with its error handling (routes.cpp)
 void server_routes_install(HttpServer& svr, ServerState& st);

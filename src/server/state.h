@@ -11,6 +11,7 @@
 #include "nanochat/engine.h"
 #include "nanochat/engine/scheduler.h"
 #include "nanochat/server.h"
+#include "server/parse_budget.h"
 
 namespace nanochat {
 
@@ -33,7 +34,8 @@ struct ServerState {
   std::string model_id;
   int64_t created = (int64_t)std::time(nullptr);
   std::string load_error;
-  const HttpServer* http = nullptr;  // its connections' counters (GET /stats)
+  const HttpServer* http = nullptr;  // its connections' counters (GET /stats) and request contexts
+  ParseBudget parse_budget{kServerLimits.max_parsing_bytes};  // set from opt.limits at install
 };
 
 // the workers (one per GPU, or --workers on the CPU), each a scheduler of max_batch rows over

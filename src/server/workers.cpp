@@ -34,6 +34,7 @@ void server_workers_setup(ServerState& st, const std::vector<std::shared_ptr<con
   so.row_len = kv.row_len;
   so.prefix_cache = o.prefix_cache;
   so.max_queue = o.max_queue;
+  so.max_rows_per_key = kv.rows > 1 ? kv.rows - 1 : 0;  // one row always left for another client
   std::vector<ServerWorker> workers;
   for (int i = 0; i < n; i++) {
     std::shared_ptr<const Engine> e = engines[cuda ? i : 0];

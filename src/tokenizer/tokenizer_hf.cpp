@@ -230,6 +230,8 @@ std::vector<std::string> read_vocab(const nlohmann::json& vocab, const std::map<
   return bytes_of;
 }
 
+constexpr size_t kMaxUnmergedTokenBytes = 256;
+
 // the file's ids of the vocab in our rank order: the single bytes, then each token in the
 // order of the first merge that makes it (the merge priority tiktoken's rule then follows),
 // then any token no merge makes, by id
@@ -268,8 +270,19 @@ std::vector<int64_t> rank_order(const nlohmann::json& merges, const std::vector<
       fail("%s: merge %zu (%s %s) makes a token not in the vocab", path.c_str(), i, left.c_str(), right.c_str());
     if (!ranked[merged->second]) order.push_back(merged->second), ranked[merged->second] = true;
   }
-  for (size_t i = 0; i < bytes_of.size(); i++)
-    if (!added.count((int64_t)i) && !ranked[i]) order.push_back((int64_t)i);
+  for (size_t i = 0; i < bytes_of.size(); i++) {
+    if (added.count((int64_t)i) || ranked[i]) continue;
+    // a token no merge makes can be any length, and splitting it into merges (export) is
+    // quadratic in it: 40 KB took 10 s
+    if (bytes_of[i].size() > kMaxUnmergedTokenBytes)
+      fail("%s: vocab token %.60s... (id %zu, %zu bytes) is made by no merge and is longer than %zu bytes",
+           path.c_str(),
+           nlohmann::json(bytes_of[i].substr(0, 40))
+               .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+               .c_str(),
+           i, bytes_of[i].size(), kMaxUnmergedTokenBytes);
+    order.push_back((int64_t)i);
+  }
   return order;
 }
 

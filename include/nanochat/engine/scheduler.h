@@ -8,7 +8,8 @@
 //    free rows, in its key's queue (submit's queue_key, wait_queues.h): free rows go to
 //    the key served least recently, first come first served within a key, and each key has at
 //    most max_queue requests waiting (a further one of that key is refused at once), so a key
-//    that floods is refused and delayed alone. Between two decode steps at most prefill_chunk prompt
+//    that floods is refused and delayed alone. With max_rows_per_key a key is passed over while
+//    it holds its share of the rows. Between two decode steps at most prefill_chunk prompt
 //    tokens are prefilled, oldest request first (many short prompts join in one step, a long
 //    one is spread over several, delaying the others by one chunk at a time), into one row,
 //    copied to the request's other rows, and then the rows join the batch.
@@ -41,6 +42,11 @@ struct SchedulerOptions {
   int64_t prefill_chunk = 128;           // prompt tokens prefilled between two decode steps, at most
   bool prefix_cache = true;              // reuse the KV of a finished request's tokens
   int64_t max_queue = int64_t(1) << 40;  // requests of one queue key that may wait for rows
+  // rows one queue key may hold at once (0: no cap); while another key waits, half of
+  // max_batch (at least 1). The server sets max_batch - 1, so a key never holds every row and
+  // another key's request starts within a decode step of a row coming free. A request with
+  // more samples than this is refused at submit.
+  int64_t max_rows_per_key = 0;
 };
 
 // a request turned away at the door: max_queue requests of its key already wait (closed = false), or the

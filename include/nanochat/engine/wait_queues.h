@@ -6,6 +6,7 @@
 #pragma once
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -24,10 +25,17 @@ class WaitQueues {
   void push(std::shared_ptr<WaitingRequest> r);
   // takes back the last request pushed for `key` (refused after all)
   void pop_back(const std::string& key);
+  // which requests may have rows now (the scheduler's per-key row cap); a key whose front
+  // request may not is passed over
+  using Admissible = std::function<bool(const WaitingRequest&)>;
   // the request the next free rows go to; null when none waits
-  std::shared_ptr<WaitingRequest> next() const;
-  // removes next() and counts its key as served now
-  std::shared_ptr<WaitingRequest> pop_next();
+  std::shared_ptr<WaitingRequest> next(const Admissible& admissible = nullptr) const;
+  // removes next(admissible) and counts its key as served now
+  std::shared_ptr<WaitingRequest> pop_next(const Admissible& admissible = nullptr);
+  // whether a key other than `key` has requests waiting
+  bool others_wait(const std::string& key) const {
+    return keys_.size() > 1 || (keys_.size() == 1 && keys_.begin()->first != key);
+  }
   // requests of `key` that `free_rows` would not take if admission ran now (it stops at the
   // first request in turn that does not fit, as the scheduler's does)
   int64_t blocked(const std::string& key, int64_t free_rows) const;
@@ -43,8 +51,8 @@ class WaitQueues {
     std::deque<std::shared_ptr<WaitingRequest>> queue;
   };
   // the key whose turn it is, among `keys` with `from[key]` requests already taken
-  const std::string* turn(const std::map<std::string, size_t>& taken,
-                          const std::map<std::string, uint64_t>& served) const;
+  const std::string* turn(const std::map<std::string, size_t>& taken, const std::map<std::string, uint64_t>& served,
+                          const Admissible& admissible = nullptr) const;
   std::map<std::string, Key> keys_;  // keys with requests waiting
   // when each key's last request got rows (a key never served: 0), kept after its queue
   // empties, so a key that sends one request at a time does not count as new each time
