@@ -86,8 +86,10 @@ torch::Tensor gpt_smear(const torch::Tensor& x, const torch::Tensor& gate_weight
 struct LinearImpl : torch::nn::Module {
   LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
+  bool int8() const { return scale.defined(); }
   torch::Tensor weight;
-  bool fp8 = false;  // the matmul through kernels_fp8_linear (gpt_set_fp8)
+  bool fp8 = false;     // the matmul through kernels_fp8_linear (gpt_set_fp8)
+  torch::Tensor scale;  // int8 inference (gpt_prepare_for_inference): weight is int8, w ~ weight * scale[row]
 };
 TORCH_MODULE(Linear);
 
@@ -183,6 +185,17 @@ struct GptFp8Off {
   GPT& model;
   std::vector<bool> was;
 };
+
+// ---- inference weights (the --dtype flag of the subcommands that only run the model) ----------
+// "" (the device's compute dtype, compute_dtype_detect), "float32", "bfloat16", or "int8": int8
+// weights with bf16 activations. The compute dtype to build the model in; fails naming --dtype.
+torch::ScalarType gpt_inference_compute_dtype(const std::string& dtype, const std::string& device_type);
+// For a model that only runs forward from now on (no gradients, no optimizer, no saving): every
+// Linear's weight is stored in the compute dtype, so a bf16 decode reads half of fp32's bytes;
+// with "int8" the blocks' Linears and lm_head are quantized per output channel
+// (kernels_int8_quantize), the two small gates stay in the compute dtype. A width the int8
+// kernel does not take fails in one line before anything changes.
+void gpt_prepare_for_inference(GPT& model, const std::string& dtype);
 
 enum class LossReduction { mean, none };
 // cross-entropy of the softcapped logits, ignore_index -1; `none` gives a flat (B*T,) vector

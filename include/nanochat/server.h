@@ -116,6 +116,7 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string source = "sft", model_tag, device_type;
+  std::string dtype;  // --dtype: "" (the device's compute dtype), float32, bfloat16, int8 (gpt_prepare_for_inference)
   int64_t step = -1;
   int num_gpus = 1;   // CUDA: one model copy per GPU
   int workers = 1;    // CPU: decode threads (sharing one model copy)

@@ -33,6 +33,7 @@ struct BaseEvalFlags {
   int64_t device_batch_size = 32;
   int64_t split_tokens = 40 * 524288;  // bpb tokens per split, over all ranks
   std::string device_type;
+  std::string dtype;  // --dtype: "" the device's compute dtype
   CorpusOptions data;
   int tokenizer_threads = 0;
   std::string eval_bundle;  // "": $NANOCHAT_BASE_DIR/eval_bundle
@@ -61,6 +62,7 @@ void cli_register_base_eval(CLI::App& app, int& exit_code) {
   static BaseEvalFlags o;
   sub->add_option("--eval", o.eval, "comma-separated: core, bpb, sample")->capture_default_str();
   cli_add_checkpoint_flags(sub, o.source, o.model_tag, o.step);
+  cli_add_inference_dtype_flag(sub, o.dtype);
   sub->add_option("--max-per-task", o.max_per_task, "CORE examples per task (-1: all)")->capture_default_str();
   sub->add_option("--device-batch-size", o.device_batch_size, "rows per forward")
       ->capture_default_str()
@@ -88,7 +90,9 @@ int base_eval(const BaseEvalFlags& o) {
   Compute c = compute_init(o.device_type);
   const int world = c.env.world_size;
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
-  LoadedGPT loaded = checkpoint_load_gpt(o.source, o.model_tag, o.step, c.device, c.dtype, tok.vocab_size());
+  const torch::ScalarType dtype = o.dtype.empty() ? c.dtype : gpt_inference_compute_dtype(o.dtype, c.device_type);
+  LoadedGPT loaded = checkpoint_load_gpt(o.source, o.model_tag, o.step, c.device, dtype, tok.vocab_size());
+  gpt_prepare_for_inference(loaded.model, o.dtype);
   GPT& model = loaded.model;
   log_info("evaluating %s step %lld (%s)", loaded.ref.dir.c_str(), (long long)loaded.ref.step, c.device.str().c_str());
   torch::NoGradGuard no_grad;

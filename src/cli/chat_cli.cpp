@@ -20,7 +20,7 @@
 namespace nanochat {
 
 struct ChatCliFlags {
-  std::string source = "sft", tag, prompt, device_type;
+  std::string source = "sft", tag, prompt, device_type, dtype;
   int64_t step = -1, top_k = 50, max_tokens = 256;
   double temperature = 0.6;
   uint64_t seed = 42;
@@ -38,8 +38,9 @@ static int chat_cli_run(const ChatCliFlags& f) {
   cpu_threads_setup(1);
   const torch::Device device = device_for_rank(device_type, 0);
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
-  LoadedGPT m = checkpoint_load_gpt(f.source, f.tag, f.step, device, compute_dtype_detect(device_type),
+  LoadedGPT m = checkpoint_load_gpt(f.source, f.tag, f.step, device, gpt_inference_compute_dtype(f.dtype, device_type),
                                     tok.vocab_size());
+  gpt_prepare_for_inference(m.model, f.dtype);
   Engine engine(m.model, tok);
   const int32_t bos = tok.bos_id(), user_start = tok.special_id("<|user_start|>"),
                 user_end = tok.special_id("<|user_end|>"), assistant_start = tok.special_id("<|assistant_start|>"),
@@ -124,6 +125,7 @@ void cli_register_chat_cli(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("chat-cli", "Chat with a model in the terminal (-p for one answer)");
   static ChatCliFlags f;
   cli_add_checkpoint_flags(sub, f.source, f.tag, f.step);
+  cli_add_inference_dtype_flag(sub, f.dtype);
   sub->add_option("-p,--prompt", f.prompt, "answer this one message and exit (prints only the reply)");
   sub->add_option("-t,--temperature", f.temperature, "sampling temperature (0: greedy)")->check(CLI::Range(0.0, 2.0));
   sub->add_option("-k,--top-k", f.top_k, "sample among the k most likely tokens (0: all)")

@@ -21,7 +21,7 @@ namespace nanochat {
 namespace {
 
 struct ChatEvalFlags {
-  std::string source, task_names, model_tag, device_type;
+  std::string source, task_names, model_tag, device_type, dtype;
   int64_t step = -1;
   TaskEvalOptions opts;
 };
@@ -34,6 +34,7 @@ void cli_register_chat_eval(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("chat-eval", "Evaluate a chat model: ARC, MMLU, GSM8K, HumanEval, ChatCORE");
   static ChatEvalFlags a;
   cli_add_checkpoint_flags(sub, a.source, a.model_tag, a.step)->required();
+  cli_add_inference_dtype_flag(sub, a.dtype);
   sub->add_option("-a,--task-name", a.task_names, "tasks separated by | (default: the five of ChatCORE)");
   sub->add_option("-t,--temperature", a.opts.temperature, "sampling temperature")
       ->capture_default_str()
@@ -63,7 +64,9 @@ const std::vector<std::string> kChatCoreTasks = {"ARC-Easy", "ARC-Challenge", "M
 int chat_eval(const ChatEvalFlags& a) {
   Compute c = compute_init(a.device_type);
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
-  LoadedGPT loaded = checkpoint_load_gpt(a.source, a.model_tag, a.step, c.device, c.dtype, tok.vocab_size());
+  const torch::ScalarType dtype = a.dtype.empty() ? c.dtype : gpt_inference_compute_dtype(a.dtype, c.device_type);
+  LoadedGPT loaded = checkpoint_load_gpt(a.source, a.model_tag, a.step, c.device, dtype, tok.vocab_size());
+  gpt_prepare_for_inference(loaded.model, a.dtype);
   GPT& model = loaded.model;
   std::vector<std::string> names;
   std::stringstream ss(a.task_names);

@@ -35,6 +35,7 @@ void cli_register_chat_web(CLI::App& app, int& exit_code) {
   sub->add_flag("--no-prefix-cache", no_prefix_cache,
                 "do not reuse the KV of a finished conversation's tokens for a prompt that begins with them");
   cli_add_checkpoint_flags(sub, o.source, o.model_tag, o.step);
+  cli_add_inference_dtype_flag(sub, o.dtype);
   sub->add_option("-t,--temperature", o.defaults.temperature, "default temperature")->check(CLI::Range(0.0, 2.0));
   sub->add_option("-k,--top-k", o.defaults.top_k, "default top-k (0: all tokens)")->check(CLI::Range(0, 200));
   sub->add_option("-m,--max-tokens", o.defaults.max_tokens, "default max tokens per reply")->check(CLI::Range(1, 4096));

@@ -80,6 +80,13 @@ CLI::Option* cli_add_checkpoint_flags(CLI::App* sub, std::string& source, std::s
   return from;
 }
 
+void cli_add_inference_dtype_flag(CLI::App* sub, std::string& dtype) {
+  sub->add_option("--dtype", dtype,
+                  "weights and compute: float32, bfloat16 (half the bytes), or int8 (int8 weights with bf16 "
+                  "activations, a quarter; the CPU's fastest: docs/inference.md). Default: the device's compute dtype")
+      ->check(CLI::IsMember({"float32", "bfloat16", "int8"}));
+}
+
 void cli_add_resume_flags(CLI::App* sub, int64_t& save_every, int64_t& resume_from_step, bool& resume_latest,
                           OutputFlags& out) {
   sub->add_option("--save-every", save_every, "checkpoint every N steps (-1: only at the end)")->capture_default_str();

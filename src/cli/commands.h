@@ -42,6 +42,8 @@ void cli_register_infer_bench(CLI::App& app, int& exit_code);
 void cli_add_data_flags(CLI::App* sub, CorpusOptions& opts);
 // -i/--source, -g/--model-tag, -s/--step: which checkpoint to load; returns --source (checkpoint_flags.cpp)
 CLI::Option* cli_add_checkpoint_flags(CLI::App* sub, std::string& source, std::string& tag, int64_t& step);
+// --dtype float32|bfloat16|int8 of the subcommands that only run a model (gpt_prepare_for_inference)
+void cli_add_inference_dtype_flag(CLI::App* sub, std::string& dtype);
 // what happens to a training subcommand's output tag: its earlier steps (--force) and its older
 // checkpoints after each save (--keep-last); can_resume: the subcommand has --resume too. Each
 // training subcommand keeps its own in its flags and passes it to the three functions below.

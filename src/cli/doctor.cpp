@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "cli/commands.h"
+#include "nanochat/kernels/int8_linear.h"
 #include "nanochat/common.h"
 #include "nanochat/common/device_driver.h"
 #include "nanochat/compute.h"
@@ -141,6 +142,7 @@ static int doctor_run(std::string device_flag, double mb, bool check_kernels) {
   HostInfo host = host_info();
   log_info("CPU: %s, %d hardware threads, %d used by this rank", host.cpu_model.c_str(), host.hardware_threads,
            c.cpu_threads);
+  log_info("inference dtypes: %s", kernels_int8_cpu_report().c_str());
   log_info("memory: %s total, %s available", gib_or_unknown(host.memory_total_bytes).c_str(),
            gib_or_unknown(host.memory_available_bytes).c_str());
   // a rank on a GPU asks for its own alone: the memory query creates that GPU's CUDA context

@@ -18,7 +18,7 @@
 namespace nanochat {
 
 struct GenerateFlags {
-  std::string source = "base", tag, prompt, device_type;
+  std::string source = "base", tag, prompt, device_type, dtype;
   int64_t step = -1, max_tokens = 128, top_k = 0;
   double temperature = 1.0;
   uint64_t seed = 42;
@@ -30,8 +30,9 @@ static int generate_run(const GenerateFlags& f) {
   cpu_threads_setup(1);
   const torch::Device device = device_for_rank(device_type, 0);
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
-  LoadedGPT m = checkpoint_load_gpt(f.source, f.tag, f.step, device, compute_dtype_detect(device_type),
+  LoadedGPT m = checkpoint_load_gpt(f.source, f.tag, f.step, device, gpt_inference_compute_dtype(f.dtype, device_type),
                                     tok.vocab_size());
+  gpt_prepare_for_inference(m.model, f.dtype);
 
   std::vector<int64_t> ids = {tok.bos_id()};
   for (int32_t id : tok.encode(f.prompt)) ids.push_back(id);
@@ -84,6 +85,7 @@ void cli_register_generate(CLI::App& app, int& exit_code) {
   auto* sub = app.add_subcommand("generate", "Complete a text prompt with a checkpoint (streams text; --json for ids)");
   static GenerateFlags f;
   cli_add_checkpoint_flags(sub, f.source, f.tag, f.step);
+  cli_add_inference_dtype_flag(sub, f.dtype);
   sub->add_option("-p,--prompt", f.prompt, "the text to complete")->required();
   sub->add_option("--max-tokens", f.max_tokens, "tokens to generate")->check(CLI::NonNegativeNumber);
   sub->add_option("--temperature", f.temperature, "0 is greedy (argmax)")->check(CLI::NonNegativeNumber);

@@ -20,7 +20,7 @@ namespace nanochat {
 namespace {
 
 struct InferBenchFlags {
-  std::string source = "base", tag, device_type;
+  std::string source = "base", tag, device_type, dtype;
   int64_t step = -1;
   InferBenchOptions bench;
 };
@@ -30,8 +30,9 @@ int infer_bench_main(const InferBenchFlags& f) {
   cpu_threads_setup(1);
   const torch::Device device = device_for_rank(device_type, 0);
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
-  LoadedGPT m = checkpoint_load_gpt(f.source, f.tag, f.step, device, compute_dtype_detect(device_type),
+  LoadedGPT m = checkpoint_load_gpt(f.source, f.tag, f.step, device, gpt_inference_compute_dtype(f.dtype, device_type),
                                     tok.vocab_size());
+  gpt_prepare_for_inference(m.model, f.dtype);
   nlohmann::ordered_json checkpoint = {{"source", f.source},
                                        {"model_tag", std::filesystem::path(m.ref.dir).filename().string()},
                                        {"checkpoint_dir", m.ref.dir},
@@ -50,6 +51,7 @@ void cli_register_infer_bench(CLI::App& app, int& exit_code) {
                                  "utilisation of a checkpoint over decode batch sizes (JSON last)");
   static InferBenchFlags f;
   cli_add_checkpoint_flags(sub, f.source, f.tag, f.step);
+  cli_add_inference_dtype_flag(sub, f.dtype);
   sub->add_option("--prompt-tokens", f.bench.prompt_tokens, "prompt length for the prefill (clamped to fit)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

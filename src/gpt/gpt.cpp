@@ -20,6 +20,7 @@
 #include "nanochat/common/device.h"
 #include "nanochat/common/error.h"
 #include "nanochat/kernels.h"
+#include "nanochat/kernels/int8_linear.h"
 
 namespace nanochat {
 
@@ -219,6 +220,7 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opti
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  if (int8()) return kernels_int8_linear(x, weight, scale);
   if (fp8) return kernels_fp8_linear(x, weight);
   return at::linear(x, weight.to(x.scalar_type()));  // the matmul runs in the activation dtype
 }
@@ -308,6 +310,8 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& x_
                                  KVCache* kv_cache) {
   // h = x + attn(norm(x)), and norm(h) for the MLP, in one fused op
   auto [h, h_normed] = gpt_residual_norm(x, attn(x_normed, ve, cos, sin, window, kv_cache), {}, {}, norm_eps);
+  // int8 weights go through each Linear: the fused MLP kernel takes float weights
+  if (mlp->c_fc->int8()) return h + mlp->c_proj(at::relu(mlp->c_fc(h_normed)).square());
   return h + mlp(h_normed);
 }
 
@@ -436,6 +440,26 @@ torch::Tensor GPTImpl::forward(const torch::Tensor& idx, KVCache* kv_cache) {
   return gpt_softcap(logits, config.softcap);
 }
 
+namespace {
+
+// an int8 lm_head (inference only): the logits of a chunk of rows at a time, then the loss
+torch::Tensor gpt_loss_through_logits(GPT& model, const torch::Tensor& x, const torch::Tensor& targets,
+                                      LossReduction reduction) {
+  constexpr int64_t kRowsPerChunk = 256;
+  std::vector<torch::Tensor> losses;
+  for (int64_t r = 0; r < x.size(0); r += kRowsPerChunk) {
+    const int64_t n = std::min(kRowsPerChunk, x.size(0) - r);
+    torch::Tensor logits = model->lm_head(x.narrow(0, r, n)).narrow(-1, 0, model->config.vocab_size);
+    logits = gpt_softcap(logits.to(torch::kFloat32), model->config.softcap);
+    losses.push_back(at::cross_entropy_loss(logits, targets.narrow(0, r, n), {}, at::Reduction::None, -1));
+  }
+  torch::Tensor all = at::cat(losses);
+  if (reduction == LossReduction::none) return all;
+  return all.sum() / (targets != -1).sum();
+}
+
+}  // namespace
+
 // the loss never materialises the logits: lm_head, softcap and cross-entropy are one fused
 // op over chunks of rows (kernels.h)
 torch::Tensor gpt_loss(GPT& model, const torch::Tensor& idx, const torch::Tensor& targets, LossReduction reduction) {
@@ -443,6 +467,7 @@ torch::Tensor gpt_loss(GPT& model, const torch::Tensor& idx, const torch::Tensor
   x = x.reshape({-1, x.size(-1)});
   torch::Tensor flat_targets = targets.reshape({-1});
   const int64_t vocab = model->config.vocab_size;
+  if (model->lm_head->int8()) return gpt_loss_through_logits(model, x, flat_targets, reduction);
   if (reduction == LossReduction::none)
     return kernels_linear_softcap_ce(x, model->lm_head->weight, flat_targets, vocab, model->config.softcap);
   return kernels_linear_softcap_ce_mean(x, model->lm_head->weight, flat_targets, vocab, model->config.softcap);
@@ -546,6 +571,56 @@ GptFp8Off::GptFp8Off(GPT& m) : model(m) {
 GptFp8Off::~GptFp8Off() {
   size_t i = 0;
   for (Linear& l : block_linears(model)) l->fp8 = was[i++];
+}
+
+// ---- inference weights ---------------------------------------------------------------------------
+// The --dtype of the subcommands that only run the model: weights kept in the compute dtype (no
+// fp32 master to cast every step), or int8 with a scale per output channel.
+
+torch::ScalarType gpt_inference_compute_dtype(const std::string& dtype, const std::string& device_type) {
+  if (dtype.empty()) return compute_dtype_detect(device_type);
+  if (dtype == "float32") return torch::kFloat32;
+  if (dtype == "bfloat16" || dtype == "int8") return torch::kBFloat16;
+  fail("--dtype '%s': expected float32, bfloat16 or int8", dtype.c_str());
+}
+
+void gpt_prepare_for_inference(GPT& model, const std::string& dtype) {
+  const bool int8 = dtype == "int8";
+  if (!dtype.empty() && gpt_inference_compute_dtype(dtype, "cpu") != model->compute_dtype)
+    fail("--dtype %s: the model was built in %s", dtype.c_str(), dtype_name(model->compute_dtype).c_str());
+  std::vector<std::pair<std::string, Linear>> quantized;  // the blocks' Linears and lm_head
+  for (size_t i = 0; i < model->blocks.size(); i++) {
+    const std::string at = "transformer.h." + std::to_string(i) + ".";
+    Block& b = model->blocks[i];
+    quantized.insert(quantized.end(), {{at + "attn.c_q", b->attn->c_q},
+                                       {at + "attn.c_k", b->attn->c_k},
+                                       {at + "attn.c_v", b->attn->c_v},
+                                       {at + "attn.c_proj", b->attn->c_proj},
+                                       {at + "mlp.c_fc", b->mlp->c_fc},
+                                       {at + "mlp.c_proj", b->mlp->c_proj}});
+  }
+  quantized.push_back({"lm_head", model->lm_head});
+  if (int8)  // every width checked before any weight changes
+    for (auto& [name, l] : quantized)
+      if (!kernels_int8_linear_supported(l->weight.size(1)))
+        fail(
+            "--dtype int8: %s.weight has %lld input features, the int8 kernel takes multiples of %lld (use --dtype "
+            "bfloat16)",
+            name.c_str(), (long long)l->weight.size(1), (long long)kInt8LinearWidthMultiple);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.set_requires_grad(false);
+  for (auto& [name, l] : quantized) {
+    if (int8) {
+      auto [q, scale] = kernels_int8_quantize(l->weight, model->compute_dtype, name + ".weight");
+      l->weight.set_data(q);
+      l->scale = scale;
+    } else {
+      l->weight.set_data(l->weight.to(model->compute_dtype));
+    }
+  }
+  for (Block& b : model->blocks)
+    if (b->attn->ve_gate) b->attn->ve_gate->weight.set_data(b->attn->ve_gate->weight.to(model->compute_dtype));
+  if (model->smear_gate) model->smear_gate->weight.set_data(model->smear_gate->weight.to(model->compute_dtype));
 }
 
 // ---- the named state -----------------------------------------------------------------------------

@@ -31,12 +31,13 @@ void on_signal(int) { g_signals.fetch_add(1); }
 void load_models(ServerState& st) {
   const ServerOptions& o = st.opt;
   Tokenizer tok = tokenizer_load(base_dir_path("tokenizer"));
-  const torch::ScalarType dtype = compute_dtype_detect(o.device_type);
+  const torch::ScalarType dtype = gpt_inference_compute_dtype(o.dtype, o.device_type);
   int copies = o.device_type == "cuda" ? o.num_gpus : 1;
   std::vector<std::shared_ptr<const Engine>> engines;
   for (int i = 0; i < copies; i++) {
     torch::Device device = o.device_type == "cuda" ? torch::Device(torch::kCUDA, i) : torch::Device(torch::kCPU);
     LoadedGPT m = checkpoint_load_gpt(o.source, o.model_tag, o.step, device, dtype, tok.vocab_size());
+    gpt_prepare_for_inference(m.model, o.dtype);
     if (i == 0) {
       std::string dir = m.ref.dir;
       st.model_id = dir.substr(dir.find_last_of('/') + 1);

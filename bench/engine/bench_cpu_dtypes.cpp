@@ -1,0 +1,285 @@
+// Chat speed on a CPU by weight dtype: a d20-shaped model (20 layers, 1280 wide, vocab 65,536;
+// random weights) in fp32, bf16 and int8 weights (gpt_prepare_for_inference), each in its own
+// child process so that its peak RSS is its own, side by side with transformers' generate() of the
+// same weights (export --format hf) when the venv has transformers. Per dtype and batch (1, 8):
+// prefill tok/s (one forward of batch x prompt into the KV cache), decode tok/s through the
+// engine (greedy, first token column to last), and at batch 1 the bytes a decode step reads
+// (every Linear's weights as stored, the KV cache at mid-generation) per second against a
+// STREAM-triad probe measured in the same run, before and after (the machine may be shared).
+// usage: bench_cpu_dtypes [--shape d20|d32|smoke] [--dtypes float32,bfloat16,int8] [--batches 1,8]
+//        [--prompt 128] [--decode 32] [--hf] [--threads N]
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "nanochat/checkpoint.h"
+#include "nanochat/checkpoint/checkpoint_gpt.h"
+#include "nanochat/common/device.h"
+#include "nanochat/common/error.h"
+#include "nanochat/common/files.h"
+#include "nanochat/engine.h"
+#include "nanochat/gpt.h"
+#include "nanochat/telemetry/peak_flops.h"
+#include "nanochat/tokenizer.h"
+#include "../bench_util.h"
+
+using namespace nanochat;
+using json = nlohmann::ordered_json;
+
+namespace {
+
+struct Options {
+  std::string shape = "d20", dtypes = "float32,bfloat16,int8", batches = "1,8", child_dtype, hf_dir;
+  int64_t prompt = 128, decode = 32;
+  bool hf = false;
+  int threads = 0;
+};
+
+// the shapes of the table; the older architecture (no value embeddings, smear or layer
+// scalars) is what transformers' `nanochat` type runs, so both sides compute the same model
+GPTConfig shape_config(const std::string& shape) {
+  GPTConfig c;
+  if (shape == "d20") c.n_layer = 20, c.n_embd = 1280, c.vocab_size = 65536;
+  else if (shape == "d32") c.n_layer = 32, c.n_embd = 2048, c.vocab_size = 65536;
+  else if (shape == "smoke") c.n_layer = 2, c.n_embd = 128, c.vocab_size = 512;
+  else fail("--shape %s: expected d20, d32 or smoke", shape.c_str());
+  c.n_head = c.n_kv_head = c.n_embd / 128;
+  c.sequence_len = 2048;
+  c.window_pattern = "L";
+  c.value_embeds = c.smear = c.layer_scalars = false;
+  c.rope_theta = 10000.0;
+  c.qk_scale = 1.0;
+  return c;
+}
+
+// bytes, then byte pairs up to the model's vocab (the export checks that the sizes match), then
+// nanochat's specials; the prompt below uses bytes only
+Tokenizer bench_tokenizer(int64_t vocab) {
+  std::vector<std::string> ranks;
+  for (int i = 0; i < 256; i++) ranks.push_back(std::string(1, (char)i));
+  for (int i = 0; (int64_t)(ranks.size() + kSpecialTokens.size()) < vocab; i++)
+    ranks.push_back(std::string(1, (char)(i / 256)) + (char)(i % 256));
+  std::vector<std::pair<std::string, int32_t>> specials;
+  for (size_t i = 0; i < kSpecialTokens.size(); i++)
+    specials.push_back({kSpecialTokens[i], (int32_t)(ranks.size() + i)});
+  return Tokenizer(ranks, kPatternNanochat, specials, "<|bos|>");
+}
+
+// seeded: every child and the exported checkpoint hold the same weights
+GPT random_model(const GPTConfig& c, torch::ScalarType dtype) {
+  GPT m(c, torch::kCPU, dtype);
+  gpt_init_weights(m, 7);
+  torch::NoGradGuard ng;
+  auto gen = gpt_make_generator(torch::kCPU, 11);
+  for (auto& [name, p] : gpt_named_parameters(m))  // init leaves c_proj zero: every matrix gets values
+    if (p.dim() == 2) p.add_(at::randn(p.sizes(), gen, p.options()) * 0.02);
+  return m;
+}
+
+double rss_gib(bool peak) {
+  if (peak) {
+    rusage u{};
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_maxrss / (1 << 20);  // KiB
+  }
+  std::ifstream f("/proc/self/statm");
+  long pages = 0, resident = 0;
+  f >> pages >> resident;
+  return (double)resident * 4096 / (1 << 30);
+}
+
+// what a decode step reads: every Linear's weights as stored (scales included) and the KV cache
+double decode_bytes(GPT& model, int64_t ctx) {
+  double bytes = 0;
+  for (auto& [name, p] : gpt_named_parameters(model))
+    if (p.dim() == 2 && name.find("wte") == std::string::npos && name.find("value_embeds") == std::string::npos)
+      bytes += (double)p.numel() * p.element_size();
+  for (auto& b : model->blocks)
+    for (auto* l : {&b->attn->c_q, &b->attn->c_k, &b->attn->c_v, &b->attn->c_proj, &b->mlp->c_fc, &b->mlp->c_proj})
+      if ((*l)->int8()) bytes += (double)(*l)->scale.numel() * (*l)->scale.element_size();
+  if (model->lm_head->int8()) bytes += (double)model->lm_head->scale.numel() * model->lm_head->scale.element_size();
+  return bytes + (double)gpt_kv_read_bytes(model->config, ctx, model->compute_dtype);
+}
+
+// one dtype, in this process: the JSON line the parent reads
+json run_child(const Options& o) {
+  const GPTConfig c = shape_config(o.shape);
+  GPT model = random_model(c, gpt_inference_compute_dtype(o.child_dtype, "cpu"));
+  gpt_prepare_for_inference(model, o.child_dtype);
+  const double rss_loaded = rss_gib(false);
+  Engine engine(model, bench_tokenizer(c.vocab_size));
+  std::vector<int32_t> prompt(o.prompt);
+  for (int64_t i = 0; i < o.prompt; i++) prompt[i] = (int32_t)((i * 7919) % 256);
+  json out = {{"dtype", o.child_dtype}, {"rss_loaded_gib", rss_loaded}};
+  torch::NoGradGuard ng;
+  GenerateOptions warm;  // the first steps pay for one-time setup (kernel selection, allocator)
+  warm.max_tokens = 4;
+  warm.temperature = 0.0;
+  warm.default_stops = false;
+  warm.use_calculator = false;
+  engine.generate(prompt, warm, [](const TokenColumn&) { return true; });
+  for (int64_t rows : bench_parse_list(o.batches)) {
+    // prefill: rows x prompt in one forward into a fresh cache (best of 2)
+    double prefill = 1e30;
+    for (int rep = 0; rep < 2; rep++) {
+      KVCache kv = model->make_kv_cache(rows, o.prompt + 1);
+      torch::Tensor ids = torch::tensor(std::vector<int64_t>(prompt.begin(), prompt.end())).repeat({rows, 1});
+      auto t0 = bench_clock::now();
+      model->forward(ids, &kv);
+      prefill = std::min(prefill, bench_seconds_since(t0));
+    }
+    GenerateOptions g;
+    g.num_samples = rows;
+    g.max_tokens = o.decode;
+    g.temperature = 0.0;
+    g.default_stops = false;
+    g.use_calculator = false;
+    bench_clock::time_point first, last;
+    int64_t steps = 0;
+    engine.generate(prompt, g, [&](const TokenColumn&) {
+      last = bench_clock::now();
+      if (steps++ == 0) first = last;
+      return true;
+    });
+    const double decode_s = std::chrono::duration<double>(last - first).count();
+    json r = {{"rows", rows},
+              {"prefill_tok_s", (double)(rows * o.prompt) / prefill},
+              {"decode_tok_s", (double)rows * (double)(steps - 1) / decode_s}};
+    if (rows == 1)
+      r["decode_bytes_per_s"] = decode_bytes(model, o.prompt + o.decode / 2) * (double)(steps - 1) / decode_s;
+    out["runs"].push_back(r);
+  }
+  out["rss_peak_gib"] = rss_gib(true);
+  return out;
+}
+
+std::string last_line_of(const std::string& cmd) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) fail("cannot run %s", cmd.c_str());
+  std::string line, last;
+  char buf[1 << 16];
+  while (std::fgets(buf, sizeof buf, p)) {
+    line = buf;
+    if (!line.empty() && line[0] == '{') last = line;
+  }
+  const int rc = pclose(p);
+  if (rc != 0 || last.empty()) fail("%s: exit status %d, no result line", cmd.c_str(), rc);
+  return last;
+}
+
+// the same weights as a checkpoint, exported as transformers' `nanochat` model directory
+std::string export_hf(const Options& o) {
+  const std::string base = std::filesystem::temp_directory_path() / ("nanochat_bench_dtypes_" + o.shape);
+  setenv("NANOCHAT_BASE_DIR", base.c_str(), 1);
+  tokenizer_save(bench_tokenizer(shape_config(o.shape).vocab_size), base + "/tokenizer");
+  const GPTConfig c = shape_config(o.shape);
+  GPT m = random_model(c, torch::kFloat32);
+  json meta = {{"step", 0}, {"model_config", gpt_config_to_json(c)}};
+  const std::string dir = checkpoint_dir("base", "bench");
+  checkpoint_save_model(dir, 0, gpt_named_parameters(m), meta);
+  checkpoint_mark_complete(dir, 0, 0);
+  checkpoint_export_hf("base", "bench", 0, base + "/hf");
+  return base;
+}
+
+void print_row(const std::string& who, const json& r, double stream, double base_decode) {
+  std::string bw = "";
+  if (r.contains("decode_bytes_per_s")) {
+    const double b = r["decode_bytes_per_s"].get<double>();
+    bw = strprintf("%6.1f GB/s %4.0f%%", b / 1e9, 100 * b / stream);
+  }
+  std::printf("%-22s %4lld %12.1f %12.2f %8.2fx  %s\n", who.c_str(), (long long)r["rows"].get<int64_t>(),
+              r["prefill_tok_s"].get<double>(), r["decode_tok_s"].get<double>(),
+              r["decode_tok_s"].get<double>() / base_decode, bw.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"bench_cpu_dtypes: fp32, bf16 and int8 weights against transformers' generate()"};
+  Options o;
+  app.add_option("--shape", o.shape, "d20, d32 or smoke (a tiny model: checks that the bench runs)");
+  app.add_option("--dtypes", o.dtypes, "ours, comma-separated");
+  app.add_option("--batches", o.batches, "decode rows");
+  app.add_option("--prompt", o.prompt, "prompt tokens");
+  app.add_option("--decode", o.decode, "tokens generated per row");
+  app.add_flag("--hf", o.hf, "also transformers' generate() in bf16 and fp32 (.venv's python)");
+  app.add_option("--threads", o.threads, "intra-op threads (0: every core)");
+  app.add_option("--child", o.child_dtype, "internal: run one dtype and print its JSON");
+  CLI11_PARSE(app, argc, argv);
+  if (o.threads > 0) torch::set_num_threads(o.threads);
+  else cpu_threads_setup(1);
+  try {
+    if (!o.child_dtype.empty()) {
+      std::printf("%s\n", run_child(o).dump().c_str());
+      return 0;
+    }
+    const GPTConfig c = shape_config(o.shape);
+    const double stream0 = peak_bandwidth_measure_cpu(0.5);
+    std::printf(
+        "bench_cpu_dtypes: %s, %d threads, %s (%lld layers, n_embd %lld, vocab %lld), prompt %lld, decode %lld\n",
+        host_info().cpu_model.c_str(), at::get_num_threads(), o.shape.c_str(), (long long)c.n_layer,
+        (long long)c.n_embd, (long long)c.vocab_size, (long long)o.prompt, (long long)o.decode);
+    std::vector<json> results;
+    const std::string self = std::filesystem::read_symlink("/proc/self/exe");
+    const std::string common = strprintf(" --shape %s --batches %s --prompt %lld --decode %lld --threads %d",
+                                         o.shape.c_str(), o.batches.c_str(), (long long)o.prompt, (long long)o.decode,
+                                         at::get_num_threads());
+    std::stringstream ss(o.dtypes);
+    for (std::string d; std::getline(ss, d, ',');) {
+      results.push_back(json::parse(last_line_of(self + " --child " + d + common)));
+      results.back()["who"] = "ours " + d;
+    }
+    if (o.hf) {
+      const std::string base = export_hf(o);
+      for (const char* d : {"bfloat16", "float32"}) {
+        json r = json::parse(last_line_of(strprintf("%s %s/hf_generate.py %s/hf %s %s %lld %lld %d", NANOCHAT_PYTHON,
+                                                    NANOCHAT_BENCH_DIR, base.c_str(), d, o.batches.c_str(),
+                                                    (long long)o.prompt, (long long)o.decode, at::get_num_threads())));
+        r["who"] = std::string("transformers ") + d;
+        for (auto& run : r["runs"])  // the same bytes per step as ours in that dtype
+          for (const json& ours : results)
+            if (ours["dtype"] == d && run["rows"] == 1)
+              for (const json& our_run : ours["runs"])
+                if (our_run["rows"] == 1)
+                  run["decode_bytes_per_s"] = our_run["decode_bytes_per_s"].get<double>() /
+                                              our_run["decode_tok_s"].get<double>() * run["decode_tok_s"].get<double>();
+        results.push_back(r);
+      }
+      remove_tree(base);
+    }
+    const double stream1 = peak_bandwidth_measure_cpu(0.5);
+    const double stream = std::max(stream0, stream1);
+    std::printf("STREAM triad: %.1f GB/s before, %.1f GB/s after (percentages below are of the larger)\n",
+                stream0 / 1e9, stream1 / 1e9);
+    std::printf("\n%-22s %4s %12s %12s %9s  %s\n", "", "rows", "prefill t/s", "decode t/s", "vs base",
+                "batch-1 bytes/s");
+    for (const json& r : results) {
+      for (const json& run : r["runs"]) {
+        double base = 0;  // the first result (ours in the first dtype) at the same rows
+        for (const json& b : results[0]["runs"])
+          if (b["rows"] == run["rows"]) base = b["decode_tok_s"].get<double>();
+        print_row(r["who"].get<std::string>(), run, stream, base);
+      }
+    }
+    std::printf("\n%-22s %10s %10s\n", "", "RSS GiB", "peak GiB");
+    for (const json& r : results)
+      std::printf("%-22s %10.2f %10.2f\n", r["who"].get<std::string>().c_str(), r["rss_loaded_gib"].get<double>(),
+                  r["rss_peak_gib"].get<double>());
+    json all = {{"stream_bytes_per_s", stream}, {"results", results}};
+    std::printf("%s\n", all.dump().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_cpu_dtypes: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

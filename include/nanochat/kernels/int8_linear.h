@@ -1,0 +1,29 @@
+// int8 weight-only linear layers for inference: each output channel's weights are stored as
+// int8 with one symmetric scale (w ~ q * scale, |q| <= 127); activations stay bf16/fp32.
+#pragma once
+#include <string>
+#include <utility>
+
+#include <torch/types.h>
+
+namespace nanochat {
+
+// LibTorch's int8 matvec (at::_weight_int8pack_mm) reads memory it should not when the input
+// width is not a multiple of 16: such a weight is not quantized
+constexpr int64_t kInt8LinearWidthMultiple = 16;
+bool kernels_int8_linear_supported(int64_t in_features);
+
+// (q, scale): q int8 (out, in), scale (out,) in `scale_dtype`, per row amax/127 (1 for a zero
+// row). Every |w - q*scale| <= scale/2 (the scale rounded to its dtype included: see the .cpp).
+// Fails in one line, naming `what`, when the width is not supported.
+std::pair<torch::Tensor, torch::Tensor> kernels_int8_quantize(const torch::Tensor& w, torch::ScalarType scale_dtype,
+                                                              const std::string& what);
+// what this CPU offers the int8 and bf16 paths, one line for `doctor`: ATen's vector level and
+// the AVX-512 VNNI / BF16 / AVX2 flags, with the --dtype to pick
+std::string kernels_int8_cpu_report();
+// x (..., in) times (q*scale)^T: (..., out) in x's dtype
+torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale);
+// the same through a dequantized weight (the batched path, and the tests' second opinion)
+torch::Tensor kernels_int8_linear_reference(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale);
+
+}  // namespace nanochat

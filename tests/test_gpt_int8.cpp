@@ -1,0 +1,169 @@
+// Inference weights: int8 per-channel quantization and the int8 linear against an fp64 matmul of
+// the original weights, within a bound built from the quantization step; bf16 storage against
+// the fp32 masters cast every step; which Linears a model quantizes; widths the kernel refuses.
+#include <cmath>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "nanochat/common/error.h"
+#include "nanochat/gpt.h"
+#include "nanochat/kernels/int8_linear.h"
+#include "test_models.h"
+
+using namespace nanochat;
+using torch::Tensor;
+
+namespace {
+
+constexpr double kBf16Unit = 1.0 / 256;  // bf16 keeps 8 significant bits: round-to-nearest is within 2^-8 relative
+
+// a weight with a zero row and a row with one outlier (its other weights get a coarse step)
+Tensor test_weight(int64_t out, int64_t in, uint64_t seed) {
+  auto gen = gpt_make_generator(torch::kCPU, seed);
+  Tensor w = at::randn({out, in}, gen, torch::kFloat32) * 0.05;
+  if (out > 2) {
+    w[1].zero_();
+    w[2][0] = 3.0;
+  }
+  return w;
+}
+
+std::string one_line_error(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+TEST(Int8Quantize, EveryWeightWithinHalfAStep) {
+  Tensor w = test_weight(37, 48, 1);
+  auto [q, scale] = kernels_int8_quantize(w, torch::kBFloat16, "w");
+  ASSERT_EQ(q.scalar_type(), torch::kInt8);
+  ASSERT_EQ(scale.scalar_type(), torch::kBFloat16);
+  Tensor s = scale.to(torch::kFloat64).unsqueeze(1);
+  Tensor err = (w.to(torch::kFloat64) - q.to(torch::kFloat64) * s).abs();
+  EXPECT_TRUE((err <= s / 2).all().item<bool>()) << "worst excess " << (err - s / 2).max().item<double>();
+  EXPECT_LE(q.abs().max().item<int>(), 127);
+  // a row's largest weight maps near 127: the scale is amax/127, not something coarser
+  Tensor row_max = q.abs().amax(1).to(torch::kFloat64);
+  EXPECT_EQ(row_max[1].item<double>(), 0);  // the zero row stays zero
+  row_max[1] = 127;
+  EXPECT_GE(row_max.min().item<double>(), 126);
+}
+
+TEST(Int8Linear, WithinTheBoundDerivedFromTheQuantizationStep) {
+  // rows up to 16 run LibTorch's int8 matvec, more rows dequantize and run the GEMM: both checked
+  for (int64_t rows : {1, 3, 16, 17, 40})
+    for (auto [in, out] : {std::pair<int64_t, int64_t>{16, 1}, {128, 6}, {64, 65}, {256, 96}}) {
+      Tensor w = test_weight(out, in, 10 + rows + in);
+      auto [q, scale] = kernels_int8_quantize(w, torch::kBFloat16, "w");
+      auto gen = gpt_make_generator(torch::kCPU, 100 + rows);
+      Tensor x = at::randn({rows, in}, gen, torch::kFloat32).to(torch::kBFloat16);
+      Tensor y = kernels_int8_linear(x, q, scale).to(torch::kFloat64);
+      Tensor x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
+      Tensor ref = at::matmul(x64, w64.t());
+      // |x.(w - q s)| <= sum|x| s/2; the dequantized weight rounded to bf16 (GEMM path) and fp32
+      // accumulation add at most 2^-8 + in*2^-24 of sum|x||q s|; the bf16 output rounds |y| by 2^-8
+      Tensor s = scale.to(torch::kFloat64);
+      Tensor deq_abs = (q.to(torch::kFloat64) * s.unsqueeze(1)).abs();
+      Tensor sum_abs_x = x64.abs().sum(1, true);
+      Tensor quant = sum_abs_x * (s / 2).unsqueeze(0);
+      Tensor magnitude = at::matmul(x64.abs(), deq_abs.t());
+      Tensor bound = quant + magnitude * (kBf16Unit + (double)in * std::ldexp(1.0, -24)) +
+                     (ref.abs() + quant) * kBf16Unit;
+      Tensor err = (y - ref).abs();
+      EXPECT_TRUE((err <= bound).all().item<bool>())
+          << rows << "x" << in << "->" << out << ": worst excess " << (err - bound).max().item<double>();
+    }
+}
+
+TEST(Int8Linear, KeepsLeadingDimsAndTheActivationDtype) {
+  Tensor w = test_weight(32, 64, 3);
+  auto [q, scale] = kernels_int8_quantize(w, torch::kBFloat16, "w");
+  Tensor x = at::randn({2, 3, 64});
+  Tensor y = kernels_int8_linear(x, q, scale);
+  EXPECT_EQ(y.sizes(), (std::vector<int64_t>{2, 3, 32}));
+  EXPECT_EQ(y.scalar_type(), torch::kFloat32);
+  // fp32 activations run as bf16 (2^-8 of sum|x||w| more) against the GEMM of the dequantized weight
+  Tensor ref = kernels_int8_linear_reference(x.to(torch::kFloat64), q, scale.to(torch::kFloat64));
+  Tensor deq_abs = (q.to(torch::kFloat64) * scale.to(torch::kFloat64).unsqueeze(1)).abs();
+  Tensor bound = at::matmul(x.to(torch::kFloat64).abs(), deq_abs.t()) * (3 * kBf16Unit);
+  EXPECT_TRUE(((y.to(torch::kFloat64) - ref).abs() <= bound).all().item<bool>());
+}
+
+TEST(Int8Linear, AWidthTheKernelCannotTakeSaysSoInOneLine) {
+  std::string msg = one_line_error([] { kernels_int8_quantize(at::ones({4, 24}), torch::kBFloat16, "gate"); });
+  EXPECT_NE(msg.find("gate has 24 input features"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("multiples of 16"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  msg = one_line_error([] { gpt_inference_compute_dtype("int4", "cpu"); });
+  EXPECT_NE(msg.find("--dtype 'int4'"), std::string::npos) << msg;
+}
+
+namespace {
+
+GPTConfig inference_config(int64_t n_embd) {
+  GPTConfig c;
+  c.sequence_len = 64;
+  c.vocab_size = 300;  // padded to 320
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_kv_head = 1;
+  c.n_embd = n_embd;
+  c.window_pattern = "SL";
+  return c;
+}
+
+}  // namespace
+
+TEST(GptInference, Bfloat16WeightsGiveTheLogitsOfCastingEveryStep) {
+  GPT m = perturbed_gpt(inference_config(128), 5, 0.05, torch::kBFloat16);
+  Tensor idx = torch::tensor({{1, 5, 9, 200, 7, 3, 3, 18}});
+  torch::NoGradGuard ng;
+  Tensor before = m->forward(idx);
+  ASSERT_EQ(m->blocks[0]->mlp->c_fc->weight.scalar_type(), torch::kFloat32);  // the fp32 master
+  gpt_prepare_for_inference(m, "bfloat16");
+  for (auto& [name, p] : gpt_named_parameters(m))
+    if (p.dim() == 2) {
+      EXPECT_EQ(p.scalar_type(), torch::kBFloat16) << name;
+    }
+  EXPECT_TRUE(at::equal(m->forward(idx), before));
+}
+
+TEST(GptInference, Int8QuantizesTheBlocksAndLmHeadAndTheLossFollows) {
+  GPT m = perturbed_gpt(inference_config(128), 5, 0.05, torch::kBFloat16);
+  gpt_prepare_for_inference(m, "int8");
+  for (auto& b : m->blocks) {
+    for (auto* l : {&b->attn->c_q, &b->attn->c_k, &b->attn->c_v, &b->attn->c_proj, &b->mlp->c_fc, &b->mlp->c_proj})
+      EXPECT_TRUE((*l)->int8() && (*l)->weight.scalar_type() == torch::kInt8);
+    if (b->attn->ve_gate) {
+      EXPECT_FALSE(b->attn->ve_gate->int8());  // 12 wide: stays bf16
+    }
+  }
+  EXPECT_TRUE(m->lm_head->int8());
+  EXPECT_FALSE(m->smear_gate->int8());
+  EXPECT_EQ(m->smear_gate->weight.scalar_type(), torch::kBFloat16);
+  // gpt_loss with an int8 lm_head goes through the logits: the cross-entropy of forward's
+  Tensor idx = torch::tensor({{1, 5, 9, 200, 7, 3, 3, 18}}), targets = torch::tensor({{5, 9, 200, -1, 3, 3, 18, 2}});
+  torch::NoGradGuard ng;
+  Tensor logits = m->forward(idx).to(torch::kFloat64).view({-1, 300});
+  Tensor ref = at::cross_entropy_loss(logits, targets.view({-1}), {}, at::Reduction::Mean, -1);
+  EXPECT_NEAR(gpt_loss(m, idx, targets).item<double>(), ref.item<double>(), 1e-5);
+}
+
+TEST(GptInference, AModelTheInt8KernelCannotTakeFailsBeforeAnythingChanges) {
+  GPT m = perturbed_gpt(inference_config(72), 5, 0.05, torch::kBFloat16);  // 72 wide: not a multiple of 16
+  std::string msg = one_line_error([&] { gpt_prepare_for_inference(m, "int8"); });
+  EXPECT_NE(msg.find("transformer.h.0.attn.c_q.weight has 72 input features"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("--dtype bfloat16"), std::string::npos) << msg;
+  EXPECT_EQ(m->blocks[0]->attn->c_q->weight.scalar_type(), torch::kFloat32);
+  EXPECT_FALSE(m->lm_head->int8());
+  msg = one_line_error([&] { gpt_prepare_for_inference(m, "float32"); });  // built in bf16
+  EXPECT_NE(msg.find("built in"), std::string::npos) << msg;
+}
