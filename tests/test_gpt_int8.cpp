@@ -97,6 +97,34 @@ TEST(Int8Linear, KeepsLeadingDimsAndTheActivationDtype) {
   EXPECT_TRUE(((y.to(torch::kFloat64) - ref).abs() <= bound).all().item<bool>());
 }
 
+TEST(Bf16Linear, AFewRowsAgainstAnFp64Matmul) {
+  // widths with 64-, 32-, 16-wide blocks and tails; rows up to 8 run the matvec, 9 the GEMM;
+  // the AVX512-BF16 path (where the CPU has it) and the AVX2 one
+  for (bool avx512 : {true, false})
+    for (int64_t rows : {1, 2, 8, 9})
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{1, 3}, {7, 5}, {48, 17}, {100, 33}, {256, 130}}) {
+        auto gen = gpt_make_generator(torch::kCPU, 7 * rows + in);
+        Tensor w = at::randn({out, in}, gen, torch::kFloat32).to(torch::kBFloat16);
+        Tensor x = at::randn({1, rows, in}, gen, torch::kFloat32).to(torch::kBFloat16);
+        Tensor y = kernels_bf16_linear(x, w, avx512);
+        ASSERT_EQ(y.sizes(), (std::vector<int64_t>{1, rows, out}));
+        ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+        // bf16 products are exact in fp32; fp32 sums in any order are within in*2^-24 of
+        // sum|x||w|; the bf16 output rounds by 2^-8 of |y|
+        Tensor x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
+        Tensor ref = at::matmul(x64, w64.t());
+        Tensor bound = at::matmul(x64.abs(), w64.abs().t()) * ((double)in * std::ldexp(1.0, -24)) * (1 + kBf16Unit) +
+                       ref.abs() * kBf16Unit;
+        Tensor err = (y.to(torch::kFloat64) - ref).abs();
+        EXPECT_TRUE((err <= bound).all().item<bool>())
+            << (avx512 ? "avx512 " : "avx2 ") << rows << "x" << in << "->" << out << ": worst excess "
+            << (err - bound).max().item<double>();
+      }
+  // fp32 activations with a bf16 weight: at::linear in fp32
+  Tensor w = at::randn({4, 16}).to(torch::kBFloat16);
+  EXPECT_EQ(kernels_bf16_linear(at::randn({1, 16}), w).scalar_type(), torch::kFloat32);
+}
+
 TEST(Int8Linear, AWidthTheKernelCannotTakeSaysSoInOneLine) {
   std::string msg = one_line_error([] { kernels_int8_quantize(at::ones({4, 24}), torch::kBFloat16, "gate"); });
   EXPECT_NE(msg.find("gate has 24 input features"), std::string::npos) << msg;

@@ -26,4 +26,10 @@ torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q
 // the same through a dequantized weight (the batched path, and the tests' second opinion)
 torch::Tensor kernels_int8_linear_reference(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale);
 
+// x (..., in) times w (out, in)^T for inference. A few bf16 rows on the CPU (decode) run a matvec
+// that reads w once with fp32 sums, rounded to bf16 at the end; anything else is at::linear in
+// x's dtype, and so is anything that needs gradients. allow_avx512 false: the AVX2 path even
+// where AVX512-BF16 exists (the tests check both).
+torch::Tensor kernels_bf16_linear(const torch::Tensor& x, const torch::Tensor& w, bool allow_avx512 = true);
+
 }  // namespace nanochat
