@@ -58,29 +58,42 @@ TEST(Int8Quantize, EveryWeightWithinHalfAStep) {
 }
 
 TEST(Int8Linear, WithinTheBoundDerivedFromTheQuantizationStep) {
-  // rows up to 16 run LibTorch's int8 matvec, more rows dequantize and run the GEMM: both checked
-  for (int64_t rows : {1, 3, 16, 17, 40})
-    for (auto [in, out] : {std::pair<int64_t, int64_t>{16, 1}, {128, 6}, {64, 65}, {256, 96}}) {
-      Tensor w = test_weight(out, in, 10 + rows + in);
-      auto [q, scale] = kernels_int8_quantize(w, torch::kBFloat16, "w");
-      auto gen = gpt_make_generator(torch::kCPU, 100 + rows);
-      Tensor x = at::randn({rows, in}, gen, torch::kFloat32).to(torch::kBFloat16);
-      Tensor y = kernels_int8_linear(x, q, scale).to(torch::kFloat64);
-      Tensor x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
-      Tensor ref = at::matmul(x64, w64.t());
-      // |x.(w - q s)| <= sum|x| s/2; the dequantized weight rounded to bf16 (GEMM path) and fp32
-      // accumulation add at most 2^-8 + in*2^-24 of sum|x||q s|; the bf16 output rounds |y| by 2^-8
-      Tensor s = scale.to(torch::kFloat64);
-      Tensor deq_abs = (q.to(torch::kFloat64) * s.unsqueeze(1)).abs();
-      Tensor sum_abs_x = x64.abs().sum(1, true);
-      Tensor quant = sum_abs_x * (s / 2).unsqueeze(0);
-      Tensor magnitude = at::matmul(x64.abs(), deq_abs.t());
-      Tensor bound = quant + magnitude * (kBf16Unit + (double)in * std::ldexp(1.0, -24)) +
-                     (ref.abs() + quant) * kBf16Unit;
-      Tensor err = (y - ref).abs();
-      EXPECT_TRUE((err <= bound).all().item<bool>())
-          << rows << "x" << in << "->" << out << ": worst excess " << (err - bound).max().item<double>();
-    }
+  // rows up to 8 run our matvec (its AVX512 and AVX2 paths), up to 16 LibTorch's int8 one, more
+  // rows dequantize and run the GEMM: all checked
+  for (bool avx512 : {true, false})
+    for (int64_t rows : {1, 3, 8, 16, 17, 40})
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{16, 1}, {128, 6}, {64, 65}, {256, 96}}) {
+        Tensor w = test_weight(out, in, 10 + rows + in);
+        auto [q, scale] = kernels_int8_quantize(w, torch::kBFloat16, "w");
+        auto gen = gpt_make_generator(torch::kCPU, 100 + rows);
+        Tensor x = at::randn({rows, in}, gen, torch::kFloat32).to(torch::kBFloat16);
+        Tensor y = kernels_int8_linear(x, q, scale, avx512).to(torch::kFloat64);
+        Tensor x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
+        Tensor ref = at::matmul(x64, w64.t());
+        // |x.(w - q s)| <= sum|x| s/2; the dequantized weight rounded to bf16 (GEMM path) and fp32
+        // accumulation add at most 2^-8 + in*2^-24 of sum|x||q s|; the bf16 output rounds |y| by 2^-8
+        Tensor s = scale.to(torch::kFloat64);
+        Tensor deq_abs = (q.to(torch::kFloat64) * s.unsqueeze(1)).abs();
+        Tensor sum_abs_x = x64.abs().sum(1, true);
+        Tensor quant = sum_abs_x * (s / 2).unsqueeze(0);
+        Tensor magnitude = at::matmul(x64.abs(), deq_abs.t());
+        Tensor bound = quant + magnitude * (kBf16Unit + (double)in * std::ldexp(1.0, -24)) +
+                       (ref.abs() + quant) * kBf16Unit;
+        Tensor err = (y - ref).abs();
+        EXPECT_TRUE((err <= bound).all().item<bool>())
+            << (avx512 ? "avx512 " : "avx2 ") << rows << "x" << in << "->" << out << ": worst excess "
+            << (err - bound).max().item<double>();
+        if (rows > 8) continue;
+        // our matvec against the exact product with q*s: its products are exact in fp32, so only
+        // the fp32 sums (in*2^-24), the scale's product (2^-24) and the bf16 output (2^-8) remain
+        Tensor exact = at::matmul(x64, (q.to(torch::kFloat64) * s.unsqueeze(1)).t());
+        Tensor tight = magnitude * ((double)(in + 1) * std::ldexp(1.0, -24)) * (1 + kBf16Unit) +
+                       exact.abs() * kBf16Unit;
+        Tensor err_exact = (y - exact).abs();
+        EXPECT_TRUE((err_exact <= tight).all().item<bool>())
+            << (avx512 ? "avx512 " : "avx2 ") << rows << "x" << in << "->" << out << ": worst excess over q*s "
+            << (err_exact - tight).max().item<double>();
+      }
 }
 
 TEST(Int8Linear, KeepsLeadingDimsAndTheActivationDtype) {

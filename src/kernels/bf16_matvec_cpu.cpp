@@ -81,3 +81,65 @@ void kernels_bf16_matvec_cpu(const bf16* x, const bf16* w, bf16* y, int64_t rows
 }
 
 }  // namespace nanochat
+
+// int8 weights (per output channel scales) times a few fp32 rows: y = scale * (x @ q^T), the
+// int8 widened to fp32 (exact products), fp32 sums. LibTorch's _weight_int8pack_mm reads them
+// at a quarter of the bandwidth a bf16 weight gets here.
+namespace nanochat {
+namespace {
+
+// GCC 12 warns inside its own AVX-512 conversion intrinsics (their _undefined_ operands)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f"))) float dot_i8_avx512(const float* x, const int8_t* q, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= n; k += 32) {
+    const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k));
+    const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k + 16));
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + k), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b0)), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + k + 16), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b1)), a1);
+  }
+  float lanes[16];
+  _mm512_storeu_ps(lanes, _mm512_add_ps(a0, a1));
+  float s = 0.f;
+  for (float v : lanes) s += v;
+  for (; k < n; k++) s += x[k] * (float)q[k];
+  return s;
+}
+#pragma GCC diagnostic pop
+
+float dot_i8_avx2(const float* x, const int8_t* q, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k));
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))),
+                         a1);
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, _mm256_add_ps(a0, a1));
+  float s = 0.f;
+  for (float v : lanes) s += v;
+  for (; k < n; k++) s += x[k] * (float)q[k];
+  return s;
+}
+
+}  // namespace
+
+void kernels_int8_matvec_cpu(const float* x, const int8_t* q, const float* scale, float* y, int64_t rows, int64_t in,
+                             int64_t out, bool allow_avx512) {
+  const bool avx512 = allow_avx512 && __builtin_cpu_supports("avx512f");
+  const int64_t grain = std::max<int64_t>(16, (int64_t)(1 << 20) / std::max<int64_t>(1, in));  // ~1 MiB a thread
+  at::parallel_for(0, out, grain, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; n++) {
+      const int8_t* qn = q + n * in;
+      for (int64_t r = 0; r < rows; r++)
+        y[r * out + n] = scale[n] * (avx512 ? dot_i8_avx512(x + r * in, qn, in) : dot_i8_avx2(x + r * in, qn, in));
+    }
+  });
+}
+
+}  // namespace nanochat
