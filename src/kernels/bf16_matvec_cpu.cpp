@@ -2,6 +2,7 @@
 // sends such a product to oneDNN, which builds its descriptors and memory objects on every call
 // (~15-20 us), so a 256-wide layer costs three times its fp32 twin; this reads the weight once
 // and does nothing else. AVX512-BF16 multiplies bf16 pairs directly, AVX2 widens them first.
+// The int8 matvec below does the same for int8 weights (inference's --dtype int8).
 #include <immintrin.h>
 
 #include <cstring>
@@ -88,6 +89,15 @@ void kernels_bf16_matvec_cpu(const bf16* x, const bf16* w, bf16* y, int64_t rows
 namespace nanochat {
 namespace {
 
+// the accumulator's lanes summed, plus x[k] * q[k] from `from` to n one by one
+inline float lanes_plus_i8_tail(const float* lanes, int count, const float* x, const int8_t* q, int64_t from,
+                                int64_t n) {
+  float s = 0.f;
+  for (int i = 0; i < count; i++) s += lanes[i];
+  for (int64_t k = from; k < n; k++) s += x[k] * (float)q[k];
+  return s;
+}
+
 // GCC 12 warns inside its own AVX-512 conversion intrinsics (their _undefined_ operands)
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -103,10 +113,7 @@ __attribute__((target("avx512f"))) float dot_i8_avx512(const float* x, const int
   }
   float lanes[16];
   _mm512_storeu_ps(lanes, _mm512_add_ps(a0, a1));
-  float s = 0.f;
-  for (float v : lanes) s += v;
-  for (; k < n; k++) s += x[k] * (float)q[k];
-  return s;
+  return lanes_plus_i8_tail(lanes, 16, x, q, k, n);
 }
 #pragma GCC diagnostic pop
 
@@ -121,10 +128,7 @@ float dot_i8_avx2(const float* x, const int8_t* q, int64_t n) {
   }
   float lanes[8];
   _mm256_storeu_ps(lanes, _mm256_add_ps(a0, a1));
-  float s = 0.f;
-  for (float v : lanes) s += v;
-  for (; k < n; k++) s += x[k] * (float)q[k];
-  return s;
+  return lanes_plus_i8_tail(lanes, 8, x, q, k, n);
 }
 
 }  // namespace
