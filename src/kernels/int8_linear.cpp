@@ -51,8 +51,7 @@ std::string kernels_int8_cpu_report() {
   std::string advice;
   if (level == "DEFAULT" || !avx2)
     advice = "no vectorized int8 kernel here: use --dtype float32 (int8 and bfloat16 run scalar code)";
-  else if (level == "AVX512" && bf16)
-    advice = "bfloat16 and int8 at full speed: --dtype bfloat16 or int8 (bench_cpu_dtypes says which decodes faster)";
+  else if (level == "AVX512" && bf16) advice = "int8 and bfloat16 at full speed: --dtype int8 decodes fastest";
   else advice = "int8 vectorized, bf16 converted in software: --dtype int8 still reads the fewest bytes";
   return "ATen CPU level " + level + ", AVX2 " + (avx2 ? "yes" : "no") + ", AVX-512 VNNI " + (vnni ? "yes" : "no") +
          ", AVX-512 BF16 " + (bf16 ? "yes" : "no") + ": " + advice;
