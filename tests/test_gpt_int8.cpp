@@ -58,29 +58,42 @@ TEST(Int8Quantize, EveryWeightWithinHalfAStep) {
 }
 
 TEST(Int8Linear, WithinTheBoundDerivedFromTheQuantizationStep) {
-  // rows up to 16 run LibTorch's int8 matvec, more rows dequantize and run the GEMM: both checked
-  for (int64_t rows : {1, 3, 16, 17, 40})
-    for (auto [in, out] : {std::pair<int64_t, int64_t>{16, 1}, {128, 6}, {64, 65}, {256, 96}}) {
-      Tensor w = test_weight(out, in, 10 + rows + in);
-      auto [q, scale] = kernels_int8_quantize(w, torch::kBFloat16, "w");
-      auto gen = gpt_make_generator(torch::kCPU, 100 + rows);
-      Tensor x = at::randn({rows, in}, gen, torch::kFloat32).to(torch::kBFloat16);
-      Tensor y = kernels_int8_linear(x, q, scale).to(torch::kFloat64);
-      Tensor x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
-      Tensor ref = at::matmul(x64, w64.t());
-      // |x.(w - q s)| <= sum|x| s/2; the dequantized weight rounded to bf16 (GEMM path) and fp32
-      // accumulation add at most 2^-8 + in*2^-24 of sum|x||q s|; the bf16 output rounds |y| by 2^-8
-      Tensor s = scale.to(torch::kFloat64);
-      Tensor deq_abs = (q.to(torch::kFloat64) * s.unsqueeze(1)).abs();
-      Tensor sum_abs_x = x64.abs().sum(1, true);
-      Tensor quant = sum_abs_x * (s / 2).unsqueeze(0);
-      Tensor magnitude = at::matmul(x64.abs(), deq_abs.t());
-      Tensor bound = quant + magnitude * (kBf16Unit + (double)in * std::ldexp(1.0, -24)) +
-                     (ref.abs() + quant) * kBf16Unit;
-      Tensor err = (y - ref).abs();
-      EXPECT_TRUE((err <= bound).all().item<bool>())
-          << rows << "x" << in << "->" << out << ": worst excess " << (err - bound).max().item<double>();
-    }
+  // rows up to 8 run our matvec (its AVX512 and AVX2 paths), up to 16 LibTorch's int8 one, more
+  // rows dequantize and run the GEMM: all checked
+  for (bool avx512 : {true, false})
+    for (int64_t rows : {1, 3, 8, 16, 17, 40})
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{16, 1}, {128, 6}, {64, 65}, {256, 96}}) {
+        Tensor w = test_weight(out, in, 10 + rows + in);
+        auto [q, scale] = kernels_int8_quantize(w, torch::kBFloat16, "w");
+        auto gen = gpt_make_generator(torch::kCPU, 100 + rows);
+        Tensor x = at::randn({rows, in}, gen, torch::kFloat32).to(torch::kBFloat16);
+        Tensor y = kernels_int8_linear(x, q, scale, avx512).to(torch::kFloat64);
+        Tensor x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
+        Tensor ref = at::matmul(x64, w64.t());
+        // |x.(w - q s)| <= sum|x| s/2; the dequantized weight rounded to bf16 (GEMM path) and fp32
+        // accumulation add at most 2^-8 + in*2^-24 of sum|x||q s|; the bf16 output rounds |y| by 2^-8
+        Tensor s = scale.to(torch::kFloat64);
+        Tensor deq_abs = (q.to(torch::kFloat64) * s.unsqueeze(1)).abs();
+        Tensor sum_abs_x = x64.abs().sum(1, true);
+        Tensor quant = sum_abs_x * (s / 2).unsqueeze(0);
+        Tensor magnitude = at::matmul(x64.abs(), deq_abs.t());
+        Tensor bound = quant + magnitude * (kBf16Unit + (double)in * std::ldexp(1.0, -24)) +
+                       (ref.abs() + quant) * kBf16Unit;
+        Tensor err = (y - ref).abs();
+        EXPECT_TRUE((err <= bound).all().item<bool>())
+            << (avx512 ? "avx512 " : "avx2 ") << rows << "x" << in << "->" << out << ": worst excess "
+            << (err - bound).max().item<double>();
+        if (rows > 8) continue;
+        // our matvec against the exact product with q*s: its products are exact in fp32, so only
+        // the fp32 sums (in*2^-24), the scale's product (2^-24) and the bf16 output (2^-8) remain
+        Tensor exact = at::matmul(x64, (q.to(torch::kFloat64) * s.unsqueeze(1)).t());
+        Tensor tight = magnitude * ((double)(in + 1) * std::ldexp(1.0, -24)) * (1 + kBf16Unit) +
+                       exact.abs() * kBf16Unit;
+        Tensor err_exact = (y - exact).abs();
+        EXPECT_TRUE((err_exact <= tight).all().item<bool>())
+            << (avx512 ? "avx512 " : "avx2 ") << rows << "x" << in << "->" << out << ": worst excess over q*s "
+            << (err_exact - tight).max().item<double>();
+      }
 }
 
 TEST(Int8Linear, KeepsLeadingDimsAndTheActivationDtype) {
@@ -95,6 +108,34 @@ TEST(Int8Linear, KeepsLeadingDimsAndTheActivationDtype) {
   Tensor deq_abs = (q.to(torch::kFloat64) * scale.to(torch::kFloat64).unsqueeze(1)).abs();
   Tensor bound = at::matmul(x.to(torch::kFloat64).abs(), deq_abs.t()) * (3 * kBf16Unit);
   EXPECT_TRUE(((y.to(torch::kFloat64) - ref).abs() <= bound).all().item<bool>());
+}
+
+TEST(Bf16Linear, AFewRowsAgainstAnFp64Matmul) {
+  // widths with 64-, 32-, 16-wide blocks and tails; rows up to 8 run the matvec, 9 the GEMM;
+  // the AVX512-BF16 path (where the CPU has it) and the AVX2 one
+  for (bool avx512 : {true, false})
+    for (int64_t rows : {1, 2, 8, 9})
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{1, 3}, {7, 5}, {48, 17}, {100, 33}, {256, 130}}) {
+        auto gen = gpt_make_generator(torch::kCPU, 7 * rows + in);
+        Tensor w = at::randn({out, in}, gen, torch::kFloat32).to(torch::kBFloat16);
+        Tensor x = at::randn({1, rows, in}, gen, torch::kFloat32).to(torch::kBFloat16);
+        Tensor y = kernels_bf16_linear(x, w, avx512);
+        ASSERT_EQ(y.sizes(), (std::vector<int64_t>{1, rows, out}));
+        ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+        // bf16 products are exact in fp32; fp32 sums in any order are within in*2^-24 of
+        // sum|x||w|; the bf16 output rounds by 2^-8 of |y|
+        Tensor x64 = x.to(torch::kFloat64), w64 = w.to(torch::kFloat64);
+        Tensor ref = at::matmul(x64, w64.t());
+        Tensor bound = at::matmul(x64.abs(), w64.abs().t()) * ((double)in * std::ldexp(1.0, -24)) * (1 + kBf16Unit) +
+                       ref.abs() * kBf16Unit;
+        Tensor err = (y.to(torch::kFloat64) - ref).abs();
+        EXPECT_TRUE((err <= bound).all().item<bool>())
+            << (avx512 ? "avx512 " : "avx2 ") << rows << "x" << in << "->" << out << ": worst excess "
+            << (err - bound).max().item<double>();
+      }
+  // fp32 activations with a bf16 weight: at::linear in fp32
+  Tensor w = at::randn({4, 16}).to(torch::kBFloat16);
+  EXPECT_EQ(kernels_bf16_linear(at::randn({1, 16}), w).scalar_type(), torch::kFloat32);
 }
 
 TEST(Int8Linear, AWidthTheKernelCannotTakeSaysSoInOneLine) {

@@ -222,7 +222,7 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& opti
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   if (int8()) return kernels_int8_linear(x, weight, scale);
   if (fp8) return kernels_fp8_linear(x, weight);
-  return at::linear(x, weight.to(x.scalar_type()));  // the matmul runs in the activation dtype
+  return kernels_bf16_linear(x, weight);  // the matmul runs in the activation dtype
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t num, int64_t dim, const torch::TensorOptions& options) {
@@ -294,7 +294,10 @@ MLPImpl::MLPImpl(const GPTConfig& config, const torch::TensorOptions& options) {
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   if (c_fc->fp8 && c_proj->fp8) return kernels_fp8_mlp(x, c_fc->weight, c_proj->weight);
-  if (c_fc->fp8 || c_proj->fp8) return c_proj(at::relu(c_fc(x)).square());
+  // int8 weights, and bf16 ones that no longer train (a decode step's few rows: the Linears'
+  // matvec), go through each Linear: the fused op is a GEMM with autograd
+  const bool inference = c_fc->int8() || (x.scalar_type() == torch::kBFloat16 && !c_fc->weight.requires_grad());
+  if (c_fc->fp8 || c_proj->fp8 || inference) return c_proj(at::relu(c_fc(x)).square());
   const auto dt = x.scalar_type();
   return kernels_mlp_relu_square(x, c_fc->weight.to(dt), c_proj->weight.to(dt));
 }
@@ -310,8 +313,6 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, const torch::Tensor& x_
                                  KVCache* kv_cache) {
   // h = x + attn(norm(x)), and norm(h) for the MLP, in one fused op
   auto [h, h_normed] = gpt_residual_norm(x, attn(x_normed, ve, cos, sin, window, kv_cache), {}, {}, norm_eps);
-  // int8 weights go through each Linear: the fused MLP kernel takes float weights
-  if (mlp->c_fc->int8()) return h + mlp->c_proj(at::relu(mlp->c_fc(h_normed)).square());
   return h + mlp(h_normed);
 }
 

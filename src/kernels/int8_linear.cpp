@@ -8,10 +8,22 @@
 #include <ATen/Version.h>
 
 #include "nanochat/common/error.h"
+#include "op_dispatch.h"
 
 namespace nanochat {
 
+// bf16_matvec_cpu.cpp: y (rows, out) = x (rows, in) @ w (out, in)^T, all contiguous bf16
+void kernels_bf16_matvec_cpu(const at::BFloat16* x, const at::BFloat16* w, at::BFloat16* y, int64_t rows, int64_t in,
+                             int64_t out, bool allow_avx512);
+// y (rows, out) = scale * (x (rows, in) @ q (out, in)^T), fp32 rows and scales, int8 q
+void kernels_int8_matvec_cpu(const float* x, const int8_t* q, const float* scale, float* y, int64_t rows, int64_t in,
+                             int64_t out, bool allow_avx512);
+
 namespace {
+
+// up to 8 rows each weight row, read once, stays in L1 for every input row; beyond, the GEMM's
+// fixed cost per call is shared by enough rows
+constexpr int64_t kBf16MaxRowsForMatvec = 8;
 
 // measured on AVX-512 (bench_cpu_dtypes): at 16 rows the int8 kernel still beats dequantize+GEMM
 constexpr int64_t kInt8MaxRowsForMatvec = 16;
@@ -70,19 +82,45 @@ torch::Tensor kernels_int8_linear_reference(const torch::Tensor& x, const torch:
   return at::linear(x, w);
 }
 
-torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale) {
+torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale,
+                                  bool allow_avx512) {
   check_int8_weight(q, scale, x.size(-1));
   const int64_t rows = x.numel() / std::max<int64_t>(1, x.size(-1));
   if (!x.device().is_cpu() || rows > kInt8MaxRowsForMatvec || !kernels_int8_linear_supported(q.size(1)))
     return kernels_int8_linear_reference(x, q, scale);
-  // the int8 kernel is fast with bf16 activations and an order of magnitude slower with fp32 ones
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = q.size(0);
   const torch::ScalarType out_dtype = x.scalar_type();
+  if (rows <= kBf16MaxRowsForMatvec && q.is_contiguous() && kernels_enabled() && kernels_cpu_supported()) {
+    // our matvec: the weight read once at the bandwidth a bf16 one gets, the rows in fp32
+    torch::Tensor x32 = x.reshape({rows, x.size(-1)}).to(torch::kFloat32).contiguous();
+    torch::Tensor s32 = scale.to(torch::kFloat32).contiguous();
+    torch::Tensor y = torch::empty(shape, x.options().dtype(torch::kFloat32));
+    kernels_int8_matvec_cpu(x32.data_ptr<float>(), q.data_ptr<int8_t>(), s32.data_ptr<float>(), y.data_ptr<float>(),
+                            rows, x.size(-1), q.size(0), allow_avx512);
+    return y.to(out_dtype);
+  }
+  // the int8 kernel is fast with bf16 activations and an order of magnitude slower with fp32 ones
   const torch::ScalarType act = out_dtype == torch::kFloat16 ? torch::kFloat16 : torch::kBFloat16;
   torch::Tensor x2 = x.reshape({rows, x.size(-1)}).to(act).contiguous();
   torch::Tensor y = at::_weight_int8pack_mm(x2, q.contiguous(), scale.to(act));
-  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
-  shape.back() = q.size(0);
   return y.view(shape).to(out_dtype);
+}
+
+torch::Tensor kernels_bf16_linear(const torch::Tensor& x, const torch::Tensor& w, bool allow_avx512) {
+  const int64_t in = x.size(-1), rows = x.numel() / std::max<int64_t>(1, in);
+  const bool matvec = x.device().is_cpu() && w.device().is_cpu() && x.scalar_type() == torch::kBFloat16 &&
+                      w.scalar_type() == torch::kBFloat16 && w.dim() == 2 && w.size(1) == in && w.is_contiguous() &&
+                      rows <= kBf16MaxRowsForMatvec && !x.requires_grad() && !w.requires_grad() && kernels_enabled() &&
+                      kernels_cpu_supported();
+  if (!matvec) return at::linear(x, w.to(x.scalar_type()));
+  torch::Tensor x2 = x.reshape({rows, in}).contiguous();
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = w.size(0);
+  torch::Tensor y = torch::empty(shape, x.options());
+  kernels_bf16_matvec_cpu(x2.data_ptr<at::BFloat16>(), w.data_ptr<at::BFloat16>(), y.data_ptr<at::BFloat16>(), rows, in,
+                          w.size(0), allow_avx512);
+  return y;
 }
 
 }  // namespace nanochat

@@ -22,8 +22,16 @@ std::pair<torch::Tensor, torch::Tensor> kernels_int8_quantize(const torch::Tenso
 // the AVX-512 VNNI / BF16 / AVX2 flags, with the --dtype to pick
 std::string kernels_int8_cpu_report();
 // x (..., in) times (q*scale)^T: (..., out) in x's dtype
-torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale);
+// (up to 8 rows: our matvec, allow_avx512 false its AVX2 path; up to 16: LibTorch's int8 one)
+torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale,
+                                  bool allow_avx512 = true);
 // the same through a dequantized weight (the batched path, and the tests' second opinion)
 torch::Tensor kernels_int8_linear_reference(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale);
+
+// x (..., in) times w (out, in)^T for inference. A few bf16 rows on the CPU (decode) run a matvec
+// that reads w once with fp32 sums, rounded to bf16 at the end; anything else is at::linear in
+// x's dtype, and so is anything that needs gradients. allow_avx512 false: the AVX2 path even
+// where AVX512-BF16 exists (the tests check both).
+torch::Tensor kernels_bf16_linear(const torch::Tensor& x, const torch::Tensor& w, bool allow_avx512 = true);
 
 }  // namespace nanochat

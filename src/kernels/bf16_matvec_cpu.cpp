@@ -1,0 +1,149 @@
+// A few rows (decode) times a bf16 weight on the CPU: y = x @ w^T with fp32 accumulation. LibTorch
+// sends such a product to oneDNN, which builds its descriptors and memory objects on every call
+// (~15-20 us), so a 256-wide layer costs three times its fp32 twin; this reads the weight once
+// and does nothing else. AVX512-BF16 multiplies bf16 pairs directly, AVX2 widens them first.
+// The int8 matvec below does the same for int8 weights (inference's --dtype int8).
+#include <immintrin.h>
+
+#include <cstring>
+
+#include <ATen/Parallel.h>
+
+#include "cpu_helpers.h"
+
+namespace nanochat {
+namespace {
+
+using bf16 = at::BFloat16;
+
+inline float bits_to_float(uint16_t b) {
+  uint32_t u = (uint32_t)b << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+// the sum of x[k] * w[k] over k from `from` to n, one by one (the tails)
+inline float dot_tail(const bf16* x, const bf16* w, int64_t from, int64_t n) {
+  float s = 0.f;
+  for (int64_t k = from; k < n; k++) s += bits_to_float(x[k].x) * bits_to_float(w[k].x);
+  return s;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) float dot_avx512_bf16(const bf16* x, const bf16* w, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 64 <= n; k += 64) {
+    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(x + k), (__m512bh)_mm512_loadu_si512(w + k));
+    a1 = _mm512_dpbf16_ps(a1, (__m512bh)_mm512_loadu_si512(x + k + 32), (__m512bh)_mm512_loadu_si512(w + k + 32));
+  }
+  for (; k + 32 <= n; k += 32)
+    a0 = _mm512_dpbf16_ps(a0, (__m512bh)_mm512_loadu_si512(x + k), (__m512bh)_mm512_loadu_si512(w + k));
+  float lanes[16];  // (not _mm512_reduce_add_ps: GCC 12 warns inside it)
+  _mm512_storeu_ps(lanes, _mm512_add_ps(a0, a1));
+  float s = 0.f;
+  for (float v : lanes) s += v;
+  return s + dot_tail(x, w, k, n);
+}
+
+inline __m256 widen8(const bf16* p) {  // 8 bf16 -> 8 fp32: the bits shifted into the high half
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+float dot_avx2(const bf16* x, const bf16* w, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    a0 = _mm256_fmadd_ps(widen8(x + k), widen8(w + k), a0);
+    a1 = _mm256_fmadd_ps(widen8(x + k + 8), widen8(w + k + 8), a1);
+  }
+  __m256 a = _mm256_add_ps(a0, a1);
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s) + dot_tail(x, w, k, n);
+}
+
+}  // namespace
+
+void kernels_bf16_matvec_cpu(const bf16* x, const bf16* w, bf16* y, int64_t rows, int64_t in, int64_t out,
+                             bool allow_avx512) {
+  const bool avx512 = allow_avx512 && cpu_has_avx512_bf16();
+  // one thread below ~1 MiB of weights: a parallel region's start costs more than it saves there
+  const int64_t grain = std::max<int64_t>(16, (int64_t)(1 << 19) / std::max<int64_t>(1, in));
+  at::parallel_for(0, out, grain, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; n++) {
+      const bf16* wn = w + n * in;
+      for (int64_t r = 0; r < rows; r++)
+        y[r * out + n] = bf16(avx512 ? dot_avx512_bf16(x + r * in, wn, in) : dot_avx2(x + r * in, wn, in));
+    }
+  });
+}
+
+}  // namespace nanochat
+
+// int8 weights (per output channel scales) times a few fp32 rows: y = scale * (x @ q^T), the
+// int8 widened to fp32 (exact products), fp32 sums. LibTorch's _weight_int8pack_mm reads them
+// at a quarter of the bandwidth a bf16 weight gets here.
+namespace nanochat {
+namespace {
+
+// the accumulator's lanes summed, plus x[k] * q[k] from `from` to n one by one
+inline float lanes_plus_i8_tail(const float* lanes, int count, const float* x, const int8_t* q, int64_t from,
+                                int64_t n) {
+  float s = 0.f;
+  for (int i = 0; i < count; i++) s += lanes[i];
+  for (int64_t k = from; k < n; k++) s += x[k] * (float)q[k];
+  return s;
+}
+
+// GCC 12 warns inside its own AVX-512 conversion intrinsics (their _undefined_ operands)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+__attribute__((target("avx512f"))) float dot_i8_avx512(const float* x, const int8_t* q, int64_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= n; k += 32) {
+    const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k));
+    const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k + 16));
+    a0 = _mm512_fmadd_ps(_mm512_loadu_ps(x + k), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b0)), a0);
+    a1 = _mm512_fmadd_ps(_mm512_loadu_ps(x + k + 16), _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b1)), a1);
+  }
+  float lanes[16];
+  _mm512_storeu_ps(lanes, _mm512_add_ps(a0, a1));
+  return lanes_plus_i8_tail(lanes, 16, x, q, k, n);
+}
+#pragma GCC diagnostic pop
+
+float dot_i8_avx2(const float* x, const int8_t* q, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k));
+    a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b)), a0);
+    a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + k + 8), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(b, 8))),
+                         a1);
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, _mm256_add_ps(a0, a1));
+  return lanes_plus_i8_tail(lanes, 8, x, q, k, n);
+}
+
+}  // namespace
+
+void kernels_int8_matvec_cpu(const float* x, const int8_t* q, const float* scale, float* y, int64_t rows, int64_t in,
+                             int64_t out, bool allow_avx512) {
+  const bool avx512 = allow_avx512 && __builtin_cpu_supports("avx512f");
+  const int64_t grain = std::max<int64_t>(16, (int64_t)(1 << 20) / std::max<int64_t>(1, in));  // ~1 MiB a thread
+  at::parallel_for(0, out, grain, [&](int64_t n0, int64_t n1) {
+    for (int64_t n = n0; n < n1; n++) {
+      const int8_t* qn = q + n * in;
+      for (int64_t r = 0; r < rows; r++)
+        y[r * out + n] = scale[n] * (avx512 ? dot_i8_avx512(x + r * in, qn, in) : dot_i8_avx2(x + r * in, qn, in));
+    }
+  });
+}
+
+}  // namespace nanochat
