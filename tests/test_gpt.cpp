@@ -467,7 +467,9 @@ TEST(GptKVCache, GreedyDecodeEqualsFullForward) {
   EXPECT_EQ(dec.prev_embedding.size(0), 2);
   int64_t t0 = last.argmax(-1).item<int64_t>();
   Tensor two = m->forward(torch::full({2, 1}, t0, torch::kLong), &dec);
-  EXPECT_TRUE(torch::allclose(two[0], two[1]));
+  // the two rows may take different summation orders (a GEMM splits rows across threads), so
+  // they agree within the same rounding bound as the cache against the full forward, not bitwise
+  EXPECT_LT((two[0] - two[1]).abs().max().item<double>(), 1e-5);
   Tensor ref = m->forward(
       torch::tensor(std::vector<int64_t>(seq.begin(), seq.begin() + 121), torch::kLong).unsqueeze(0));
   EXPECT_LT((two[0][0] - ref[0][120]).abs().max().item<double>(), 1e-5);
