@@ -6,7 +6,8 @@
 # the tests that need it skip, naming it.
 #   bash runs/test.sh           the full suite
 #   bash runs/test.sh --quick   the same build, then the quick tier only (`ctest -L quick`: each
-#                               module's own tests, without the end-to-end runs; docs/tests.md)
+#                               module's own tests, without the end-to-end runs; a few minutes
+#                               on 2 cores: docs/tests.md has the times)
 # Each phase prints its time, and the last line sums them up, so a CI log says where time went.
 set -euo pipefail
 CTEST_TIER=()
