@@ -17,7 +17,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "nanochat/engine/calculator.h"
+#include "engine/calculator.h"
 #include "test_util.h"
 
 using namespace nanochat;

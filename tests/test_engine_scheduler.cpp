@@ -23,7 +23,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/engine.h"
 #include "nanochat/engine/scheduler.h"
-#include "nanochat/engine/wait_queues.h"
+#include "engine/wait_queues.h"
 #include "nanochat/gpt.h"
 #include "test_models.h"
 

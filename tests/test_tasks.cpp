@@ -10,7 +10,7 @@
 #include "http_test_server.h"
 #include "nanochat/common/files.h"
 #include "nanochat/tasks.h"
-#include "nanochat/tasks/np_random.h"
+#include "tasks/np_random.h"
 #include "test_models.h"
 #include "test_util.h"
 

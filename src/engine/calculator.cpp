@@ -1,7 +1,7 @@
 // A recursive-descent evaluator for the calculator tool (upstream engine.py's use_calculator) with Python's numeric
 // semantics. Values are computed while parsing; any error (syntax, type, overflow, division
 // by zero) unwinds as CalcError and becomes nullopt.
-#include "nanochat/engine/calculator.h"
+#include "engine/calculator.h"
 
 #include <algorithm>
 #include <cctype>

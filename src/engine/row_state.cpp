@@ -7,7 +7,7 @@
 #include <ATen/ATen.h>
 
 #include "nanochat/common/error.h"
-#include "nanochat/engine/calculator.h"
+#include "engine/calculator.h"
 
 namespace nanochat {
 

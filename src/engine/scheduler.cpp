@@ -20,7 +20,7 @@
 
 #include "engine/kv_slots.h"
 #include "engine/row_state.h"
-#include "nanochat/engine/wait_queues.h"
+#include "engine/wait_queues.h"
 #include "nanochat/common/error.h"
 #include "nanochat/gpt.h"
 

@@ -1,5 +1,5 @@
 // The waiting room's turns (see wait_queues.h).
-#include "nanochat/engine/wait_queues.h"
+#include "engine/wait_queues.h"
 
 namespace nanochat {
 

@@ -11,7 +11,7 @@
 #include "nanochat/common/log.h"
 #include "nanochat/parquet.h"
 #include "nanochat/tasks.h"
-#include "nanochat/tasks/np_random.h"
+#include "tasks/np_random.h"
 
 #include <fstream>
 #include <sstream>

@@ -1,7 +1,7 @@
 // NumPy's SeedSequence + PCG64 + Generator.permutation (numpy/random/bit_generator.pyx,
 // _pcg64.pyx, pcg64.h, distributions.c, _generator.pyx), ported for exact row orders.
 // Generator.shuffle of a 1-d array swaps a[i] with a[random_interval(i)] for i = n-1..1.
-#include "nanochat/tasks/np_random.h"
+#include "tasks/np_random.h"
 
 #include <cstddef>
 #include <numeric>
