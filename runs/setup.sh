@@ -116,24 +116,26 @@ PIP_PID=""
 if torch_present; then
   log "torch present"
 else
-  TORCH_ARGS=(--disable-pip-version-check --no-deps "torch==$TORCH_VERSION")
+  # --no-compile: Python compiles a module's bytecode when it is first imported; pip would
+  # compile all of torch's and sympy's first, seconds of the CPU the build needs
+  TORCH_ARGS=(--disable-pip-version-check --no-compile --no-deps "torch==$TORCH_VERSION")
   INDEX_ARGS=()
   [ -n "$TORCH_INDEX" ] && INDEX_ARGS=(--index-url "$TORCH_INDEX")
   # another flavour of the same version counts as installed for pip: replace it
   [ -n "$TORCH_INDEX" ] && TORCH_ARGS+=("${INDEX_ARGS[@]}" --force-reinstall)
   if [ "$DRY_RUN" = 1 ]; then
     log "would run: .venv/bin/pip install ${TORCH_ARGS[*]}"
-    log "would run, while the library compiles: .venv/bin/pip install --disable-pip-version-check torch==$TORCH_VERSION ${INDEX_ARGS[*]}"
+    log "would run, while the library compiles: .venv/bin/pip install --disable-pip-version-check --no-compile torch==$TORCH_VERSION ${INDEX_ARGS[*]}"
   else
     log "installing torch (a few GB): torch and what compiling reads first (log: $BUILD_DIR.pip.log)"
     # (pip warns there that torch's other requirements are missing: they come next)
     pip_failed() { tail -20 "$BUILD_DIR.pip.log" >&2; echo "[setup] error: pip install torch==$TORCH_VERSION failed (log: $BUILD_DIR.pip.log)" >&2; exit 1; }
     .venv/bin/pip install -q "${TORCH_ARGS[@]}" > "$BUILD_DIR.pip.log" 2>&1 || pip_failed
     mapfile -t early < <(torch_build_requirements)
-    [ ${#early[@]} -eq 0 ] || .venv/bin/pip install -q --disable-pip-version-check "${INDEX_ARGS[@]}" "${early[@]}" \
+    [ ${#early[@]} -eq 0 ] || .venv/bin/pip install -q --disable-pip-version-check --no-compile "${INDEX_ARGS[@]}" "${early[@]}" \
       >> "$BUILD_DIR.pip.log" 2>&1 || pip_failed
     log "installing the rest of torch's requirements while the library compiles"
-    .venv/bin/pip install -q --disable-pip-version-check "torch==$TORCH_VERSION" "${INDEX_ARGS[@]}" \
+    .venv/bin/pip install -q --disable-pip-version-check --no-compile "torch==$TORCH_VERSION" "${INDEX_ARGS[@]}" \
       >> "$BUILD_DIR.pip.log" 2>&1 &
     PIP_PID=$!
   fi
