@@ -188,8 +188,9 @@ build() {  # build TARGET...: the targets, or all without any
 }
 : > "$BUILD_DIR.build.log"
 if [ -n "$PIP_PID" ]; then
-  # the library is a static archive: it compiles without torch's CUDA libraries; linking needs them
-  build nanochat_core
+  # the library (a static archive) and the binary's objects compile without torch's CUDA
+  # libraries; linking needs them
+  build nanochat_core nanochat_cli
   log "waiting for pip to install the rest of torch's requirements"
   wait "$PIP_PID" || pip_failed
 fi
