@@ -96,8 +96,8 @@ for req in md.requires("torch") or []:
 PY
 }
 # torch's requirements that compiling against it reads: NCCL's headers, and the CUDA runtime
-# that CMake takes from the wheel where there is no CUDA toolkit (the rest, ~2.5 GB of CUDA
-# libraries, only the link and the binary need)
+# that CMake takes from the wheel where there is no CUDA toolkit (the rest, ~3 GB of CUDA
+# libraries and triton, only the link and the binary need)
 torch_build_requirements() {
   .venv/bin/python - <<'PY'
 import importlib.metadata as md, re
@@ -138,6 +138,7 @@ else
     .venv/bin/pip install -q --disable-pip-version-check --no-compile "torch==$TORCH_VERSION" "${INDEX_ARGS[@]}" \
       >> "$BUILD_DIR.pip.log" 2>&1 &
     PIP_PID=$!
+    trap '[ -z "$PIP_PID" ] || kill "$PIP_PID" 2>/dev/null' EXIT  # a failed build stops it
   fi
 fi
 if [ "$DRY_RUN" = 1 ]; then
@@ -182,7 +183,6 @@ build() {  # build TARGET...: the targets, or all without any
   [ $# -eq 0 ] || targets=(--target "$@")
   cmake --build "$BUILD_DIR" -j "$jobs" "${targets[@]}" >> "$BUILD_DIR.build.log" 2>&1 || {
     tail -50 "$BUILD_DIR.build.log" >&2
-    [ -z "$PIP_PID" ] || kill "$PIP_PID" 2>/dev/null
     exit 1
   }
 }
@@ -192,7 +192,8 @@ if [ -n "$PIP_PID" ]; then
   # libraries; linking needs them
   build nanochat_core nanochat_cli
   log "waiting for pip to install the rest of torch's requirements"
-  wait "$PIP_PID" || pip_failed
+  wait "$PIP_PID" || { PIP_PID=""; pip_failed; }
+  PIP_PID=""
 fi
 # shellcheck disable=SC2086
 build ${NANOCHAT_BUILD_TARGETS:-}
