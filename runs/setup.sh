@@ -4,7 +4,7 @@
 #   1. system packages (Debian 12 / Ubuntu 22.04, 24.04) with apt: what building and running need
 #      (runs/test.sh installs what only the tests need)
 #   2. .venv with the pinned torch wheel built for a CUDA this machine's driver runs (its LibTorch
-#      is what we link)
+#      is what we link); its CUDA libraries install while the library compiles
 #   3. cmake configure + build (Release, Ninja, LibTorch found via torch.utils.cmake_prefix_path)
 # `bash runs/setup.sh --dry-run` (or NANOCHAT_SETUP_DRY_RUN=1) prints what it would install and
 # stops before the build.
@@ -13,6 +13,7 @@
 #   NANOCHAT_BUILD_DIR    build directory (default build)
 #   NANOCHAT_BUILD_TARGETS  the targets to build, space-separated (default: all; runcpu.sh,
 #                         speedrun.sh and miniseries.sh pass nanochat, test.sh all)
+#   NANOCHAT_BUILD_JOBS   parallel compile jobs (default: the cores, fewer when memory is short)
 #   NANOCHAT_TORCH_INDEX  the pip index torch comes from (e.g. https://download.pytorch.org/whl/cpu),
 #                         in place of the one picked for the driver
 #   LIBTORCH_DIR          use an unpacked LibTorch zip instead of the wheel's LibTorch
@@ -76,7 +77,8 @@ if [ ! -x .venv/bin/python ]; then
   if [ "$DRY_RUN" = 1 ]; then log "would run: $PYTHON -m venv .venv"; else log "creating .venv"; "$PYTHON" -m venv .venv; fi
 fi
 # torch_present: the pinned version, of the flavour wanted (its torch/version.py's cuda, read
-# without importing torch)
+# without importing torch), with every package it requires (an install stopped half-way is not
+# present)
 torch_present() {
   [ -x .venv/bin/python ] || return 1
   .venv/bin/python - "$TORCH_VERSION" "$TORCH_FLAVOUR" <<'PY' 2>/dev/null
@@ -88,16 +90,56 @@ if flavour:
     cuda = re.search(r"^cuda\b.*?=\s*'?([0-9.]+|None)", src, re.M).group(1)
     have = "cpu" if cuda == "None" else "cu" + cuda.replace(".", "")
     if have != flavour: sys.exit(1)
+for req in md.requires("torch") or []:
+    if "extra ==" not in req:
+        md.version(re.match(r"[A-Za-z0-9_.-]+", req).group(0))  # raises when missing
 PY
 }
+# torch's requirements that compiling against it reads: NCCL's headers, and the CUDA runtime
+# that CMake takes from the wheel where there is no CUDA toolkit (the rest, ~3 GB of CUDA
+# libraries and triton, only the link and the binary need)
+torch_build_requirements() {
+  .venv/bin/python - <<'PY'
+import importlib.metadata as md, re
+for req in md.requires("torch") or []:
+    spec = re.sub(r"\s+", "", req.split(";")[0])
+    name = re.match(r"[A-Za-z0-9_.-]+", spec).group(0).lower()
+    if "extra ==" in req: continue
+    if name.startswith(("nvidia-nccl", "nvidia-cuda-runtime")): print(spec)
+    elif name == "cuda-toolkit": print(re.sub(r"\[[^]]*\]", "[cudart]", spec))
+PY
+}
+# Installing torch is mostly downloading (~3 GB: about 4 min at 15 MB/s): torch itself and what
+# compiling reads come first, the rest installs while the library compiles (PIP_PID, waited for
+# before the first link).
+PIP_PID=""
 if torch_present; then
   log "torch present"
 else
-  TORCH_ARGS=(--disable-pip-version-check "torch==$TORCH_VERSION")
+  # --no-compile: Python compiles a module's bytecode when it is first imported; pip would
+  # compile all of torch's and sympy's first, seconds of the CPU the build needs
+  TORCH_ARGS=(--disable-pip-version-check --no-compile --no-deps "torch==$TORCH_VERSION")
+  INDEX_ARGS=()
+  [ -n "$TORCH_INDEX" ] && INDEX_ARGS=(--index-url "$TORCH_INDEX")
   # another flavour of the same version counts as installed for pip: replace it
-  [ -n "$TORCH_INDEX" ] && TORCH_ARGS+=(--index-url "$TORCH_INDEX" --force-reinstall)
-  if [ "$DRY_RUN" = 1 ]; then log "would run: .venv/bin/pip install ${TORCH_ARGS[*]}"
-  else log "installing torch (a few GB)"; .venv/bin/pip install -q "${TORCH_ARGS[@]}"; fi
+  [ -n "$TORCH_INDEX" ] && TORCH_ARGS+=("${INDEX_ARGS[@]}" --force-reinstall)
+  if [ "$DRY_RUN" = 1 ]; then
+    log "would run: .venv/bin/pip install ${TORCH_ARGS[*]}"
+    log "would run, while the library compiles: .venv/bin/pip install --disable-pip-version-check --no-compile torch==$TORCH_VERSION ${INDEX_ARGS[*]}"
+  else
+    log "installing torch (a few GB): torch and what compiling reads first (log: $BUILD_DIR.pip.log)"
+    # (pip warns there that torch's other requirements are missing: they come next)
+    pip_failed() { tail -20 "$BUILD_DIR.pip.log" >&2; echo "[setup] error: pip install torch==$TORCH_VERSION failed (log: $BUILD_DIR.pip.log)" >&2; exit 1; }
+    .venv/bin/pip install -q "${TORCH_ARGS[@]}" > "$BUILD_DIR.pip.log" 2>&1 || pip_failed
+    mapfile -t early < <(torch_build_requirements)
+    [ ${#early[@]} -eq 0 ] || .venv/bin/pip install -q --disable-pip-version-check --no-compile "${INDEX_ARGS[@]}" "${early[@]}" \
+      >> "$BUILD_DIR.pip.log" 2>&1 || pip_failed
+    log "installing the rest of torch's requirements while the library compiles"
+    .venv/bin/pip install -q --disable-pip-version-check --no-compile "torch==$TORCH_VERSION" "${INDEX_ARGS[@]}" \
+      >> "$BUILD_DIR.pip.log" 2>&1 &
+    PIP_PID=$!
+    trap '[ -z "$PIP_PID" ] || kill "$PIP_PID" 2>/dev/null' EXIT  # a failed build stops it
+  fi
 fi
 if [ "$DRY_RUN" = 1 ]; then
   log "dry run: stopping before the build"
@@ -108,11 +150,15 @@ fi
 if [ -n "${LIBTORCH_DIR:-}" ]; then
   PREFIX="$LIBTORCH_DIR"
 else
-  PREFIX="$(.venv/bin/python -c 'import torch; print(torch.utils.cmake_prefix_path)')"
+  # torch.utils.cmake_prefix_path, found without importing torch (its CUDA libraries may still
+  # be installing, and an import takes seconds)
+  TORCH_DIR="$(.venv/bin/python -c 'import importlib.util; print(importlib.util.find_spec("torch").submodule_search_locations[0])')"
+  PREFIX="$TORCH_DIR/share/cmake"
 fi
 # the CUDA toolkit for the .cu files: one of the torch wheel's CUDA major (one CUDA runtime in
 # the process); CMake leaves out a toolkit of another major with one line (dependencies.cmake)
-WHEEL_CUDA="$(.venv/bin/python -c 'import torch; print(torch.version.cuda or "")' 2>/dev/null || true)"
+WHEEL_CUDA=""
+[ -n "${TORCH_DIR:-}" ] && WHEEL_CUDA="$(sed -n "s/^cuda[^=]*= *'\([0-9.]*\)'.*/\1/p" "$TORCH_DIR/version.py")"
 if [ -n "$WHEEL_CUDA" ] && [ -z "${CUDACXX:-}" ]; then
   for d in /usr/local/cuda/bin "/usr/local/cuda-${WHEEL_CUDA%%.*}".*/bin; do
     if [ -x "$d/nvcc" ] && "$d/nvcc" --version | grep "release ${WHEEL_CUDA%%.*}\." >/dev/null; then export CUDACXX="$d/nvcc"; break; fi
@@ -131,6 +177,24 @@ log "building (log: $BUILD_DIR.build.log)"
 mem_gb=$(awk '/MemAvailable/ {print int($2/1048576)}' /proc/meminfo)
 jobs=$(nproc)
 [ "$jobs" -gt $((mem_gb / 2 > 0 ? mem_gb / 2 : 1)) ] && jobs=$((mem_gb / 2 > 0 ? mem_gb / 2 : 1))
+jobs="${NANOCHAT_BUILD_JOBS:-$jobs}"
+build() {  # build TARGET...: the targets, or all without any
+  local targets=()
+  [ $# -eq 0 ] || targets=(--target "$@")
+  cmake --build "$BUILD_DIR" -j "$jobs" "${targets[@]}" >> "$BUILD_DIR.build.log" 2>&1 || {
+    tail -50 "$BUILD_DIR.build.log" >&2
+    exit 1
+  }
+}
+: > "$BUILD_DIR.build.log"
+if [ -n "$PIP_PID" ]; then
+  # the library (a static archive) and the binary's objects compile without torch's CUDA
+  # libraries; linking needs them
+  build nanochat_core nanochat_cli
+  log "waiting for pip to install the rest of torch's requirements"
+  wait "$PIP_PID" || { PIP_PID=""; pip_failed; }
+  PIP_PID=""
+fi
 # shellcheck disable=SC2086
-cmake --build "$BUILD_DIR" -j "$jobs" ${NANOCHAT_BUILD_TARGETS:+--target $NANOCHAT_BUILD_TARGETS} > "$BUILD_DIR.build.log" 2>&1 || { tail -50 "$BUILD_DIR.build.log" >&2; exit 1; }
+build ${NANOCHAT_BUILD_TARGETS:-}
 log "done: $BUILD_DIR/nanochat"

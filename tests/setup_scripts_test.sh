@@ -2,6 +2,8 @@
 # runs/setup.sh and runs/test.sh on the images users rent, with fakes on PATH (no root, no network):
 #  - the torch wheel's CUDA flavour from the NVIDIA driver (a fake nvidia-smi answering 550, 570,
 #    580; a fake /proc driver file; none; NANOCHAT_TORCH_INDEX), through setup.sh --dry-run;
+#  - the install's order (a fake pip and cmake): torch alone and what compiling reads, then the
+#    rest of its requirements beside the build, waited for before the link;
 #  - runs/apt_packages.sh against a fake apt: a test need the distribution lacks (chromium on
 #    Ubuntu) is skipped with one line, a build need it lacks stops with one line naming it.
 #   setup_scripts_test.sh SOURCE_DIR
@@ -94,6 +96,46 @@ out=$(dry_setup "$tmp/no_such_file")
 rc=$?
 [ $rc = 1 ] || { echo "FAIL driver 470: exit $rc, want 1"; failures=$((failures + 1)); }
 expect "driver 470" "$out" "^\[setup\] error: NVIDIA driver 470.256.02 is older than 525"
+
+# ---- the install's order: torch and what compiling reads, then the rest beside the build ------
+# A fake pip (it "installs" a torch whose metadata requires NCCL, the CUDA runtime and cuDNN)
+# and a fake cmake log what they are asked, in order: the rest of torch's requirements must
+# install in the background and be waited for before the link, not before the compile.
+repo="$tmp/repo"
+mkdir -p "$repo/runs" "$tmp/cmake"
+cp "$src/runs/setup.sh" "$src/runs/apt_packages.sh" "$src/runs/requirements.txt" "$repo/runs/"
+python3 -m venv --without-pip "$repo/.venv"
+site=$("$repo/.venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+cat > "$repo/.venv/bin/pip" <<SH
+#!/bin/sh
+case "\$*" in
+  *--no-deps*torch==*)
+    echo "pip torch alone: \$*" >> "$tmp/order.log"
+    mkdir -p "$site/torch/share/cmake" "$site/torch-$want_version.dist-info"
+    echo "cuda: Optional[str] = '13.0'" > "$site/torch/version.py"
+    printf 'Metadata-Version: 2.1\nName: torch\nVersion: $want_version\nRequires-Dist: filelock\nRequires-Dist: cuda-toolkit[cublas,cudart]==13.0.2; platform_system == "Linux"\nRequires-Dist: nvidia-cudnn-cu13==9.19.0.56; platform_system == "Linux"\nRequires-Dist: nvidia-nccl-cu13==2.28.9; platform_system == "Linux"\nRequires-Dist: pyyaml; extra == "pyyaml"\n' > "$site/torch-$want_version.dist-info/METADATA" ;;
+  *torch==*) sleep 2; echo "pip the rest: done" >> "$tmp/order.log" ;;
+  *) echo "pip early: \$*" >> "$tmp/order.log" ;;
+esac
+SH
+printf '#!/bin/sh\necho "cmake $*" >> "%s"\n' "$tmp/order.log" > "$tmp/cmake/cmake"
+chmod +x "$repo/.venv/bin/pip" "$tmp/cmake/cmake"
+fake_smi none
+out=$(cd "$repo" && env PATH="$tmp/cmake:$tmp/bin:$PATH" NANOCHAT_NVIDIA_DRIVER_FILE="$tmp/no_such_file" \
+  NANOCHAT_BUILD_TARGETS=nanochat bash runs/setup.sh 2>&1)
+rc=$?
+[ $rc = 0 ] || { echo "FAIL install order: setup.sh exited $rc:"; echo "$out"; failures=$((failures + 1)); }
+order=$(cat "$tmp/order.log" 2>/dev/null)
+want="pip torch alone: .*--no-deps torch==$want_version
+pip early: .*cuda-toolkit\[cudart\]==13.0.2 nvidia-nccl-cu13==2.28.9\$
+cmake -S . -B build -G Ninja -DCMAKE_PREFIX_PATH=$site/torch/share/cmake
+cmake --build build -j [0-9]+ --target nanochat_core nanochat_cli\$
+pip the rest: done
+cmake --build build -j [0-9]+ --target nanochat\$"
+if [ "$(grep -c . <<<"$order")" != 6 ] || ! paste -d '\n' <(echo "$want") <(echo "$order") |
+    awk 'NR % 2 { pat = $0; next } $0 !~ pat { bad = 1 } END { exit bad }'; then
+  echo "FAIL install order: want lines matching"; echo "$want"; echo "got"; echo "$order"; failures=$((failures + 1))
+fi
 
 # ---- apt: skip what the distribution lacks ------------------------------------------------------
 rm -f "$FAKE_APT_LOG"
