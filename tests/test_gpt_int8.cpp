@@ -117,8 +117,7 @@ TEST(Bf16Linear, AFewRowsAgainstAnFp64Matmul) {
   // 19 = two such groups and a tail) and the AVX2 one
   for (bool avx512 : {true, false})
     for (int64_t rows : {1, 2, 8, 9})
-      for (auto [in, out] :
-           {std::pair<int64_t, int64_t>{1, 3}, {7, 5}, {48, 17}, {100, 33}, {256, 130}, {2050, 19}}) {
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{1, 3}, {7, 5}, {48, 17}, {100, 33}, {256, 130}, {2050, 19}}) {
         auto gen = gpt_make_generator(torch::kCPU, 7 * rows + in);
         Tensor w = at::randn({out, in}, gen, torch::kFloat32).to(torch::kBFloat16);
         Tensor x = at::randn({1, rows, in}, gen, torch::kFloat32).to(torch::kBFloat16);

@@ -183,7 +183,8 @@ __attribute__((target("avx2"))) int64_t read_all(const uint8_t* p, int64_t bytes
     a3 = _mm256_add_epi64(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
   }
   int64_t lanes[4];
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes), _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes),
+                      _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
   return lanes[0] + lanes[1] + lanes[2] + lanes[3];
 }
 
@@ -207,12 +208,10 @@ void run_matvecs(const Options& o) {
     const char* what;
     int64_t out, in;
   };
-  const std::vector<Shape> shapes = {{"attn c_q/k/v/proj", d, d},
-                                     {"mlp c_fc", 4 * d, d},
-                                     {"mlp c_proj", d, 4 * d},
-                                     {"lm_head", c.vocab_size, d}};
-  std::printf("matvecs, one row, %d threads, %s: median us per call; GB/s of the weight bytes\n",
-              at::get_num_threads(), o.shape.c_str());
+  const std::vector<Shape> shapes = {
+      {"attn c_q/k/v/proj", d, d}, {"mlp c_fc", 4 * d, d}, {"mlp c_proj", d, 4 * d}, {"lm_head", c.vocab_size, d}};
+  std::printf("matvecs, one row, %d threads, %s: median us per call; GB/s of the weight bytes\n", at::get_num_threads(),
+              o.shape.c_str());
   std::printf("%-18s %6s %6s %10s %9s %10s %9s %10s %9s\n", "", "out", "in", "read us", "GB/s", "int8 us", "GB/s",
               "bf16 us", "GB/s");
   torch::NoGradGuard ng;
@@ -227,12 +226,12 @@ void run_matvecs(const Options& o) {
     }
     const torch::Tensor x = torch::randn({1, 1, s.in}).to(torch::kBFloat16);
     volatile int64_t sink = 0;
-    const double read = median_call_seconds(copies, [&](int64_t i) { sink = sink + read_all(static_cast<const uint8_t*>(q[i].data_ptr()), bytes8); });
+    const double read = median_call_seconds(
+        copies, [&](int64_t i) { sink = sink + read_all(static_cast<const uint8_t*>(q[i].data_ptr()), bytes8); });
     const double i8 = median_call_seconds(copies, [&](int64_t i) { kernels_int8_linear(x, q[i], sc[i]); });
     const double b16 = median_call_seconds((int64_t)w.size(), [&](int64_t i) { kernels_bf16_linear(x, w[i]); });
-    std::printf("%-18s %6lld %6lld %10.1f %9.1f %10.1f %9.1f %10.1f %9.1f\n", s.what, (long long)s.out,
-                (long long)s.in, read * 1e6, bytes8 / read / 1e9, i8 * 1e6, bytes8 / i8 / 1e9, b16 * 1e6,
-                2 * bytes8 / b16 / 1e9);
+    std::printf("%-18s %6lld %6lld %10.1f %9.1f %10.1f %9.1f %10.1f %9.1f\n", s.what, (long long)s.out, (long long)s.in,
+                read * 1e6, bytes8 / read / 1e9, i8 * 1e6, bytes8 / i8 / 1e9, b16 * 1e6, 2 * bytes8 / b16 / 1e9);
   }
 }
 

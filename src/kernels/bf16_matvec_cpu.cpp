@@ -55,7 +55,7 @@ __attribute__((target("avx512f,avx512bf16"))) float dot_avx512_bf16(const bf16* 
 
 // kRowsAtOnce weight rows (each `in` long) against one x: every x load serves them all
 __attribute__((target("avx512f,avx512bf16"))) void dots_avx512_bf16(const bf16* x, const bf16* w, int64_t in,
-                                                                     float* sums) {
+                                                                    float* sums) {
   __m512 a[kRowsAtOnce];
   for (int r = 0; r < kRowsAtOnce; r++) a[r] = _mm512_setzero_ps();
   int64_t k = 0;
@@ -233,8 +233,8 @@ void kernels_int8_matvec_cpu(const T* x_in, const int8_t* q, const T* scale, T* 
     for (; n < n1; n++) {
       const int8_t* qn = q + n * in;
       for (int64_t r = 0; r < rows; r++)
-        y[r * out + n] =
-            T((float)scale[n] * (avx512 ? dot_i8_avx512(x + r * in, qn, in) : dot_i8_avx2(x + r * in, qn, in)));
+        y[r * out + n] = T((float)scale[n] *
+                           (avx512 ? dot_i8_avx512(x + r * in, qn, in) : dot_i8_avx2(x + r * in, qn, in)));
     }
   });
 }

@@ -17,8 +17,8 @@ void kernels_bf16_matvec_cpu(const at::BFloat16* x, const at::BFloat16* w, at::B
                              int64_t out, bool allow_avx512);
 // y (rows, out) = scale * (x (rows, in) @ q (out, in)^T), int8 q; x, scale and y all fp32 or all bf16
 template <typename T>
-void kernels_int8_matvec_cpu(const T* x, const int8_t* q, const T* scale, T* y, int64_t rows, int64_t in,
-                             int64_t out, bool allow_avx512);
+void kernels_int8_matvec_cpu(const T* x, const int8_t* q, const T* scale, T* y, int64_t rows, int64_t in, int64_t out,
+                             bool allow_avx512);
 
 namespace {
 
