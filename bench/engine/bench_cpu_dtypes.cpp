@@ -91,6 +91,14 @@ GPT random_model(const GPTConfig& c, torch::ScalarType dtype) {
   return m;
 }
 
+// this process's CPU time (every thread): at --threads 1 the decode's tokens per CPU-second do
+// not count the time slices that other processes take
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
+}
+
 double rss_gib(bool peak) {
   if (peak) {
     rusage u{};
@@ -150,11 +158,13 @@ json run_child(const Options& o) {
     g.default_stops = false;
     g.use_calculator = false;
     bench_clock::time_point first, last;
+    double cpu_first = 0, cpu_last = 0;
     int64_t steps = 0;
     std::vector<double> step_s;  // the median step shrugs off the time slices another process takes
     engine.generate(prompt, g, [&](const TokenColumn&) {
       const auto now = bench_clock::now();
-      if (steps++ == 0) first = now;
+      cpu_last = cpu_seconds();
+      if (steps++ == 0) first = now, cpu_first = cpu_last;
       else step_s.push_back(std::chrono::duration<double>(now - last).count());
       last = now;
       return true;
@@ -164,7 +174,8 @@ json run_child(const Options& o) {
     json r = {{"rows", rows},
               {"prefill_tok_s", (double)(rows * o.prompt) / prefill},
               {"decode_tok_s", (double)rows * (double)(steps - 1) / decode_s},
-              {"decode_tok_s_median_step", step_s.empty() ? 0.0 : (double)rows / step_s[step_s.size() / 2]}};
+              {"decode_tok_s_median_step", step_s.empty() ? 0.0 : (double)rows / step_s[step_s.size() / 2]},
+              {"decode_tok_per_cpu_s", (double)rows * (double)(steps - 1) / std::max(1e-9, cpu_last - cpu_first)}};
     if (rows == 1)
       r["decode_bytes_per_s"] = decode_bytes(model, o.prompt + o.decode / 2) * (double)(steps - 1) / decode_s;
     out["runs"].push_back(r);
@@ -271,7 +282,9 @@ void print_row(const std::string& who, const json& r, double stream, double base
     bw = strprintf("%6.1f GB/s %4.0f%%", b / 1e9, 100 * b / stream);
   }
   const double median = r.value("decode_tok_s_median_step", 0.0);
-  const std::string median_s = median > 0 ? strprintf("%10.2f", median) : strprintf("%10s", "-");
+  const double per_cpu = r.value("decode_tok_per_cpu_s", 0.0);
+  const std::string median_s = (median > 0 ? strprintf("%10.2f", median) : strprintf("%10s", "-")) +
+                               (per_cpu > 0 ? strprintf(" %9.2f", per_cpu) : strprintf(" %9s", "-"));
   std::printf("%-22s %4lld %12.1f %12.2f %s %8.2fx  %s\n", who.c_str(), (long long)r["rows"].get<int64_t>(),
               r["prefill_tok_s"].get<double>(), r["decode_tok_s"].get<double>(), median_s.c_str(),
               r["decode_tok_s"].get<double>() / base_decode, bw.c_str());
@@ -341,8 +354,8 @@ int main(int argc, char** argv) {
     const double stream = std::max(stream0, stream1);
     std::printf("STREAM triad: %.1f GB/s before, %.1f GB/s after (percentages below are of the larger)\n",
                 stream0 / 1e9, stream1 / 1e9);
-    std::printf("\n%-22s %4s %12s %12s %10s %9s  %s\n", "", "rows", "prefill t/s", "decode t/s", "median t/s",
-                "vs base", "batch-1 bytes/s");
+    std::printf("\n%-22s %4s %12s %12s %10s %9s %9s  %s\n", "", "rows", "prefill t/s", "decode t/s", "median t/s",
+                "cpu-s t/s", "vs base", "batch-1 bytes/s");
     for (const json& r : results) {
       for (const json& run : r["runs"]) {
         double base = 0;  // the first result (ours in the first dtype) at the same rows
