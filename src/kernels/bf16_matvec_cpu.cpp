@@ -18,10 +18,11 @@ using bf16 = at::BFloat16;
 
 // Long weight rows go kRowsAtOnce at a time: their x no longer stays in L1 beside the weights
 // streaming through, and reloading it for every row made a 1280x5120 matvec 1.5-2x slower than
-// a plain read of its weights on one Zen 4 core (bench_cpu_dtypes --matvecs). Short rows go one
-// at a time: there several rows' streams, each a few cache lines long, slowed the prefetcher.
+// a plain read of its weights on one Zen 4 core (bench_cpu_dtypes --matvecs). Shorter rows go
+// one at a time: at 2048 wide (x 8 KB) eight rows at once were up to 2x slower (d32's shapes),
+// eight rows' streams each a few cache lines long slowing the prefetcher.
 constexpr int kRowsAtOnce = 8;
-constexpr int64_t kLongRow = 2048;
+constexpr int64_t kLongRow = 4096;
 
 inline float bits_to_float(uint16_t b) {
   uint32_t u = (uint32_t)b << 16;
