@@ -58,11 +58,12 @@ TEST(Int8Quantize, EveryWeightWithinHalfAStep) {
 }
 
 TEST(Int8Linear, WithinTheBoundDerivedFromTheQuantizationStep) {
-  // rows up to 8 run our matvec (its AVX512 and AVX2 paths), up to 16 LibTorch's int8 one, more
-  // rows dequantize and run the GEMM: all checked
+  // rows up to 8 run our matvec (its AVX512 and AVX2 paths; rows of 4096 and more eight weight
+  // rows at a time, 21 = two such groups and a tail), up to 16 LibTorch's int8 one, more rows
+  // dequantize and run the GEMM: all checked
   for (bool avx512 : {true, false})
     for (int64_t rows : {1, 3, 8, 16, 17, 40})
-      for (auto [in, out] : {std::pair<int64_t, int64_t>{16, 1}, {128, 6}, {64, 65}, {256, 96}}) {
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{16, 1}, {128, 6}, {64, 65}, {256, 96}, {4096, 21}}) {
         Tensor w = test_weight(out, in, 10 + rows + in);
         auto [q, scale] = kernels_int8_quantize(w, torch::kBFloat16, "w");
         auto gen = gpt_make_generator(torch::kCPU, 100 + rows);
@@ -112,10 +113,11 @@ TEST(Int8Linear, KeepsLeadingDimsAndTheActivationDtype) {
 
 TEST(Bf16Linear, AFewRowsAgainstAnFp64Matmul) {
   // widths with 64-, 32-, 16-wide blocks and tails; rows up to 8 run the matvec, 9 the GEMM;
-  // the AVX512-BF16 path (where the CPU has it) and the AVX2 one
+  // the AVX512-BF16 path (where the CPU has it; rows of 4096 and more eight weight rows at a time,
+  // 19 = two such groups and a tail) and the AVX2 one
   for (bool avx512 : {true, false})
     for (int64_t rows : {1, 2, 8, 9})
-      for (auto [in, out] : {std::pair<int64_t, int64_t>{1, 3}, {7, 5}, {48, 17}, {100, 33}, {256, 130}}) {
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{1, 3}, {7, 5}, {48, 17}, {100, 33}, {256, 130}, {4098, 19}}) {
         auto gen = gpt_make_generator(torch::kCPU, 7 * rows + in);
         Tensor w = at::randn({out, in}, gen, torch::kFloat32).to(torch::kBFloat16);
         Tensor x = at::randn({1, rows, in}, gen, torch::kFloat32).to(torch::kBFloat16);

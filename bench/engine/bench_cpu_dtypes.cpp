@@ -6,14 +6,19 @@
 // engine (greedy, first token column to last), and at batch 1 the bytes a decode step reads
 // (every Linear's weights as stored, the KV cache at mid-generation) per second against a
 // STREAM-triad probe measured in the same run, before and after (the machine may be shared).
+// --matvecs: the d20 decode's weight shapes alone, one row times each (int8 and bf16), against
+// a plain read of the same bytes (the floor a matvec can reach), both over weights that do not
+// fit the caches, at the bench's thread count.
 // usage: bench_cpu_dtypes [--shape d20|d32|smoke] [--dtypes float32,bfloat16,int8] [--batches 1,8]
-//        [--prompt 128] [--decode 32] [--hf] [--threads N]
+//        [--prompt 128] [--decode 32] [--hf] [--threads N] [--matvecs]
+#include <immintrin.h>
 #include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,6 +33,7 @@
 #include "nanochat/common/files.h"
 #include "nanochat/engine.h"
 #include "nanochat/gpt.h"
+#include "nanochat/kernels/int8_linear.h"
 #include "nanochat/telemetry/peak_flops.h"
 #include "nanochat/tokenizer.h"
 #include "../bench_util.h"
@@ -40,7 +46,7 @@ namespace {
 struct Options {
   std::string shape = "d20", dtypes = "float32,bfloat16,int8", batches = "1,8", child_dtype, hf_dir;
   int64_t prompt = 128, decode = 32;
-  bool hf = false;
+  bool hf = false, matvecs = false;
   int threads = 0;
 };
 
@@ -83,6 +89,14 @@ GPT random_model(const GPTConfig& c, torch::ScalarType dtype) {
   for (auto& [name, p] : gpt_named_parameters(m))  // init leaves c_proj zero: every matrix gets values
     if (p.dim() == 2) p.add_(at::randn(p.sizes(), gen, p.options()) * 0.02);
   return m;
+}
+
+// this process's CPU time (every thread): at --threads 1 the decode's tokens per CPU-second do
+// not count the time slices that other processes take
+double cpu_seconds() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return (double)(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + 1e-6 * (double)(u.ru_utime.tv_usec + u.ru_stime.tv_usec);
 }
 
 double rss_gib(bool peak) {
@@ -144,22 +158,92 @@ json run_child(const Options& o) {
     g.default_stops = false;
     g.use_calculator = false;
     bench_clock::time_point first, last;
+    double cpu_first = 0, cpu_last = 0;
     int64_t steps = 0;
+    std::vector<double> step_s;  // the median step shrugs off the time slices another process takes
     engine.generate(prompt, g, [&](const TokenColumn&) {
-      last = bench_clock::now();
-      if (steps++ == 0) first = last;
+      const auto now = bench_clock::now();
+      cpu_last = cpu_seconds();
+      if (steps++ == 0) first = now, cpu_first = cpu_last;
+      else step_s.push_back(std::chrono::duration<double>(now - last).count());
+      last = now;
       return true;
     });
     const double decode_s = std::chrono::duration<double>(last - first).count();
+    std::sort(step_s.begin(), step_s.end());
     json r = {{"rows", rows},
               {"prefill_tok_s", (double)(rows * o.prompt) / prefill},
-              {"decode_tok_s", (double)rows * (double)(steps - 1) / decode_s}};
+              {"decode_tok_s", (double)rows * (double)(steps - 1) / decode_s},
+              {"decode_tok_s_median_step", step_s.empty() ? 0.0 : (double)rows / step_s[step_s.size() / 2]},
+              {"decode_tok_per_cpu_s", (double)rows * (double)(steps - 1) / std::max(1e-9, cpu_last - cpu_first)}};
     if (rows == 1)
       r["decode_bytes_per_s"] = decode_bytes(model, o.prompt + o.decode / 2) * (double)(steps - 1) / decode_s;
     out["runs"].push_back(r);
   }
   out["rss_peak_gib"] = rss_gib(true);
   return out;
+}
+
+// the sum of a buffer's 64-bit words: every byte read once, next to no arithmetic
+__attribute__((target("avx2"))) int64_t read_all(const uint8_t* p, int64_t bytes) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 128 <= bytes; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  int64_t lanes[4];
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(lanes),
+                      _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3)));
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+// one shape in one dtype: median seconds of a call, the weights cycled through enough copies
+// (>= 256 MiB) that each call reads from memory as a decode step does
+double median_call_seconds(int64_t copies, const std::function<void(int64_t)>& call) {
+  std::vector<double> t;
+  for (int64_t i = 0; i < std::max<int64_t>(copies * 4, 24); i++) {
+    auto t0 = bench_clock::now();
+    call(i % copies);
+    t.push_back(bench_seconds_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+void run_matvecs(const Options& o) {
+  const GPTConfig c = shape_config(o.shape);
+  const int64_t d = c.n_embd;
+  struct Shape {
+    const char* what;
+    int64_t out, in;
+  };
+  const std::vector<Shape> shapes = {
+      {"attn c_q/k/v/proj", d, d}, {"mlp c_fc", 4 * d, d}, {"mlp c_proj", d, 4 * d}, {"lm_head", c.vocab_size, d}};
+  std::printf("matvecs, one row, %d threads, %s: median us per call; GB/s of the weight bytes\n", at::get_num_threads(),
+              o.shape.c_str());
+  std::printf("%-18s %6s %6s %10s %9s %10s %9s %10s %9s\n", "", "out", "in", "read us", "GB/s", "int8 us", "GB/s",
+              "bf16 us", "GB/s");
+  torch::NoGradGuard ng;
+  for (const Shape& s : shapes) {
+    const int64_t bytes8 = s.out * s.in, copies = std::max<int64_t>(2, (256 << 20) / bytes8);
+    std::vector<torch::Tensor> q, sc, w;
+    for (int64_t i = 0; i < copies; i++) {
+      torch::Tensor w32 = torch::randn({s.out, s.in}) * 0.02;
+      auto [qi, si] = kernels_int8_quantize(w32, torch::kBFloat16, s.what);
+      q.push_back(qi), sc.push_back(si);
+      if (i * 2 < copies) w.push_back(w32.to(torch::kBFloat16));  // the same bytes as the int8 pool
+    }
+    const torch::Tensor x = torch::randn({1, 1, s.in}).to(torch::kBFloat16);
+    volatile int64_t sink = 0;
+    const double read = median_call_seconds(
+        copies, [&](int64_t i) { sink = sink + read_all(static_cast<const uint8_t*>(q[i].data_ptr()), bytes8); });
+    const double i8 = median_call_seconds(copies, [&](int64_t i) { kernels_int8_linear(x, q[i], sc[i]); });
+    const double b16 = median_call_seconds((int64_t)w.size(), [&](int64_t i) { kernels_bf16_linear(x, w[i]); });
+    std::printf("%-18s %6lld %6lld %10.1f %9.1f %10.1f %9.1f %10.1f %9.1f\n", s.what, (long long)s.out, (long long)s.in,
+                read * 1e6, bytes8 / read / 1e9, i8 * 1e6, bytes8 / i8 / 1e9, b16 * 1e6, 2 * bytes8 / b16 / 1e9);
+  }
 }
 
 std::string last_line_of(const std::string& cmd) {
@@ -197,8 +281,12 @@ void print_row(const std::string& who, const json& r, double stream, double base
     const double b = r["decode_bytes_per_s"].get<double>();
     bw = strprintf("%6.1f GB/s %4.0f%%", b / 1e9, 100 * b / stream);
   }
-  std::printf("%-22s %4lld %12.1f %12.2f %8.2fx  %s\n", who.c_str(), (long long)r["rows"].get<int64_t>(),
-              r["prefill_tok_s"].get<double>(), r["decode_tok_s"].get<double>(),
+  const double median = r.value("decode_tok_s_median_step", 0.0);
+  const double per_cpu = r.value("decode_tok_per_cpu_s", 0.0);
+  const std::string median_s = (median > 0 ? strprintf("%10.2f", median) : strprintf("%10s", "-")) +
+                               (per_cpu > 0 ? strprintf(" %9.2f", per_cpu) : strprintf(" %9s", "-"));
+  std::printf("%-22s %4lld %12.1f %12.2f %s %8.2fx  %s\n", who.c_str(), (long long)r["rows"].get<int64_t>(),
+              r["prefill_tok_s"].get<double>(), r["decode_tok_s"].get<double>(), median_s.c_str(),
               r["decode_tok_s"].get<double>() / base_decode, bw.c_str());
 }
 
@@ -215,10 +303,15 @@ int main(int argc, char** argv) {
   app.add_flag("--hf", o.hf, "also transformers' generate() in bf16 and fp32 (.venv's python)");
   app.add_option("--threads", o.threads, "intra-op threads (0: every core)");
   app.add_option("--child", o.child_dtype, "internal: run one dtype and print its JSON");
+  app.add_flag("--matvecs", o.matvecs, "only the decode's matvecs, int8 and bf16, against a plain read of the weights");
   CLI11_PARSE(app, argc, argv);
   if (o.threads > 0) torch::set_num_threads(o.threads);
   else cpu_threads_setup(1);
   try {
+    if (o.matvecs) {
+      run_matvecs(o);
+      return 0;
+    }
     if (!o.child_dtype.empty()) {
       std::printf("%s\n", run_child(o).dump().c_str());
       return 0;
@@ -261,8 +354,8 @@ int main(int argc, char** argv) {
     const double stream = std::max(stream0, stream1);
     std::printf("STREAM triad: %.1f GB/s before, %.1f GB/s after (percentages below are of the larger)\n",
                 stream0 / 1e9, stream1 / 1e9);
-    std::printf("\n%-22s %4s %12s %12s %9s  %s\n", "", "rows", "prefill t/s", "decode t/s", "vs base",
-                "batch-1 bytes/s");
+    std::printf("\n%-22s %4s %12s %12s %10s %9s %9s  %s\n", "", "rows", "prefill t/s", "decode t/s", "median t/s",
+                "cpu-s t/s", "vs base", "batch-1 bytes/s");
     for (const json& r : results) {
       for (const json& run : r["runs"]) {
         double base = 0;  // the first result (ours in the first dtype) at the same rows

@@ -81,9 +81,11 @@ CLI::Option* cli_add_checkpoint_flags(CLI::App* sub, std::string& source, std::s
 }
 
 void cli_add_inference_dtype_flag(CLI::App* sub, std::string& dtype) {
-  sub->add_option("--dtype", dtype,
-                  "weights and compute: float32, bfloat16 (half the bytes), or int8 (int8 weights with bf16 "
-                  "activations, a quarter; the CPU's fastest: docs/inference.md). Default: the device's compute dtype")
+  sub->add_option(
+         "--dtype", dtype,
+         "weights and compute: float32, bfloat16 (half the bytes), or int8 (int8 weights with bf16 "
+         "activations, a quarter; the fastest decode where `nanochat doctor` reports AVX-512, elsewhere measure: "
+         "docs/inference.md). Default: the device's compute dtype")
       ->check(CLI::IsMember({"float32", "bfloat16", "int8"}));
 }
 

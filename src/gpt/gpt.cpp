@@ -539,12 +539,26 @@ void gpt_init_weights(GPT& model, uint64_t seed) {
 
 namespace {
 
-// every Linear of the blocks (lm_head and the gates are not candidates: see gpt.h)
+// every Linear of the blocks with its state_dict name (lm_head and the gates are not candidates
+// for FP8: see gpt.h; int8 inference adds lm_head)
+std::vector<std::pair<std::string, Linear>> block_linears_named(GPT& model) {
+  std::vector<std::pair<std::string, Linear>> out;
+  for (size_t i = 0; i < model->blocks.size(); i++) {
+    const std::string at = "transformer.h." + std::to_string(i) + ".";
+    Block& b = model->blocks[i];
+    out.insert(out.end(), {{at + "attn.c_q", b->attn->c_q},
+                           {at + "attn.c_k", b->attn->c_k},
+                           {at + "attn.c_v", b->attn->c_v},
+                           {at + "attn.c_proj", b->attn->c_proj},
+                           {at + "mlp.c_fc", b->mlp->c_fc},
+                           {at + "mlp.c_proj", b->mlp->c_proj}});
+  }
+  return out;
+}
+
 std::vector<Linear> block_linears(GPT& model) {
   std::vector<Linear> out;
-  for (Block& b : model->blocks)
-    for (Linear l : {b->attn->c_q, b->attn->c_k, b->attn->c_v, b->attn->c_proj, b->mlp->c_fc, b->mlp->c_proj})
-      out.push_back(l);
+  for (auto& [name, l] : block_linears_named(model)) out.push_back(l);
   return out;
 }
 
@@ -589,17 +603,7 @@ void gpt_prepare_for_inference(GPT& model, const std::string& dtype) {
   const bool int8 = dtype == "int8";
   if (!dtype.empty() && gpt_inference_compute_dtype(dtype, "cpu") != model->compute_dtype)
     fail("--dtype %s: the model was built in %s", dtype.c_str(), dtype_name(model->compute_dtype).c_str());
-  std::vector<std::pair<std::string, Linear>> quantized;  // the blocks' Linears and lm_head
-  for (size_t i = 0; i < model->blocks.size(); i++) {
-    const std::string at = "transformer.h." + std::to_string(i) + ".";
-    Block& b = model->blocks[i];
-    quantized.insert(quantized.end(), {{at + "attn.c_q", b->attn->c_q},
-                                       {at + "attn.c_k", b->attn->c_k},
-                                       {at + "attn.c_v", b->attn->c_v},
-                                       {at + "attn.c_proj", b->attn->c_proj},
-                                       {at + "mlp.c_fc", b->mlp->c_fc},
-                                       {at + "mlp.c_proj", b->mlp->c_proj}});
-  }
+  std::vector<std::pair<std::string, Linear>> quantized = block_linears_named(model);  // and lm_head
   quantized.push_back({"lm_head", model->lm_head});
   if (int8)  // every width checked before any weight changes
     for (auto& [name, l] : quantized)

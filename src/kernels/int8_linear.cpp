@@ -15,9 +15,10 @@ namespace nanochat {
 // bf16_matvec_cpu.cpp: y (rows, out) = x (rows, in) @ w (out, in)^T, all contiguous bf16
 void kernels_bf16_matvec_cpu(const at::BFloat16* x, const at::BFloat16* w, at::BFloat16* y, int64_t rows, int64_t in,
                              int64_t out, bool allow_avx512);
-// y (rows, out) = scale * (x (rows, in) @ q (out, in)^T), fp32 rows and scales, int8 q
-void kernels_int8_matvec_cpu(const float* x, const int8_t* q, const float* scale, float* y, int64_t rows, int64_t in,
-                             int64_t out, bool allow_avx512);
+// y (rows, out) = scale * (x (rows, in) @ q (out, in)^T), int8 q; x, scale and y all fp32 or all bf16
+template <typename T>
+void kernels_int8_matvec_cpu(const T* x, const int8_t* q, const T* scale, T* y, int64_t rows, int64_t in, int64_t out,
+                             bool allow_avx512);
 
 namespace {
 
@@ -91,14 +92,18 @@ torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = q.size(0);
   const torch::ScalarType out_dtype = x.scalar_type();
-  if (rows <= kBf16MaxRowsForMatvec && q.is_contiguous() && kernels_enabled() && kernels_cpu_supported()) {
+  if (rows <= kBf16MaxRowsForMatvec && q.is_contiguous() && kernels_enabled() && kernels_cpu_supported() &&
+      (out_dtype == torch::kFloat32 || out_dtype == torch::kBFloat16)) {
     // our matvec: the weight read once at the bandwidth a bf16 one gets, the rows in fp32
-    torch::Tensor x32 = x.reshape({rows, x.size(-1)}).to(torch::kFloat32).contiguous();
-    torch::Tensor s32 = scale.to(torch::kFloat32).contiguous();
-    torch::Tensor y = torch::empty(shape, x.options().dtype(torch::kFloat32));
-    kernels_int8_matvec_cpu(x32.data_ptr<float>(), q.data_ptr<int8_t>(), s32.data_ptr<float>(), y.data_ptr<float>(),
-                            rows, x.size(-1), q.size(0), allow_avx512);
-    return y.to(out_dtype);
+    torch::Tensor x2 = x.reshape({rows, x.size(-1)}).contiguous(), s = scale.to(out_dtype).contiguous();
+    torch::Tensor y = torch::empty(shape, x.options());
+    if (out_dtype == torch::kFloat32)
+      kernels_int8_matvec_cpu(x2.data_ptr<float>(), q.data_ptr<int8_t>(), s.data_ptr<float>(), y.data_ptr<float>(),
+                              rows, x.size(-1), q.size(0), allow_avx512);
+    else
+      kernels_int8_matvec_cpu(x2.data_ptr<at::BFloat16>(), q.data_ptr<int8_t>(), s.data_ptr<at::BFloat16>(),
+                              y.data_ptr<at::BFloat16>(), rows, x.size(-1), q.size(0), allow_avx512);
+    return y;
   }
   // the int8 kernel is fast with bf16 activations and an order of magnitude slower with fp32 ones
   const torch::ScalarType act = out_dtype == torch::kFloat16 ? torch::kFloat16 : torch::kBFloat16;
