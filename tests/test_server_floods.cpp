@@ -302,6 +302,7 @@ namespace {
 struct KeyedChat {
   int fd = -1;
   int status = 0;
+  bool retry_after = false;  // the response's head has a Retry-After
   Clock::time_point done;
 };
 void keyed_chat(KeyedChat& c, int port, const std::string& key, int max_tokens) {
@@ -315,6 +316,7 @@ void keyed_chat(KeyedChat& c, int port, const std::string& key, int max_tokens) 
                "\r\n\r\n" + body);
   const std::string raw = raw_read_all(c.fd, 30000);
   c.status = raw.rfind("HTTP/1.1 ", 0) == 0 ? std::stoi(raw.substr(9, 3)) : 0;
+  c.retry_after = raw.substr(0, raw.find("\r\n\r\n")).find("\r\nRetry-After: ") != std::string::npos;
   c.done = Clock::now();
 }
 
@@ -366,9 +368,13 @@ TEST(FairAdmission, AFloodingKeyGetsItsOwn503sAndTheOtherKeyGoesNext) {
   for (auto& c : a)
     if (c.fd >= 0) ::shutdown(c.fd, SHUT_RDWR);  // the rest of A's are cancelled
   for (auto& t : threads) t.join();
-  int refused = 0;
-  for (auto& c : a) refused += c.status == 503;
+  int refused = 0, refused_with_retry_after = 0;
+  for (auto& c : a) {
+    refused += c.status == 503;
+    refused_with_retry_after += c.status == 503 && c.retry_after;
+  }
   EXPECT_EQ(refused, kFlood - 1 - 4) << "A's own refusals: one running, four waiting, the rest 503";
+  EXPECT_EQ(refused_with_retry_after, refused) << "a full queue's 503 says when to retry";
   for (auto& c : a)
     if (c.fd >= 0) close(c.fd);
 }

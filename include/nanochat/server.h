@@ -48,7 +48,9 @@ extern const ServerLimits kServerLimits;
 // a request the server refuses: HTTP status + one line for the client
 struct ServerError : std::runtime_error {
   int status;
-  ServerError(int s, const std::string& m) : std::runtime_error(m), status(s) {}
+  int retry_after_s;  // > 0: the response says Retry-After (a refusal that passes with time)
+  ServerError(int s, const std::string& m, int retry_after = 0)
+      : std::runtime_error(m), status(s), retry_after_s(retry_after) {}
 };
 
 struct ChatRequest {

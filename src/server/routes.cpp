@@ -88,7 +88,7 @@ std::shared_ptr<Prepared> prepare(ServerState& st, ChatRequest chat, RequestCont
   p->ctx = ctx;
   p->req = std::move(chat);
   if (st.stop_level > 0) throw ServerError(503, "the server is shutting down");
-  if (!st.ready) throw ServerError(503, "the model is still loading; retry when GET /health answers 200");
+  if (!st.ready) throw ServerError(503, "the model is still loading; retry when GET /health answers 200", 1);
   const ServerWorker& w = least_loaded(st);
   std::vector<int32_t> prompt;
   try {
@@ -110,7 +110,8 @@ std::shared_ptr<Prepared> prepare(ServerState& st, ChatRequest chat, RequestCont
     if (!w.scheduler->wait_admitted(*p->ticket, cancelled_fn(st, ctx)))
       throw ServerError(503, st.stop_level > 0 ? "the server is shutting down" : "the request was cancelled");
   } catch (const SchedulerRefused& e) {
-    throw ServerError(503, e.closed ? "the server is shutting down" : "too many requests are queued; retry later");
+    if (e.closed) throw ServerError(503, "the server is shutting down");
+    throw ServerError(503, "too many requests are queued; retry later", 1);
   } catch (const ServerError&) {
     throw;
   } catch (const Error& e) {  // the request's own limits (more samples than --max-batch rows)
@@ -458,6 +459,7 @@ void server_routes_install(HttpServer& svr, ServerState& st) {
                             : server_bearer_key(req.get_header_value("Authorization"), st.opt.api_keys);
         fn(st, req, read_and_parse(st, ctx, req, res, reader, openai), ctx, key, res);
       } catch (const ServerError& e) {
+        if (e.retry_after_s > 0) res.set_header("Retry-After", std::to_string(e.retry_after_s));
         server_send_error(res, e.status, e.what());
       } catch (const std::exception& e) {
         server_send_error(res, 500, server_internal_error(req.path.c_str(), e));
