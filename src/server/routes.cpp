@@ -390,8 +390,7 @@ ChatRequest read_and_parse(ServerState& st, RequestContext* ctx, const httplib::
   ParseShare share(st.parse_budget, n, std::chrono::milliseconds(2000));
   if (!share.held()) {
     server_close_after(ctx, req, res);  // its body stays unread
-    res.set_header("Retry-After", "1");
-    throw ServerError(503, "too many requests are being parsed at once; retry later");
+    throw ServerError(503, "too many requests are being parsed at once; retry later", 1);
   }
   return server_parse_chat_request(read_body(st, ctx, req, res, reader), openai, st.opt.defaults, st.opt.limits);
 }
