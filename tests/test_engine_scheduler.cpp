@@ -106,6 +106,28 @@ TEST(Scheduler, GreedyAloneOrBatchedEqualsEngine) {
   EXPECT_GT(st.decode_rows, st.decode_steps) << "some steps decoded several rows";
 }
 
+TEST(Scheduler, GreedyBatchedEqualsEngineWithInferenceWeights) {
+  // fp32 weights prepared for inference (no gradients): a decode step of 2 to 16 rows runs the
+  // few-rows kernel, one row ATen's matvec; 8 requests at once give one request's tokens
+  GPT m = perturbed_gpt(tiny_gpt_config(300), 7, 0.3);
+  gpt_prepare_for_inference(m, "float32");
+  auto engine = std::make_shared<const Engine>(m, byte_tokenizer());
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<GenerateOptions> opts;
+  std::vector<GenerateResult> want;
+  for (int i = 0; i < 8; i++) {
+    prompts.push_back(prompt_of(i, 3 + 2 * i));
+    opts.push_back(greedy_unstopped(8 + i));
+    want.push_back(engine->generate(prompts[i], opts[i]));
+  }
+  SchedulerOptions so;
+  so.max_batch = 8;
+  Scheduler s(engine, so);
+  std::vector<GenerateResult> got = run_together(s, prompts, opts);
+  for (int i = 0; i < 8; i++) EXPECT_EQ(got[i].tokens, want[i].tokens) << "batched " << i;
+  EXPECT_GT(settled(s).decode_rows, 3 * settled(s).decode_steps) << "steps of many rows";
+}
+
 TEST(Scheduler, SeededSamplingIgnoresWhatElseRuns) {
   auto engine = tiny_engine();
   GenerateOptions o;
