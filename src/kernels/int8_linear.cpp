@@ -22,6 +22,7 @@ void kernels_int8_matvec_cpu(const T* x, const int8_t* q, const T* scale, T* y, 
                              bool allow_avx512);
 // rows_linear_cpu.cpp: y = x @ w^T (* scale per output when given), tiles of 4 rows by 4 outputs
 bool kernels_rows_linear_cpu_supported();
+bool kernels_rows_linear_cpu_bf16_pairs();  // and bf16 rows with bf16 weights multiply pairs (AVX512-BF16)
 template <typename T, typename W>
 void kernels_rows_linear_cpu(const T* x, const W* w, const T* scale, T* y, int64_t rows, int64_t in, int64_t out);
 
@@ -41,6 +42,7 @@ constexpr int64_t kInt8MaxRowsForMatvec = 16;
 constexpr int64_t kMinRowsForTiles = 2;
 constexpr int64_t kF32MaxRowsForTiles = 16;
 constexpr int64_t kBf16MaxRowsForTiles = 8;
+constexpr int64_t kBf16PairsMaxRowsForTiles = 16;
 
 void check_int8_weight(const torch::Tensor& q, const torch::Tensor& scale, int64_t in_features) {
   if (q.scalar_type() != torch::kInt8 || q.dim() != 2)
@@ -169,7 +171,9 @@ torch::Tensor kernels_bf16_linear(const torch::Tensor& x, const torch::Tensor& w
   const bool ours = x.device().is_cpu() && w.device().is_cpu() && w.scalar_type() == dt && w.dim() == 2 &&
                     w.size(1) == in && w.is_contiguous() && !x.requires_grad() && !w.requires_grad() &&
                     kernels_enabled() && kernels_cpu_supported();
-  const int64_t max_tiled = dt == torch::kFloat32 ? kF32MaxRowsForTiles : kBf16MaxRowsForTiles;
+  const int64_t max_tiled = dt == torch::kFloat32                 ? kF32MaxRowsForTiles
+                            : kernels_rows_linear_cpu_bf16_pairs() ? kBf16PairsMaxRowsForTiles
+                                                                   : kBf16MaxRowsForTiles;
   if (ours && (dt == torch::kFloat32 || dt == torch::kBFloat16) && rows >= kMinRowsForTiles && rows <= max_tiled &&
       allow_avx512 && kernels_rows_linear_cpu_supported())
     return kernels_rows_linear(x, w);

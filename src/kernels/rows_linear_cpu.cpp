@@ -4,7 +4,8 @@
 // 30% of a 16-row step, its kernel 17%); oneDNN's bf16 GEMM sets itself up on every call; and the
 // matvecs beside this file reduce every (row, output) dot on its own. Here a tile of 4 input rows
 // by 4 outputs keeps its 16 sums in registers across the whole width, the 4 weight rows read once
-// per tile from L1; bf16 and int8 weights widen to fp32 as they load (exactly). AVX-512 only.
+// per tile from L1; int8 weights widen to fp32 as they load (exactly), bf16 ones too unless the
+// rows are bf16 and the CPU multiplies bf16 pairs (AVX512-BF16). AVX-512 only.
 #include <immintrin.h>
 
 #include <ATen/Parallel.h>
@@ -67,8 +68,34 @@ void tile(const float* x, const W* const* w, int64_t in, float* sums) {
   }
 }
 
-template <typename T, typename W>
-void rows_linear(const float* x, const W* w, const T* scale, T* y, int64_t rows, int64_t in, int64_t out) {
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
+// the same with bf16 rows and weights on AVX512-BF16: pairs multiplied at twice the fp32 rate
+template <int R>
+void tile(const at::BFloat16* x, const at::BFloat16* const* w, int64_t in, float* sums) {
+  __m512 acc[R][kTileOut];
+  for (int r = 0; r < R; r++)
+    for (int c = 0; c < kTileOut; c++) acc[r][c] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 32 <= in; k += 32) {
+    __m512bh wv[kTileOut];
+    for (int c = 0; c < kTileOut; c++) wv[c] = (__m512bh)_mm512_loadu_si512(w[c] + k);
+    for (int r = 0; r < R; r++) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * in + k);
+      for (int c = 0; c < kTileOut; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
+    }
+  }
+  for (int r = 0; r < R; r++) {
+    _mm_storeu_ps(sums + r * kTileOut, lane_sums4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    for (int64_t j = k; j < in; j++)
+      for (int c = 0; c < kTileOut; c++) sums[r * kTileOut + c] += (float)x[r * in + j] * (float)w[c][j];
+  }
+}
+#pragma GCC pop_options
+
+// X: fp32 rows (any weight), or bf16 rows with bf16 weights (the AVX512-BF16 tile)
+template <typename T, typename W, typename X>
+void rows_linear(const X* x, const W* w, const T* scale, T* y, int64_t rows, int64_t in, int64_t out) {
   const int64_t blocks = (out + kTileOut - 1) / kTileOut;
   // one thread below ~1 MiB of weights: a parallel region's start costs more than it saves there
   const int64_t grain = std::max<int64_t>(4, (int64_t)(1 << 20) / std::max<int64_t>(1, in * (int64_t)sizeof(W) * 4));
@@ -82,7 +109,7 @@ void rows_linear(const float* x, const W* w, const T* scale, T* y, int64_t rows,
         for (int c = 0; c < valid; c++) s[c] = (float)scale[n + c];
       for (int64_t r0 = 0; r0 < rows; r0 += 4) {
         float sums[4 * kTileOut];
-        const float* xr = x + r0 * in;
+        const X* xr = x + r0 * in;
         switch (std::min<int64_t>(4, rows - r0)) {
           case 1: tile<1>(xr, wr, in, sums); break;
           case 2: tile<2>(xr, wr, in, sums); break;
@@ -107,10 +134,14 @@ bool kernels_rows_linear_cpu_supported() {
   return ok;
 }
 
+bool kernels_rows_linear_cpu_bf16_pairs() { return kernels_rows_linear_cpu_supported() && cpu_has_avx512_bf16(); }
+
 // y (rows, out) = x (rows, in) @ w (out, in)^T, times scale (out,) when given; all contiguous; x,
 // scale and y of one dtype (fp32 or bf16). The caller checks kernels_rows_linear_cpu_supported().
 template <typename T, typename W>
 void kernels_rows_linear_cpu(const T* x_in, const W* w, const T* scale, T* y, int64_t rows, int64_t in, int64_t out) {
+  if constexpr (std::is_same_v<T, at::BFloat16> && std::is_same_v<W, at::BFloat16>)
+    if (kernels_rows_linear_cpu_bf16_pairs()) return rows_linear<T, W, T>(x_in, w, scale, y, rows, in, out);
   const float* x = reinterpret_cast<const float*>(x_in);
   thread_local std::vector<float> x_buf;
   if constexpr (!std::is_same_v<T, float>) {
@@ -118,7 +149,7 @@ void kernels_rows_linear_cpu(const T* x_in, const W* w, const T* scale, T* y, in
     to_float(x_in, x_buf.data(), rows * in);
     x = x_buf.data();
   }
-  rows_linear<T, W>(x, w, scale, y, rows, in, out);
+  rows_linear<T, W, float>(x, w, scale, y, rows, in, out);
 }
 template void kernels_rows_linear_cpu(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t);
 template void kernels_rows_linear_cpu(const at::BFloat16*, const at::BFloat16*, const at::BFloat16*, at::BFloat16*,
