@@ -346,6 +346,10 @@ TEST(Scheduler, OneBoundedQueueFirstComeFirstServed) {
   // the holder and the first in line each hold the row for 200 steps: long enough for what the
   // test does meanwhile (a few calls), never cut short by a stop token
   const GenerateOptions hold = greedy_unstopped(200);
+  // the references first: computed while `first` decodes, they gave it time to finish before
+  // close_queue, and `second` then took the row (seen on a loaded machine)
+  const auto want_holder = engine->generate(prompt_of(1, 6), hold).tokens;
+  const auto want_first = engine->generate(prompt_of(2, 6), hold).tokens;
   auto holder = s.submit(prompt_of(1, 6), hold);
   ASSERT_TRUE(s.wait_admitted(*holder));
   auto first = s.submit(prompt_of(2, 6), hold);
@@ -359,12 +363,12 @@ TEST(Scheduler, OneBoundedQueueFirstComeFirstServed) {
     EXPECT_FALSE(e.closed);
     EXPECT_NE(std::string(e.what()).find("--max-queue"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(s.run(*holder).tokens, engine->generate(prompt_of(1, 6), hold).tokens);
+  EXPECT_EQ(s.run(*holder).tokens, want_holder);
   ASSERT_TRUE(s.wait_admitted(*first));  // the row went to the first in line
   s.close_queue();
   EXPECT_THROW(s.wait_admitted(*second), SchedulerRefused);
   EXPECT_THROW(s.submit(prompt_of(5, 6), greedy(4)), SchedulerRefused);
-  EXPECT_EQ(s.run(*first).tokens, engine->generate(prompt_of(2, 6), hold).tokens);
+  EXPECT_EQ(s.run(*first).tokens, want_first);
   EXPECT_EQ(settled(s).waiting, 0);
   // a ticket dropped while it waits cancels its request
   Scheduler t(engine, so);

@@ -212,8 +212,9 @@ int main(int argc, char** argv) {
                   toks / batched);
     if (run_seq && run_together) std::printf("  speed-up: %.2fx (rounds:%s)\n", seq / batched, ratios.c_str());
     if (run_bound)
-      std::printf("  bound: one request of %d samples (Engine::generate, rows in step): %7.3f s  %8.1f tokens/s  (%.2fx)\n",
-                  requests, uniform, toks / uniform, seq / uniform);
+      std::printf(
+          "  bound: one request of %d samples (Engine::generate, rows in step): %7.3f s  %8.1f tokens/s  (%.2fx)\n",
+          requests, uniform, toks / uniform, seq / uniform);
     std::fflush(stdout);
   }
   if (engine_only) return 0;

@@ -130,7 +130,9 @@ torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q
   return y.view(shape).to(out_dtype);
 }
 
-bool kernels_rows_linear_supported() { return kernels_enabled() && kernels_cpu_supported() && kernels_rows_linear_cpu_supported(); }
+bool kernels_rows_linear_supported() {
+  return kernels_enabled() && kernels_cpu_supported() && kernels_rows_linear_cpu_supported();
+}
 
 torch::Tensor kernels_rows_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& scale) {
   const int64_t in = x.size(-1), rows = x.numel() / std::max<int64_t>(1, in);
@@ -152,15 +154,13 @@ torch::Tensor kernels_rows_linear(const torch::Tensor& x, const torch::Tensor& w
     const float* sp = s.defined() ? s.data_ptr<float>() : nullptr;
     if (wt == torch::kInt8)
       kernels_rows_linear_cpu(x2.data_ptr<float>(), w.data_ptr<int8_t>(), sp, y.data_ptr<float>(), rows, in, out);
-    else
-      kernels_rows_linear_cpu(x2.data_ptr<float>(), w.data_ptr<float>(), sp, y.data_ptr<float>(), rows, in, out);
+    else kernels_rows_linear_cpu(x2.data_ptr<float>(), w.data_ptr<float>(), sp, y.data_ptr<float>(), rows, in, out);
   } else {
     using bf16 = at::BFloat16;
     const bf16* sp = s.defined() ? s.data_ptr<bf16>() : nullptr;
     if (wt == torch::kInt8)
       kernels_rows_linear_cpu(x2.data_ptr<bf16>(), w.data_ptr<int8_t>(), sp, y.data_ptr<bf16>(), rows, in, out);
-    else
-      kernels_rows_linear_cpu(x2.data_ptr<bf16>(), w.data_ptr<bf16>(), sp, y.data_ptr<bf16>(), rows, in, out);
+    else kernels_rows_linear_cpu(x2.data_ptr<bf16>(), w.data_ptr<bf16>(), sp, y.data_ptr<bf16>(), rows, in, out);
   }
   return y;
 }
@@ -171,7 +171,7 @@ torch::Tensor kernels_bf16_linear(const torch::Tensor& x, const torch::Tensor& w
   const bool ours = x.device().is_cpu() && w.device().is_cpu() && w.scalar_type() == dt && w.dim() == 2 &&
                     w.size(1) == in && w.is_contiguous() && !x.requires_grad() && !w.requires_grad() &&
                     kernels_enabled() && kernels_cpu_supported();
-  const int64_t max_tiled = dt == torch::kFloat32                 ? kF32MaxRowsForTiles
+  const int64_t max_tiled = dt == torch::kFloat32                  ? kF32MaxRowsForTiles
                             : kernels_rows_linear_cpu_bf16_pairs() ? kBf16PairsMaxRowsForTiles
                                                                    : kBf16MaxRowsForTiles;
   if (ours && (dt == torch::kFloat32 || dt == torch::kBFloat16) && rows >= kMinRowsForTiles && rows <= max_tiled &&

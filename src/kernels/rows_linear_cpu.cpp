@@ -34,9 +34,7 @@ inline __m512 load16(const int8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
-inline __m256 halves_added(__m512 v) {
-  return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1));
-}
+inline __m256 halves_added(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
 
 // {sum of a's lanes, of b's, of c's, of d's}
 inline __m128 lane_sums4(__m512 a, __m512 b, __m512 c, __m512 d) {
