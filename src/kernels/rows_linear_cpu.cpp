@@ -44,12 +44,21 @@ inline __m128 lane_sums4(__m512 a, __m512 b, __m512 c, __m512 d) {
   return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
 }
 
+// a tile's sums: each accumulator's lanes, plus the products from k to `in` one by one
+template <int R, typename X, typename W>
+inline void tile_sums(const __m512 (&acc)[R][kTileOut], const X* x, const W* const* w, int64_t k, int64_t in,
+                      float* sums) {
+  for (int r = 0; r < R; r++) {
+    _mm_storeu_ps(sums + r * kTileOut, lane_sums4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    for (int64_t j = k; j < in; j++)
+      for (int c = 0; c < kTileOut; c++) sums[r * kTileOut + c] += (float)x[r * in + j] * (float)w[c][j];
+  }
+}
+
 // sums (R, kTileOut) = x (R rows of `in`) . the kTileOut weight rows w[c]
 template <int R, typename W>
 void tile(const float* x, const W* const* w, int64_t in, float* sums) {
-  __m512 acc[R][kTileOut];
-  for (int r = 0; r < R; r++)
-    for (int c = 0; c < kTileOut; c++) acc[r][c] = _mm512_setzero_ps();
+  __m512 acc[R][kTileOut] = {};
   int64_t k = 0;
   for (; k + 16 <= in; k += 16) {
     __m512 wv[kTileOut];
@@ -59,11 +68,7 @@ void tile(const float* x, const W* const* w, int64_t in, float* sums) {
       for (int c = 0; c < kTileOut; c++) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
     }
   }
-  for (int r = 0; r < R; r++) {
-    _mm_storeu_ps(sums + r * kTileOut, lane_sums4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
-    for (int64_t j = k; j < in; j++)
-      for (int c = 0; c < kTileOut; c++) sums[r * kTileOut + c] += x[r * in + j] * (float)w[c][j];
-  }
+  tile_sums<R>(acc, x, w, k, in, sums);
 }
 
 #pragma GCC push_options
@@ -71,9 +76,7 @@ void tile(const float* x, const W* const* w, int64_t in, float* sums) {
 // the same with bf16 rows and weights on AVX512-BF16: pairs multiplied at twice the fp32 rate
 template <int R>
 void tile(const at::BFloat16* x, const at::BFloat16* const* w, int64_t in, float* sums) {
-  __m512 acc[R][kTileOut];
-  for (int r = 0; r < R; r++)
-    for (int c = 0; c < kTileOut; c++) acc[r][c] = _mm512_setzero_ps();
+  __m512 acc[R][kTileOut] = {};
   int64_t k = 0;
   for (; k + 32 <= in; k += 32) {
     __m512bh wv[kTileOut];
@@ -83,11 +86,7 @@ void tile(const at::BFloat16* x, const at::BFloat16* const* w, int64_t in, float
       for (int c = 0; c < kTileOut; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
     }
   }
-  for (int r = 0; r < R; r++) {
-    _mm_storeu_ps(sums + r * kTileOut, lane_sums4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
-    for (int64_t j = k; j < in; j++)
-      for (int c = 0; c < kTileOut; c++) sums[r * kTileOut + c] += (float)x[r * in + j] * (float)w[c][j];
-  }
+  tile_sums<R>(acc, x, w, k, in, sums);
 }
 #pragma GCC pop_options
 
