@@ -140,6 +140,60 @@ TEST(Bf16Linear, AFewRowsAgainstAnFp64Matmul) {
   EXPECT_EQ(kernels_bf16_linear(at::randn({1, 16}), w).scalar_type(), torch::kFloat32);
 }
 
+TEST(RowsLinear, FewRowsAgainstAnFp64Matmul) {
+  // the tiles of 4 rows by 4 outputs: row counts that fill them, leave 1 to 3 rows over, and
+  // 1; output counts with a partial last block; widths with 16-wide steps and tails; fp32, bf16
+  // and int8 weights. Both operands are exact in fp32 (bf16 and int8 widen exactly), so every
+  // fp32 FMA rounds once: |error| <= (in+1)*2^-24 * sum|x||w| (the +1: the int8 scale's product),
+  // and a bf16 output rounds |y| by 2^-8 more
+  if (!kernels_rows_linear_supported()) GTEST_SKIP() << "no AVX-512 here: the rows kernel is not used";
+  for (torch::ScalarType wt : {torch::kFloat32, torch::kBFloat16, torch::kInt8})
+    for (int64_t rows : {1, 2, 3, 4, 5, 8, 13, 16})
+      for (auto [in, out] : {std::pair<int64_t, int64_t>{16, 1}, {7, 5}, {100, 33}, {256, 130}, {1040, 9}}) {
+        if (wt == torch::kInt8 && !kernels_int8_linear_supported(in)) continue;
+        const torch::ScalarType xt = wt == torch::kInt8 ? (rows % 2 ? torch::kFloat32 : torch::kBFloat16) : wt;
+        auto gen = gpt_make_generator(torch::kCPU, 11 * rows + in);
+        Tensor w = test_weight(out, in, 3 * rows + out), scale;
+        if (wt == torch::kInt8) std::tie(w, scale) = kernels_int8_quantize(w, xt, "w");
+        else w = w.to(wt);
+        Tensor x = at::randn({rows, 1, in}, gen, torch::kFloat32).to(xt);
+        Tensor y = kernels_rows_linear(x, w, scale);
+        ASSERT_EQ(y.sizes(), (std::vector<int64_t>{rows, 1, out}));
+        ASSERT_EQ(y.scalar_type(), xt);
+        Tensor w64 = w.to(torch::kFloat64);
+        if (scale.defined()) w64 = w64 * scale.to(torch::kFloat64).unsqueeze(1);
+        Tensor x64 = x.to(torch::kFloat64);
+        Tensor ref = at::matmul(x64, w64.t());
+        const double out_unit = xt == torch::kBFloat16 ? kBf16Unit : 0.0;
+        Tensor bound = at::matmul(x64.abs(), w64.abs().t()) * ((double)(in + 1) * std::ldexp(1.0, -24)) *
+                           (1 + out_unit) +
+                       ref.abs() * out_unit;
+        Tensor err = (y.to(torch::kFloat64) - ref).abs();
+        EXPECT_TRUE((err <= bound).all().item<bool>())
+            << c10::toString(wt) << " weights, " << rows << "x" << in << "->" << out << ": worst excess "
+            << (err - bound).max().item<double>();
+      }
+}
+
+TEST(RowsLinear, TheInferenceLinearsRunItForAFewRows) {
+  // fp32 weights at 2 to 16 rows go to the rows kernel (bit for bit), 1 row and 17 to ATen; a
+  // weight that still trains never does
+  if (!kernels_rows_linear_supported()) GTEST_SKIP() << "no AVX-512 here: the rows kernel is not used";
+  Tensor w = test_weight(40, 64, 9);
+  for (int64_t rows : {1, 2, 16, 17}) {
+    Tensor x = at::randn({rows, 64});
+    const bool tiled = at::equal(kernels_bf16_linear(x, w), kernels_rows_linear(x, w));
+    const bool aten = at::equal(kernels_bf16_linear(x, w), at::linear(x, w));
+    EXPECT_TRUE(rows >= 2 && rows <= 16 ? tiled : aten) << rows << " rows";
+  }
+  Tensor trains = w.clone().requires_grad_(true);
+  Tensor x = at::randn({4, 64});
+  EXPECT_TRUE(at::equal(kernels_bf16_linear(x, trains), at::linear(x, trains)));
+  // what cannot run says so in one line
+  std::string msg = one_line_error([&] { kernels_rows_linear(x, w.to(torch::kBFloat16)); });
+  EXPECT_NE(msg.find("rows linear: a BFloat16 weight with Float activations"), std::string::npos) << msg;
+}
+
 TEST(Int8Linear, AWidthTheKernelCannotTakeSaysSoInOneLine) {
   std::string msg = one_line_error([] { kernels_int8_quantize(at::ones({4, 24}), torch::kBFloat16, "gate"); });
   EXPECT_NE(msg.find("gate has 24 input features"), std::string::npos) << msg;

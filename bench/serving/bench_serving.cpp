@@ -9,8 +9,12 @@
 //     per-token latency (gaps between token events), for chat-web --max-batch 64 against
 //     --max-batch 1 (one request at a time per worker), same binary, same run: both servers
 //     up at once, each level run on one right after the other.
+// --dtype float32|bfloat16|int8 runs both sides with those weights (chat-web's --dtype);
+// --ways picks which of the in-process ways run (one at a time under `perf record`); --linears
+// times the model's Linears at 1 to 32 rows. NANOCHAT_BENCH_BIN names the chat-web binary.
 // usage: bench_serving [--requests 16] [--max-tokens 64] [--clients 1,4,16,64] [--seconds 60]
-//        [--depth 6] [--width 256] [--http-only|--engine-only]
+//        [--depth 6] [--width 256] [--dtype float32] [--ways sequential,together,bound]
+//        [--http-only|--engine-only]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,6 +35,7 @@
 #include "nanochat/engine.h"
 #include "nanochat/engine/infer_bench.h"
 #include "nanochat/engine/scheduler.h"
+#include "nanochat/kernels/int8_linear.h"
 #include "nanochat/server.h"
 #include "server_fixture.h"
 
@@ -48,8 +53,10 @@ static GPTConfig bench_config(int64_t vocab, int64_t depth, int64_t width) {
   return c;
 }
 
-static GPT bench_model(const GPTConfig& c) {
-  GPT m(c);
+// fp32 master weights, as a checkpoint holds them; the in-process model then gets the --dtype
+// the server will apply at load
+static GPT bench_model(const GPTConfig& c, const std::string& dtype) {
+  GPT m(c, torch::kCPU, gpt_inference_compute_dtype(dtype, "cpu"));
   gpt_init_weights(m, 42);
   torch::NoGradGuard ng;
   auto gen = gpt_make_generator(torch::kCPU, 3);
@@ -72,13 +79,55 @@ static std::string bench_base_dir(const Tokenizer& tok, const GPTConfig& c, GPT&
   return base;
 }
 
+// the median of `reps` calls, in microseconds
+template <typename F>
+static double median_us(int reps, F&& f) {
+  std::vector<double> t;
+  for (int i = 0; i < reps; i++) {
+    bench_clock::time_point t0 = bench_clock::now();
+    f();
+    t.push_back(1e6 * bench_seconds_since(t0));
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+// --linears: the model's Linear shapes at 1 to 32 rows, the way the model runs them (Linear's
+// forward), ATen's at::linear of the same weight, and our few-rows kernel
+static void bench_linears(GPT& model, const std::string& dtype) {
+  torch::NoGradGuard ng;
+  std::printf("\n%s Linears, microseconds a call (median of 200): model's path / at::linear / rows kernel\n",
+              dtype.c_str());
+  std::vector<std::pair<std::string, Linear>> layers = {{"attn.c_q", model->blocks[0]->attn->c_q},
+                                                        {"mlp.c_fc", model->blocks[0]->mlp->c_fc},
+                                                        {"mlp.c_proj", model->blocks[0]->mlp->c_proj},
+                                                        {"lm_head", model->lm_head}};
+  for (auto& [name, l] : layers) {
+    const int64_t in = l->weight.size(1), out = l->weight.size(0);
+    const auto dt = model->compute_dtype;
+    torch::Tensor deq = l->int8() ? l->weight.to(dt).mul(l->scale.to(dt).unsqueeze(1)) : l->weight;
+    std::printf("  %-10s %5lld -> %-5lld", name.c_str(), (long long)in, (long long)out);
+    for (int64_t rows : {1, 2, 4, 8, 12, 16, 32}) {
+      torch::Tensor x = torch::randn({rows, 1, in}).to(model->compute_dtype);
+      const double a = median_us(200, [&] { l->forward(x); });
+      const double b = median_us(200, [&] { at::linear(x, deq); });
+      const double c = kernels_rows_linear_supported()
+                           ? median_us(200, [&] { kernels_rows_linear(x, l->weight, l->scale); })
+                           : NAN;
+      std::printf("  %lld: %.1f/%.1f/%.1f", (long long)rows, a, b, c);
+    }
+    std::printf("\n");
+  }
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"bench_serving: continuous batching against one request at a time"};
   int requests = 16;
   int64_t max_tokens = 64, depth = 6, width = 256;
   double seconds = 60;
-  std::string clients_list = "1,4,16,64";
-  bool http_only = false, engine_only = false;
+  int rounds = 3;
+  std::string clients_list = "1,4,16,64", dtype = "float32", ways = "sequential,together,bound";
+  bool http_only = false, engine_only = false, linears = false;
   app.add_option("--requests", requests,
                  "in-process: concurrent greedy requests (and the sequential baseline's count)");
   app.add_option("--max-tokens", max_tokens, "tokens per reply");
@@ -86,19 +135,29 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "HTTP: at most this long per level and configuration");
   app.add_option("--depth", depth, "layers");
   app.add_option("--width", width, "n_embd (heads of 128)");
+  app.add_option("--dtype", dtype, "weights: float32, bfloat16 or int8 (chat-web's --dtype)");
+  app.add_option("--rounds", rounds, "in-process: interleaved rounds (the best of each way is reported)");
+  app.add_option("--ways", ways, "in-process: which of sequential, together, bound run");
+  app.add_flag("--linears", linears, "time the model's Linears at 1 to 32 rows (then exit)");
   app.add_flag("--http-only", http_only, "skip the in-process comparison");
   app.add_flag("--engine-only", engine_only, "skip the HTTP load");
   CLI11_PARSE(app, argc, argv);
 
   Tokenizer tok = tiny_chat_tokenizer();
   GPTConfig cfg = bench_config(tok.vocab_size(), depth, width);
-  GPT model = bench_model(cfg);
+  GPT model = bench_model(cfg, dtype);
+  std::string base = engine_only || linears ? "" : bench_base_dir(tok, cfg, model);  // fp32 weights on disk
+  gpt_prepare_for_inference(model, dtype);
   auto engine = std::make_shared<const Engine>(model, tok);
   std::printf(
-      "bench_serving: random GPT %lld layers, n_embd %lld, vocab %d; %lld greedy tokens per reply; %u hardware threads, "
-      "torch threads %d\n",
-      (long long)depth, (long long)width, tok.vocab_size(), (long long)max_tokens, std::thread::hardware_concurrency(),
-      at::get_num_threads());
+      "bench_serving: random GPT %lld layers, n_embd %lld, vocab %d, %s weights; %lld greedy tokens per reply; %u "
+      "hardware threads, torch threads %d\n",
+      (long long)depth, (long long)width, tok.vocab_size(), dtype.c_str(), (long long)max_tokens,
+      std::thread::hardware_concurrency(), at::get_num_threads());
+  if (linears) {
+    bench_linears(model, dtype);
+    return 0;
+  }
 
   GenerateOptions o;
   o.max_tokens = max_tokens;
@@ -109,49 +168,57 @@ int main(int argc, char** argv) {
   const std::vector<int32_t> prompt = server_prompt_tokens(tok, msgs);
 
   if (!http_only) {
-    // three rounds, the three ways interleaved (the machine is shared: its load moves between
+    // `rounds` rounds, the ways interleaved (the machine is shared: its load moves between
     // runs); the best time of each way, and every round's ratio
+    const bool run_seq = ways.find("sequential") != std::string::npos;
+    const bool run_together = ways.find("together") != std::string::npos;
+    const bool run_bound = ways.find("bound") != std::string::npos;
     torch::NoGradGuard ng;
     SchedulerOptions so;
     so.max_batch = requests;
     so.prefix_cache = false;  // the same prompt each time: measure batching alone
     Scheduler sched(engine, so);
-    engine->generate(prompt, o);  // warm-up
-    sched.generate(prompt, o);
     GenerateOptions rows = o;  // the bound: one request of N samples (one prefill, rows in step, no scheduler)
     rows.num_samples = requests;
+    if (run_seq) engine->generate(prompt, o);  // warm-up
+    if (run_together) sched.generate(prompt, o);
+    if (run_bound) engine->generate(prompt, rows);
     double seq = 1e30, batched = 1e30, uniform = 1e30;
-    std::vector<double> ratios;
-    for (int round = 0; round < 3; round++) {
+    std::string ratios;
+    for (int round = 0; round < rounds; round++) {
       bench_clock::time_point t0 = bench_clock::now();
-      for (int i = 0; i < requests; i++) engine->generate(prompt, o);
+      for (int i = 0; run_seq && i < requests; i++) engine->generate(prompt, o);
       const double s1 = bench_seconds_since(t0);
       t0 = bench_clock::now();
       std::vector<std::thread> threads;
-      for (int i = 0; i < requests; i++) threads.emplace_back([&] { sched.generate(prompt, o); });
+      for (int i = 0; run_together && i < requests; i++) threads.emplace_back([&] { sched.generate(prompt, o); });
       for (auto& t : threads) t.join();
       const double s2 = bench_seconds_since(t0);
       t0 = bench_clock::now();
-      engine->generate(prompt, rows);
+      if (run_bound) engine->generate(prompt, rows);
       const double s3 = bench_seconds_since(t0);
       seq = std::min(seq, s1);
       batched = std::min(batched, s2);
       uniform = std::min(uniform, s3);
-      ratios.push_back(s1 / s2);
+      char r[32];
+      std::snprintf(r, sizeof r, " %.2fx", s1 / s2);
+      ratios += r;
     }
     const double toks = (double)requests * (double)max_tokens;
-    std::printf("\nin process, %d requests (best of 3 rounds):\n", requests);
-    std::printf("  one after another (Engine::generate): %7.3f s  %8.1f tokens/s\n", seq, toks / seq);
-    std::printf("  together (Scheduler, max_batch %d):  %7.3f s  %8.1f tokens/s\n", requests, batched, toks / batched);
-    std::printf("  speed-up: %.2fx (rounds: %.2fx %.2fx %.2fx)\n", seq / batched, ratios[0], ratios[1], ratios[2]);
-    std::printf(
-        "  bound: one request of %d samples (Engine::generate, rows in step): %7.3f s  %8.1f tokens/s  (%.2fx)\n",
-        requests, uniform, toks / uniform, seq / uniform);
+    std::printf("\nin process, %d requests (best of %d rounds):\n", requests, rounds);
+    if (run_seq) std::printf("  one after another (Engine::generate): %7.3f s  %8.1f tokens/s\n", seq, toks / seq);
+    if (run_together)
+      std::printf("  together (Scheduler, max_batch %d):  %7.3f s  %8.1f tokens/s\n", requests, batched,
+                  toks / batched);
+    if (run_seq && run_together) std::printf("  speed-up: %.2fx (rounds:%s)\n", seq / batched, ratios.c_str());
+    if (run_bound)
+      std::printf(
+          "  bound: one request of %d samples (Engine::generate, rows in step): %7.3f s  %8.1f tokens/s  (%.2fx)\n",
+          requests, uniform, toks / uniform, seq / uniform);
     std::fflush(stdout);
   }
   if (engine_only) return 0;
 
-  std::string base = bench_base_dir(tok, cfg, model);
   nlohmann::json req = {{"messages", msgs}, {"temperature", 0}, {"max_tokens", max_tokens}};
   const std::string body = req.dump();
   std::vector<int> levels;
@@ -167,12 +234,14 @@ int main(int argc, char** argv) {
   // client is 127.0.0.1), so max-batch N would hold the Nth request back for a whole reply
   const Config configs[2] = {{"one at a time", 1}, {"batched", std::max(top, 1) + 1}};
   // both servers up at once, each level run on one then the other (the machine's load drifts)
+  // NANOCHAT_BENCH_BIN: another build's binary (a before/after comparison in one session)
+  const char* bin = std::getenv("NANOCHAT_BENCH_BIN") ? std::getenv("NANOCHAT_BENCH_BIN") : NANOCHAT_BIN;
   std::vector<std::unique_ptr<ServerProcess>> servers;
   for (int k = 0; k < 2; k++) {
     servers.push_back(std::make_unique<ServerProcess>(
-        NANOCHAT_BIN, base,
+        bin, base,
         std::vector<std::string>{"-q", "--max-batch", std::to_string(configs[k].max_batch), "--max-queue", "512",
-                                 "--no-prefix-cache"}));
+                                 "--no-prefix-cache", "--dtype", dtype}));
     if (servers[k]->port() == 0) {
       std::fprintf(stderr, "chat-web did not start:\n%s\n", servers[k]->log().c_str());
       return 1;

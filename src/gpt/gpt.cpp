@@ -294,9 +294,9 @@ MLPImpl::MLPImpl(const GPTConfig& config, const torch::TensorOptions& options) {
 
 torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   if (c_fc->fp8 && c_proj->fp8) return kernels_fp8_mlp(x, c_fc->weight, c_proj->weight);
-  // int8 weights, and bf16 ones that no longer train (a decode step's few rows: the Linears'
-  // matvec), go through each Linear: the fused op is a GEMM with autograd
-  const bool inference = c_fc->int8() || (x.scalar_type() == torch::kBFloat16 && !c_fc->weight.requires_grad());
+  // int8 weights, and weights that no longer train (a decode step's few rows: the Linears' matvec
+  // and few-rows kernels), go through each Linear: the fused op is a GEMM with autograd
+  const bool inference = c_fc->int8() || !c_fc->weight.requires_grad();
   if (c_fc->fp8 || c_proj->fp8 || inference) return c_proj(at::relu(c_fc(x)).square());
   const auto dt = x.scalar_type();
   return kernels_mlp_relu_square(x, c_fc->weight.to(dt), c_proj->weight.to(dt));

@@ -1,7 +1,8 @@
 // int8 weight-only linear layers: per-output-channel symmetric quantization at load, and the
-// matmul. A few rows (decode) run LibTorch's int8 matvec, which reads a quarter of fp32's bytes;
-// more rows (prefill) dequantize the weight once and run the ordinary bf16/fp32 GEMM, because the
-// int8 kernel's cost grows with every row while the GEMM's hardly does.
+// matmul. A few rows (decode) run our matvec or few-rows kernel (rows_linear_cpu.cpp), which read
+// a quarter of fp32's bytes; more rows (prefill) dequantize the weight once and run the ordinary
+// bf16/fp32 GEMM, because the int8 kernels' cost grows with every row while the GEMM's hardly does.
+// The inference linear of fp32 and bf16 weights lives here too.
 #include "nanochat/kernels/int8_linear.h"
 
 #include <ATen/ATen.h>
@@ -19,6 +20,11 @@ void kernels_bf16_matvec_cpu(const at::BFloat16* x, const at::BFloat16* w, at::B
 template <typename T>
 void kernels_int8_matvec_cpu(const T* x, const int8_t* q, const T* scale, T* y, int64_t rows, int64_t in, int64_t out,
                              bool allow_avx512);
+// rows_linear_cpu.cpp: y = x @ w^T (* scale per output when given), tiles of 4 rows by 4 outputs
+bool kernels_rows_linear_cpu_supported();
+bool kernels_rows_linear_cpu_bf16_pairs();  // and bf16 rows with bf16 weights multiply pairs (AVX512-BF16)
+template <typename T, typename W>
+void kernels_rows_linear_cpu(const T* x, const W* w, const T* scale, T* y, int64_t rows, int64_t in, int64_t out);
 
 namespace {
 
@@ -28,6 +34,15 @@ constexpr int64_t kBf16MaxRowsForMatvec = 8;
 
 // measured on AVX-512 (bench_cpu_dtypes): at 16 rows the int8 kernel still beats dequantize+GEMM
 constexpr int64_t kInt8MaxRowsForMatvec = 16;
+
+// From 2 rows (a decode step of several chats) the tiles of rows_linear_cpu.cpp, on AVX-512: up
+// to 16 rows for fp32 (MKL's sgemm packs its operands every call: 0.6x to 0.95x its time at the
+// serving bench's shapes) and int8 (0.65x to 0.8x LibTorch's int8 kernel); up to 8 for bf16, where
+// from 9 rows oneDNN's bf16 GEMM multiplies bf16 pairs at twice the tiles' fp32 rate.
+constexpr int64_t kMinRowsForTiles = 2;
+constexpr int64_t kF32MaxRowsForTiles = 16;
+constexpr int64_t kBf16MaxRowsForTiles = 8;
+constexpr int64_t kBf16PairsMaxRowsForTiles = 16;
 
 void check_int8_weight(const torch::Tensor& q, const torch::Tensor& scale, int64_t in_features) {
   if (q.scalar_type() != torch::kInt8 || q.dim() != 2)
@@ -89,11 +104,14 @@ torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q
   const int64_t rows = x.numel() / std::max<int64_t>(1, x.size(-1));
   if (!x.device().is_cpu() || rows > kInt8MaxRowsForMatvec || !kernels_int8_linear_supported(q.size(1)))
     return kernels_int8_linear_reference(x, q, scale);
+  const torch::ScalarType out_dtype = x.scalar_type();
+  const bool ours = q.is_contiguous() && kernels_enabled() && kernels_cpu_supported() &&
+                    (out_dtype == torch::kFloat32 || out_dtype == torch::kBFloat16);
+  if (ours && rows >= kMinRowsForTiles && allow_avx512 && kernels_rows_linear_cpu_supported())
+    return kernels_rows_linear(x, q, scale);
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = q.size(0);
-  const torch::ScalarType out_dtype = x.scalar_type();
-  if (rows <= kBf16MaxRowsForMatvec && q.is_contiguous() && kernels_enabled() && kernels_cpu_supported() &&
-      (out_dtype == torch::kFloat32 || out_dtype == torch::kBFloat16)) {
+  if (ours && rows <= kBf16MaxRowsForMatvec) {
     // our matvec: the weight read once at the bandwidth a bf16 one gets, the rows in fp32
     torch::Tensor x2 = x.reshape({rows, x.size(-1)}).contiguous(), s = scale.to(out_dtype).contiguous();
     torch::Tensor y = torch::empty(shape, x.options());
@@ -112,13 +130,54 @@ torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q
   return y.view(shape).to(out_dtype);
 }
 
+bool kernels_rows_linear_supported() {
+  return kernels_enabled() && kernels_cpu_supported() && kernels_rows_linear_cpu_supported();
+}
+
+torch::Tensor kernels_rows_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& scale) {
+  const int64_t in = x.size(-1), rows = x.numel() / std::max<int64_t>(1, in);
+  const torch::ScalarType dt = x.scalar_type(), wt = w.scalar_type();
+  if (!kernels_rows_linear_supported()) fail("rows linear: this CPU has no AVX-512 (or the kernels are off)");
+  if (!x.device().is_cpu() || !w.device().is_cpu() || (dt != torch::kFloat32 && dt != torch::kBFloat16))
+    fail("rows linear: expected fp32 or bf16 activations on the CPU, got %s", c10::toString(dt));
+  if (w.dim() != 2 || w.size(1) != in || !w.is_contiguous())
+    fail("rows linear: a contiguous (out, %lld) weight expected", (long long)in);
+  if (wt == torch::kInt8) check_int8_weight(w, scale, in);
+  else if (wt != dt) fail("rows linear: a %s weight with %s activations", c10::toString(wt), c10::toString(dt));
+  torch::Tensor x2 = x.reshape({rows, in}).contiguous();
+  std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
+  shape.back() = w.size(0);
+  torch::Tensor y = torch::empty(shape, x.options());
+  const int64_t out = w.size(0);
+  torch::Tensor s = wt == torch::kInt8 ? scale.to(dt).contiguous() : torch::Tensor();
+  if (dt == torch::kFloat32) {
+    const float* sp = s.defined() ? s.data_ptr<float>() : nullptr;
+    if (wt == torch::kInt8)
+      kernels_rows_linear_cpu(x2.data_ptr<float>(), w.data_ptr<int8_t>(), sp, y.data_ptr<float>(), rows, in, out);
+    else kernels_rows_linear_cpu(x2.data_ptr<float>(), w.data_ptr<float>(), sp, y.data_ptr<float>(), rows, in, out);
+  } else {
+    using bf16 = at::BFloat16;
+    const bf16* sp = s.defined() ? s.data_ptr<bf16>() : nullptr;
+    if (wt == torch::kInt8)
+      kernels_rows_linear_cpu(x2.data_ptr<bf16>(), w.data_ptr<int8_t>(), sp, y.data_ptr<bf16>(), rows, in, out);
+    else kernels_rows_linear_cpu(x2.data_ptr<bf16>(), w.data_ptr<bf16>(), sp, y.data_ptr<bf16>(), rows, in, out);
+  }
+  return y;
+}
+
 torch::Tensor kernels_bf16_linear(const torch::Tensor& x, const torch::Tensor& w, bool allow_avx512) {
   const int64_t in = x.size(-1), rows = x.numel() / std::max<int64_t>(1, in);
-  const bool matvec = x.device().is_cpu() && w.device().is_cpu() && x.scalar_type() == torch::kBFloat16 &&
-                      w.scalar_type() == torch::kBFloat16 && w.dim() == 2 && w.size(1) == in && w.is_contiguous() &&
-                      rows <= kBf16MaxRowsForMatvec && !x.requires_grad() && !w.requires_grad() && kernels_enabled() &&
-                      kernels_cpu_supported();
-  if (!matvec) return at::linear(x, w.to(x.scalar_type()));
+  const torch::ScalarType dt = x.scalar_type();
+  const bool ours = x.device().is_cpu() && w.device().is_cpu() && w.scalar_type() == dt && w.dim() == 2 &&
+                    w.size(1) == in && w.is_contiguous() && !x.requires_grad() && !w.requires_grad() &&
+                    kernels_enabled() && kernels_cpu_supported();
+  const int64_t max_tiled = dt == torch::kFloat32                  ? kF32MaxRowsForTiles
+                            : kernels_rows_linear_cpu_bf16_pairs() ? kBf16PairsMaxRowsForTiles
+                                                                   : kBf16MaxRowsForTiles;
+  if (ours && (dt == torch::kFloat32 || dt == torch::kBFloat16) && rows >= kMinRowsForTiles && rows <= max_tiled &&
+      allow_avx512 && kernels_rows_linear_cpu_supported())
+    return kernels_rows_linear(x, w);
+  if (!ours || dt != torch::kBFloat16 || rows > kBf16MaxRowsForMatvec) return at::linear(x, w.to(dt));
   torch::Tensor x2 = x.reshape({rows, in}).contiguous();
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = w.size(0);

@@ -21,17 +21,25 @@ std::pair<torch::Tensor, torch::Tensor> kernels_int8_quantize(const torch::Tenso
 // what this CPU offers the int8 and bf16 paths, one line for `doctor`: ATen's vector level and
 // the AVX-512 VNNI / BF16 / AVX2 flags, with the --dtype to pick
 std::string kernels_int8_cpu_report();
-// x (..., in) times (q*scale)^T: (..., out) in x's dtype
-// (up to 8 rows: our matvec, allow_avx512 false its AVX2 path; up to 16: LibTorch's int8 one)
+// x (..., in) times (q*scale)^T: (..., out) in x's dtype (1 row: our matvec; 2 to 16 on AVX-512:
+// kernels_rows_linear; allow_avx512 false: the matvec's AVX2 path up to 8 rows, LibTorch's int8
+// one up to 16; more rows: the GEMM of the dequantized weight)
 torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale,
                                   bool allow_avx512 = true);
 // the same through a dequantized weight (the batched path, and the tests' second opinion)
 torch::Tensor kernels_int8_linear_reference(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale);
 
-// x (..., in) times w (out, in)^T for inference. A few bf16 rows on the CPU (decode) run a matvec
-// that reads w once with fp32 sums, rounded to bf16 at the end; anything else is at::linear in
-// x's dtype, and so is anything that needs gradients. allow_avx512 false: the AVX2 path even
-// where AVX512-BF16 exists (the tests check both).
+// x (..., in) times w (out, in)^T for inference. A few rows on the CPU (decode) with a weight of
+// their dtype: 2 to 16 fp32 rows or 2 to 8 bf16 rows run kernels_rows_linear on AVX-512, one bf16
+// row (or up to 8 without AVX-512) a matvec that reads w once with fp32 sums, rounded to bf16 at
+// the end; anything else is at::linear in x's dtype, and so is anything that needs gradients.
+// allow_avx512 false: the matvec's AVX2 path even where AVX512-BF16 exists (the tests check both).
 torch::Tensor kernels_bf16_linear(const torch::Tensor& x, const torch::Tensor& w, bool allow_avx512 = true);
+
+// x (..., in) times w (out, in)^T, times scale (out,) for an int8 w: our kernel for a few rows
+// (tiles of 4 rows by 4 outputs, fp32 sums), whatever the row count; w of x's dtype (fp32, bf16)
+// or int8. Fails in one line where it cannot run (no AVX-512, kernels off: supported() says).
+bool kernels_rows_linear_supported();
+torch::Tensor kernels_rows_linear(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& scale = {});
 
 }  // namespace nanochat

@@ -1,0 +1,158 @@
+// A few rows times a weight on the CPU (the decode step of a batch of chats: 2 to 16 rows),
+// y = x @ w^T, times a scale per output for int8 weights. MKL's sgemm packs its operands on every
+// call, which at 16 rows and 256-wide layers cost more than the products (perf: its copy routine
+// 30% of a 16-row step, its kernel 17%); oneDNN's bf16 GEMM sets itself up on every call; and the
+// matvecs beside this file reduce every (row, output) dot on its own. Here a tile of 4 input rows
+// by 4 outputs keeps its 16 sums in registers across the whole width, the 4 weight rows read once
+// per tile from L1; int8 weights widen to fp32 as they load (exactly), bf16 ones too unless the
+// rows are bf16 and the CPU multiplies bf16 pairs (AVX512-BF16). AVX-512 only.
+#include <immintrin.h>
+
+#include <ATen/Parallel.h>
+
+#include "cpu_helpers.h"
+
+namespace nanochat {
+namespace {
+
+constexpr int kTileOut = 4;
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq")
+// GCC 12 warns inside its own AVX-512 intrinsics (their _undefined_ operands)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+// 16 weights of one row from `p`, as fp32
+inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load16(const at::BFloat16* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline __m512 load16(const int8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
+inline __m256 halves_added(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
+
+// {sum of a's lanes, of b's, of c's, of d's}
+inline __m128 lane_sums4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m256 ab = _mm256_hadd_ps(halves_added(a), halves_added(b));  // a01 a23 b01 b23 | a45 a67 b45 b67
+  const __m256 cd = _mm256_hadd_ps(halves_added(c), halves_added(d));
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
+// a tile's sums: each accumulator's lanes, plus the products from k to `in` one by one
+template <int R, typename X, typename W>
+inline void tile_sums(const __m512 (&acc)[R][kTileOut], const X* x, const W* const* w, int64_t k, int64_t in,
+                      float* sums) {
+  for (int r = 0; r < R; r++) {
+    _mm_storeu_ps(sums + r * kTileOut, lane_sums4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    for (int64_t j = k; j < in; j++)
+      for (int c = 0; c < kTileOut; c++) sums[r * kTileOut + c] += (float)x[r * in + j] * (float)w[c][j];
+  }
+}
+
+// sums (R, kTileOut) = x (R rows of `in`) . the kTileOut weight rows w[c]
+template <int R, typename W>
+void tile(const float* x, const W* const* w, int64_t in, float* sums) {
+  __m512 acc[R][kTileOut] = {};
+  int64_t k = 0;
+  for (; k + 16 <= in; k += 16) {
+    __m512 wv[kTileOut];
+    for (int c = 0; c < kTileOut; c++) wv[c] = load16(w[c] + k);
+    for (int r = 0; r < R; r++) {
+      const __m512 xv = _mm512_loadu_ps(x + r * in + k);
+      for (int c = 0; c < kTileOut; c++) acc[r][c] = _mm512_fmadd_ps(xv, wv[c], acc[r][c]);
+    }
+  }
+  tile_sums<R>(acc, x, w, k, in, sums);
+}
+
+#pragma GCC push_options
+#pragma GCC target("avx512bf16")
+// the same with bf16 rows and weights on AVX512-BF16: pairs multiplied at twice the fp32 rate
+template <int R>
+void tile(const at::BFloat16* x, const at::BFloat16* const* w, int64_t in, float* sums) {
+  __m512 acc[R][kTileOut] = {};
+  int64_t k = 0;
+  for (; k + 32 <= in; k += 32) {
+    __m512bh wv[kTileOut];
+    for (int c = 0; c < kTileOut; c++) wv[c] = (__m512bh)_mm512_loadu_si512(w[c] + k);
+    for (int r = 0; r < R; r++) {
+      const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * in + k);
+      for (int c = 0; c < kTileOut; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
+    }
+  }
+  tile_sums<R>(acc, x, w, k, in, sums);
+}
+#pragma GCC pop_options
+
+// X: fp32 rows (any weight), or bf16 rows with bf16 weights (the AVX512-BF16 tile)
+template <typename T, typename W, typename X>
+void rows_linear(const X* x, const W* w, const T* scale, T* y, int64_t rows, int64_t in, int64_t out) {
+  const int64_t blocks = (out + kTileOut - 1) / kTileOut;
+  // one thread below ~1 MiB of weights: a parallel region's start costs more than it saves there
+  const int64_t grain = std::max<int64_t>(4, (int64_t)(1 << 20) / std::max<int64_t>(1, in * (int64_t)sizeof(W) * 4));
+  at::parallel_for(0, blocks, grain, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; b++) {
+      const int64_t n = b * kTileOut, valid = std::min<int64_t>(kTileOut, out - n);
+      const W* wr[kTileOut];  // a last, partial block repeats its last row
+      for (int c = 0; c < kTileOut; c++) wr[c] = w + std::min<int64_t>(n + c, out - 1) * in;
+      float s[kTileOut] = {1.f, 1.f, 1.f, 1.f};
+      if (scale)
+        for (int c = 0; c < valid; c++) s[c] = (float)scale[n + c];
+      for (int64_t r0 = 0; r0 < rows; r0 += 4) {
+        float sums[4 * kTileOut];
+        const X* xr = x + r0 * in;
+        switch (std::min<int64_t>(4, rows - r0)) {
+          case 1: tile<1>(xr, wr, in, sums); break;
+          case 2: tile<2>(xr, wr, in, sums); break;
+          case 3: tile<3>(xr, wr, in, sums); break;
+          default: tile<4>(xr, wr, in, sums); break;
+        }
+        for (int64_t r = r0; r < std::min<int64_t>(rows, r0 + 4); r++)
+          for (int c = 0; c < valid; c++) y[r * out + n + c] = T(s[c] * sums[(r - r0) * kTileOut + c]);
+      }
+    }
+  });
+}
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+}  // namespace
+
+bool kernels_rows_linear_cpu_supported() {
+  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512dq");
+  return ok;
+}
+
+bool kernels_rows_linear_cpu_bf16_pairs() { return kernels_rows_linear_cpu_supported() && cpu_has_avx512_bf16(); }
+
+// y (rows, out) = x (rows, in) @ w (out, in)^T, times scale (out,) when given; all contiguous; x,
+// scale and y of one dtype (fp32 or bf16). The caller checks kernels_rows_linear_cpu_supported().
+template <typename T, typename W>
+void kernels_rows_linear_cpu(const T* x_in, const W* w, const T* scale, T* y, int64_t rows, int64_t in, int64_t out) {
+  if constexpr (std::is_same_v<T, at::BFloat16> && std::is_same_v<W, at::BFloat16>)
+    if (kernels_rows_linear_cpu_bf16_pairs()) return rows_linear<T, W, T>(x_in, w, scale, y, rows, in, out);
+  const float* x = reinterpret_cast<const float*>(x_in);
+  thread_local std::vector<float> x_buf;
+  if constexpr (!std::is_same_v<T, float>) {
+    x_buf.resize(rows * in);
+    to_float(x_in, x_buf.data(), rows * in);
+    x = x_buf.data();
+  }
+  rows_linear<T, W, float>(x, w, scale, y, rows, in, out);
+}
+template void kernels_rows_linear_cpu(const float*, const float*, const float*, float*, int64_t, int64_t, int64_t);
+template void kernels_rows_linear_cpu(const at::BFloat16*, const at::BFloat16*, const at::BFloat16*, at::BFloat16*,
+                                      int64_t, int64_t, int64_t);
+template void kernels_rows_linear_cpu(const float*, const int8_t*, const float*, float*, int64_t, int64_t, int64_t);
+template void kernels_rows_linear_cpu(const at::BFloat16*, const int8_t*, const at::BFloat16*, at::BFloat16*, int64_t,
+                                      int64_t, int64_t);
+
+}  // namespace nanochat
