@@ -1,7 +1,8 @@
 // The CPU kernel of decode attention (contracts in decode_attention.cpp): a few new queries of
-// each row over that row's keys in the KV cache. One task per (row, kv head), split over the
-// intra-op threads; a task takes every query that reads its kv head (the query heads sharing it,
-// times the Tq new positions), so each cached key and value row is read from memory once:
+// each row over that row's keys in the KV cache. One task per row, or per group of a row's kv
+// heads (decode_all), split over the intra-op threads; a task takes every query that reads its kv
+// heads (the query heads sharing each, times the Tq new positions), so each cached key and value
+// is read from memory once:
 //   pass 1: s[i][j] = q_i . k_j over the keys some query of the row may see (fp32 sums),
 //   then each query's softmax over its own keys (its position, its window) in fp32, in place,
 //   pass 2: o_i = sum_j p[i][j] v_j, divided by the softmax's sum and rounded once to q's dtype.
@@ -30,9 +31,9 @@ using bf16 = at::BFloat16;
 inline float widen(float x) { return x; }
 inline float widen(bf16 x) { return (float)x; }
 
-// A task reads one head's D values of each position, positions a cache row apart (Hkv*D
-// values): the hardware prefetcher does not run ahead across such strides, so the vector loops
-// ask for the rows kAhead positions on themselves.
+// A task reads its heads' values of each position, positions Hkv*D values apart: the vector
+// loops ask for the block kAhead positions on themselves (the hardware prefetchers do not run
+// ahead across such strides)
 constexpr int64_t kAhead = 8;
 template <typename T>
 inline void prefetch_row(const T* row, int64_t D) {
@@ -42,10 +43,10 @@ inline void prefetch_row(const T* row, int64_t D) {
 // ---- plain C++ ------------------------------------------------------------------------------
 
 template <typename T>
-void scores_plain(const float* q, int64_t nq, const T* k, int64_t k_pos, int64_t L, int64_t D, float* s) {
+void scores_plain(const float* q, int64_t nq, int64_t per_head, const T* k, int64_t k_pos, int64_t L, int64_t D, float* s) {
   for (int64_t j = 0; j < L; j++) {
-    const T* kj = k + j * k_pos;
     for (int64_t i = 0; i < nq; i++) {
+      const T* kj = k + j * k_pos + i / per_head * D;
       float acc = 0.f;
       for (int64_t d = 0; d < D; d++) acc += q[i * D + d] * widen(kj[d]);
       s[i * L + j] = acc;
@@ -54,12 +55,12 @@ void scores_plain(const float* q, int64_t nq, const T* k, int64_t k_pos, int64_t
 }
 
 template <typename T>
-void values_plain(const float* p, int64_t nq, const T* v, int64_t v_pos, int64_t L, int64_t D, float* o) {
+void values_plain(const float* p, int64_t nq, int64_t per_head, const T* v, int64_t v_pos, int64_t L, int64_t D, float* o) {
   for (int64_t j = 0; j < L; j++) {
-    const T* vj = v + j * v_pos;
     for (int64_t i = 0; i < nq; i++) {
       const float pij = p[i * L + j];
       if (pij == 0.f) continue;  // a key this query may not see
+      const T* vj = v + j * v_pos + i / per_head * D;
       for (int64_t d = 0; d < D; d++) o[i * D + d] += pij * widen(vj[d]);
     }
   }
@@ -95,21 +96,21 @@ float dot_avx2(const float* q, const T* k, int64_t D) {
 }
 
 template <typename T>
-void scores_avx2(const float* q, int64_t nq, const T* k, int64_t k_pos, int64_t L, int64_t D, float* s) {
+void scores_avx2(const float* q, int64_t nq, int64_t per_head, const T* k, int64_t k_pos, int64_t L, int64_t D, float* s) {
   for (int64_t j = 0; j < L; j++) {
-    prefetch_row(k + (j + kAhead) * k_pos, D);  // (past the cache's end: a prefetch never faults)
-    for (int64_t i = 0; i < nq; i++) s[i * L + j] = dot_avx2(q + i * D, k + j * k_pos, D);
+    prefetch_row(k + (j + kAhead) * k_pos, nq / per_head * D);  // (past the cache's end: never faults)
+    for (int64_t i = 0; i < nq; i++) s[i * L + j] = dot_avx2(q + i * D, k + j * k_pos + i / per_head * D, D);
   }
 }
 
 template <typename T>
-void values_avx2(const float* p, int64_t nq, const T* v, int64_t v_pos, int64_t L, int64_t D, float* o) {
+void values_avx2(const float* p, int64_t nq, int64_t per_head, const T* v, int64_t v_pos, int64_t L, int64_t D, float* o) {
   for (int64_t j = 0; j < L; j++) {
-    const T* vj = v + j * v_pos;
-    prefetch_row(v + (j + kAhead) * v_pos, D);
+    prefetch_row(v + (j + kAhead) * v_pos, nq / per_head * D);
     for (int64_t i = 0; i < nq; i++) {
       const float pij = p[i * L + j];
       if (pij == 0.f) continue;
+      const T* vj = v + j * v_pos + i / per_head * D;
       float* oi = o + i * D;
       const __m256 pv = _mm256_set1_ps(pij);
       int64_t d = 0;
@@ -147,23 +148,23 @@ __attribute__((target("avx512f"))) float dot_avx512(const float* q, const T* k, 
 }
 
 template <typename T>
-__attribute__((target("avx512f"))) void scores_avx512(const float* q, int64_t nq, const T* k, int64_t k_pos,
-                                                      int64_t L, int64_t D, float* s) {
+__attribute__((target("avx512f"))) void scores_avx512(const float* q, int64_t nq, int64_t per_head, const T* k,
+                                                      int64_t k_pos, int64_t L, int64_t D, float* s) {
   for (int64_t j = 0; j < L; j++) {
-    prefetch_row(k + (j + kAhead) * k_pos, D);  // (past the cache's end: a prefetch never faults)
-    for (int64_t i = 0; i < nq; i++) s[i * L + j] = dot_avx512(q + i * D, k + j * k_pos, D);
+    prefetch_row(k + (j + kAhead) * k_pos, nq / per_head * D);  // (past the cache's end: never faults)
+    for (int64_t i = 0; i < nq; i++) s[i * L + j] = dot_avx512(q + i * D, k + j * k_pos + i / per_head * D, D);
   }
 }
 
 template <typename T>
-__attribute__((target("avx512f"))) void values_avx512(const float* p, int64_t nq, const T* v, int64_t v_pos,
-                                                      int64_t L, int64_t D, float* o) {
+__attribute__((target("avx512f"))) void values_avx512(const float* p, int64_t nq, int64_t per_head, const T* v,
+                                                      int64_t v_pos, int64_t L, int64_t D, float* o) {
   for (int64_t j = 0; j < L; j++) {
-    const T* vj = v + j * v_pos;
-    prefetch_row(v + (j + kAhead) * v_pos, D);
+    prefetch_row(v + (j + kAhead) * v_pos, nq / per_head * D);
     for (int64_t i = 0; i < nq; i++) {
       const float pij = p[i * L + j];
       if (pij == 0.f) continue;
+      const T* vj = v + j * v_pos + i / per_head * D;
       float* oi = o + i * D;
       const __m512 pv = _mm512_set1_ps(pij);
       int64_t d = 0;
@@ -211,11 +212,13 @@ struct Task {
   float scale;
 };
 
-// one (row, kv head): its nq = (H / Hkv) * Tq queries, query i = (t, head g*rep + r) at i = t*rep + r
+// one row and kv heads [h0, h0 + nh): the per = (H / Hkv) * Tq queries of each, query i of
+// kv head h0 + i / per at (t, query head (h0 + i / per) * rep + r) with i % per = t * rep + r.
+// q, k, v and out point at head h0 (h0 * rep for q and out) of the row.
 template <typename T>
-void decode_task(const Task& g, const T* q, const T* k, const T* v, T* out, int64_t n_keys, int64_t k_pos,
-                 int64_t v_pos) {
-  const int64_t rep = g.H / g.Hkv, nq = rep * g.Tq, D = g.D;
+void decode_task(const Task& g, const T* q, const T* k, const T* v, T* out, int64_t n_keys, int64_t nh,
+                 int64_t k_pos, int64_t v_pos) {
+  const int64_t rep = g.H / g.Hkv, per = rep * g.Tq, nq = nh * per, D = g.D;
   // keys [j0, n_keys): the first query's window start to the last key
   const int64_t j0 = g.window < 0 ? 0 : std::max<int64_t>(0, n_keys - g.Tq - g.window), L = n_keys - j0;
   thread_local std::vector<float> qf, s, o, inv_sum;
@@ -223,33 +226,35 @@ void decode_task(const Task& g, const T* q, const T* k, const T* v, T* out, int6
   s.resize(nq * L);
   o.assign(nq * D, 0.f);
   inv_sum.resize(nq);
-  for (int64_t t = 0; t < g.Tq; t++)
-    for (int64_t r = 0; r < rep; r++)
-      for (int64_t d = 0; d < D; d++) qf[(t * rep + r) * D + d] = widen(q[t * g.H * D + r * D + d]);
+  auto offset = [&](int64_t i) {  // query i's (t, query head) in q and out, from head h0 * rep
+    const int64_t hh = i / per, t = i % per / rep, r = i % rep;
+    return t * g.H * D + (hh * rep + r) * D;
+  };
+  for (int64_t i = 0; i < nq; i++)
+    for (int64_t d = 0; d < D; d++) qf[i * D + d] = widen(q[offset(i) + d]);
   const T* k0 = k + j0 * k_pos;
   const T* v0 = v + j0 * v_pos;
-  if (g.isa == 2) scores_avx512(qf.data(), nq, k0, k_pos, L, D, s.data());
-  else if (g.isa == 1) scores_avx2(qf.data(), nq, k0, k_pos, L, D, s.data());
-  else scores_plain(qf.data(), nq, k0, k_pos, L, D, s.data());
-  for (int64_t t = 0; t < g.Tq; t++) {
-    const int64_t pos = n_keys - g.Tq + t;  // this query's position: it sees [lo, pos]
+  if (g.isa == 2) scores_avx512(qf.data(), nq, per, k0, k_pos, L, D, s.data());
+  else if (g.isa == 1) scores_avx2(qf.data(), nq, per, k0, k_pos, L, D, s.data());
+  else scores_plain(qf.data(), nq, per, k0, k_pos, L, D, s.data());
+  for (int64_t i = 0; i < nq; i++) {
+    const int64_t pos = n_keys - g.Tq + i % per / rep;  // this query's position: it sees [lo, pos]
     const int64_t lo = g.window < 0 ? 0 : std::max<int64_t>(0, pos - g.window);
-    for (int64_t r = 0; r < rep; r++) {
-      const int64_t i = t * rep + r;
-      inv_sum[i] = 1.f / softmax_row(s.data() + i * L, L, lo - j0, pos + 1 - j0, g.scale, g.isa > 0);
-    }
+    inv_sum[i] = 1.f / softmax_row(s.data() + i * L, L, lo - j0, pos + 1 - j0, g.scale, g.isa > 0);
   }
-  if (g.isa == 2) values_avx512(s.data(), nq, v0, v_pos, L, D, o.data());
-  else if (g.isa == 1) values_avx2(s.data(), nq, v0, v_pos, L, D, o.data());
-  else values_plain(s.data(), nq, v0, v_pos, L, D, o.data());
-  for (int64_t t = 0; t < g.Tq; t++)
-    for (int64_t r = 0; r < rep; r++) {
-      const int64_t i = t * rep + r;
-      T* dst = out + t * g.H * D + r * D;
-      for (int64_t d = 0; d < D; d++) dst[d] = T(o[i * D + d] * inv_sum[i]);
-    }
+  if (g.isa == 2) values_avx512(s.data(), nq, per, v0, v_pos, L, D, o.data());
+  else if (g.isa == 1) values_avx2(s.data(), nq, per, v0, v_pos, L, D, o.data());
+  else values_plain(s.data(), nq, per, v0, v_pos, L, D, o.data());
+  for (int64_t i = 0; i < nq; i++) {
+    T* dst = out + offset(i);
+    for (int64_t d = 0; d < D; d++) dst[d] = T(o[i * D + d] * inv_sum[i]);
+  }
 }
 
+// Tasks of a row and a group of its kv heads, walked position by position, so that a task reads
+// each position's heads as one contiguous block (a stream the prefetchers follow, where one
+// head's 2*D bytes a position apart were not): whole rows when there are rows enough for the
+// threads, else each row's heads split in as many groups as threads.
 template <typename T>
 void decode_all(const Task& g, const at::Tensor& q, const at::Tensor& kc, const at::Tensor& vc,
                 const std::vector<int64_t>& key_counts, at::Tensor& out) {
@@ -258,17 +263,18 @@ void decode_all(const Task& g, const at::Tensor& q, const at::Tensor& kc, const 
   const T* kp = kc.data_ptr<T>();
   const T* vp = vc.data_ptr<T>();
   T* op = out.data_ptr<T>();
-  int64_t most_keys = 1;
-  for (int64_t n : key_counts) most_keys = std::max(most_keys, n);
+  int64_t keys = 0;
+  for (int64_t b = 0; b < B; b++) keys += key_counts.size() == 1 ? key_counts[0] : key_counts[b];
   // a parallel region costs a few us to start: one thread below ~256 KB of keys and values
-  const int64_t task_bytes = 2 * most_keys * D * (int64_t)sizeof(T);
-  const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 18) / std::max<int64_t>(1, task_bytes));
-  at::parallel_for(0, B * g.Hkv, grain, [&](int64_t begin, int64_t end) {
+  const int64_t threads = 2 * keys * g.Hkv * D * (int64_t)sizeof(T) < (1 << 18) ? 1 : at::get_num_threads();
+  const int64_t groups = std::min(g.Hkv, (threads + B - 1) / B), per_group = (g.Hkv + groups - 1) / groups;
+  at::parallel_for(0, B * groups, 1, [&](int64_t begin, int64_t end) {
     for (int64_t task = begin; task < end; task++) {
-      const int64_t b = task / g.Hkv, h = task % g.Hkv;
+      const int64_t b = task / groups, h0 = task % groups * per_group, nh = std::min(per_group, g.Hkv - h0);
+      if (nh <= 0) continue;
       const int64_t n = key_counts.size() == 1 ? key_counts[0] : key_counts[b];
-      decode_task<T>(g, qp + b * q.stride(0) + h * rep * D, kp + b * kc.stride(0) + h * D,
-                     vp + b * vc.stride(0) + h * D, op + b * out.stride(0) + h * rep * D, n, kc.stride(1),
+      decode_task<T>(g, qp + b * q.stride(0) + h0 * rep * D, kp + b * kc.stride(0) + h0 * D,
+                     vp + b * vc.stride(0) + h0 * D, op + b * out.stride(0) + h0 * rep * D, n, nh, kc.stride(1),
                      vc.stride(1));
     }
   });
