@@ -140,7 +140,8 @@ TEST(DecodeAttention, KernelEqualsFp64MaskedSoftmax) {
             }
           // a cache whose heads are not contiguous within a position
           Tensor kt = kc.transpose(2, 3).contiguous().transpose(2, 3);
-          expect_within_bound(q, kt, vc, {Tq, 9, 17, 40}, 5, "transposed heads, " + describe(dtype, H, Hkv, D, Tq, 5, {}));
+          expect_within_bound(q, kt, vc, {Tq, 9, 17, 40}, 5,
+                              "transposed heads, " + describe(dtype, H, Hkv, D, Tq, 5, {}));
         }
   }
 }
@@ -173,8 +174,7 @@ TEST(DecodeAttention, InnerLoopsFollowAtensCpuCapability) {
   else if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
            __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
     EXPECT_EQ(isa, "AVX-512");  // what ATen picks on such a CPU unless told otherwise
-  else
-    EXPECT_EQ(isa, "AVX2");
+  else EXPECT_EQ(isa, "AVX2");
   std::printf("decode attention inner loops: %s (ATen CPU capability %s)\n", isa.c_str(),
               at::get_cpu_capability().c_str());
 }

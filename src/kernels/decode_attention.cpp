@@ -38,9 +38,8 @@ int decode_isa() {
 
 void check_decode_call(const Tensor& q, const Tensor& k_cache, const Tensor& v_cache,
                        const std::vector<int64_t>& key_counts) {
-  if (q.dim() != 4 || k_cache.dim() != 4 || !k_cache.sizes().equals(v_cache.sizes()) ||
-      k_cache.size(0) != q.size(0) || k_cache.size(3) != q.size(3) || k_cache.size(2) == 0 ||
-      q.size(2) % k_cache.size(2) != 0)
+  if (q.dim() != 4 || k_cache.dim() != 4 || !k_cache.sizes().equals(v_cache.sizes()) || k_cache.size(0) != q.size(0) ||
+      k_cache.size(3) != q.size(3) || k_cache.size(2) == 0 || q.size(2) % k_cache.size(2) != 0)
     fail("kernels_decode_attention: q (B,Tq,H,D), caches (B,Tmax,Hkv,D) with H a multiple of Hkv expected");
   if (key_counts.size() != 1 && (int64_t)key_counts.size() != q.size(0))
     fail("kernels_decode_attention: %zu key counts for %lld rows", key_counts.size(), (long long)q.size(0));
@@ -88,7 +87,7 @@ Tensor kernels_decode_attention_reference(const Tensor& q, const Tensor& k_cache
   const int64_t B = q.size(0), Tq = q.size(1), rep = q.size(2) / k_cache.size(2);
   const int64_t n = *std::max_element(key_counts.begin(), key_counts.end());
   const auto acc = q.scalar_type() == at::kDouble ? at::kDouble : at::kFloat;
-  Tensor qt = q.to(acc).transpose(1, 2);                      // (B, H, Tq, D)
+  Tensor qt = q.to(acc).transpose(1, 2);                        // (B, H, Tq, D)
   Tensor kt = k_cache.narrow(1, 0, n).to(acc).transpose(1, 2);  // (B, Hkv, n, D)
   Tensor vt = v_cache.narrow(1, 0, n).to(acc).transpose(1, 2);
   if (rep > 1) kt = kt.repeat_interleave(rep, 1), vt = vt.repeat_interleave(rep, 1);

@@ -37,13 +37,15 @@ inline float widen(bf16 x) { return (float)x; }
 constexpr int64_t kAhead = 8;
 template <typename T>
 inline void prefetch_row(const T* row, int64_t D) {
-  for (int64_t b = 0; b < D * (int64_t)sizeof(T); b += 64) _mm_prefetch(reinterpret_cast<const char*>(row) + b, _MM_HINT_T0);
+  for (int64_t b = 0; b < D * (int64_t)sizeof(T); b += 64)
+    _mm_prefetch(reinterpret_cast<const char*>(row) + b, _MM_HINT_T0);
 }
 
 // ---- plain C++ ------------------------------------------------------------------------------
 
 template <typename T>
-void scores_plain(const float* q, int64_t nq, int64_t per_head, const T* k, int64_t k_pos, int64_t L, int64_t D, float* s) {
+void scores_plain(const float* q, int64_t nq, int64_t per_head, const T* k, int64_t k_pos, int64_t L, int64_t D,
+                  float* s) {
   for (int64_t j = 0; j < L; j++) {
     for (int64_t i = 0; i < nq; i++) {
       const T* kj = k + j * k_pos + i / per_head * D;
@@ -55,7 +57,8 @@ void scores_plain(const float* q, int64_t nq, int64_t per_head, const T* k, int6
 }
 
 template <typename T>
-void values_plain(const float* p, int64_t nq, int64_t per_head, const T* v, int64_t v_pos, int64_t L, int64_t D, float* o) {
+void values_plain(const float* p, int64_t nq, int64_t per_head, const T* v, int64_t v_pos, int64_t L, int64_t D,
+                  float* o) {
   for (int64_t j = 0; j < L; j++) {
     for (int64_t i = 0; i < nq; i++) {
       const float pij = p[i * L + j];
@@ -96,7 +99,8 @@ float dot_avx2(const float* q, const T* k, int64_t D) {
 }
 
 template <typename T>
-void scores_avx2(const float* q, int64_t nq, int64_t per_head, const T* k, int64_t k_pos, int64_t L, int64_t D, float* s) {
+void scores_avx2(const float* q, int64_t nq, int64_t per_head, const T* k, int64_t k_pos, int64_t L, int64_t D,
+                 float* s) {
   for (int64_t j = 0; j < L; j++) {
     prefetch_row(k + (j + kAhead) * k_pos, nq / per_head * D);  // (past the cache's end: never faults)
     for (int64_t i = 0; i < nq; i++) s[i * L + j] = dot_avx2(q + i * D, k + j * k_pos + i / per_head * D, D);
@@ -104,7 +108,8 @@ void scores_avx2(const float* q, int64_t nq, int64_t per_head, const T* k, int64
 }
 
 template <typename T>
-void values_avx2(const float* p, int64_t nq, int64_t per_head, const T* v, int64_t v_pos, int64_t L, int64_t D, float* o) {
+void values_avx2(const float* p, int64_t nq, int64_t per_head, const T* v, int64_t v_pos, int64_t L, int64_t D,
+                 float* o) {
   for (int64_t j = 0; j < L; j++) {
     prefetch_row(v + (j + kAhead) * v_pos, nq / per_head * D);
     for (int64_t i = 0; i < nq; i++) {
@@ -216,8 +221,8 @@ struct Task {
 // kv head h0 + i / per at (t, query head (h0 + i / per) * rep + r) with i % per = t * rep + r.
 // q, k, v and out point at head h0 (h0 * rep for q and out) of the row.
 template <typename T>
-void decode_task(const Task& g, const T* q, const T* k, const T* v, T* out, int64_t n_keys, int64_t nh,
-                 int64_t k_pos, int64_t v_pos) {
+void decode_task(const Task& g, const T* q, const T* k, const T* v, T* out, int64_t n_keys, int64_t nh, int64_t k_pos,
+                 int64_t v_pos) {
   const int64_t rep = g.H / g.Hkv, per = rep * g.Tq, nq = nh * per, D = g.D;
   // keys [j0, n_keys): the first query's window start to the last key
   const int64_t j0 = g.window < 0 ? 0 : std::max<int64_t>(0, n_keys - g.Tq - g.window), L = n_keys - j0;
