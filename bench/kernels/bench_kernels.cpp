@@ -345,6 +345,7 @@ int main(int argc, char** argv) {
   // its keys, no mask; B rows at positions of their own (T/4 .. T keys) under the rows' mask over
   // the longest row's keys. Bytes: the keys and values the rows see; FLOPs: 4 per (query, key, dim)
   {
+    const int decode_reps = 20 * reps;  // calls of tens of us: more of them for the best
     Tensor kc = torch::randn({B, T, c.n_kv_head, D}, opts).to(dtype),
            vc = torch::randn({B, T, c.n_kv_head, D}, opts).to(dtype);
     Tensor qd = torch::randn({B, 1, H, D}, opts).to(dtype);
@@ -356,9 +357,9 @@ int main(int argc, char** argv) {
       auto kv_bytes = [&](double keys) { return 2 * keys * (double)(c.n_kv_head * D) * es; };
       Tensor q1 = qd.narrow(0, 0, 1), k1 = kc.narrow(0, 0, 1), v1 = vc.narrow(0, 0, 1);
       rows.push_back({"decode 1 row vs SDPA",
-                      1000 * time_call([&] { kernels_decode_attention(q1, k1, v1, {T}, -1); }, reps, device),
-                      1000 * time_call([&] { sdpa(q1, k1, v1, std::nullopt); }, reps, device), kv_bytes((double)T),
-                      4.0 * H * D * T});
+                      1000 * time_call([&] { kernels_decode_attention(q1, k1, v1, {T}, -1); }, decode_reps, device),
+                      1000 * time_call([&] { sdpa(q1, k1, v1, std::nullopt); }, decode_reps, device),
+                      kv_bytes((double)T), 4.0 * H * D * T});
       std::vector<int64_t> pos, counts;
       double keys = 0;
       for (int64_t b = 0; b < B; b++) {
@@ -368,8 +369,8 @@ int main(int argc, char** argv) {
       }
       Tensor mask = attention_rows_mask(pos, 1, 0, T, -1, device);
       rows.push_back({"decode rows vs SDPA",
-                      1000 * time_call([&] { kernels_decode_attention(qd, kc, vc, counts, -1); }, reps, device),
-                      1000 * time_call([&] { sdpa(qd, kc, vc, mask); }, reps, device), kv_bytes(keys),
+                      1000 * time_call([&] { kernels_decode_attention(qd, kc, vc, counts, -1); }, decode_reps, device),
+                      1000 * time_call([&] { sdpa(qd, kc, vc, mask); }, decode_reps, device), kv_bytes(keys),
                       4.0 * H * D * keys});
     }
   }
