@@ -3,7 +3,7 @@
 // attention, a batch of rows each at its own position against each row alone, a
 // finite-difference gradient, on a GPU the flash kernel against a masked softmax, and the rules
 // that pick the kernel for each kind of call (training, eval, prefill, decode, rows).
-// (The kernels module's own CPU attention kernel is tested against its reference in test_kernels.)
+// (The kernels module's own CPU attention and decode kernels are tested against references in test_kernels.)
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -197,6 +197,33 @@ TEST(Attention, RowsAtTheirOwnPositionsEqualEachRowAlone) {
   }
 }
 
+// decode steps of rows at their own positions (a row of one key among them), fp32 and bf16
+// caches, against brute force per row: the server's batched step (on the CPU the decode kernel
+// where kernels are on, else SDPA under the rows' mask)
+TEST(Attention, RowsDecodeEqualsBruteForce) {
+  torch::manual_seed(5);
+  const int64_t H = 4, Hkv = 2, D = 16, L = 32;
+  const std::vector<int64_t> pos = {0, 6, 19};
+  const int64_t B = (int64_t)pos.size();
+  for (auto dtype : {torch::kFloat, torch::kBFloat16})
+    for (int64_t window : {-1, 3})
+      for (int64_t T : {1, 2}) {
+        Tensor kc = torch::randn({B, L, Hkv, D}).to(dtype), vc = torch::randn({B, L, Hkv, D}).to(dtype);
+        Tensor q = torch::randn({B, T, H, D}).to(dtype), k = torch::randn({B, T, Hkv, D}).to(dtype);
+        Tensor v = torch::randn({B, T, Hkv, D}).to(dtype);
+        Tensor y = attention_with_kvcache_rows(q, kc, vc, k, v, pos, window);
+        for (int64_t b = 0; b < B; b++) {
+          const int64_t n = pos[b] + T;
+          Tensor want = naive_attention(q.narrow(0, b, 1), kc.narrow(0, b, 1).narrow(1, 0, n),
+                                        vc.narrow(0, b, 1).narrow(1, 0, n), window);
+          // bf16: the output rounded to 8 bits (2^-8 of values below 4) after fp32 sums
+          const double tol = dtype == torch::kFloat ? 1e-5 : 2e-2;
+          EXPECT_LT((y.narrow(0, b, 1).to(torch::kFloat64) - want).abs().max().item<double>(), tol)
+              << c10::toString(dtype) << " row " << b << " window " << window << " T " << T;
+        }
+      }
+}
+
 TEST(Attention, GradientOfChunkedWindowByFiniteDifferences) {
   auto gen = gpt_make_generator(torch::kCPU, 13);
   auto opts = torch::TensorOptions().dtype(torch::kFloat64);
@@ -239,6 +266,44 @@ TEST(AttentionPath, InferenceNeverTakesSdpaCausalWhereFlashRuns) {
           EXPECT_EQ(p, rows ? AttentionPath::FlashRows : AttentionPath::Flash)
               << "Tq " << Tq << " Tk " << Tk << " window " << window << ": " << attention_path_name(p);
         }
+}
+
+// the CPU's decode kernel: a few new queries past position 0, of one position or of rows at
+// their own; never with a gradient, never where flash runs, never a prefill of many queries
+TEST(AttentionPath, CpuDecodeRules) {
+  AttentionCall c;
+  c.cpu_decode = true;
+  c.Tk = 40;
+  for (bool rows : {false, true}) {
+    c.rows = rows;
+    for (int64_t Tq : {int64_t(1), int64_t(3), kAttentionDecodeMaxQueries}) {
+      c.Tq = Tq;
+      for (int64_t window : {-1, 0, 8}) {
+        c.window = window;
+        EXPECT_EQ(attention_path(c), AttentionPath::CpuDecode) << rows << " Tq " << Tq << " window " << window;
+      }
+    }
+    c.window = -1;
+    c.Tq = kAttentionDecodeMaxQueries + 1;
+    EXPECT_EQ(attention_path(c), AttentionPath::SdpaMasked) << rows;
+    c.Tq = 1;
+    c.grad = true;
+    EXPECT_EQ(attention_path(c), rows ? AttentionPath::SdpaMasked : AttentionPath::SdpaLastKeys);
+    c.grad = false;
+    c.flash = true;
+    EXPECT_EQ(attention_path(c), rows ? AttentionPath::FlashRows : AttentionPath::Flash);
+    c.flash = false;
+    c.cpu_decode = false;
+    EXPECT_EQ(attention_path(c), rows ? AttentionPath::SdpaMasked : AttentionPath::SdpaLastKeys);
+    c.cpu_decode = true;
+  }
+  // from position 0 (as many queries as keys): the causal paths
+  c.rows = false;
+  c.Tq = c.Tk = 5;
+  EXPECT_EQ(attention_path(c), AttentionPath::SdpaCausal);
+  c.cpu_kernels = true;
+  EXPECT_EQ(attention_path(c), AttentionPath::CpuKernels);
+  EXPECT_STREQ(attention_path_name(AttentionPath::CpuDecode), "nanochat CPU decode attention");
 }
 
 TEST(AttentionPath, RulesByHand) {

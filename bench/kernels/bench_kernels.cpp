@@ -2,7 +2,7 @@
 // measured in the same run on the same inputs (for Muon's optimizer passes, the step around
 // Polar Express on one group of the model's matrices; Polar Express itself on the model's Muon
 // stacks), and of attention for a long (causal) and a
-// short (sliding window) layer. Shapes are a model's at --depth (width 64*depth, head dim
+// short (sliding window) layer; decode attention (forward only) against SDPA. Shapes are a model's at --depth (width 64*depth, head dim
 // 128 or 64) with --batch x --seq-len tokens. Each op also gets its roofline: the bytes it must
 // move and the FLOPs it must do (formulas from its shapes, beside each op below), against the
 // device's memory bandwidth (a large device-to-device copy) and matmul rate (a large GEMM, in
@@ -339,6 +339,41 @@ int main(int argc, char** argv) {
       rows.push_back({w < 0 ? "attention L vs SDPA" : "attention S vs SDPA", w < 0 ? attn_l : attn_s,
                       1000 * time_fwd_bwd([&] { return attention_causal_sdpa(qa, ka, va, w); }, reps, device),
                       attn_bytes, attn_flops(w)});
+
+  // decode attention (forward only): one new query per row over a KV cache of T positions, the
+  // CPU decode kernel against the SDPA calls the attention module made before it: one row over
+  // its keys, no mask; B rows at positions of their own (T/4 .. T keys) under the rows' mask over
+  // the longest row's keys. Bytes: the keys and values the rows see; FLOPs: 4 per (query, key, dim)
+  {
+    const int decode_reps = 20 * reps;  // calls of tens of us: more of them for the best
+    Tensor kc = torch::randn({B, T, c.n_kv_head, D}, opts).to(dtype),
+           vc = torch::randn({B, T, c.n_kv_head, D}, opts).to(dtype);
+    Tensor qd = torch::randn({B, 1, H, D}, opts).to(dtype);
+    if (kernels_decode_attention_available(qd, kc, vc)) {
+      auto sdpa = [&](const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask) {
+        return at::scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), mask, 0.0,
+                                                false, std::nullopt, q.size(2) != k.size(2));
+      };
+      auto kv_bytes = [&](double keys) { return 2 * keys * (double)(c.n_kv_head * D) * es; };
+      Tensor q1 = qd.narrow(0, 0, 1), k1 = kc.narrow(0, 0, 1), v1 = vc.narrow(0, 0, 1);
+      rows.push_back({"decode 1 row vs SDPA",
+                      1000 * time_call([&] { kernels_decode_attention(q1, k1, v1, {T}, -1); }, decode_reps, device),
+                      1000 * time_call([&] { sdpa(q1, k1, v1, std::nullopt); }, decode_reps, device),
+                      kv_bytes((double)T), 4.0 * H * D * T});
+      std::vector<int64_t> pos, counts;
+      double keys = 0;
+      for (int64_t b = 0; b < B; b++) {
+        counts.push_back(T / 4 + (T - T / 4) * (b + 1) / B);
+        pos.push_back(counts.back() - 1);
+        keys += (double)counts.back();
+      }
+      Tensor mask = attention_rows_mask(pos, 1, 0, T, -1, device);
+      rows.push_back({"decode rows vs SDPA",
+                      1000 * time_call([&] { kernels_decode_attention(qd, kc, vc, counts, -1); }, decode_reps, device),
+                      1000 * time_call([&] { sdpa(qd, kc, vc, mask); }, decode_reps, device), kv_bytes(keys),
+                      4.0 * H * D * keys});
+    }
+  }
 
   std::printf("%-22s %10s %12s %9s %10s %9s %9s %7s\n", "op (fwd+bwd; Muon: step)", "fused ms", "reference ms",
               "speed-up", "MB moved", "GFLOP", "limit ms", "% limit");

@@ -18,6 +18,9 @@
 //    batch lengths vary and decode's key length grows every token; SDPA would pick cuDNN
 //    there, which builds a graph for every new shape. Training keeps SDPA (cuDNN) for its full
 //    causal layers: its shape is fixed, so the graph is built once.
+//  - KV cache on the CPU (fp32, bf16, kernels on, no gradient): a few new queries past position 0
+//    (decode), also of rows at positions of their own, run the kernels module's decode attention
+//    (kernels_decode_attention), which reads each row's own keys once, no mask, no padded keys.
 //  - KV cache elsewhere: decode of 1 token keeps only the last window+1 keys (no mask); a
 //    prefill at position 0 is the training path; a prefill after position 0 uses an explicit mask.
 //  - KV cache whose rows sit at different positions (continuous batching): each row's new
@@ -43,9 +46,14 @@ enum class AttentionPath {
   FlashRows,       // flash's variable-length entry: each row its own key count
   SdpaLastKeys,    // one decoded token over its last window+1 keys, no mask
   SdpaMasked,      // SDPA under an explicit mask
+  CpuDecode,       // the kernels module's decode attention: a few queries over each row's own keys
 };
+// the most new queries a call past position 0 sends to the CPU decode kernel; more (a prefill
+// after position 0) are a GEMM's work, SDPA's
+constexpr int64_t kAttentionDecodeMaxQueries = 8;
 struct AttentionCall {
   bool cpu_kernels = false;  // the kernels module's CPU attention takes q
+  bool cpu_decode = false;   // the kernels module's decode attention takes q and the cache
   bool flash = false;        // the flash kernel takes q and k here and passed its self-check
   bool grad = false;         // a backward will follow (training)
   bool rows = false;         // rows at positions of their own (continuous batching)

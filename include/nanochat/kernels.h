@@ -84,6 +84,24 @@ torch::Tensor kernels_attention(const torch::Tensor& q, const torch::Tensor& k, 
 torch::Tensor kernels_attention_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                                           int64_t window);
 
+// Decode attention: Tq new queries of each row over its keys in a KV cache (inference only).
+// q (B,Tq,H,D), k_cache and v_cache (B,Tmax,Hkv,D) with H a multiple of Hkv; key_counts one per
+// row or one for all: row b holds keys at positions 0..n_b-1, its query t sits at n_b - Tq + t and
+// sees the keys at or before it within `window` (FA3's); softmax scale 1/sqrt(D). The CPU kernel
+// (fp32 and bf16, no gradient) reads each row's keys and values once per kv head, fp32 sums and
+// softmax, the output rounded once to q's dtype, with AVX-512, AVX2 or plain loops as ATen's CPU
+// capability says (kernels_decode_attention_isa); anything else runs the reference (fp32 matmuls
+// under a mask over the longest row's keys). No CUDA kernel: the GPU runs flash.
+bool kernels_decode_attention_available(const torch::Tensor& q, const torch::Tensor& k_cache,
+                                        const torch::Tensor& v_cache);
+torch::Tensor kernels_decode_attention(const torch::Tensor& q, const torch::Tensor& k_cache,
+                                       const torch::Tensor& v_cache, const std::vector<int64_t>& key_counts,
+                                       int64_t window);
+torch::Tensor kernels_decode_attention_reference(const torch::Tensor& q, const torch::Tensor& k_cache,
+                                                 const torch::Tensor& v_cache, const std::vector<int64_t>& key_counts,
+                                                 int64_t window);
+std::string kernels_decode_attention_isa();  // "AVX-512", "AVX2" or "plain C++"
+
 // FP8 training's linear (upstream fp8.py, tensorwise): x (..., in) in the compute dtype times
 // the fp32 master weight (out, in)^T, through e4m3 inputs and weights and e5m2 gradients with
 // one dynamic scale per tensor (kernels_fp8_mm; CPU and CUDA sm89+). Both dimensions must be

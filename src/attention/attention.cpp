@@ -90,7 +90,11 @@ Tensor attention_window_mask(int64_t Tq, int64_t Tk, int64_t window, torch::Devi
 }
 
 AttentionPath attention_path(const AttentionCall& c) {
-  if (c.rows) return c.flash ? AttentionPath::FlashRows : AttentionPath::SdpaMasked;
+  const bool cpu_decode = c.cpu_decode && !c.grad && c.Tq <= kAttentionDecodeMaxQueries;
+  if (c.rows) {
+    if (c.flash) return AttentionPath::FlashRows;
+    return cpu_decode ? AttentionPath::CpuDecode : AttentionPath::SdpaMasked;
+  }
   const bool full = c.window < 0 || c.window >= c.Tk - 1;
   if (c.Tq == c.Tk) {  // causal from position 0: training, eval, a prefill
     if (c.cpu_kernels) return AttentionPath::CpuKernels;
@@ -100,6 +104,7 @@ AttentionPath attention_path(const AttentionCall& c) {
   }
   // a KV cache past position 0: Tq new queries over Tk keys
   if (c.flash) return AttentionPath::Flash;
+  if (cpu_decode) return AttentionPath::CpuDecode;
   return c.Tq == 1 ? AttentionPath::SdpaLastKeys : AttentionPath::SdpaMasked;
 }
 
@@ -112,6 +117,7 @@ const char* attention_path_name(AttentionPath p) {
     case AttentionPath::FlashRows: return "flash, variable length";
     case AttentionPath::SdpaLastKeys: return "SDPA over the last keys";
     case AttentionPath::SdpaMasked: return "SDPA masked";
+    case AttentionPath::CpuDecode: return "nanochat CPU decode attention";
   }
   return "?";
 }
@@ -202,11 +208,13 @@ Tensor attention_with_kvcache(const Tensor& q, const Tensor& k_cache, const Tens
   if (pos == 0) return attention_causal(q, k, v, window);  // prefill: the training path
   AttentionCall call;
   call.flash = flash_takes(q, k_cache);
+  call.cpu_decode = kernels_decode_attention_available(q, k_cache, v_cache);
   call.grad = wants_grad(q, k, v);
   call.Tq = T;
   call.Tk = Tk;
   call.window = window;
   const AttentionPath path = attention_path(call);
+  if (path == AttentionPath::CpuDecode) return kernels_decode_attention(q, k_cache, v_cache, {Tk}, window);
   // only keys some query may see
   const int64_t start = window >= 0 ? std::max<int64_t>(0, pos - window) : 0;
   if (path == AttentionPath::Flash)  // causal to the last key: query r is at position pos + r
@@ -282,8 +290,19 @@ Tensor attention_with_kvcache_rows(const Tensor& q, const Tensor& k_cache, const
   v_cache.index_put_(index, v.reshape({B * T, v.size(2), v.size(3)}));
   AttentionCall call;
   call.flash = flash_takes(q, k_cache);
+  call.cpu_decode = kernels_decode_attention_available(q, k_cache, v_cache);
+  call.grad = wants_grad(q, k, v);
   call.rows = true;
-  if (attention_path(call) == AttentionPath::FlashRows) {
+  call.Tq = T;
+  call.Tk = hi;
+  call.window = window;
+  const AttentionPath path = attention_path(call);
+  if (path == AttentionPath::CpuDecode) {
+    std::vector<int64_t> counts(pos.begin(), pos.end());
+    for (int64_t& n : counts) n += T;  // each row's keys: its position + its T new ones
+    return kernels_decode_attention(q, k_cache, v_cache, counts, window);
+  }
+  if (path == AttentionPath::FlashRows) {
     if (!memo.seqused.defined()) {  // each row's key count: its position + T
       std::vector<int32_t> used;
       for (int64_t p : pos) used.push_back((int32_t)(p + T));
