@@ -1,7 +1,11 @@
 // Chat speed on a CPU by weight dtype: a d20-shaped model (20 layers, 1280 wide, vocab 65,536;
 // random weights) in fp32, bf16 and int8 weights (gpt_prepare_for_inference), each in its own
 // child process so that its peak RSS is its own, side by side with transformers' generate() of the
-// same weights (export --format hf) when the venv has transformers. Per dtype and batch (1, 8):
+// same weights (export --format hf) when the venv has transformers, and upstream (Python) nanochat's
+// Engine on the same weights when given a checkout of it (--upstream DIR or $UPSTREAM; upstream hard-codes
+// q and k times 1.2 after their norm, which transformers' type lacks, so its rows run the model with
+// that scale, as does one more of ours in fp32 whose greedy tokens are compared with upstream's).
+// Per dtype and batch (1, 8):
 // prefill tok/s (one forward of batch x prompt into the KV cache), decode tok/s through the
 // engine (greedy, first token column to last), and at batch 1 the bytes a decode step reads
 // (every Linear's weights as stored, the KV cache at mid-generation) per second against a
@@ -10,9 +14,10 @@
 // a plain read of the same bytes (the floor a matvec can reach), both over weights that do not
 // fit the caches, at the bench's thread count.
 // usage: bench_cpu_dtypes [--shape d20|d32|smoke] [--dtypes float32,bfloat16,int8] [--batches 1,8]
-//        [--prompt 128] [--decode 32] [--hf] [--threads N] [--matvecs]
+//        [--prompt 128] [--decode 32] [--hf] [--upstream DIR] [--threads N] [--matvecs]
 #include <immintrin.h>
 #include <sys/resource.h>
+#include <sys/wait.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -44,15 +49,16 @@ using json = nlohmann::ordered_json;
 namespace {
 
 struct Options {
-  std::string shape = "d20", dtypes = "float32,bfloat16,int8", batches = "1,8", child_dtype, hf_dir;
+  std::string shape = "d20", dtypes = "float32,bfloat16,int8", batches = "1,8", child_dtype, upstream;
   int64_t prompt = 128, decode = 32;
-  bool hf = false, matvecs = false;
+  bool hf = false, matvecs = false, upstream_qk = false;
   int threads = 0;
 };
 
 // the shapes of the table; the older architecture (no value embeddings, smear or layer
-// scalars) is what transformers' `nanochat` type runs, so both sides compute the same model
-GPTConfig shape_config(const std::string& shape) {
+// scalars) is what transformers' `nanochat` type runs, so both sides compute the same model;
+// `upstream_qk`: q and k times 1.2 after their norm, as upstream's GPT computes them
+GPTConfig shape_config(const std::string& shape, bool upstream_qk = false) {
   GPTConfig c;
   if (shape == "d20") c.n_layer = 20, c.n_embd = 1280, c.vocab_size = 65536;
   else if (shape == "d32") c.n_layer = 32, c.n_embd = 2048, c.vocab_size = 65536;
@@ -63,7 +69,7 @@ GPTConfig shape_config(const std::string& shape) {
   c.window_pattern = "L";
   c.value_embeds = c.smear = c.layer_scalars = false;
   c.rope_theta = 10000.0;
-  c.qk_scale = 1.0;
+  c.qk_scale = upstream_qk ? 1.2 : 1.0;
   return c;
 }
 
@@ -126,7 +132,7 @@ double decode_bytes(GPT& model, int64_t ctx) {
 
 // one dtype, in this process: the JSON line the parent reads
 json run_child(const Options& o) {
-  const GPTConfig c = shape_config(o.shape);
+  const GPTConfig c = shape_config(o.shape, o.upstream_qk);
   GPT model = random_model(c, gpt_inference_compute_dtype(o.child_dtype, "cpu"));
   gpt_prepare_for_inference(model, o.child_dtype);
   const double rss_loaded = rss_gib(false);
@@ -161,7 +167,9 @@ json run_child(const Options& o) {
     double cpu_first = 0, cpu_last = 0;
     int64_t steps = 0;
     std::vector<double> step_s;  // the median step shrugs off the time slices another process takes
-    engine.generate(prompt, g, [&](const TokenColumn&) {
+    std::vector<int32_t> first_row;
+    engine.generate(prompt, g, [&](const TokenColumn& column) {
+      first_row.push_back(column.tokens[0]);
       const auto now = bench_clock::now();
       cpu_last = cpu_seconds();
       if (steps++ == 0) first = now, cpu_first = cpu_last;
@@ -176,8 +184,10 @@ json run_child(const Options& o) {
               {"decode_tok_s", (double)rows * (double)(steps - 1) / decode_s},
               {"decode_tok_s_median_step", step_s.empty() ? 0.0 : (double)rows / step_s[step_s.size() / 2]},
               {"decode_tok_per_cpu_s", (double)rows * (double)(steps - 1) / std::max(1e-9, cpu_last - cpu_first)}};
-    if (rows == 1)
+    if (rows == 1) {
       r["decode_bytes_per_s"] = decode_bytes(model, o.prompt + o.decode / 2) * (double)(steps - 1) / decode_s;
+      out["tokens"] = first_row;
+    }
     out["runs"].push_back(r);
   }
   out["rss_peak_gib"] = rss_gib(true);
@@ -246,36 +256,114 @@ void run_matvecs(const Options& o) {
   }
 }
 
-std::string last_line_of(const std::string& cmd) {
+// the last JSON line `cmd` prints; "" when it printed none or failed, with its last other line in `why`
+std::string json_line_of(const std::string& cmd, std::string* why) {
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) fail("cannot run %s", cmd.c_str());
-  std::string line, last;
+  std::string line, last, other;
   char buf[1 << 16];
   while (std::fgets(buf, sizeof buf, p)) {
     line = buf;
     if (!line.empty() && line[0] == '{') last = line;
+    else if (line.find_first_not_of(" \n") != std::string::npos)
+      other = line.substr(0, line.find_last_not_of(" \n") + 1);
   }
-  const int rc = pclose(p);
-  if (rc != 0 || last.empty()) fail("%s: exit status %d, no result line", cmd.c_str(), rc);
-  return last;
+  int rc = pclose(p);
+  if (rc != -1 && WIFEXITED(rc)) rc = WEXITSTATUS(rc);
+  if (rc == 0 && !last.empty()) return last;
+  *why = strprintf("exit status %d: %s", rc, other.empty() ? "no result line" : other.c_str());
+  return "";
 }
 
-// the same weights as a checkpoint, exported as transformers' `nanochat` model directory
-std::string export_hf(const Options& o) {
+std::string last_line_of(const std::string& cmd) {
+  std::string why, line = json_line_of(cmd, &why);
+  if (line.empty()) fail("%s: %s", cmd.c_str(), why.c_str());
+  return line;
+}
+
+// the same weights as our checkpoint base/base_checkpoints/<tag> (safetensors; the tensor names are
+// upstream's state-dict keys), in the bench's config or with upstream's q/k scale
+void save_bench_checkpoint(const Options& o, const std::string& tag, bool upstream_qk) {
+  const GPTConfig c = shape_config(o.shape, upstream_qk);
+  GPT m = random_model(c, torch::kFloat32);
+  json meta = {{"step", 0}, {"model_config", gpt_config_to_json(c)}};
+  const std::string dir = checkpoint_dir("base", tag);
+  checkpoint_save_model(dir, 0, gpt_named_parameters(m), meta);
+  checkpoint_mark_complete(dir, 0, 0);
+}
+
+std::string bench_base_dir(const Options& o) {
   const std::string base = std::filesystem::temp_directory_path() / ("nanochat_bench_dtypes_" + o.shape);
   setenv("NANOCHAT_BASE_DIR", base.c_str(), 1);
   tokenizer_save(bench_tokenizer(shape_config(o.shape).vocab_size), base + "/tokenizer");
-  const GPTConfig c = shape_config(o.shape);
-  GPT m = random_model(c, torch::kFloat32);
-  json meta = {{"step", 0}, {"model_config", gpt_config_to_json(c)}};
-  const std::string dir = checkpoint_dir("base", "bench");
-  checkpoint_save_model(dir, 0, gpt_named_parameters(m), meta);
-  checkpoint_mark_complete(dir, 0, 0);
-  checkpoint_export_hf("base", "bench", 0, base + "/hf");
   return base;
 }
 
-void print_row(const std::string& who, const json& r, double stream, double base_decode) {
+// a decode step of `r` reads what one of ours in dtype `d` reads: its bytes/s at r's speed
+void bytes_as_ours(json& r, const std::string& d, const std::vector<json>& results) {
+  for (auto& run : r["runs"])
+    for (const json& ours : results)
+      if (ours["dtype"] == d && ours["who"].get<std::string>().rfind("ours", 0) == 0 && run["rows"] == 1)
+        for (const json& our_run : ours["runs"])
+          if (our_run["rows"] == 1 && !run.contains("decode_bytes_per_s"))
+            run["decode_bytes_per_s"] = our_run["decode_bytes_per_s"].get<double>() /
+                                        our_run["decode_tok_s"].get<double>() * run["decode_tok_s"].get<double>();
+}
+
+// transformers' generate() in bf16 and fp32 on the bench's weights exported as its `nanochat` type
+void run_hf(const Options& o, const std::string& base, std::vector<json>& results) {
+  save_bench_checkpoint(o, "bench", false);
+  checkpoint_export_hf("base", "bench", 0, base + "/hf");
+  for (const char* d : {"bfloat16", "float32"}) {
+    json r = json::parse(last_line_of(strprintf("%s %s/hf_generate.py %s/hf %s %s %lld %lld %d", NANOCHAT_PYTHON,
+                                                NANOCHAT_BENCH_DIR, base.c_str(), d, o.batches.c_str(),
+                                                (long long)o.prompt, (long long)o.decode, at::get_num_threads())));
+    r["who"] = std::string("transformers ") + d;
+    bytes_as_ours(r, d, results);
+    results.push_back(r);
+  }
+}
+
+// upstream's Engine in fp32 and bf16 on the bench's weights with upstream's q/k scale, and ours in
+// fp32 on that model (`ours_cmd`); returns how many of their batch-1 greedy tokens agree, or a
+// skip line when upstream's script cannot run
+json run_upstream(const Options& o, const std::string& base, const std::string& ours_cmd, std::vector<json>& results) {
+  save_bench_checkpoint(o, "bench_upstream", true);
+  const std::string ckpt = checkpoint_dir("base", "bench_upstream");
+  std::vector<json> rows;
+  for (const char* d : {"float32", "bfloat16"}) {
+    std::string why;
+    const std::string line = json_line_of(
+        strprintf("%s %s/upstream_generate.py '%s' '%s' %s %s %lld %lld %d 2>&1", NANOCHAT_PYTHON, NANOCHAT_BENCH_DIR,
+                  o.upstream.c_str(), ckpt.c_str(), d, o.batches.c_str(), (long long)o.prompt, (long long)o.decode,
+                  at::get_num_threads()),
+        &why);
+    if (line.empty())
+      return {{"skipped", strprintf("upstream Engine: skipped, %s in %s gave %s", d, o.upstream.c_str(), why.c_str())}};
+    rows.push_back(json::parse(line));
+    rows.back()["who"] = std::string("upstream Engine ") + d;
+    bytes_as_ours(rows.back(), "float32", results);  // upstream keeps fp32 weights on a CPU, bf16 casts them per call
+  }
+  json ours = json::parse(last_line_of(ours_cmd));
+  ours["who"] = "ours float32, q/k x1.2";
+  const json &a = ours["tokens"], &b = rows[0]["tokens"];
+  int64_t prefix = 0, equal = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); i++) {
+    equal += a[i] == b[i];
+    if (equal == (int64_t)i + 1) prefix = equal;
+  }
+  results.push_back(ours);
+  for (json& r : rows) results.push_back(r);
+  return {{"prefix", prefix}, {"equal", equal}, {"of", std::min(a.size(), b.size())}};
+}
+
+double decode_at(const json& r, const json& rows) {
+  for (const json& run : r["runs"])
+    if (run["rows"] == rows) return run["decode_tok_s"].get<double>();
+  return 0.0;
+}
+
+void print_row(const std::string& who, const json& r, double stream, double base_decode, double upstream_decode) {
   std::string bw = "";
   if (r.contains("decode_bytes_per_s")) {
     const double b = r["decode_bytes_per_s"].get<double>();
@@ -285,15 +373,17 @@ void print_row(const std::string& who, const json& r, double stream, double base
   const double per_cpu = r.value("decode_tok_per_cpu_s", 0.0);
   const std::string median_s = (median > 0 ? strprintf("%10.2f", median) : strprintf("%10s", "-")) +
                                (per_cpu > 0 ? strprintf(" %9.2f", per_cpu) : strprintf(" %9s", "-"));
-  std::printf("%-22s %4lld %12.1f %12.2f %s %8.2fx  %s\n", who.c_str(), (long long)r["rows"].get<int64_t>(),
-              r["prefill_tok_s"].get<double>(), r["decode_tok_s"].get<double>(), median_s.c_str(),
-              r["decode_tok_s"].get<double>() / base_decode, bw.c_str());
+  const double decode = r["decode_tok_s"].get<double>();
+  const std::string vs_upstream = upstream_decode > 0 ? strprintf("%8.2fx", decode / upstream_decode) : "";
+  std::printf("%-24s %4lld %12.1f %12.2f %s %8.2fx %s  %s\n", who.c_str(), (long long)r["rows"].get<int64_t>(),
+              r["prefill_tok_s"].get<double>(), decode, median_s.c_str(), decode / base_decode, vs_upstream.c_str(),
+              bw.c_str());
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"bench_cpu_dtypes: fp32, bf16 and int8 weights against transformers' generate()"};
+  CLI::App app{"bench_cpu_dtypes: fp32, bf16 and int8 weights against transformers' generate() and upstream's Engine"};
   Options o;
   app.add_option("--shape", o.shape, "d20, d32 or smoke (a tiny model: checks that the bench runs)");
   app.add_option("--dtypes", o.dtypes, "ours, comma-separated");
@@ -301,10 +391,14 @@ int main(int argc, char** argv) {
   app.add_option("--prompt", o.prompt, "prompt tokens");
   app.add_option("--decode", o.decode, "tokens generated per row");
   app.add_flag("--hf", o.hf, "also transformers' generate() in bf16 and fp32 (.venv's python)");
+  app.add_option("--upstream", o.upstream,
+                 "a checkout of upstream (Python) nanochat: also its Engine in fp32 and bf16 (default: $UPSTREAM)");
   app.add_option("--threads", o.threads, "intra-op threads (0: every core)");
   app.add_option("--child", o.child_dtype, "internal: run one dtype and print its JSON");
+  app.add_flag("--upstream-qk", o.upstream_qk, "internal: the child's model with upstream's q/k scale");
   app.add_flag("--matvecs", o.matvecs, "only the decode's matvecs, int8 and bf16, against a plain read of the weights");
   CLI11_PARSE(app, argc, argv);
+  if (o.upstream.empty() && std::getenv("UPSTREAM")) o.upstream = std::getenv("UPSTREAM");
   if (o.threads > 0) torch::set_num_threads(o.threads);
   else cpu_threads_setup(1);
   try {
@@ -332,43 +426,39 @@ int main(int argc, char** argv) {
       results.push_back(json::parse(last_line_of(self + " --child " + d + common)));
       results.back()["who"] = "ours " + d;
     }
-    if (o.hf) {
-      const std::string base = export_hf(o);
-      for (const char* d : {"bfloat16", "float32"}) {
-        json r = json::parse(last_line_of(strprintf("%s %s/hf_generate.py %s/hf %s %s %lld %lld %d", NANOCHAT_PYTHON,
-                                                    NANOCHAT_BENCH_DIR, base.c_str(), d, o.batches.c_str(),
-                                                    (long long)o.prompt, (long long)o.decode, at::get_num_threads())));
-        r["who"] = std::string("transformers ") + d;
-        for (auto& run : r["runs"])  // the same bytes per step as ours in that dtype
-          for (const json& ours : results)
-            if (ours["dtype"] == d && run["rows"] == 1)
-              for (const json& our_run : ours["runs"])
-                if (our_run["rows"] == 1)
-                  run["decode_bytes_per_s"] = our_run["decode_bytes_per_s"].get<double>() /
-                                              our_run["decode_tok_s"].get<double>() * run["decode_tok_s"].get<double>();
-        results.push_back(r);
-      }
+    json agreement = {{"skipped", "upstream Engine: skipped, no upstream checkout (--upstream DIR or UPSTREAM=DIR)"}};
+    if (o.hf || !o.upstream.empty()) {
+      const std::string base = bench_base_dir(o);
+      if (o.hf) run_hf(o, base, results);
+      if (!o.upstream.empty())
+        agreement = run_upstream(o, base, self + " --child float32 --upstream-qk" + common, results);
       remove_tree(base);
     }
     const double stream1 = peak_bandwidth_measure_cpu(0.5);
     const double stream = std::max(stream0, stream1);
     std::printf("STREAM triad: %.1f GB/s before, %.1f GB/s after (percentages below are of the larger)\n",
                 stream0 / 1e9, stream1 / 1e9);
-    std::printf("\n%-22s %4s %12s %12s %10s %9s %9s  %s\n", "", "rows", "prefill t/s", "decode t/s", "median t/s",
-                "cpu-s t/s", "vs base", "batch-1 bytes/s");
-    for (const json& r : results) {
-      for (const json& run : r["runs"]) {
-        double base = 0;  // the first result (ours in the first dtype) at the same rows
-        for (const json& b : results[0]["runs"])
-          if (b["rows"] == run["rows"]) base = b["decode_tok_s"].get<double>();
-        print_row(r["who"].get<std::string>(), run, stream, base);
-      }
-    }
-    std::printf("\n%-22s %10s %10s\n", "", "RSS GiB", "peak GiB");
+    const json* upstream = nullptr;  // the ratios' second baseline: upstream's default on a CPU, fp32
     for (const json& r : results)
-      std::printf("%-22s %10.2f %10.2f\n", r["who"].get<std::string>().c_str(), r["rss_loaded_gib"].get<double>(),
+      if (r["who"] == "upstream Engine float32") upstream = &r;
+    std::printf("\n%-24s %4s %12s %12s %10s %9s %9s %9s  %s\n", "", "rows", "prefill t/s", "decode t/s", "median t/s",
+                "cpu-s t/s", "vs base", upstream ? "vs up f32" : "", "batch-1 bytes/s");
+    for (const json& r : results)
+      for (const json& run : r["runs"])  // base: the first result (ours in the first dtype) at the same rows
+        print_row(r["who"].get<std::string>(), run, stream, decode_at(results[0], run["rows"]),
+                  upstream ? decode_at(*upstream, run["rows"]) : 0.0);
+    std::printf("\n%-24s %10s %10s\n", "", "RSS GiB", "peak GiB");
+    for (const json& r : results)
+      std::printf("%-24s %10.2f %10.2f\n", r["who"].get<std::string>().c_str(), r["rss_loaded_gib"].get<double>(),
                   r["rss_peak_gib"].get<double>());
-    json all = {{"stream_bytes_per_s", stream}, {"results", results}};
+    if (agreement.contains("skipped")) std::printf("\n%s\n", agreement["skipped"].get<std::string>().c_str());
+    else
+      std::printf(
+          "\ngreedy tokens at batch 1, fp32, q/k x1.2: ours and upstream's Engine agree on the first %lld of "
+          "%lld (%lld positions equal)\n",
+          (long long)agreement["prefix"].get<int64_t>(), (long long)agreement["of"].get<int64_t>(),
+          (long long)agreement["equal"].get<int64_t>());
+    json all = {{"stream_bytes_per_s", stream}, {"upstream_agreement", agreement}, {"results", results}};
     std::printf("%s\n", all.dump().c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_cpu_dtypes: %s\n", e.what());
