@@ -74,23 +74,14 @@ __attribute__((target("avx512f,avx512bf16"))) void dots_avx512_bf16(const bf16* 
   }
 }
 
-inline __m256 widen8(const bf16* p) {  // 8 bf16 -> 8 fp32: the bits shifted into the high half
-  return _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-
 float dot_avx2(const bf16* x, const bf16* w, int64_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
   int64_t k = 0;
   for (; k + 16 <= n; k += 16) {
-    a0 = _mm256_fmadd_ps(widen8(x + k), widen8(w + k), a0);
-    a1 = _mm256_fmadd_ps(widen8(x + k + 8), widen8(w + k + 8), a1);
+    a0 = _mm256_fmadd_ps(widen8_bf16(x + k), widen8_bf16(w + k), a0);
+    a1 = _mm256_fmadd_ps(widen8_bf16(x + k + 8), widen8_bf16(w + k + 8), a1);
   }
-  __m256 a = _mm256_add_ps(a0, a1);
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s) + dot_tail(x, w, k, n);
+  return sum8(_mm256_add_ps(a0, a1)) + dot_tail(x, w, k, n);
 }
 
 }  // namespace

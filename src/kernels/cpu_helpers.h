@@ -27,6 +27,21 @@ inline void check_rows(const at::Tensor& t, int64_t rows, const char* what) {
     fail("%s: expected a contiguous tensor of %lld rows", what, (long long)rows);
 }
 
+// 8 bf16 -> 8 fp32 (exact): each value's bits shifted into the high half of its lane. (The
+// target attributes say what the *_cpu.cpp files' flags already give, for a file without them.)
+__attribute__((target("avx2"))) inline __m256 widen8_bf16(const at::BFloat16* p) {
+  return _mm256_castsi256_ps(
+      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+}
+
+// the sum of a's 8 lanes
+__attribute__((target("avx"))) inline float sum8(__m256 a) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
 template <typename T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 

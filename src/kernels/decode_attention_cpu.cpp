@@ -72,17 +72,7 @@ void values_plain(const float* p, int64_t nq, int64_t per_head, const T* v, int6
 // ---- AVX2 + FMA -----------------------------------------------------------------------------
 
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
-inline __m256 load8(const bf16* p) {  // the bf16 bits shifted into the high half of fp32 lanes
-  return _mm256_castsi256_ps(
-      _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
-}
-
-inline float sum8(__m256 a) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(a), _mm256_extractf128_ps(a, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
-  return _mm_cvtss_f32(s);
-}
+inline __m256 load8(const bf16* p) { return widen8_bf16(p); }
 
 template <typename T>
 float dot_avx2(const float* q, const T* k, int64_t D) {
