@@ -4,8 +4,9 @@
 // 30% of a 16-row step, its kernel 17%); oneDNN's bf16 GEMM sets itself up on every call; and the
 // matvecs beside this file reduce every (row, output) dot on its own. Here a tile of 4 input rows
 // by 4 outputs keeps its 16 sums in registers across the whole width, the 4 weight rows read once
-// per tile from L1; int8 weights widen to fp32 as they load (exactly), bf16 ones too unless the
-// rows are bf16 and the CPU multiplies bf16 pairs (AVX512-BF16). AVX-512 only.
+// per tile from L1; int8 and bf16 weights widen to fp32 as they load (exactly), unless the rows
+// are bf16 and the CPU multiplies bf16 pairs (AVX512-BF16): then bf16 pairs are multiplied, an
+// int8 block widened to bf16 once for all its row tiles. AVX-512 only.
 #include <immintrin.h>
 
 #include <ATen/Parallel.h>
@@ -88,11 +89,25 @@ void tile(const at::BFloat16* x, const at::BFloat16* const* w, int64_t in, float
   }
   tile_sums<R>(acc, x, w, k, in, sums);
 }
+
+// n int8 weights as bf16, exactly (|q| <= 127 needs 7 bits of the 8 bf16 has)
+inline void widen_to_bf16(const int8_t* q, at::BFloat16* out, int64_t n) {
+  int64_t k = 0;
+  for (; k + 32 <= n; k += 32) {
+    const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k))));
+    const __m512 hi =
+        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k + 16))));
+    _mm512_storeu_si512(out + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+  }
+  for (; k < n; k++) out[k] = at::BFloat16((float)q[k]);
+}
+
 #pragma GCC pop_options
 
-// X: fp32 rows (any weight), or bf16 rows with bf16 weights (the AVX512-BF16 tile)
+// X: fp32 rows (any weight), or bf16 rows with bf16 or int8 weights (the AVX512-BF16 tile)
 template <typename T, typename W, typename X>
 void rows_linear(const X* x, const W* w, const T* scale, T* y, int64_t rows, int64_t in, int64_t out) {
+  using TileW = std::conditional_t<std::is_same_v<W, int8_t> && std::is_same_v<X, at::BFloat16>, at::BFloat16, W>;
   const int64_t blocks = (out + kTileOut - 1) / kTileOut;
   // one thread below ~1 MiB of weights: a parallel region's start costs more than it saves there
   const int64_t grain = std::max<int64_t>(4, (int64_t)(1 << 20) / std::max<int64_t>(1, in * (int64_t)sizeof(W) * 4));
@@ -101,6 +116,16 @@ void rows_linear(const X* x, const W* w, const T* scale, T* y, int64_t rows, int
       const int64_t n = b * kTileOut, valid = std::min<int64_t>(kTileOut, out - n);
       const W* wr[kTileOut];  // a last, partial block repeats its last row
       for (int c = 0; c < kTileOut; c++) wr[c] = w + std::min<int64_t>(n + c, out - 1) * in;
+      // int8 weights with bf16 rows: the block widened to bf16 once, into a panel that stays in
+      // L1 for every row tile, and the pair tile (twice the fp32 rate of widening in each tile)
+      const TileW* tw[kTileOut];
+      if constexpr (std::is_same_v<TileW, W>) {
+        std::copy(wr, wr + kTileOut, tw);
+      } else {
+        thread_local std::vector<TileW> panel;
+        panel.resize(kTileOut * in);
+        for (int c = 0; c < kTileOut; c++) widen_to_bf16(wr[c], panel.data() + c * in, in), tw[c] = panel.data() + c * in;
+      }
       float s[kTileOut] = {1.f, 1.f, 1.f, 1.f};
       if (scale)
         for (int c = 0; c < valid; c++) s[c] = (float)scale[n + c];
@@ -108,10 +133,10 @@ void rows_linear(const X* x, const W* w, const T* scale, T* y, int64_t rows, int
         float sums[4 * kTileOut];
         const X* xr = x + r0 * in;
         switch (std::min<int64_t>(4, rows - r0)) {
-          case 1: tile<1>(xr, wr, in, sums); break;
-          case 2: tile<2>(xr, wr, in, sums); break;
-          case 3: tile<3>(xr, wr, in, sums); break;
-          default: tile<4>(xr, wr, in, sums); break;
+          case 1: tile<1>(xr, tw, in, sums); break;
+          case 2: tile<2>(xr, tw, in, sums); break;
+          case 3: tile<3>(xr, tw, in, sums); break;
+          default: tile<4>(xr, tw, in, sums); break;
         }
         for (int64_t r = r0; r < std::min<int64_t>(rows, r0 + 4); r++)
           for (int c = 0; c < valid; c++) y[r * out + n + c] = T(s[c] * sums[(r - r0) * kTileOut + c]);
@@ -137,7 +162,7 @@ bool kernels_rows_linear_cpu_bf16_pairs() { return kernels_rows_linear_cpu_suppo
 // scale and y of one dtype (fp32 or bf16). The caller checks kernels_rows_linear_cpu_supported().
 template <typename T, typename W>
 void kernels_rows_linear_cpu(const T* x_in, const W* w, const T* scale, T* y, int64_t rows, int64_t in, int64_t out) {
-  if constexpr (std::is_same_v<T, at::BFloat16> && std::is_same_v<W, at::BFloat16>)
+  if constexpr (std::is_same_v<T, at::BFloat16> && !std::is_same_v<W, float>)
     if (kernels_rows_linear_cpu_bf16_pairs()) return rows_linear<T, W, T>(x_in, w, scale, y, rows, in, out);
   const float* x = reinterpret_cast<const float*>(x_in);
   thread_local std::vector<float> x_buf;
