@@ -11,7 +11,9 @@
 //     up at once, each level run on one right after the other.
 // --dtype float32|bfloat16|int8 runs both sides with those weights (chat-web's --dtype);
 // --ways picks which of the in-process ways run (one at a time under `perf record`); --linears
-// times the model's Linears at 1 to 32 rows. NANOCHAT_BENCH_BIN names the chat-web binary.
+// times the model's Linears at 1 to 32 rows. NANOCHAT_BENCH_BIN names the chat-web binary. With
+// both ways and the bound, the ceiling: one core's peak multiply-add rate (peak_macs.h) and the
+// ratio the bound's rows would reach at it.
 // usage: bench_serving [--requests 16] [--max-tokens 64] [--clients 1,4,16,64] [--seconds 60]
 //        [--depth 6] [--width 256] [--dtype float32] [--ways sequential,together,bound]
 //        [--http-only|--engine-only]
@@ -37,6 +39,7 @@
 #include "nanochat/engine/scheduler.h"
 #include "nanochat/kernels/int8_linear.h"
 #include "nanochat/server.h"
+#include "peak_macs.h"
 #include "server_fixture.h"
 
 using namespace nanochat;
@@ -118,6 +121,23 @@ static void bench_linears(GPT& model, const std::string& dtype) {
     }
     std::printf("\n");
   }
+}
+
+// How far batching can go on this core: the bound's step does `requests` rows of multiply-adds;
+// at the peak rate of the instruction its weights' dtype uses, against one row's step as
+// measured, what would the ratio be?
+static void print_ceiling(const GPTConfig& cfg, const std::string& dtype, int requests, double seq, double bound,
+                          double tokens) {
+  const double fma = peak_macs::fp32_fma(), pairs = peak_macs::bf16_pairs(), quads = peak_macs::int8_quads();
+  // the rows kernel: fp32 rows (and bf16 rows without AVX512-BF16) run FMA, bf16 rows bf16 pairs
+  const double peak = dtype == "float32" || std::isnan(pairs) ? fma : pairs;
+  const double macs = (double)gpt_num_matmul_params(cfg) * tokens;  // the Linears' multiply-adds
+  std::printf("  one core's peak multiply-adds: fp32 FMA %.1f G/s, bf16 pairs %.1f G/s, int8 u8 x s8 quads %.1f G/s\n",
+              fma / 1e9, pairs / 1e9, quads / 1e9);
+  std::printf(
+      "  the bound's Linears: %.1f G multiply-adds/s, %.0f%% of the %.1f G/s its rows run at; at that peak with "
+      "nothing else in a step, %d rows together would be %.2fx one after another\n",
+      macs / bound / 1e9, 100 * macs / bound / peak, peak / 1e9, requests, seq / (macs / peak));
 }
 
 int main(int argc, char** argv) {
@@ -212,9 +232,10 @@ int main(int argc, char** argv) {
                   toks / batched);
     if (run_seq && run_together) std::printf("  speed-up: %.2fx (rounds:%s)\n", seq / batched, ratios.c_str());
     if (run_bound)
-      std::printf(
-          "  bound: one request of %d samples (Engine::generate, rows in step): %7.3f s  %8.1f tokens/s  (%.2fx)\n",
-          requests, uniform, toks / uniform, seq / uniform);
+      std::printf("  bound: one request of %d samples (Engine::generate, rows in step): %7.3f s  %8.1f tokens/s",
+                  requests, uniform, toks / uniform);
+    if (run_bound) std::printf(run_seq ? "  (%.2fx)\n" : "\n", seq / uniform);
+    if (run_seq && run_bound) print_ceiling(cfg, dtype, requests, seq, uniform, toks);
     std::fflush(stdout);
   }
   if (engine_only) return 0;

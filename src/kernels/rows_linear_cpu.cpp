@@ -56,12 +56,20 @@ inline void tile_sums(const __m512 (&acc)[R][kTileOut], const X* x, const W* con
   }
 }
 
+// the next block's weight rows `next` (or none) are prefetched as this tile goes along: the first
+// row tile of a block then reads its weights from cache, not from memory (a large model's do not
+// stay in cache from one step to the next)
+inline void prefetch_rows(const void* const* next, int64_t byte) {
+  for (int c = 0; c < kTileOut; c++) _mm_prefetch(static_cast<const char*>(next[c]) + byte, _MM_HINT_T0);
+}
+
 // sums (R, kTileOut) = x (R rows of `in`) . the kTileOut weight rows w[c]
 template <int R, typename W>
-void tile(const float* x, const W* const* w, int64_t in, float* sums) {
+void tile(const float* x, const W* const* w, int64_t in, float* sums, const void* const* next, int64_t next_width) {
   __m512 acc[R][kTileOut] = {};
   int64_t k = 0;
   for (; k + 16 <= in; k += 16) {
+    if (next) prefetch_rows(next, k * next_width);
     __m512 wv[kTileOut];
     for (int c = 0; c < kTileOut; c++) wv[c] = load16(w[c] + k);
     for (int r = 0; r < R; r++) {
@@ -76,10 +84,12 @@ void tile(const float* x, const W* const* w, int64_t in, float* sums) {
 #pragma GCC target("avx512bf16")
 // the same with bf16 rows and weights on AVX512-BF16: pairs multiplied at twice the fp32 rate
 template <int R>
-void tile(const at::BFloat16* x, const at::BFloat16* const* w, int64_t in, float* sums) {
+void tile(const at::BFloat16* x, const at::BFloat16* const* w, int64_t in, float* sums, const void* const* next,
+          int64_t next_width) {
   __m512 acc[R][kTileOut] = {};
   int64_t k = 0;
   for (; k + 32 <= in; k += 32) {
+    if (next) prefetch_rows(next, k * next_width);
     __m512bh wv[kTileOut];
     for (int c = 0; c < kTileOut; c++) wv[c] = (__m512bh)_mm512_loadu_si512(w[c] + k);
     for (int r = 0; r < R; r++) {
@@ -129,14 +139,17 @@ void rows_linear(const X* x, const W* w, const T* scale, T* y, int64_t rows, int
       float s[kTileOut] = {1.f, 1.f, 1.f, 1.f};
       if (scale)
         for (int c = 0; c < valid; c++) s[c] = (float)scale[n + c];
+      const void* next[kTileOut];  // the next block's rows, fetched during this block's first row tile
+      for (int c = 0; c < kTileOut; c++) next[c] = w + std::min<int64_t>(n + kTileOut + c, out - 1) * in;
       for (int64_t r0 = 0; r0 < rows; r0 += 4) {
         float sums[4 * kTileOut];
         const X* xr = x + r0 * in;
+        const void* const* fetch = r0 == 0 && b + 1 < b1 ? next : nullptr;
         switch (std::min<int64_t>(4, rows - r0)) {
-          case 1: tile<1>(xr, tw, in, sums); break;
-          case 2: tile<2>(xr, tw, in, sums); break;
-          case 3: tile<3>(xr, tw, in, sums); break;
-          default: tile<4>(xr, tw, in, sums); break;
+          case 1: tile<1>(xr, tw, in, sums, fetch, sizeof(W)); break;
+          case 2: tile<2>(xr, tw, in, sums, fetch, sizeof(W)); break;
+          case 3: tile<3>(xr, tw, in, sums, fetch, sizeof(W)); break;
+          default: tile<4>(xr, tw, in, sums, fetch, sizeof(W)); break;
         }
         for (int64_t r = r0; r < std::min<int64_t>(rows, r0 + 4); r++)
           for (int c = 0; c < valid; c++) y[r * out + n + c] = T(s[c] * sums[(r - r0) * kTileOut + c]);

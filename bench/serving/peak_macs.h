@@ -1,0 +1,71 @@
+// One core's peak multiply-add rate on AVX-512, for the ceiling of batching: 16 rows of a decode
+// step cost 16 rows of multiply-adds, so how much 16 chats together can gain over one at a time is
+// bounded by this rate against the bytes one row's step reads. Twelve independent accumulators
+// (more than any latency x throughput of these instructions) of fp32 FMA (16 products an
+// instruction), bf16 pairs (vdpbf16ps, 32) and u8 x s8 quads (vpdpbusd, 64); NAN where the CPU
+// lacks the instruction.
+#pragma once
+
+#include <immintrin.h>
+
+#include <chrono>
+#include <cmath>
+
+namespace peak_macs {
+
+constexpr int kAcc = 12;
+constexpr long kIters = 20'000'000;
+
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+__attribute__((target("avx512f"))) inline double fp32_fma() {
+  if (!__builtin_cpu_supports("avx512f")) return NAN;
+  __m512 acc[kAcc], a = _mm512_set1_ps(1e-9f), b = _mm512_set1_ps(1.f);
+  for (__m512& v : acc) v = _mm512_setzero_ps();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < kIters; i++) {
+    for (__m512& v : acc) v = _mm512_fmadd_ps(a, b, v);
+    __asm__ volatile("" : "+v"(a));  // a fresh operand each round: the loop is not folded
+  }
+  const double r = (double)kIters * kAcc * 16 / seconds_since(t0);
+  volatile float sink = _mm512_cvtss_f32(acc[0]);  // the sums are used
+  (void)sink;
+  return r;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) inline double bf16_pairs() {
+  if (!__builtin_cpu_supports("avx512bf16")) return NAN;
+  __m512 acc[kAcc];
+  __m512bh a = (__m512bh)_mm512_set1_epi16(0x3f80), b = a;  // bf16 1.0
+  for (__m512& v : acc) v = _mm512_setzero_ps();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < kIters; i++) {
+    for (__m512& v : acc) v = _mm512_dpbf16_ps(v, a, b);
+    __asm__ volatile("" : "+v"(a));
+  }
+  const double r = (double)kIters * kAcc * 32 / seconds_since(t0);
+  volatile float sink = _mm512_cvtss_f32(acc[0]);  // the sums are used
+  (void)sink;
+  return r;
+}
+
+__attribute__((target("avx512f,avx512vnni"))) inline double int8_quads() {
+  if (!__builtin_cpu_supports("avx512vnni")) return NAN;
+  __m512i acc[kAcc], a = _mm512_set1_epi8(1), b = a;
+  for (__m512i& v : acc) v = _mm512_setzero_si512();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (long i = 0; i < kIters; i++) {
+    for (__m512i& v : acc) v = _mm512_dpbusd_epi32(v, a, b);
+    __asm__ volatile("" : "+v"(a));
+  }
+  const double r = (double)kIters * kAcc * 64 / seconds_since(t0);
+  alignas(64) int lanes[16];
+  _mm512_store_si512(lanes, acc[0]);
+  volatile int sink = lanes[0];
+  (void)sink;
+  return r;
+}
+
+}  // namespace peak_macs
