@@ -59,10 +59,11 @@ TEST(Int8Quantize, EveryWeightWithinHalfAStep) {
 
 TEST(Int8Linear, WithinTheBoundDerivedFromTheQuantizationStep) {
   // rows up to 8 run our matvec (its AVX512 and AVX2 paths; rows of 4096 and more eight weight
-  // rows at a time, 21 = two such groups and a tail), up to 16 LibTorch's int8 one, more rows
-  // dequantize and run the GEMM: all checked
+  // rows at a time, 21 = two such groups and a tail), up to 16 LibTorch's int8 one or on AVX-512
+  // the rows kernel's tiles (to 64 bf16 rows with AVX512-BF16), more rows dequantize and run the
+  // GEMM: all checked
   for (bool avx512 : {true, false})
-    for (int64_t rows : {1, 3, 8, 16, 17, 40})
+    for (int64_t rows : {1, 3, 8, 16, 17, 40, 64, 65})
       for (auto [in, out] : {std::pair<int64_t, int64_t>{16, 1}, {128, 6}, {64, 65}, {256, 96}, {4096, 21}}) {
         Tensor w = test_weight(out, in, 10 + rows + in);
         auto [q, scale] = kernels_int8_quantize(w, torch::kBFloat16, "w");
@@ -84,9 +85,12 @@ TEST(Int8Linear, WithinTheBoundDerivedFromTheQuantizationStep) {
         EXPECT_TRUE((err <= bound).all().item<bool>())
             << (avx512 ? "avx512 " : "avx2 ") << rows << "x" << in << "->" << out << ": worst excess "
             << (err - bound).max().item<double>();
-        if (rows > 8) continue;
-        // our matvec against the exact product with q*s: its products are exact in fp32, so only
-        // the fp32 sums (in*2^-24), the scale's product (2^-24) and the bf16 output (2^-8) remain
+        const bool tiled = avx512 && kernels_rows_linear_supported() && rows >= 2 &&
+                           rows <= (__builtin_cpu_supports("avx512bf16") ? 64 : 16);
+        if (rows > 8 && !tiled) continue;
+        // our matvec and tiles against the exact product with q*s: their products are exact in
+        // fp32, so only the fp32 sums (in*2^-24), the scale's product (2^-24) and the bf16 output
+        // (2^-8) remain
         Tensor exact = at::matmul(x64, (q.to(torch::kFloat64) * s.unsqueeze(1)).t());
         Tensor tight = magnitude * ((double)(in + 1) * std::ldexp(1.0, -24)) * (1 + kBf16Unit) +
                        exact.abs() * kBf16Unit;

@@ -110,7 +110,7 @@ static void bench_linears(GPT& model, const std::string& dtype) {
     const auto dt = model->compute_dtype;
     torch::Tensor deq = l->int8() ? l->weight.to(dt).mul(l->scale.to(dt).unsqueeze(1)) : l->weight;
     std::printf("  %-10s %5lld -> %-5lld", name.c_str(), (long long)in, (long long)out);
-    for (int64_t rows : {1, 2, 4, 8, 12, 16, 32}) {
+    for (int64_t rows : {1, 2, 4, 8, 12, 16, 32, 64, 128}) {
       torch::Tensor x = torch::randn({rows, 1, in}).to(model->compute_dtype);
       const double a = median_us(200, [&] { l->forward(x); });
       const double b = median_us(200, [&] { at::linear(x, deq); });
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "weights: float32, bfloat16 or int8 (chat-web's --dtype)");
   app.add_option("--rounds", rounds, "in-process: interleaved rounds (the best of each way is reported)");
   app.add_option("--ways", ways, "in-process: which of sequential, together, bound run");
-  app.add_flag("--linears", linears, "time the model's Linears at 1 to 32 rows (then exit)");
+  app.add_flag("--linears", linears, "time the model's Linears at 1 to 128 rows (then exit)");
   app.add_flag("--http-only", http_only, "skip the in-process comparison");
   app.add_flag("--engine-only", engine_only, "skip the HTTP load");
   CLI11_PARSE(app, argc, argv);

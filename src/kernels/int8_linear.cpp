@@ -34,6 +34,10 @@ constexpr int64_t kBf16MaxRowsForMatvec = 8;
 
 // measured on AVX-512 (bench_cpu_dtypes): at 16 rows the int8 kernel still beats dequantize+GEMM
 constexpr int64_t kInt8MaxRowsForMatvec = 16;
+// bf16 rows on AVX512-BF16 (the tiles multiply bf16 pairs): up to 64 rows, a prompt's chunk, where
+// dequantizing the whole weight for the GEMM costs more than the GEMM (bench_serving --linears,
+// 768 wide, mlp.c_fc at 32 rows 1.0 against 1.5 ms, at 64 2.0 against 2.2; at 128 the GEMM wins)
+constexpr int64_t kInt8PairsMaxRowsForTiles = 64;
 
 // From 2 rows (a decode step of several chats) the tiles of rows_linear_cpu.cpp, on AVX-512: up
 // to 16 rows for fp32 (MKL's sgemm packs its operands every call: 0.6x to 0.95x its time at the
@@ -102,13 +106,15 @@ torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q
                                   bool allow_avx512) {
   check_int8_weight(q, scale, x.size(-1));
   const int64_t rows = x.numel() / std::max<int64_t>(1, x.size(-1));
-  if (!x.device().is_cpu() || rows > kInt8MaxRowsForMatvec || !kernels_int8_linear_supported(q.size(1)))
-    return kernels_int8_linear_reference(x, q, scale);
   const torch::ScalarType out_dtype = x.scalar_type();
-  const bool ours = q.is_contiguous() && kernels_enabled() && kernels_cpu_supported() &&
+  const bool ours = x.device().is_cpu() && q.is_contiguous() && kernels_enabled() && kernels_cpu_supported() &&
                     (out_dtype == torch::kFloat32 || out_dtype == torch::kBFloat16);
-  if (ours && rows >= kMinRowsForTiles && allow_avx512 && kernels_rows_linear_cpu_supported())
-    return kernels_rows_linear(x, q, scale);
+  const bool tiles = ours && allow_avx512 && kernels_rows_linear_cpu_supported();
+  const bool pairs = tiles && out_dtype == torch::kBFloat16 && kernels_rows_linear_cpu_bf16_pairs();
+  if (!x.device().is_cpu() || rows > (pairs ? kInt8PairsMaxRowsForTiles : kInt8MaxRowsForMatvec) ||
+      !kernels_int8_linear_supported(q.size(1)))
+    return kernels_int8_linear_reference(x, q, scale);
+  if (tiles && rows >= kMinRowsForTiles) return kernels_rows_linear(x, q, scale);
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = q.size(0);
   if (ours && rows <= kBf16MaxRowsForMatvec) {

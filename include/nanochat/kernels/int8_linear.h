@@ -21,9 +21,9 @@ std::pair<torch::Tensor, torch::Tensor> kernels_int8_quantize(const torch::Tenso
 // what this CPU offers the int8 and bf16 paths, one line for `doctor`: ATen's vector level and
 // the AVX-512 VNNI / BF16 / AVX2 flags, with the --dtype to pick
 std::string kernels_int8_cpu_report();
-// x (..., in) times (q*scale)^T: (..., out) in x's dtype (1 row: our matvec; 2 to 16 on AVX-512:
-// kernels_rows_linear; allow_avx512 false: the matvec's AVX2 path up to 8 rows, LibTorch's int8
-// one up to 16; more rows: the GEMM of the dequantized weight)
+// x (..., in) times (q*scale)^T: (..., out) in x's dtype (1 row: our matvec; 2 to 16 on AVX-512,
+// 2 to 64 bf16 rows on AVX512-BF16: kernels_rows_linear; allow_avx512 false: the matvec's AVX2
+// path up to 8 rows, LibTorch's int8 one up to 16; more rows: the GEMM of the dequantized weight)
 torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale,
                                   bool allow_avx512 = true);
 // the same through a dequantized weight (the batched path, and the tests' second opinion)
