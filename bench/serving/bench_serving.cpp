@@ -128,7 +128,12 @@ static void bench_linears(GPT& model, const std::string& dtype) {
 // measured, what would the ratio be?
 static void print_ceiling(const GPTConfig& cfg, const std::string& dtype, int requests, double seq, double bound,
                           double tokens) {
-  const double fma = peak_macs::fp32_fma(), pairs = peak_macs::bf16_pairs(), quads = peak_macs::int8_quads();
+  double fma = NAN, pairs = NAN, quads = NAN;  // the best of three: the clock moves (a shared machine)
+  for (int i = 0; i < 3; i++) {
+    fma = std::fmax(fma, peak_macs::fp32_fma());
+    pairs = std::fmax(pairs, peak_macs::bf16_pairs());
+    quads = std::fmax(quads, peak_macs::int8_quads());
+  }
   // the rows kernel: fp32 rows (and bf16 rows without AVX512-BF16) run FMA, bf16 rows bf16 pairs
   const double peak = dtype == "float32" || std::isnan(pairs) ? fma : pairs;
   const double macs = (double)gpt_num_matmul_params(cfg) * tokens;  // the Linears' multiply-adds
