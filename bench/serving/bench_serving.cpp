@@ -123,11 +123,12 @@ static void bench_linears(GPT& model, const std::string& dtype) {
   }
 }
 
-// How far batching can go on this core: the bound's step does `requests` rows of multiply-adds;
-// at the peak rate of the instruction its weights' dtype uses, against one row's step as
-// measured, what would the ratio be?
-static void print_ceiling(const GPTConfig& cfg, const std::string& dtype, int requests, double seq, double bound,
-                          double tokens) {
+// How far batching can go on this core: N rows of a step cost N rows of multiply-adds. At the peak
+// rate of the instruction the weights' dtype runs on, with nothing else in a step, how fast would
+// the bound's decode be, and `together` (each request's prompt prefilled too, as one at a time
+// does), against one after another as measured?
+static void print_ceiling(const GPTConfig& cfg, const std::string& dtype, int requests, int64_t prompt_tokens,
+                          int64_t max_tokens, double seq, double bound) {
   double fma = NAN, pairs = NAN, quads = NAN;  // the best of three: the clock moves (a shared machine)
   for (int i = 0; i < 3; i++) {
     fma = std::fmax(fma, peak_macs::fp32_fma());
@@ -136,13 +137,16 @@ static void print_ceiling(const GPTConfig& cfg, const std::string& dtype, int re
   }
   // the rows kernel: fp32 rows (and bf16 rows without AVX512-BF16) run FMA, bf16 rows bf16 pairs
   const double peak = dtype == "float32" || std::isnan(pairs) ? fma : pairs;
-  const double macs = (double)gpt_num_matmul_params(cfg) * tokens;  // the Linears' multiply-adds
+  const double per_token = (double)gpt_num_matmul_params(cfg);  // the Linears' multiply-adds
+  const double decode = per_token * requests * max_tokens, prompts = per_token * requests * prompt_tokens;
   std::printf("  one core's peak multiply-adds: fp32 FMA %.1f G/s, bf16 pairs %.1f G/s, int8 u8 x s8 quads %.1f G/s\n",
               fma / 1e9, pairs / 1e9, quads / 1e9);
+  std::printf("  the bound's Linears ran %.1f G multiply-adds/s, %.0f%% of the %.1f G/s its rows run at\n",
+              decode / bound / 1e9, 100 * decode / bound / peak, peak / 1e9);
   std::printf(
-      "  the bound's Linears: %.1f G multiply-adds/s, %.0f%% of the %.1f G/s its rows run at; at that peak with "
-      "nothing else in a step, %d rows together would be %.2fx one after another\n",
-      macs / bound / 1e9, 100 * macs / bound / peak, peak / 1e9, requests, seq / (macs / peak));
+      "  ceiling at that peak, nothing else in a step: the bound %.2fx, together (their %lld-token prompts too) "
+      "%.2fx one after another\n",
+      seq / (decode / peak), (long long)prompt_tokens, seq / ((decode + prompts) / peak));
 }
 
 int main(int argc, char** argv) {
@@ -240,7 +244,8 @@ int main(int argc, char** argv) {
       std::printf("  bound: one request of %d samples (Engine::generate, rows in step): %7.3f s  %8.1f tokens/s",
                   requests, uniform, toks / uniform);
     if (run_bound) std::printf(run_seq ? "  (%.2fx)\n" : "\n", seq / uniform);
-    if (run_seq && run_bound) print_ceiling(cfg, dtype, requests, seq, uniform, toks);
+    if (run_seq && run_bound)
+      print_ceiling(cfg, dtype, requests, (int64_t)prompt.size(), max_tokens, seq, uniform);
     std::fflush(stdout);
   }
   if (engine_only) return 0;
