@@ -244,8 +244,7 @@ int main(int argc, char** argv) {
       std::printf("  bound: one request of %d samples (Engine::generate, rows in step): %7.3f s  %8.1f tokens/s",
                   requests, uniform, toks / uniform);
     if (run_bound) std::printf(run_seq ? "  (%.2fx)\n" : "\n", seq / uniform);
-    if (run_seq && run_bound)
-      print_ceiling(cfg, dtype, requests, (int64_t)prompt.size(), max_tokens, seq, uniform);
+    if (run_seq && run_bound) print_ceiling(cfg, dtype, requests, (int64_t)prompt.size(), max_tokens, seq, uniform);
     std::fflush(stdout);
   }
   if (engine_only) return 0;

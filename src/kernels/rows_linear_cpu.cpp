@@ -104,9 +104,10 @@ void tile(const at::BFloat16* x, const at::BFloat16* const* w, int64_t in, float
 inline void widen_to_bf16(const int8_t* q, at::BFloat16* out, int64_t n) {
   int64_t k = 0;
   for (; k + 32 <= n; k += 32) {
-    const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k))));
-    const __m512 hi =
-        _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k + 16))));
+    const __m512 lo = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k))));
+    const __m512 hi = _mm512_cvtepi32_ps(
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + k + 16))));
     _mm512_storeu_si512(out + k, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
   }
   for (; k < n; k++) out[k] = at::BFloat16((float)q[k]);
@@ -134,7 +135,8 @@ void rows_linear(const X* x, const W* w, const T* scale, T* y, int64_t rows, int
       } else {
         thread_local std::vector<TileW> panel;
         panel.resize(kTileOut * in);
-        for (int c = 0; c < kTileOut; c++) widen_to_bf16(wr[c], panel.data() + c * in, in), tw[c] = panel.data() + c * in;
+        for (int c = 0; c < kTileOut; c++)
+          widen_to_bf16(wr[c], panel.data() + c * in, in), tw[c] = panel.data() + c * in;
       }
       float s[kTileOut] = {1.f, 1.f, 1.f, 1.f};
       if (scale)
