@@ -26,11 +26,14 @@ __attribute__((target("avx512f"))) inline double fp32_fma() {
   for (__m512& v : acc) v = _mm512_setzero_ps();
   const auto t0 = std::chrono::steady_clock::now();
   for (long i = 0; i < kIters; i++) {
+#pragma GCC unroll 12  // the accumulators then live in registers, not in memory
     for (__m512& v : acc) v = _mm512_fmadd_ps(a, b, v);
     __asm__ volatile("" : "+v"(a));  // a fresh operand each round: the loop is not folded
   }
   const double r = (double)kIters * kAcc * 16 / seconds_since(t0);
-  volatile float sink = _mm512_cvtss_f32(acc[0]);  // the sums are used
+  __m512 all = _mm512_setzero_ps();  // every sum is used: none of the chains is dropped
+  for (const __m512& v : acc) all = _mm512_add_ps(all, v);
+  volatile float sink = _mm512_cvtss_f32(all);
   (void)sink;
   return r;
 }
@@ -42,11 +45,14 @@ __attribute__((target("avx512f,avx512bf16"))) inline double bf16_pairs() {
   for (__m512& v : acc) v = _mm512_setzero_ps();
   const auto t0 = std::chrono::steady_clock::now();
   for (long i = 0; i < kIters; i++) {
+#pragma GCC unroll 12  // the accumulators then live in registers, not in memory
     for (__m512& v : acc) v = _mm512_dpbf16_ps(v, a, b);
     __asm__ volatile("" : "+v"(a));
   }
   const double r = (double)kIters * kAcc * 32 / seconds_since(t0);
-  volatile float sink = _mm512_cvtss_f32(acc[0]);  // the sums are used
+  __m512 all = _mm512_setzero_ps();  // every sum is used: none of the chains is dropped
+  for (const __m512& v : acc) all = _mm512_add_ps(all, v);
+  volatile float sink = _mm512_cvtss_f32(all);
   (void)sink;
   return r;
 }
@@ -57,12 +63,15 @@ __attribute__((target("avx512f,avx512vnni"))) inline double int8_quads() {
   for (__m512i& v : acc) v = _mm512_setzero_si512();
   const auto t0 = std::chrono::steady_clock::now();
   for (long i = 0; i < kIters; i++) {
+#pragma GCC unroll 12  // the accumulators then live in registers, not in memory
     for (__m512i& v : acc) v = _mm512_dpbusd_epi32(v, a, b);
     __asm__ volatile("" : "+v"(a));
   }
   const double r = (double)kIters * kAcc * 64 / seconds_since(t0);
+  __m512i all = _mm512_setzero_si512();
+  for (const __m512i& v : acc) all = _mm512_add_epi32(all, v);
   alignas(64) int lanes[16];
-  _mm512_store_si512(lanes, acc[0]);
+  _mm512_store_si512(lanes, all);
   volatile int sink = lanes[0];
   (void)sink;
   return r;

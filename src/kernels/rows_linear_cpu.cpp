@@ -63,9 +63,11 @@ inline void prefetch_rows(const void* const* next, int64_t byte) {
   for (int c = 0; c < kTileOut; c++) _mm_prefetch(static_cast<const char*>(next[c]) + byte, _MM_HINT_T0);
 }
 
-// sums (R, kTileOut) = x (R rows of `in`) . the kTileOut weight rows w[c]
+// sums (R, kTileOut) = x (R rows of `in`) . the kTileOut weight rows w[c]. Not inlined: inlined
+// into the block loop, GCC stored the 16 sums to the stack on every step (twice the time)
 template <int R, typename W>
-void tile(const float* x, const W* const* w, int64_t in, float* sums, const void* const* next, int64_t next_width) {
+__attribute__((noinline)) void tile(const float* x, const W* const* w, int64_t in, float* sums, const void* const* next,
+                                    int64_t next_width) {
   __m512 acc[R][kTileOut] = {};
   int64_t k = 0;
   for (; k + 16 <= in; k += 16) {
@@ -84,8 +86,8 @@ void tile(const float* x, const W* const* w, int64_t in, float* sums, const void
 #pragma GCC target("avx512bf16")
 // the same with bf16 rows and weights on AVX512-BF16: pairs multiplied at twice the fp32 rate
 template <int R>
-void tile(const at::BFloat16* x, const at::BFloat16* const* w, int64_t in, float* sums, const void* const* next,
-          int64_t next_width) {
+__attribute__((noinline)) void tile(const at::BFloat16* x, const at::BFloat16* const* w, int64_t in, float* sums,
+                                    const void* const* next, int64_t next_width) {
   __m512 acc[R][kTileOut] = {};
   int64_t k = 0;
   for (; k + 32 <= in; k += 32) {
@@ -113,7 +115,29 @@ inline void widen_to_bf16(const int8_t* q, at::BFloat16* out, int64_t n) {
   for (; k < n; k++) out[k] = at::BFloat16((float)q[k]);
 }
 
+#pragma GCC push_options
+#pragma GCC target("avx512vl")
+// 4 outputs rounded to bf16 (nearest even) at once
+inline void store4(at::BFloat16* y, __m128 v) {
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(y), (__m128i)_mm_cvtneps_pbh(v));
+}
 #pragma GCC pop_options
+
+#pragma GCC pop_options
+
+// a row's kTileOut outputs from its tile's sums: scale * sum in fp32, stored in y's dtype; a
+// whole block in one vector (bf16 outputs so only where the rows are bf16, i.e. on AVX512-BF16),
+// a last, partial one output by output. One by one, the rounding of 16 outputs a tile cost
+// as much as the tile's products at 256 wide.
+template <typename T, typename X>
+inline void store_outputs(T* y, const float* sums, const float* s, int64_t valid) {
+  if (valid == kTileOut) {
+    const __m128 v = _mm_mul_ps(_mm_loadu_ps(sums), _mm_loadu_ps(s));
+    if constexpr (std::is_same_v<T, float>) return _mm_storeu_ps(y, v);
+    if constexpr (std::is_same_v<T, at::BFloat16> && std::is_same_v<X, at::BFloat16>) return store4(y, v);
+  }
+  for (int c = 0; c < valid; c++) y[c] = T(s[c] * sums[c]);
+}
 
 // X: fp32 rows (any weight), or bf16 rows with bf16 or int8 weights (the AVX512-BF16 tile)
 template <typename T, typename W, typename X>
@@ -154,7 +178,7 @@ void rows_linear(const X* x, const W* w, const T* scale, T* y, int64_t rows, int
           default: tile<4>(xr, tw, in, sums, fetch, sizeof(W)); break;
         }
         for (int64_t r = r0; r < std::min<int64_t>(rows, r0 + 4); r++)
-          for (int c = 0; c < valid; c++) y[r * out + n + c] = T(s[c] * sums[(r - r0) * kTileOut + c]);
+          store_outputs<T, X>(y + r * out + n, sums + (r - r0) * kTileOut, s, valid);
       }
     }
   });
