@@ -11,7 +11,7 @@
 //     up at once, each level run on one right after the other.
 // --dtype float32|bfloat16|int8 runs both sides with those weights (chat-web's --dtype);
 // --ways picks which of the in-process ways run (one at a time under `perf record`); --linears
-// times the model's Linears at 1 to 32 rows. NANOCHAT_BENCH_BIN names the chat-web binary. With
+// times the model's Linears at 1 to 128 rows. NANOCHAT_BENCH_BIN names the chat-web binary. With
 // both ways and the bound, the ceiling: one core's peak multiply-add rate (peak_macs.h) and the
 // ratio the bound's rows would reach at it.
 // usage: bench_serving [--requests 16] [--max-tokens 64] [--clients 1,4,16,64] [--seconds 60]
@@ -95,7 +95,7 @@ static double median_us(int reps, F&& f) {
   return t[t.size() / 2];
 }
 
-// --linears: the model's Linear shapes at 1 to 32 rows, the way the model runs them (Linear's
+// --linears: the model's Linear shapes at 1 to 128 rows, the way the model runs them (Linear's
 // forward), ATen's at::linear of the same weight, and our few-rows kernel
 static void bench_linears(GPT& model, const std::string& dtype) {
   torch::NoGradGuard ng;
