@@ -118,12 +118,7 @@ void values_avx2(const float* p, int64_t nq, int64_t per_head, const T* v, int64
 // ---- AVX-512F -------------------------------------------------------------------------------
 
 __attribute__((target("avx512f"))) inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-__attribute__((target("avx512f"))) inline __m512 load16(const bf16* p) {
-  // (the maskz forms: GCC 12 warns of an uninitialised operand inside the unmasked ones)
-  const __mmask16 all = 0xFFFF;
-  const __m512i wide = _mm512_maskz_cvtepu16_epi32(all, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-  return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(all, wide, 16));
-}
+__attribute__((target("avx512f"))) inline __m512 load16(const bf16* p) { return widen16_bf16(p); }
 
 template <typename T>
 __attribute__((target("avx512f"))) float dot_avx512(const float* q, const T* k, int64_t D) {

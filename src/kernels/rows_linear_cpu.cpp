@@ -1,4 +1,5 @@
-// A few rows times a weight on the CPU (the decode step of a batch of chats: 2 to 16 rows),
+// A few rows times a weight on the CPU (the decode step of a batch of chats: 2 to 16 rows; int8
+// weights with bf16 rows also a prompt's chunk, up to 64),
 // y = x @ w^T, times a scale per output for int8 weights. MKL's sgemm packs its operands on every
 // call, which at 16 rows and 256-wide layers cost more than the products (perf: its copy routine
 // 30% of a 16-row step, its kernel 17%); oneDNN's bf16 GEMM sets itself up on every call; and the
@@ -27,10 +28,7 @@ constexpr int kTileOut = 4;
 
 // 16 weights of one row from `p`, as fp32
 inline __m512 load16(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load16(const at::BFloat16* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
+inline __m512 load16(const at::BFloat16* p) { return widen16_bf16(p); }
 inline __m512 load16(const int8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
