@@ -106,6 +106,32 @@ TEST(Scheduler, GreedyAloneOrBatchedEqualsEngine) {
   EXPECT_GT(st.decode_rows, st.decode_steps) << "some steps decoded several rows";
 }
 
+TEST(Scheduler, FreshPromptsWaitingTogetherGoInOneForward) {
+  // A holds every row; three fresh prompts of 5, 9 and 7 tokens queue behind it and are
+  // admitted at the step its rows come free: one forward puts all three in, padded to 9
+  // tokens, and each reply is still the one Engine::generate gives that prompt alone
+  auto engine = tiny_engine();
+  SchedulerOptions so;
+  so.max_batch = 3;
+  Scheduler s(engine, so);
+  GenerateOptions a_opt = greedy_unstopped(30);
+  a_opt.num_samples = 3;
+  auto a = s.submit(prompt_of(0, 4), a_opt);
+  ASSERT_TRUE(s.wait_admitted(*a));
+  std::vector<std::vector<int32_t>> prompts = {prompt_of(1, 5), prompt_of(2, 9), prompt_of(3, 7)};
+  std::vector<std::shared_ptr<Scheduler::Ticket>> waiting;
+  for (auto& p : prompts) waiting.push_back(s.submit(p, greedy_unstopped(6 + (int64_t)p.size())));
+  EXPECT_EQ(s.run(*a).tokens, engine->generate(prompt_of(0, 4), a_opt).tokens);
+  std::vector<GenerateResult> got(prompts.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < prompts.size(); i++) threads.emplace_back([&, i] { got[i] = s.run(*waiting[i]); });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < prompts.size(); i++)
+    EXPECT_EQ(got[i].tokens, engine->generate(prompts[i], greedy_unstopped(6 + (int64_t)prompts[i].size())).tokens)
+        << "prompt " << i;
+  EXPECT_EQ(settled(s).prefill_forwards, 2) << "A's prompt, then the three waiting ones in one forward";
+}
+
 TEST(Scheduler, GreedyBatchedEqualsEngineWithInferenceWeights) {
   // fp32 weights prepared for inference (no gradients): a decode step of 2 to 16 rows runs the
   // few-rows kernel, one row ATen's matvec; 8 requests at once give one request's tokens

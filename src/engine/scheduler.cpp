@@ -177,6 +177,11 @@ struct Scheduler::Impl {
     decoding.push_back(r);
   }
 
+  void count_prefill_forward() {
+    std::lock_guard<std::mutex> lock(mu);
+    st.prefill_forwards++;
+  }
+
   // up to `budget` more prompt tokens of r; returns how many
   int64_t prefill_chunk(std::shared_ptr<Request> r, int64_t budget) {  // a copy: it leaves `prefilling`
     const int64_t T = (int64_t)r->prompt.size(), s0 = r->slot[0];
@@ -187,11 +192,57 @@ struct Scheduler::Impl {
     r->need_prev = false;
     std::vector<int64_t> chunk(r->prompt.begin() + r->prefilled, r->prompt.begin() + r->prefilled + c);
     torch::Tensor lg = model.forward(ids(chunk, 1), view);
+    count_prefill_forward();
     kv.store_prev(s0, view.prev_embedding);
     r->prefilled += c;
     kv.slots[s0].pos = r->prefilled;
     if (r->prefilled == T) join_batch(r, lg.select(1, c - 1));
     return c;
+  }
+
+  // Fresh prompts at the front of `prefilling` (none of their KV reused) that fit the budget
+  // whole go in one forward: their first rows moved next to the live ones (slots live..live+n-1),
+  // each padded to the longest with its last token. Padding sits after a prompt's own positions,
+  // so causal attention keeps it out of them, and its KV is overwritten by decode (a row reads
+  // only its first pos keys). At most a third of the forward's tokens are padding. Returns the
+  // tokens the forward ran (0: fewer than two such prompts; they go one by one).
+  int64_t prefill_together(int64_t budget) {
+    std::vector<std::shared_ptr<Request>> batch;
+    int64_t longest = 0, real = 0;
+    for (const auto& r : prefilling) {
+      const int64_t T = (int64_t)r->prompt.size(), L = std::max(longest, T);
+      const int64_t padded = L * (int64_t)(batch.size() + 1);
+      const bool same_length = L == T && L == longest;
+      if (r->prefilled > 0 || padded > budget || 2 * padded > 3 * (real + T) ||
+          (!model.embed && !same_length && !batch.empty()))
+        break;
+      batch.push_back(r);
+      longest = L;
+      real += T;
+    }
+    const int64_t n = (int64_t)batch.size(), first = kv.live;
+    if (n < 2) return 0;
+    std::vector<int64_t> ids_padded, last(n);
+    for (int64_t i = 0; i < n; i++) {
+      kv.swap(batch[i]->slot[0], first + i);
+      const std::vector<int32_t>& p = batch[i]->prompt;
+      ids_padded.insert(ids_padded.end(), p.begin(), p.end());
+      ids_padded.insert(ids_padded.end(), longest - (int64_t)p.size(), p.back());
+      last[i] = p.back();
+    }
+    KVCache view = kv.pool.view_rows(first, n, 0);
+    torch::Tensor lg = model.forward(ids(ids_padded, n), view);  // (n, longest, V)
+    // the smear's input after each prompt: its last token's (the forward's is the padding's)
+    kv.store_prev(first, model.embed ? model.embed(ids(last, n)) : view.prev_embedding);
+    for (int64_t i = 0; i < n; i++) {
+      const int64_t T = (int64_t)batch[i]->prompt.size();
+      batch[i]->prefilled = T;
+      kv.slots[first + i].pos = T;
+    }
+    for (int64_t i = 0; i < n; i++)
+      join_batch(batch[i], lg.select(0, i).select(0, (int64_t)batch[i]->prompt.size() - 1).unsqueeze(0));
+    count_prefill_forward();
+    return longest * n;
   }
 
   // samples every live row (one pass, one read-back) and hands out the columns
@@ -364,9 +415,15 @@ struct Scheduler::Impl {
       try {
         drop_cancelled_waiting();
         // prompts go in, oldest first, up to prefill_chunk tokens per step: many short
-        // prompts join together, a long one is spread over several steps
-        for (int64_t budget = opt.prefill_chunk; budget > 0 && !prefilling.empty();)
-          budget -= prefill_chunk(prefilling.front(), budget);
+        // prompts join together (fresh ones in one forward), a long one is spread over several steps
+        for (int64_t budget = opt.prefill_chunk, used = 0; budget > 0 && !prefilling.empty(); budget -= used) {
+          used = prefill_together(budget);
+          if (used > 0) continue;
+          // a prompt that fits one step whole waits for the next rather than split
+          const int64_t rest = (int64_t)prefilling.front()->prompt.size() - prefilling.front()->prefilled;
+          if (rest > budget && rest <= opt.prefill_chunk) break;
+          used = prefill_chunk(prefilling.front(), budget);
+        }
         if (kv.live > 0) sample_step();
         if (kv.live > 0) decode_forward();
       } catch (const std::exception& e) {

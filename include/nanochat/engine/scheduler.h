@@ -12,7 +12,8 @@
 //    it holds its share of the rows. Between two decode steps at most prefill_chunk prompt
 //    tokens are prefilled, oldest request first (many short prompts join in one step, a long
 //    one is spread over several, delaying the others by one chunk at a time), into one row,
-//    copied to the request's other rows, and then the rows join the batch.
+//    copied to the request's other rows, and then the rows join the batch. Fresh prompts (no
+//    KV reused) that arrive together go in one forward, padded to the longest.
 //  - Each request samples with its own generator (seeded from its options) over its own rows
 //    only, so a seeded request gives the same tokens whatever else runs (up to the float
 //    rounding of a batched matmul); rows keep their own stop tokens, budget, calculator state.
@@ -64,6 +65,7 @@ struct SchedulerStats {
   int64_t kv_bytes = 0;                          // the pool's memory
   int64_t decode_steps = 0;                      // batched forward passes of one token per row
   int64_t decode_rows = 0;                       // rows summed over those steps (occupancy = rows / steps / rows_total)
+  int64_t prefill_forwards = 0;                  // forwards that put prompt tokens in (fresh prompts share one)
   int64_t tokens = 0;                            // tokens generated
   int64_t prompt_tokens = 0, cached_tokens = 0;  // prompt positions asked for, and reused
   double tokens_per_s = 0;                       // over the last 10 s
