@@ -204,36 +204,32 @@ struct Scheduler::Impl {
   // whole go in one forward: their first rows moved next to the live ones (slots live..live+n-1),
   // each padded to the longest with its last token. Padding sits after a prompt's own positions,
   // so causal attention keeps it out of them, and its KV is overwritten by decode (a row reads
-  // only its first pos keys). At most a third of the forward's tokens are padding. Returns the
-  // tokens the forward ran (0: fewer than two such prompts; they go one by one).
+  // only its first pos keys); the smear's input the forward leaves (the last position's
+  // embedding) is the last token's. At most a third of the forward's tokens are padding.
+  // Returns the tokens the forward ran (0: fewer than two such prompts; they go one by one).
   int64_t prefill_together(int64_t budget) {
     std::vector<std::shared_ptr<Request>> batch;
     int64_t longest = 0, real = 0;
     for (const auto& r : prefilling) {
       const int64_t T = (int64_t)r->prompt.size(), L = std::max(longest, T);
       const int64_t padded = L * (int64_t)(batch.size() + 1);
-      const bool same_length = L == T && L == longest;
-      if (r->prefilled > 0 || padded > budget || 2 * padded > 3 * (real + T) ||
-          (!model.embed && !same_length && !batch.empty()))
-        break;
+      if (r->prefilled > 0 || padded > budget || 2 * padded > 3 * (real + T)) break;
       batch.push_back(r);
       longest = L;
       real += T;
     }
     const int64_t n = (int64_t)batch.size(), first = kv.live;
     if (n < 2) return 0;
-    std::vector<int64_t> ids_padded, last(n);
+    std::vector<int64_t> ids_padded;
     for (int64_t i = 0; i < n; i++) {
       kv.swap(batch[i]->slot[0], first + i);
       const std::vector<int32_t>& p = batch[i]->prompt;
       ids_padded.insert(ids_padded.end(), p.begin(), p.end());
       ids_padded.insert(ids_padded.end(), longest - (int64_t)p.size(), p.back());
-      last[i] = p.back();
     }
     KVCache view = kv.pool.view_rows(first, n, 0);
     torch::Tensor lg = model.forward(ids(ids_padded, n), view);  // (n, longest, V)
-    // the smear's input after each prompt: its last token's (the forward's is the padding's)
-    kv.store_prev(first, model.embed ? model.embed(ids(last, n)) : view.prev_embedding);
+    kv.store_prev(first, view.prev_embedding);
     for (int64_t i = 0; i < n; i++) {
       const int64_t T = (int64_t)batch[i]->prompt.size();
       batch[i]->prefilled = T;
