@@ -11,9 +11,10 @@
 //     up at once, each level run on one right after the other.
 // --dtype float32|bfloat16|int8 runs both sides with those weights (chat-web's --dtype);
 // --ways picks which of the in-process ways run (one at a time under `perf record`); --linears
-// times the model's Linears at 1 to 128 rows. NANOCHAT_BENCH_BIN names the chat-web binary. With
-// both ways and the bound, the ceiling: one core's peak multiply-add rate (peak_macs.h) and the
-// ratio the bound's rows would reach at it.
+// times the model's Linears at 1 to 128 rows, then a step's all in order. NANOCHAT_BENCH_BIN
+// names the chat-web binary. With both ways and the bound, the ceiling: one core's peak
+// multiply-add rate (peak_macs.h) and the ratio the bound's rows would reach at it. The
+// together way also prints how many forwards its prompts went in and its rows per step.
 // usage: bench_serving [--requests 16] [--max-tokens 64] [--clients 1,4,16,64] [--seconds 60]
 //        [--depth 6] [--width 256] [--dtype float32] [--ways sequential,together,bound]
 //        [--http-only|--engine-only]
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <thread>
@@ -121,6 +123,22 @@ static void bench_linears(GPT& model, const std::string& dtype) {
     }
     std::printf("\n");
   }
+  // a step's Linears one after another, every block's then lm_head's: their weights come from
+  // L3 or memory, as in a decode step, where a Linear timed on its own above stays in L2
+  std::vector<Linear> step;
+  for (auto& b : model->blocks)
+    for (Linear l : {b->attn->c_q, b->attn->c_k, b->attn->c_v, b->attn->c_proj, b->mlp->c_fc, b->mlp->c_proj})
+      step.push_back(l);
+  step.push_back(model->lm_head);
+  for (int64_t rows : {1, 4, 16}) {
+    std::map<int64_t, torch::Tensor> x;  // an input per width (n_embd, 4 n_embd)
+    for (auto& l : step)
+      x.emplace(l->weight.size(1), torch::randn({rows, 1, l->weight.size(1)}).to(model->compute_dtype));
+    const double us = median_us(200, [&] {
+      for (auto& l : step) l->forward(x.at(l->weight.size(1)));
+    });
+    std::printf("  a step's %zu Linears one after another, %lld rows: %.1f us\n", step.size(), (long long)rows, us);
+  }
 }
 
 // How far batching can go on this core: N rows of a step cost N rows of multiply-adds. At the peak
@@ -212,6 +230,7 @@ int main(int argc, char** argv) {
     if (run_seq) engine->generate(prompt, o);  // warm-up
     if (run_together) sched.generate(prompt, o);
     if (run_bound) engine->generate(prompt, rows);
+    const SchedulerStats warm = sched.stats();  // the rounds' own counts: less the warm-up's
     double seq = 1e30, batched = 1e30, uniform = 1e30;
     std::string ratios;
     for (int round = 0; round < rounds; round++) {
@@ -239,6 +258,13 @@ int main(int argc, char** argv) {
     if (run_together)
       std::printf("  together (Scheduler, max_batch %d):  %7.3f s  %8.1f tokens/s\n", requests, batched,
                   toks / batched);
+    if (run_together) {
+      const SchedulerStats st = sched.stats();
+      const int64_t forwards = st.prefill_forwards - warm.prefill_forwards, steps = st.decode_steps - warm.decode_steps;
+      std::printf("    its prompts went in %lld forwards, %.1f prompts each; %.1f rows a decode step\n",
+                  (long long)forwards, (double)(rounds * requests) / (double)std::max<int64_t>(1, forwards),
+                  (double)(st.decode_rows - warm.decode_rows) / (double)std::max<int64_t>(1, steps));
+    }
     if (run_seq && run_together) std::printf("  speed-up: %.2fx (rounds:%s)\n", seq / batched, ratios.c_str());
     if (run_bound)
       std::printf("  bound: one request of %d samples (Engine::generate, rows in step): %7.3f s  %8.1f tokens/s",
