@@ -87,6 +87,38 @@ TEST(Engine, GreedyEqualsNaiveGenerate) {
   }
 }
 
+TEST(Engine, ForwardLastIsForwardsLogitsAtThosePositions) {
+  // a prompt's forward through forward_last: the lm_head of each row's one position, the same
+  // cache after it. Against forward's logits at those positions: the lm_head's sums of C fp32
+  // products in another order (1 row against 3*7), each within C * 2^-24 * sum |h||w| of the
+  // exact sum, twice; the softcap's slope is at most 1
+  GPT model = tiny_model();
+  const EngineModel em = engine_model_from_gpt(model);
+  torch::NoGradGuard ng;
+  const torch::Tensor ids = torch::randint(0, 300, {3, 7}, torch::kLong);
+  const std::vector<int64_t> last = {6, 2, 4};
+  KVCache full_cache = em.make_cache(3, 16), last_cache = em.make_cache(3, 16);
+  const torch::Tensor full = em.forward(ids, full_cache);  // (3,7,V)
+  const torch::Tensor got = em.forward_last(ids, last_cache, last);
+  ASSERT_EQ(got.sizes(), torch::IntArrayRef({3, full.size(2)}));
+  EXPECT_EQ(last_cache.get_pos(), full_cache.get_pos());
+  EXPECT_TRUE(torch::equal(last_cache.k_cache, full_cache.k_cache)) << "the same KV";
+  const torch::Tensor h = model->hidden(ids).abs();  // (3,7,C)
+  const torch::Tensor w = model->lm_head->weight.abs().narrow(0, 0, full.size(2));
+  const int64_t C = h.size(2);
+  for (int64_t b = 0; b < 3; b++) {
+    const torch::Tensor bound = 2.0 * C * std::ldexp(1.0, -24) * at::matmul(h[b][last[b]], w.t()) + 1e-30;
+    const double excess = ((got[b] - full[b][last[b]]).abs() / bound).max().item<double>();
+    EXPECT_LE(excess, 1.0) << "row " << b;
+  }
+  EngineModel picked = em;  // without forward_last: forward's logits, picked
+  picked.forward_last = nullptr;
+  KVCache picked_cache = em.make_cache(3, 16);
+  EXPECT_TRUE(torch::equal(engine_forward_last(picked, ids, picked_cache, last),
+                           full.index({torch::arange(3), torch::tensor(last)})));
+  EXPECT_THROW(engine_forward_last(em, ids, picked_cache, {1}), Error) << "one position per row";
+}
+
 TEST(Engine, OneSampleDrawsLikeNaiveGenerateWithTheSameSeed) {
   // same generator, same number of draws per step, same distribution: the same tokens
   GPT model = tiny_model();
@@ -142,6 +174,11 @@ TEST(Engine, DroppedRowsKeepTheirOwnCache) {
   em.forward = [&](const torch::Tensor& ids, KVCache& cache) {
     sizes.push_back(ids.size(0));
     return inner(ids, cache);
+  };
+  auto inner_last = em.forward_last;  // the prompt's forward
+  em.forward_last = [&](const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& last) {
+    sizes.push_back(ids.size(0));
+    return inner_last(ids, cache, last);
   };
   Engine engine(em, byte_tokenizer());
   GenerateOptions opt;

@@ -215,6 +215,12 @@ std::string greedy_report() {
     if (*record) logits->push_back(l.select(1, -1).to(torch::kFloat32).contiguous());
     return l;
   };
+  auto forward_last = m.forward_last;  // the prompts' forwards
+  m.forward_last = [forward_last, logits, record](const Tensor& ids, KVCache& cache, const std::vector<int64_t>& last) {
+    Tensor l = forward_last(ids, cache, last);
+    if (*record) logits->push_back(l.to(torch::kFloat32).contiguous());
+    return l;
+  };
   auto engine = std::make_shared<Engine>(m, byte_tokenizer());
   GenerateOptions opt;
   opt.num_samples = 2;

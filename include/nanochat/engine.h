@@ -29,6 +29,10 @@ class GPT;  // nanochat/gpt.h: only what builds an Engine from a model needs the
 struct EngineModel {
   // ids (B,T) int64 -> logits (B,T,V) float; continues at cache.get_pos(), advances it by T
   std::function<torch::Tensor(const torch::Tensor& ids, KVCache& cache)> forward;
+  // forward, but only the logits (B,V) of row b's position last[b]: a prompt's forward needs one
+  // position's, and lm_head over every position costs a vocabulary-wide product and (T,V) of
+  // memory per prompt token. Optional: engine_forward_last picks them from forward's without it.
+  std::function<torch::Tensor(const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& last)> forward_last;
   // an empty cache of `batch` rows and `max_len` positions
   std::function<KVCache(int64_t batch, int64_t max_len)> make_cache;
   // ids (B,T) -> what KVCache::prev_embedding holds after them (B,T,C): the smear's input.
@@ -39,6 +43,9 @@ struct EngineModel {
   torch::Device device = torch::kCPU;
 };
 EngineModel engine_model_from_gpt(GPT model);
+// model.forward_last, or forward's logits at those positions: (B,V)
+torch::Tensor engine_forward_last(const EngineModel& model, const torch::Tensor& ids, KVCache& cache,
+                                  const std::vector<int64_t>& last);
 
 // One request's rows in a sampling step: which rows of the logits are its, how it samples, and
 // its generator (each request draws from its own stream, so a seeded request gets the same

@@ -146,6 +146,8 @@ struct GPTImpl : torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& idx, KVCache* kv_cache = nullptr);
   // the final normed hidden states (B,T,C) in the compute dtype: forward without lm_head
   torch::Tensor hidden(const torch::Tensor& idx, KVCache* kv_cache = nullptr);
+  // forward's logits from hidden states (..., C): lm_head, the vocab's columns, fp32, softcap
+  torch::Tensor logits(const torch::Tensor& h);
 
   void compute_rotary();  // cos/sin (1, 10*sequence_len, 1, hd/2) in the compute dtype
   torch::Device device() const { return cos.device(); }

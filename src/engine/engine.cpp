@@ -17,6 +17,11 @@ namespace nanochat {
 EngineModel engine_model_from_gpt(GPT model) {
   EngineModel m;
   m.forward = [model](const torch::Tensor& ids, KVCache& cache) mutable { return model->forward(ids, &cache); };
+  m.forward_last = [model](const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& last) mutable {
+    const torch::Tensor h = model->hidden(ids, &cache);  // (B,T,C)
+    const auto rows = torch::arange(h.size(0), torch::TensorOptions(torch::kLong).device(h.device()));
+    return model->logits(h.index({rows, torch::tensor(last, torch::kLong).to(h.device())}));
+  };
   m.make_cache = [model](int64_t batch, int64_t max_len) { return model->make_kv_cache(batch, max_len); };
   m.embed = [model](const torch::Tensor& ids) mutable {
     return gpt_rms_norm(model->wte(ids).to(model->compute_dtype));
@@ -25,6 +30,16 @@ EngineModel engine_model_from_gpt(GPT model) {
   m.max_positions = model->cos.size(1);
   m.device = model->device();
   return m;
+}
+
+torch::Tensor engine_forward_last(const EngineModel& model, const torch::Tensor& ids, KVCache& cache,
+                                  const std::vector<int64_t>& last) {
+  if ((int64_t)last.size() != ids.size(0))
+    fail("engine_forward_last: %zu positions for %lld rows", last.size(), (long long)ids.size(0));
+  if (model.forward_last) return model.forward_last(ids, cache, last);
+  const torch::Tensor logits = model.forward(ids, cache);  // (B,T,V)
+  const auto rows = torch::arange(logits.size(0), torch::TensorOptions(torch::kLong).device(logits.device()));
+  return logits.index({rows, torch::tensor(last, torch::kLong).to(logits.device())});
 }
 
 const char* finish_reason_name(FinishReason r) {
@@ -69,7 +84,7 @@ GenerateResult Engine::generate(const std::vector<int32_t>& prompt, const Genera
   std::vector<int64_t> prompt64(prompt.begin(), prompt.end());
   torch::Tensor ids = ids_tensor(prompt64, 1, device);
   KVCache cache = model_.make_cache(1, N == 1 ? T + longest : T);
-  torch::Tensor logits = model_.forward(ids, cache).select(1, T - 1);  // (1,V)
+  torch::Tensor logits = engine_forward_last(model_, ids, cache, {T - 1});  // (1,V)
   if (N > 1) {
     KVCache decode = model_.make_cache(N, T + longest);
     decode.prefill(cache);

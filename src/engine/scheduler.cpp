@@ -191,12 +191,12 @@ struct Scheduler::Impl {
     else if (r->prefilled > 0 && kv.prev.defined()) view.prev_embedding = kv.prev.narrow(0, s0, 1).clone();
     r->need_prev = false;
     std::vector<int64_t> chunk(r->prompt.begin() + r->prefilled, r->prompt.begin() + r->prefilled + c);
-    torch::Tensor lg = model.forward(ids(chunk, 1), view);
+    torch::Tensor lg = engine_forward_last(model, ids(chunk, 1), view, {c - 1});  // (1,V)
     count_prefill_forward();
     kv.store_prev(s0, view.prev_embedding);
     r->prefilled += c;
     kv.slots[s0].pos = r->prefilled;
-    if (r->prefilled == T) join_batch(r, lg.select(1, c - 1));
+    if (r->prefilled == T) join_batch(r, lg);
     return c;
   }
 
@@ -227,16 +227,17 @@ struct Scheduler::Impl {
       ids_padded.insert(ids_padded.end(), p.begin(), p.end());
       ids_padded.insert(ids_padded.end(), longest - (int64_t)p.size(), p.back());
     }
+    std::vector<int64_t> last(n);  // each prompt's last position
+    for (int64_t i = 0; i < n; i++) last[i] = (int64_t)batch[i]->prompt.size() - 1;
     KVCache view = kv.pool.view_rows(first, n, 0);
-    torch::Tensor lg = model.forward(ids(ids_padded, n), view);  // (n, longest, V)
+    torch::Tensor lg = engine_forward_last(model, ids(ids_padded, n), view, last);  // (n,V)
     kv.store_prev(first, view.prev_embedding);
     for (int64_t i = 0; i < n; i++) {
       const int64_t T = (int64_t)batch[i]->prompt.size();
       batch[i]->prefilled = T;
       kv.slots[first + i].pos = T;
     }
-    for (int64_t i = 0; i < n; i++)
-      join_batch(batch[i], lg.select(0, i).select(0, (int64_t)batch[i]->prompt.size() - 1).unsqueeze(0));
+    for (int64_t i = 0; i < n; i++) join_batch(batch[i], lg.narrow(0, i, 1));
     count_prefill_forward();
     return longest * n;
   }

@@ -434,8 +434,10 @@ torch::Tensor GPTImpl::hidden(const torch::Tensor& idx, KVCache* kv_cache) {
   return kernels_residual_norm(x, x_backout, {}, -backout_lambda.to(x.scalar_type())).second;
 }
 
-torch::Tensor GPTImpl::forward(const torch::Tensor& idx, KVCache* kv_cache) {
-  torch::Tensor logits = lm_head(hidden(idx, kv_cache)).narrow(-1, 0, config.vocab_size);
+torch::Tensor GPTImpl::forward(const torch::Tensor& idx, KVCache* kv_cache) { return logits(hidden(idx, kv_cache)); }
+
+torch::Tensor GPTImpl::logits(const torch::Tensor& h) {
+  torch::Tensor logits = lm_head(h).narrow(-1, 0, config.vocab_size);
   // fp32 logits (nanochat's .float()); a float64 model keeps float64 for gradient checks
   logits = logits.to(compute_dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32);
   return gpt_softcap(logits, config.softcap);
