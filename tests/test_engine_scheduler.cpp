@@ -114,13 +114,14 @@ TEST(Scheduler, FreshPromptsWaitingTogetherGoInOneForward) {
   SchedulerOptions so;
   so.max_batch = 3;
   Scheduler s(engine, so);
-  GenerateOptions a_opt = greedy_unstopped(30);
+  GenerateOptions a_opt = greedy_unstopped(150);  // long enough for the three to queue behind it on a loaded machine
   a_opt.num_samples = 3;
   auto a = s.submit(prompt_of(0, 4), a_opt);
   ASSERT_TRUE(s.wait_admitted(*a));
   std::vector<std::vector<int32_t>> prompts = {prompt_of(1, 5), prompt_of(2, 9), prompt_of(3, 7)};
   std::vector<std::shared_ptr<Scheduler::Ticket>> waiting;
   for (auto& p : prompts) waiting.push_back(s.submit(p, greedy_unstopped(6 + (int64_t)p.size())));
+  ASSERT_EQ(s.stats().waiting, 3) << "the three queued while A ran";
   EXPECT_EQ(s.run(*a).tokens, engine->generate(prompt_of(0, 4), a_opt).tokens);
   std::vector<GenerateResult> got(prompts.size());
   std::vector<std::thread> threads;
