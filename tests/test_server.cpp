@@ -199,6 +199,7 @@ TEST(ServerApi, ConcurrentGreedyRequestsEachMatchTheReference) {
   json s = parse_json(raw_http(port(), "GET", "/stats").body);
   EXPECT_EQ(s["batch"]["max_rows"], 16);  // 2 workers x 8 rows
   EXPECT_GT(s["batch"]["mean_rows_per_step"].get<double>(), 1.0) << "requests shared decode steps";
+  EXPECT_GE(s["batch"]["prefill_forwards"].get<int64_t>(), 1);  // (whether prompts shared one depends on timing)
   EXPECT_EQ(s["kv_pool"]["rows"], 16);
   EXPECT_EQ(s["kv_pool"]["positions_per_row"], 1280);  // 10 x sequence_len 128
   EXPECT_GT(s["kv_pool"]["bytes"].get<int64_t>(), 0);

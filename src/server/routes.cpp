@@ -305,6 +305,7 @@ json stats_json(const ServerState& st) {
       sum.kv_bytes += s.kv_bytes;
       sum.decode_steps += s.decode_steps;
       sum.decode_rows += s.decode_rows;
+      sum.prefill_forwards += s.prefill_forwards;
       sum.prompt_tokens += s.prompt_tokens;
       sum.cached_tokens += s.cached_tokens;
       sum.tokens_per_s += s.tokens_per_s;
@@ -325,7 +326,8 @@ json stats_json(const ServerState& st) {
        {{"max_rows", sum.rows_total},
         {"rows_in_use", sum.rows_busy},
         {"mean_rows_per_step", sum.decode_steps ? (double)sum.decode_rows / (double)sum.decode_steps : 0.0},
-        {"decode_steps", sum.decode_steps}}},
+        {"decode_steps", sum.decode_steps},
+        {"prefill_forwards", sum.prefill_forwards}}},
       {"kv_pool",
        {{"rows", sum.rows_total},
         {"rows_in_use", sum.rows_busy},
