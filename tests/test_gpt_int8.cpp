@@ -190,6 +190,15 @@ TEST(RowsLinear, TheInferenceLinearsRunItForAFewRows) {
     const bool aten = at::equal(kernels_bf16_linear(x, w), at::linear(x, w));
     EXPECT_TRUE(rows >= 2 && rows <= 16 ? tiled : aten) << rows << " rows";
   }
+  // bf16 rows and weights: up to 32 rows where the tiles multiply bf16 pairs (AVX512-BF16), else 8
+  const int64_t bf16_tiles = __builtin_cpu_supports("avx512bf16") ? 32 : 8;
+  Tensor wb = w.to(torch::kBFloat16);
+  for (int64_t rows : {2, 8, 9, 32, 33}) {
+    Tensor x = at::randn({rows, 64}).to(torch::kBFloat16);
+    const bool tiled = at::equal(kernels_bf16_linear(x, wb), kernels_rows_linear(x, wb));
+    const bool aten = at::equal(kernels_bf16_linear(x, wb), at::linear(x, wb));
+    EXPECT_TRUE(rows <= bf16_tiles ? tiled : aten) << rows << " bf16 rows";
+  }
   Tensor trains = w.clone().requires_grad_(true);
   Tensor x = at::randn({4, 64});
   EXPECT_TRUE(at::equal(kernels_bf16_linear(x, trains), at::linear(x, trains)));
