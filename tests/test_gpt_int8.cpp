@@ -116,11 +116,12 @@ TEST(Int8Linear, KeepsLeadingDimsAndTheActivationDtype) {
 }
 
 TEST(Bf16Linear, AFewRowsAgainstAnFp64Matmul) {
-  // widths with 64-, 32-, 16-wide blocks and tails; rows up to 8 run the matvec, 9 the GEMM;
+  // widths with 64-, 32-, 16-wide blocks and tails; rows up to 8 run the matvec, then the tiles
+  // (to 16 rows, 32 with AVX512-BF16) or the GEMM;
   // the AVX512-BF16 path (where the CPU has it; rows of 4096 and more eight weight rows at a time,
   // 19 = two such groups and a tail) and the AVX2 one
   for (bool avx512 : {true, false})
-    for (int64_t rows : {1, 2, 8, 9})
+    for (int64_t rows : {1, 2, 8, 9, 17, 32})
       for (auto [in, out] : {std::pair<int64_t, int64_t>{1, 3}, {7, 5}, {48, 17}, {100, 33}, {256, 130}, {4098, 19}}) {
         auto gen = gpt_make_generator(torch::kCPU, 7 * rows + in);
         Tensor w = at::randn({out, in}, gen, torch::kFloat32).to(torch::kBFloat16);
@@ -152,7 +153,7 @@ TEST(RowsLinear, FewRowsAgainstAnFp64Matmul) {
   // and a bf16 output rounds |y| by 2^-8 more
   if (!kernels_rows_linear_supported()) GTEST_SKIP() << "no AVX-512 here: the rows kernel is not used";
   for (torch::ScalarType wt : {torch::kFloat32, torch::kBFloat16, torch::kInt8})
-    for (int64_t rows : {1, 2, 3, 4, 5, 8, 13, 16})
+    for (int64_t rows : {1, 2, 3, 4, 5, 8, 13, 16, 32})
       for (auto [in, out] : {std::pair<int64_t, int64_t>{16, 1}, {7, 5}, {100, 33}, {256, 130}, {1040, 9}}) {
         if (wt == torch::kInt8 && !kernels_int8_linear_supported(in)) continue;
         const torch::ScalarType xt = wt == torch::kInt8 ? (rows % 2 ? torch::kFloat32 : torch::kBFloat16) : wt;
@@ -189,15 +190,6 @@ TEST(RowsLinear, TheInferenceLinearsRunItForAFewRows) {
     const bool tiled = at::equal(kernels_bf16_linear(x, w), kernels_rows_linear(x, w));
     const bool aten = at::equal(kernels_bf16_linear(x, w), at::linear(x, w));
     EXPECT_TRUE(rows >= 2 && rows <= 16 ? tiled : aten) << rows << " rows";
-  }
-  // bf16 rows and weights: up to 32 rows where the tiles multiply bf16 pairs (AVX512-BF16), else 8
-  const int64_t bf16_tiles = __builtin_cpu_supports("avx512bf16") ? 32 : 8;
-  Tensor wb = w.to(torch::kBFloat16);
-  for (int64_t rows : {2, 8, 9, 32, 33}) {
-    Tensor x = at::randn({rows, 64}).to(torch::kBFloat16);
-    const bool tiled = at::equal(kernels_bf16_linear(x, wb), kernels_rows_linear(x, wb));
-    const bool aten = at::equal(kernels_bf16_linear(x, wb), at::linear(x, wb));
-    EXPECT_TRUE(rows <= bf16_tiles ? tiled : aten) << rows << " bf16 rows";
   }
   Tensor trains = w.clone().requires_grad_(true);
   Tensor x = at::randn({4, 64});
