@@ -14,13 +14,21 @@
 
 namespace nanochat {
 
+namespace {
+
+// x (B,T,...) at row b's position last[b]: (B,...)
+torch::Tensor at_positions(const torch::Tensor& x, const std::vector<int64_t>& last) {
+  const auto rows = torch::arange(x.size(0), torch::TensorOptions(torch::kLong).device(x.device()));
+  return x.index({rows, torch::tensor(last, torch::kLong).to(x.device())});
+}
+
+}  // namespace
+
 EngineModel engine_model_from_gpt(GPT model) {
   EngineModel m;
   m.forward = [model](const torch::Tensor& ids, KVCache& cache) mutable { return model->forward(ids, &cache); };
   m.forward_last = [model](const torch::Tensor& ids, KVCache& cache, const std::vector<int64_t>& last) mutable {
-    const torch::Tensor h = model->hidden(ids, &cache);  // (B,T,C)
-    const auto rows = torch::arange(h.size(0), torch::TensorOptions(torch::kLong).device(h.device()));
-    return model->logits(h.index({rows, torch::tensor(last, torch::kLong).to(h.device())}));
+    return model->logits(at_positions(model->hidden(ids, &cache), last));
   };
   m.make_cache = [model](int64_t batch, int64_t max_len) { return model->make_kv_cache(batch, max_len); };
   m.embed = [model](const torch::Tensor& ids) mutable {
@@ -37,9 +45,7 @@ torch::Tensor engine_forward_last(const EngineModel& model, const torch::Tensor&
   if ((int64_t)last.size() != ids.size(0))
     fail("engine_forward_last: %zu positions for %lld rows", last.size(), (long long)ids.size(0));
   if (model.forward_last) return model.forward_last(ids, cache, last);
-  const torch::Tensor logits = model.forward(ids, cache);  // (B,T,V)
-  const auto rows = torch::arange(logits.size(0), torch::TensorOptions(torch::kLong).device(logits.device()));
-  return logits.index({rows, torch::tensor(last, torch::kLong).to(logits.device())});
+  return at_positions(model.forward(ids, cache), last);
 }
 
 const char* finish_reason_name(FinishReason r) {
