@@ -30,7 +30,7 @@ torch::Tensor kernels_int8_linear(const torch::Tensor& x, const torch::Tensor& q
 torch::Tensor kernels_int8_linear_reference(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& scale);
 
 // x (..., in) times w (out, in)^T for inference. A few rows on the CPU (decode) with a weight of
-// their dtype: 2 to 16 fp32 rows or 2 to 8 bf16 rows (16 with AVX512-BF16) run
+// their dtype: 2 to 16 fp32 rows or 2 to 8 bf16 rows (32 with AVX512-BF16) run
 // kernels_rows_linear on AVX-512, one bf16 row (or up to 8 without AVX-512) a matvec that reads w
 // once with fp32 sums, rounded to bf16 at the end; anything else is at::linear in x's dtype, and
 // so is anything that needs gradients.
