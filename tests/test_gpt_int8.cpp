@@ -10,6 +10,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/gpt.h"
 #include "nanochat/kernels/int8_linear.h"
+#include "nanochat/kernels/panel_linear.h"
 #include "test_models.h"
 
 using namespace nanochat;
@@ -199,6 +200,74 @@ TEST(RowsLinear, TheInferenceLinearsRunItForAFewRows) {
   EXPECT_NE(msg.find("rows linear: a BFloat16 weight with Float activations"), std::string::npos) << msg;
 }
 
+TEST(PanelLinear, PanelsHoldEachBlocksPairsSideBySide) {
+  // panels[b][k][o][j] = w[16b + o][2k + j], outputs past the last zero; unpacking gives w back
+  for (auto [out, in] : {std::pair<int64_t, int64_t>{1, 2}, {17, 6}, {320, 256}}) {
+    Tensor w = at::randn({out, in}).to(torch::kBFloat16);
+    Tensor p = kernels_pack_pair_panels(w);
+    ASSERT_EQ(p.sizes(), (std::vector<int64_t>{(out + 15) / 16, in / 2, 16, 2}));
+    for (int64_t o : {int64_t{0}, out / 2, out - 1})
+      for (int64_t k : {int64_t{0}, in - 1})
+        EXPECT_EQ(p[o / 16][k / 2][o % 16][k % 2].item<float>(), w[o][k].item<float>()) << o << "," << k;
+    if (out % 16) {
+      EXPECT_EQ(p[out / 16][0][15][1].item<float>(), 0.f);
+    }
+    EXPECT_TRUE(at::equal(kernels_unpack_pair_panels(p, out), w));
+  }
+  std::string msg = one_line_error([] { kernels_pack_pair_panels(at::ones({4, 5})); });
+  EXPECT_NE(msg.find("even width"), std::string::npos) << msg;
+}
+
+TEST(PanelLinear, AgainstAnFp64Matmul) {
+  // tiles of 1 to 6 rows by 1 to 4 blocks of 16 outputs: row counts of one, two and three tiles
+  // with uneven splits, output counts with partial blocks and groups, a weight big enough for two
+  // threads; bf16 weights, and int8 ones widened in each tile (to 16 rows) or once a group (17+).
+  // Every product of two bf16 (or bf16 and an int8 widened exactly) is exact in fp32, each pair
+  // adds twice: |error| <= (in+1)*2^-24 * sum|x||w| (the +1: the int8 scale's product), and the
+  // bf16 output rounds |y| by 2^-8 more
+  if (!kernels_panel_linear_supported()) GTEST_SKIP() << "no AVX512-BF16 here: the panels are not used";
+  for (torch::ScalarType wt : {torch::kBFloat16, torch::kInt8})
+    for (int64_t rows : {1, 2, 5, 6, 7, 13, 16, 17, 33, 64})
+      for (auto [in, out] :
+           {std::pair<int64_t, int64_t>{2, 1}, {16, 5}, {100, 33}, {256, 130}, {1040, 9}, {1024, 1030}}) {
+        auto gen = gpt_make_generator(torch::kCPU, 7 * rows + in);
+        Tensor w, scale;
+        if (wt == torch::kInt8) {
+          w = at::randint(-127, 128, {out, in}, gen, torch::kInt8);
+          scale = (at::rand({out}, gen, torch::kFloat32) * 0.01 + 0.001).to(torch::kBFloat16);
+        } else {
+          w = test_weight(out, in, 5 * rows + out).to(torch::kBFloat16);
+        }
+        Tensor x = at::randn({rows, 1, in}, gen, torch::kFloat32).to(torch::kBFloat16);
+        Tensor y = kernels_panel_linear(x, kernels_pack_pair_panels(w), scale, out);
+        ASSERT_EQ(y.sizes(), (std::vector<int64_t>{rows, 1, out}));
+        ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+        Tensor w64 = w.to(torch::kFloat64);
+        if (scale.defined()) w64 = w64 * scale.to(torch::kFloat64).unsqueeze(1);
+        Tensor x64 = x.to(torch::kFloat64);
+        Tensor ref = at::matmul(x64, w64.t());
+        Tensor bound = at::matmul(x64.abs(), w64.abs().t()) * ((double)(in + 1) * std::ldexp(1.0, -24)) *
+                           (1 + kBf16Unit) +
+                       ref.abs() * kBf16Unit;
+        Tensor err = (y.to(torch::kFloat64) - ref).abs();
+        EXPECT_TRUE((err <= bound).all().item<bool>())
+            << c10::toString(wt) << " panels, " << rows << "x" << in << "->" << out << ": worst excess "
+            << (err - bound).max().item<double>();
+      }
+}
+
+TEST(PanelLinear, OtherRowsRunTheReference) {
+  // fp32 rows, and rows that need a gradient, take the unpacked weight through at::linear
+  Tensor w = at::randn({20, 32}).to(torch::kBFloat16);
+  Tensor p = kernels_pack_pair_panels(w);
+  Tensor x = at::randn({3, 32});
+  EXPECT_TRUE(at::equal(kernels_panel_linear(x, p, {}, 20), at::linear(x, w.to(torch::kFloat32))));
+  std::string msg = one_line_error([&] { kernels_panel_linear(x, p, {}, 40); });
+  EXPECT_NE(msg.find("panel linear: panels of 2 x 16 pairs for 40 outputs"), std::string::npos) << msg;
+  msg = one_line_error([&] { kernels_panel_linear(x.to(torch::kBFloat16), p, at::ones({20}), 20); });
+  EXPECT_NE(msg.find("int8 panels take one scale per output"), std::string::npos) << msg;
+}
+
 TEST(Int8Linear, AWidthTheKernelCannotTakeSaysSoInOneLine) {
   std::string msg = one_line_error([] { kernels_int8_quantize(at::ones({4, 24}), torch::kBFloat16, "gate"); });
   EXPECT_NE(msg.find("gate has 24 input features"), std::string::npos) << msg;
@@ -232,10 +301,27 @@ TEST(GptInference, Bfloat16WeightsGiveTheLogitsOfCastingEveryStep) {
   ASSERT_EQ(m->blocks[0]->mlp->c_fc->weight.scalar_type(), torch::kFloat32);  // the fp32 master
   gpt_prepare_for_inference(m, "bfloat16");
   for (auto& [name, p] : gpt_named_parameters(m))
-    if (p.dim() == 2) {
+    if (p.dim() >= 2) {
       EXPECT_EQ(p.scalar_type(), torch::kBFloat16) << name;
     }
-  EXPECT_TRUE(at::equal(m->forward(idx), before));
+  // where the CPU multiplies bf16 pairs the Linears keep pair panels, their fp32 sums in another
+  // order than the GEMM's: each logit within the bf16 rounding of the last Linear's output (2^-8
+  // relative, twice: both sides round) plus the same of the largest logit for what came before
+  // (its inputs rounded to bf16 at every Linear, which the softcap keeps below 15)
+  EXPECT_EQ(m->lm_head->panels, kernels_panel_linear_supported());
+  EXPECT_EQ(m->blocks[1]->mlp->c_proj->panels, kernels_panel_linear_supported());
+  Tensor after = m->forward(idx);
+  if (!m->lm_head->panels) {
+    EXPECT_TRUE(at::equal(after, before));
+  } else {
+    Tensor a = after.to(torch::kFloat64), b = before.to(torch::kFloat64);
+    Tensor bound = (a.abs() + b.abs()) * kBf16Unit + b.abs().max() * 4 * kBf16Unit;
+    EXPECT_TRUE(((a - b).abs() <= bound).all().item<bool>()) << ((a - b).abs() - bound).max().item<double>();
+    // and the loss goes through those logits
+    Tensor targets = torch::tensor({{5, 9, 200, -1, 3, 3, 18, 2}});
+    Tensor ref = at::cross_entropy_loss(a.view({-1, 300}), targets.view({-1}), {}, at::Reduction::Mean, -1);
+    EXPECT_NEAR(gpt_loss(m, idx, targets).item<double>(), ref.item<double>(), 1e-5);
+  }
 }
 
 TEST(GptInference, Int8QuantizesTheBlocksAndLmHeadAndTheLossFollows) {

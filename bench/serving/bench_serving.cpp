@@ -40,6 +40,7 @@
 #include "nanochat/engine/infer_bench.h"
 #include "nanochat/engine/scheduler.h"
 #include "nanochat/kernels/int8_linear.h"
+#include "nanochat/kernels/panel_linear.h"
 #include "nanochat/server.h"
 #include "peak_macs.h"
 #include "server_fixture.h"
@@ -98,7 +99,8 @@ static double median_us(int reps, F&& f) {
 }
 
 // --linears: the model's Linear shapes at 1 to 128 rows, the way the model runs them (Linear's
-// forward), ATen's at::linear of the same weight, and our few-rows kernel
+// forward: the pair panels' kernel on AVX512-BF16), ATen's at::linear of the same weight, and the
+// row-major tiles of kernels_rows_linear
 static void bench_linears(GPT& model, const std::string& dtype) {
   torch::NoGradGuard ng;
   std::printf("\n%s Linears, microseconds a call (median of 200): model's path / at::linear / rows kernel\n",
@@ -108,16 +110,18 @@ static void bench_linears(GPT& model, const std::string& dtype) {
                                                         {"mlp.c_proj", model->blocks[0]->mlp->c_proj},
                                                         {"lm_head", model->lm_head}};
   for (auto& [name, l] : layers) {
-    const int64_t in = l->weight.size(1), out = l->weight.size(0);
+    const int64_t in = l->in_features, out = l->out_features;
     const auto dt = model->compute_dtype;
-    torch::Tensor deq = l->int8() ? l->weight.to(dt).mul(l->scale.to(dt).unsqueeze(1)) : l->weight;
+    // the model's path reads the weight's pair panels where it has them, the other two (out, in)
+    torch::Tensor plain = l->panels ? kernels_unpack_pair_panels(l->weight, out) : l->weight;
+    torch::Tensor deq = l->int8() ? plain.to(dt).mul(l->scale.to(dt).unsqueeze(1)) : plain;
     std::printf("  %-10s %5lld -> %-5lld", name.c_str(), (long long)in, (long long)out);
     for (int64_t rows : {1, 2, 4, 8, 12, 16, 32, 64, 128}) {
       torch::Tensor x = torch::randn({rows, 1, in}).to(model->compute_dtype);
       const double a = median_us(200, [&] { l->forward(x); });
       const double b = median_us(200, [&] { at::linear(x, deq); });
       const double c = kernels_rows_linear_supported()
-                           ? median_us(200, [&] { kernels_rows_linear(x, l->weight, l->scale); })
+                           ? median_us(200, [&] { kernels_rows_linear(x, plain, l->scale); })
                            : NAN;
       std::printf("  %lld: %.1f/%.1f/%.1f", (long long)rows, a, b, c);
     }
@@ -132,10 +136,9 @@ static void bench_linears(GPT& model, const std::string& dtype) {
   step.push_back(model->lm_head);
   for (int64_t rows : {1, 4, 16}) {
     std::map<int64_t, torch::Tensor> x;  // an input per width (n_embd, 4 n_embd)
-    for (auto& l : step)
-      x.emplace(l->weight.size(1), torch::randn({rows, 1, l->weight.size(1)}).to(model->compute_dtype));
+    for (auto& l : step) x.emplace(l->in_features, torch::randn({rows, 1, l->in_features}).to(model->compute_dtype));
     const double us = median_us(200, [&] {
-      for (auto& l : step) l->forward(x.at(l->weight.size(1)));
+      for (auto& l : step) l->forward(x.at(l->in_features));
     });
     std::printf("  a step's %zu Linears one after another, %lld rows: %.1f us\n", step.size(), (long long)rows, us);
   }

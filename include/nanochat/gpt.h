@@ -87,9 +87,13 @@ struct LinearImpl : torch::nn::Module {
   LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& options);
   torch::Tensor forward(const torch::Tensor& x);
   bool int8() const { return scale.defined(); }
-  torch::Tensor weight;
-  bool fp8 = false;     // the matmul through kernels_fp8_linear (gpt_set_fp8)
-  torch::Tensor scale;  // int8 inference (gpt_prepare_for_inference): weight is int8, w ~ weight * scale[row]
+  int64_t in_features, out_features;
+  torch::Tensor weight;  // (out, in), or its pair panels where `panels`
+  bool fp8 = false;      // the matmul through kernels_fp8_linear (gpt_set_fp8)
+  torch::Tensor scale;   // int8 inference (gpt_prepare_for_inference): weight is int8, w ~ weight * scale[row]
+  // inference on a CPU with AVX512-BF16 (gpt_prepare_for_inference): the bf16 or int8 weight is
+  // kept as its pair panels (kernels/panel_linear.h), (ceil(out/16), in/2, 16, 2)
+  bool panels = false;
 };
 TORCH_MODULE(Linear);
 
@@ -196,7 +200,8 @@ torch::ScalarType gpt_inference_compute_dtype(const std::string& dtype, const st
 // Linear's weight is stored in the compute dtype, so a bf16 decode reads half of fp32's bytes;
 // with "int8" the blocks' Linears and lm_head are quantized per output channel
 // (kernels_int8_quantize), the two small gates stay in the compute dtype. A width the int8
-// kernel does not take fails in one line before anything changes.
+// kernel does not take fails in one line before anything changes. On a CPU that multiplies bf16
+// pairs (AVX512-BF16) those Linears' weights are then repacked as pair panels (LinearImpl::panels).
 void gpt_prepare_for_inference(GPT& model, const std::string& dtype);
 
 enum class LossReduction { mean, none };

@@ -21,6 +21,7 @@
 #include "nanochat/common/error.h"
 #include "nanochat/kernels.h"
 #include "nanochat/kernels/int8_linear.h"
+#include "nanochat/kernels/panel_linear.h"
 
 namespace nanochat {
 
@@ -215,11 +216,13 @@ torch::Tensor gpt_smear(const torch::Tensor& x, const torch::Tensor& gate_weight
 // The pieces of a transformer block (upstream gpt.py's CausalSelfAttention, MLP, Block). Storage is allocated uninitialised
 // (torch::empty) so that a model can be built on any device, "meta" included.
 
-LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& options) {
+LinearImpl::LinearImpl(int64_t in, int64_t out, const torch::TensorOptions& options)
+    : in_features(in), out_features(out) {
   weight = register_parameter("weight", torch::empty({out, in}, options));
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  if (panels) return kernels_panel_linear(x, weight, scale, out_features);
   if (int8()) return kernels_int8_linear(x, weight, scale);
   if (fp8) return kernels_fp8_linear(x, weight);
   return kernels_bf16_linear(x, weight);  // the matmul runs in the activation dtype
@@ -470,7 +473,8 @@ torch::Tensor gpt_loss(GPT& model, const torch::Tensor& idx, const torch::Tensor
   x = x.reshape({-1, x.size(-1)});
   torch::Tensor flat_targets = targets.reshape({-1});
   const int64_t vocab = model->config.vocab_size;
-  if (model->lm_head->int8()) return gpt_loss_through_logits(model, x, flat_targets, reduction);
+  if (model->lm_head->int8() || model->lm_head->panels)
+    return gpt_loss_through_logits(model, x, flat_targets, reduction);
   if (reduction == LossReduction::none)
     return kernels_linear_softcap_ce(x, model->lm_head->weight, flat_targets, vocab, model->config.softcap);
   return kernels_linear_softcap_ce_mean(x, model->lm_head->weight, flat_targets, vocab, model->config.softcap);
@@ -609,20 +613,27 @@ void gpt_prepare_for_inference(GPT& model, const std::string& dtype) {
   quantized.push_back({"lm_head", model->lm_head});
   if (int8)  // every width checked before any weight changes
     for (auto& [name, l] : quantized)
-      if (!kernels_int8_linear_supported(l->weight.size(1)))
+      if (!kernels_int8_linear_supported(l->in_features))
         fail(
             "--dtype int8: %s.weight has %lld input features, the int8 kernel takes multiples of %lld (use --dtype "
             "bfloat16)",
-            name.c_str(), (long long)l->weight.size(1), (long long)kInt8LinearWidthMultiple);
+            name.c_str(), (long long)l->in_features, (long long)kInt8LinearWidthMultiple);
   torch::NoGradGuard no_grad;
   for (auto& p : model->parameters()) p.set_requires_grad(false);
+  // the panels' kernel takes bf16 rows: a bf16 model's, and int8's (bf16 activations)
+  const bool panels = model->compute_dtype == torch::kBFloat16 && kernels_panel_linear_supported();
   for (auto& [name, l] : quantized) {
+    if (l->panels) continue;  // prepared before
     if (int8) {
       auto [q, scale] = kernels_int8_quantize(l->weight, model->compute_dtype, name + ".weight");
       l->weight.set_data(q);
       l->scale = scale;
     } else {
       l->weight.set_data(l->weight.to(model->compute_dtype));
+    }
+    if (panels && l->weight.device().is_cpu() && l->in_features % 2 == 0) {
+      l->weight.set_data(kernels_pack_pair_panels(l->weight));
+      l->panels = true;
     }
   }
   for (Block& b : model->blocks)

@@ -1,0 +1,157 @@
+// y = x @ w^T for bf16 rows with bf16 or int8 weights repacked in pair panels (panel_linear.h):
+// for each block of 16 outputs and each pair of inputs (k, k+1), the 16 outputs' two weights sit
+// side by side in 64 bytes, the operand AVX512-BF16's dot instruction takes. One instruction then
+// multiplies a row's pair (x[k], x[k+1]), broadcast, by 16 outputs' pairs and adds into 16 fp32
+// sums, one per lane: a tile of R rows by 4 blocks (64 outputs) keeps R*4 vectors of sums, and
+// at the end each lane is an output, stored as it is (no sums across lanes, which cost the
+// row-major tiles of rows_linear_cpu.cpp almost as much as their products at 256 wide).
+// int8 weights widen to bf16 exactly (|q| <= 127): as they load for a few rows, or a 64-output
+// panel widened once and reused by every row tile when there are more rows than that pays for.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include <ATen/Parallel.h>
+
+#include "cpu_helpers.h"
+
+namespace nanochat {
+namespace {
+
+constexpr int64_t kBlock = 16;   // outputs of a panel block: the lanes of one vector of sums
+constexpr int kTileBlocks = 4;   // blocks a tile covers (64 outputs)
+constexpr int kMaxTileRows = 6;  // 6 rows x 4 blocks = 24 vectors of sums, 4 of weights: 28 of 32 registers
+// int8 weights: up to this many rows each tile widens its weights as it loads them (the widening
+// costs 5 instructions a vector, shared by the tile's rows); beyond, a group's panel is widened once
+constexpr int64_t kInt8MaxRowsWidenedInTiles = 16;
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")
+// GCC 12 warns inside its own AVX-512 intrinsics (their _undefined_ operands)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+// one panel vector: 16 outputs' weight pairs, as bf16
+inline __m512bh load_pairs(const at::BFloat16* p) { return (__m512bh)_mm512_loadu_si512(p); }
+inline __m512bh load_pairs(const int8_t* p) {
+  const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+  const __m512 hi =
+      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kBlock))));
+  return _mm512_cvtne2ps_pbh(hi, lo);
+}
+
+// 16 scales from `s` (fewer where `valid` < 16), as fp32
+inline __m512 load_scales(const at::BFloat16* s, int64_t valid) {
+  const __m256i bits = _mm256_maskz_loadu_epi16((__mmask16)((1u << valid) - 1), s);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(bits), 16));
+}
+
+// y (R rows, the C blocks' outputs from `o0`) = x (R rows of `in`) . the panel blocks `p` (each
+// pairs * 32 values), times the scales when given. Not inlined, and its loops unrolled: the sums
+// must stay in registers (inlined or rolled up, GCC kept them on the stack: a third of the rate)
+template <int R, int C, typename W>
+__attribute__((noinline)) void tile(const at::BFloat16* x, int64_t in, const W* p, int64_t pairs,
+                                    const at::BFloat16* scale, at::BFloat16* y, int64_t out, int64_t o0) {
+  __m512 acc[R][C];
+#pragma GCC unroll 8
+  for (int r = 0; r < R; r++)
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++) acc[r][c] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < pairs; k++) {
+    __m512bh w[C];
+#pragma GCC unroll 8
+    for (int c = 0; c < C; c++) w[c] = load_pairs(p + (c * pairs + k) * 2 * kBlock);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; r++) {
+      int32_t pair;  // x[r][2k], x[r][2k+1]
+      std::memcpy(&pair, x + r * in + 2 * k, sizeof(pair));
+      const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 8
+      for (int c = 0; c < C; c++) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, w[c]);
+    }
+  }
+  for (int c = 0; c < C; c++) {
+    const int64_t o = o0 + c * kBlock, valid = std::min<int64_t>(kBlock, out - o);
+    const __m512 s = scale ? load_scales(scale + o, valid) : _mm512_set1_ps(1.f);
+    for (int r = 0; r < R; r++)  // rounded to bf16, nearest even
+      _mm256_mask_storeu_epi16(y + r * out + o, (__mmask16)((1u << valid) - 1),
+                               (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(acc[r][c], s)));
+  }
+}
+
+// n panel vectors of int8 widened to bf16
+inline void widen_panel(const int8_t* q, at::BFloat16* out, int64_t n) {
+  for (int64_t i = 0; i < n; i++) _mm512_storeu_si512(out + i * 2 * kBlock, (__m512i)load_pairs(q + i * 2 * kBlock));
+}
+
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+
+template <int R, typename W>
+void tile_of_blocks(int64_t blocks, const at::BFloat16* x, int64_t in, const W* p, int64_t pairs,
+                    const at::BFloat16* scale, at::BFloat16* y, int64_t out, int64_t o0) {
+  switch (blocks) {
+    case 1: return tile<R, 1>(x, in, p, pairs, scale, y, out, o0);
+    case 2: return tile<R, 2>(x, in, p, pairs, scale, y, out, o0);
+    case 3: return tile<R, 3>(x, in, p, pairs, scale, y, out, o0);
+    default: return tile<R, kTileBlocks>(x, in, p, pairs, scale, y, out, o0);
+  }
+}
+
+// every row of x against one group of `blocks` panel blocks, in tiles of at most 6 rows, as even
+// as they come (16 rows: 6 + 5 + 5)
+template <typename W>
+void rows_against_group(const at::BFloat16* x, int64_t rows, int64_t in, const W* p, int64_t pairs, int64_t blocks,
+                        const at::BFloat16* scale, at::BFloat16* y, int64_t out, int64_t o0) {
+  const int64_t tiles = (rows + kMaxTileRows - 1) / kMaxTileRows;
+  for (int64_t t = 0, r = 0; t < tiles; t++) {
+    const int64_t n = rows / tiles + (t < rows % tiles ? 1 : 0);
+    const at::BFloat16* xr = x + r * in;
+    at::BFloat16* yr = y + r * out;
+    switch (n) {
+      case 1: tile_of_blocks<1>(blocks, xr, in, p, pairs, scale, yr, out, o0); break;
+      case 2: tile_of_blocks<2>(blocks, xr, in, p, pairs, scale, yr, out, o0); break;
+      case 3: tile_of_blocks<3>(blocks, xr, in, p, pairs, scale, yr, out, o0); break;
+      case 4: tile_of_blocks<4>(blocks, xr, in, p, pairs, scale, yr, out, o0); break;
+      case 5: tile_of_blocks<5>(blocks, xr, in, p, pairs, scale, yr, out, o0); break;
+      default: tile_of_blocks<kMaxTileRows>(blocks, xr, in, p, pairs, scale, yr, out, o0); break;
+    }
+    r += n;
+  }
+}
+
+}  // namespace
+
+// y (rows, out) = x (rows, in) @ w^T (* scale (out,) for int8 panels); x's width even, panels
+// (ceil(out/16), in/2, 16, 2). The caller checks the CPU (kernels_rows_linear_cpu_bf16_pairs()).
+template <typename W>
+void kernels_panel_linear_cpu(const at::BFloat16* x, const W* panels, const at::BFloat16* scale, at::BFloat16* y,
+                              int64_t rows, int64_t in, int64_t out) {
+  const int64_t pairs = in / 2, blocks = (out + kBlock - 1) / kBlock;
+  const int64_t groups = (blocks + kTileBlocks - 1) / kTileBlocks, group_values = kTileBlocks * pairs * 2 * kBlock;
+  // one thread below ~1 MiB of weights: a parallel region's start costs more than it saves there
+  const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 20) / std::max<int64_t>(1, group_values * sizeof(W)));
+  at::parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
+    for (int64_t g = g0; g < g1; g++) {
+      const int64_t first = g * kTileBlocks, n = std::min<int64_t>(kTileBlocks, blocks - first);
+      const W* p = panels + first * pairs * 2 * kBlock;
+      if constexpr (std::is_same_v<W, int8_t>) {
+        if (rows > kInt8MaxRowsWidenedInTiles) {
+          thread_local std::vector<at::BFloat16> widened;
+          widened.resize(n * pairs * 2 * kBlock);
+          widen_panel(p, widened.data(), n * pairs);
+          rows_against_group(x, rows, in, widened.data(), pairs, n, scale, y, out, first * kBlock);
+          continue;
+        }
+      }
+      rows_against_group(x, rows, in, p, pairs, n, scale, y, out, first * kBlock);
+    }
+  });
+}
+template void kernels_panel_linear_cpu(const at::BFloat16*, const at::BFloat16*, const at::BFloat16*, at::BFloat16*,
+                                       int64_t, int64_t, int64_t);
+template void kernels_panel_linear_cpu(const at::BFloat16*, const int8_t*, const at::BFloat16*, at::BFloat16*, int64_t,
+                                       int64_t, int64_t);
+
+}  // namespace nanochat
