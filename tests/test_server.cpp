@@ -200,6 +200,12 @@ TEST(ServerApi, ConcurrentGreedyRequestsEachMatchTheReference) {
   EXPECT_EQ(s["batch"]["max_rows"], 16);  // 2 workers x 8 rows
   EXPECT_GT(s["batch"]["mean_rows_per_step"].get<double>(), 1.0) << "requests shared decode steps";
   EXPECT_GE(s["batch"]["prefill_forwards"].get<int64_t>(), 1);  // (whether prompts shared one depends on timing)
+  // every reply's tokens but its first came from a decode step's row; the forwards took time
+  int64_t decoded = 0;
+  for (const auto& r : refs) decoded += r.tokens - 1;
+  EXPECT_GE(s["batch"]["decode_rows"].get<int64_t>(), decoded);
+  EXPECT_GT(s["batch"]["prefill_seconds"].get<double>(), 0);
+  EXPECT_GT(s["batch"]["decode_seconds"].get<double>(), 0);
   EXPECT_EQ(s["kv_pool"]["rows"], 16);
   EXPECT_EQ(s["kv_pool"]["positions_per_row"], 1280);  // 10 x sequence_len 128
   EXPECT_GT(s["kv_pool"]["bytes"].get<int64_t>(), 0);

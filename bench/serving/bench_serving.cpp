@@ -17,12 +17,13 @@
 // together way also prints how many forwards its prompts went in and its rows per step.
 // usage: bench_serving [--requests 16] [--max-tokens 64] [--clients 1,4,16,64] [--seconds 60]
 //        [--depth 6] [--width 256] [--dtype float32] [--ways sequential,together,bound]
-//        [--http-only|--engine-only]
+//        [--http-only|--engine-only] [--profile] [--linears]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <map>
 #include <memory>
 #include <sstream>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <torch/csrc/autograd/profiler_legacy.h>
 
 #include "../bench_util.h"
 #include "../http_load.h"
@@ -144,6 +146,48 @@ static void bench_linears(GPT& model, const std::string& dtype) {
   }
 }
 
+// --profile: one more run of a way under ATen's profiler, on this thread; the time of the ATen ops
+// our code calls (an op's own calls inside it not counted again), by name, most first, and the
+// rest of the run: our kernels (the Linears' panels, attention) and everything between the ops
+static void profile_run(const char* what, int64_t steps, const std::function<void()>& run) {
+  std::map<std::string, std::pair<double, int64_t>> ops;  // name -> (us, calls)
+  bench_clock::time_point t0;
+  {
+    torch::autograd::profiler::TLSLegacyProfilerGuard guard(
+        torch::profiler::impl::ProfilerConfig(torch::profiler::impl::ProfilerState::CPU),
+        [&](const torch::autograd::profiler::thread_event_lists& lists) {
+          for (const auto& events : lists) {
+            std::vector<const torch::autograd::profiler::LegacyEvent*> open;
+            for (const auto& e : events) {
+              if (e.kind() == torch::autograd::profiler::EventKind::PushRange) {
+                open.push_back(&e);
+              } else if (e.kind() == torch::autograd::profiler::EventKind::PopRange && !open.empty()) {
+                const auto* start = open.back();
+                open.pop_back();
+                if (open.empty()) {  // an op our code called, not one inside another
+                  auto& [us, calls] = ops[start->name()];
+                  us += start->cpuElapsedUs(e);
+                  calls++;
+                }
+              }
+            }
+          }
+        });
+    t0 = bench_clock::now();
+    run();
+  }
+  const double total = 1e6 * bench_seconds_since(t0);  // includes the profiler's own cost
+  std::vector<std::pair<double, std::string>> by_time;
+  double in_ops = 0;
+  for (auto& [name, v] : ops) by_time.push_back({v.first, name}), in_ops += v.first;
+  std::sort(by_time.rbegin(), by_time.rend());
+  std::printf("\n%s under the profiler: %.0f us a step (%lld steps), ATen ops %.0f us, the rest %.0f us\n", what,
+              total / steps, (long long)steps, in_ops / steps, (total - in_ops) / steps);
+  for (size_t i = 0; i < std::min<size_t>(by_time.size(), 14); i++)
+    std::printf("  %8.1f us a step  %6.1f calls  %s\n", by_time[i].first / steps,
+                (double)ops[by_time[i].second].second / steps, by_time[i].second.c_str());
+}
+
 // How far batching can go on this core: N rows of a step cost N rows of multiply-adds. At the peak
 // rate of the instruction the weights' dtype runs on, with nothing else in a step, how fast would
 // the bound's decode be, and `together` (each request's prompt prefilled too, as one at a time
@@ -177,7 +221,7 @@ int main(int argc, char** argv) {
   double seconds = 60;
   int rounds = 3;
   std::string clients_list = "1,4,16,64", dtype = "float32", ways = "sequential,together,bound";
-  bool http_only = false, engine_only = false, linears = false;
+  bool http_only = false, engine_only = false, linears = false, profile = false;
   app.add_option("--requests", requests,
                  "in-process: concurrent greedy requests (and the sequential baseline's count)");
   app.add_option("--max-tokens", max_tokens, "tokens per reply");
@@ -188,6 +232,7 @@ int main(int argc, char** argv) {
   app.add_option("--dtype", dtype, "weights: float32, bfloat16 or int8 (chat-web's --dtype)");
   app.add_option("--rounds", rounds, "in-process: interleaved rounds (the best of each way is reported)");
   app.add_option("--ways", ways, "in-process: which of sequential, together, bound run");
+  app.add_flag("--profile", profile, "in-process: one more run of sequential and bound under ATen's profiler");
   app.add_flag("--linears", linears, "time the model's Linears at 1 to 128 rows (then exit)");
   app.add_flag("--http-only", http_only, "skip the in-process comparison");
   app.add_flag("--engine-only", engine_only, "skip the HTTP load");
@@ -267,6 +312,10 @@ int main(int argc, char** argv) {
       std::printf("    its prompts went in %lld forwards, %.1f prompts each; %.1f rows a decode step\n",
                   (long long)forwards, (double)(rounds * requests) / (double)std::max<int64_t>(1, forwards),
                   (double)(st.decode_rows - warm.decode_rows) / (double)std::max<int64_t>(1, steps));
+      const double pf = (st.prefill_seconds - warm.prefill_seconds) / rounds;
+      const double dec = (st.decode_seconds - warm.decode_seconds) / rounds;
+      std::printf("    a round's time: prompt forwards %.3f s, decode steps %.3f s (%.2f ms each)\n", pf, dec,
+                  1000 * dec * rounds / (double)std::max<int64_t>(1, steps));
     }
     if (run_seq && run_together) std::printf("  speed-up: %.2fx (rounds:%s)\n", seq / batched, ratios.c_str());
     if (run_bound)
@@ -274,6 +323,8 @@ int main(int argc, char** argv) {
                   requests, uniform, toks / uniform);
     if (run_bound) std::printf(run_seq ? "  (%.2fx)\n" : "\n", seq / uniform);
     if (run_seq && run_bound) print_ceiling(cfg, dtype, requests, (int64_t)prompt.size(), max_tokens, seq, uniform);
+    if (profile && run_seq) profile_run("one request alone", max_tokens, [&] { engine->generate(prompt, o); });
+    if (profile && run_bound) profile_run("the bound", max_tokens, [&] { engine->generate(prompt, rows); });
     std::fflush(stdout);
   }
   if (engine_only) return 0;
@@ -308,9 +359,26 @@ int main(int argc, char** argv) {
     wait_until_healthy(servers[k]->port());
     bench_http_load(servers[k]->port(), 2, 2, seconds, body);  // warm-up
   }
+  // each level's share of the servers' /stats counters: where a server's time went
+  auto batch_stats = [](int port) { return nlohmann::json::parse(raw_http(port, "GET", "/stats").body)["batch"]; };
+  std::vector<std::string> spent[2];
   for (int c : levels)
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 2; k++) {
+      const nlohmann::json before = batch_stats(servers[k]->port());
       results[k].push_back(bench_http_load(servers[k]->port(), c, std::max(requests, c), seconds, body));
+      const nlohmann::json after = batch_stats(servers[k]->port());
+      auto delta = [&](const char* key) { return after[key].get<double>() - before[key].get<double>(); };
+      const double wall = results[k].back().seconds, pf = delta("prefill_seconds"), dec = delta("decode_seconds");
+      const double forwards = delta("prefill_forwards"), steps = delta("decode_steps");
+      char line[256];
+      std::snprintf(line, sizeof line,
+                    "%8d %-14s of %.3f s: %lld prompt forwards %.3f s (%.2f ms each), %lld decode steps %.3f s "
+                    "(%.2f ms each, %.1f rows), the rest %.3f s",
+                    c, configs[k].name, wall, (long long)forwards, pf, 1000 * pf / std::max(1.0, forwards),
+                    (long long)steps, dec, 1000 * dec / std::max(1.0, steps),
+                    delta("decode_rows") / std::max(1.0, steps), wall - pf - dec);
+      spent[k].push_back(line);
+    }
   servers.clear();
   std::printf(
       "\nHTTP loopback, chat-web --workers 1 (replies of ~%lld tokens; a token event may carry more than one token "
@@ -328,6 +396,7 @@ int main(int argc, char** argv) {
     const LoadLevel &a = results[0][i], &b = results[1][i];
     std::printf("%8s %-14s tokens/s ratio batched / one at a time: %.2fx\n", "", "",
                 ((double)b.tokens / b.seconds) / std::max(1e-9, (double)a.tokens / a.seconds));
+    for (int k = 0; k < 2; k++) std::printf("%s\n", spent[k][i].c_str());
   }
   if (base.rfind("/tmp/nanochat_server_", 0) == 0) std::system(("rm -rf " + base).c_str());
   return 0;

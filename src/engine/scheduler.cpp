@@ -177,9 +177,11 @@ struct Scheduler::Impl {
     decoding.push_back(r);
   }
 
-  void count_prefill_forward() {
+  void count_prefill_forward(clk::time_point start) {
+    const double seconds = std::chrono::duration<double>(clk::now() - start).count();
     std::lock_guard<std::mutex> lock(mu);
     st.prefill_forwards++;
+    st.prefill_seconds += seconds;
   }
 
   // up to `budget` more prompt tokens of r; returns how many
@@ -191,8 +193,9 @@ struct Scheduler::Impl {
     else if (r->prefilled > 0 && kv.prev.defined()) view.prev_embedding = kv.prev.narrow(0, s0, 1).clone();
     r->need_prev = false;
     std::vector<int64_t> chunk(r->prompt.begin() + r->prefilled, r->prompt.begin() + r->prefilled + c);
+    const clk::time_point start = clk::now();
     torch::Tensor lg = engine_forward_last(model, ids(chunk, 1), view, {c - 1});  // (1,V)
-    count_prefill_forward();
+    count_prefill_forward(start);
     kv.store_prev(s0, view.prev_embedding);
     r->prefilled += c;
     kv.slots[s0].pos = r->prefilled;
@@ -230,6 +233,7 @@ struct Scheduler::Impl {
     std::vector<int64_t> last(n);  // each prompt's last position
     for (int64_t i = 0; i < n; i++) last[i] = (int64_t)batch[i]->prompt.size() - 1;
     KVCache view = kv.pool.view_rows(first, n, 0);
+    const clk::time_point start = clk::now();
     torch::Tensor lg = engine_forward_last(model, ids(ids_padded, n), view, last);  // (n,V)
     kv.store_prev(first, view.prev_embedding);
     for (int64_t i = 0; i < n; i++) {
@@ -238,7 +242,7 @@ struct Scheduler::Impl {
       kv.slots[first + i].pos = T;
     }
     for (int64_t i = 0; i < n; i++) join_batch(batch[i], lg.narrow(0, i, 1));
-    count_prefill_forward();
+    count_prefill_forward(start);
     return longest * n;
   }
 
@@ -311,12 +315,15 @@ struct Scheduler::Impl {
     for (int64_t b = 0; b < live; b++) pos[b] = kv.slots[b].pos;
     view.set_row_positions(pos);
     if (kv.prev.defined()) view.prev_embedding = kv.prev.narrow(0, 0, live);
+    const clk::time_point start = clk::now();
     logits = model.forward(ids(feed, live), view).select(1, 0);  // (live, V)
+    const double seconds = std::chrono::duration<double>(clk::now() - start).count();
     kv.store_prev(0, view.prev_embedding);
     for (int64_t b = 0; b < live; b++) kv.slots[b].pos++;
     std::lock_guard<std::mutex> lock(mu);
     st.decode_steps++;
     st.decode_rows += live;
+    st.decode_seconds += seconds;
     const auto now = clk::now();
     rate.emplace_back(now, st.tokens);
     while (rate.size() > 2 && now - rate.front().first > std::chrono::seconds(10)) rate.pop_front();

@@ -52,7 +52,7 @@ torch::Tensor kernels_unpack_pair_panels(const torch::Tensor& panels, int64_t ou
 }
 
 torch::Tensor kernels_panel_linear_reference(const torch::Tensor& x, const torch::Tensor& panels,
-                                            const torch::Tensor& scale, int64_t out) {
+                                             const torch::Tensor& scale, int64_t out) {
   check_panels(panels, scale, x.size(-1), out);
   torch::Tensor w = kernels_unpack_pair_panels(panels, out).to(x.scalar_type());
   if (scale.defined()) w.mul_(scale.to(x.scalar_type()).unsqueeze(1));

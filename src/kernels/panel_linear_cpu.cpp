@@ -36,8 +36,8 @@ constexpr int64_t kInt8MaxRowsWidenedInTiles = 16;
 inline __m512bh load_pairs(const at::BFloat16* p) { return (__m512bh)_mm512_loadu_si512(p); }
 inline __m512bh load_pairs(const int8_t* p) {
   const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-  const __m512 hi =
-      _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kBlock))));
+  const __m512 hi = _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + kBlock))));
   return _mm512_cvtne2ps_pbh(hi, lo);
 }
 
@@ -130,8 +130,12 @@ void kernels_panel_linear_cpu(const at::BFloat16* x, const W* panels, const at::
                               int64_t rows, int64_t in, int64_t out) {
   const int64_t pairs = in / 2, blocks = (out + kBlock - 1) / kBlock;
   const int64_t groups = (blocks + kTileBlocks - 1) / kTileBlocks, group_values = kTileBlocks * pairs * 2 * kBlock;
-  // one thread below ~1 MiB of weights: a parallel region's start costs more than it saves there
-  const int64_t grain = std::max<int64_t>(1, (int64_t)(1 << 20) / std::max<int64_t>(1, group_values * sizeof(W)));
+  // a thread takes at least ~1 MiB of weights (a few rows read them at the memory's rate) or ~1 M
+  // multiply-adds (many rows: ~10 us at the pairs' rate): below either, a parallel region's start
+  // costs more than it saves
+  const int64_t by_bytes = (int64_t)(1 << 20) / std::max<int64_t>(1, group_values * (int64_t)sizeof(W));
+  const int64_t by_work = (int64_t)(1 << 20) / std::max<int64_t>(1, rows * kTileBlocks * kBlock * in);
+  const int64_t grain = std::max<int64_t>(1, std::min(by_bytes, by_work));
   at::parallel_for(0, groups, grain, [&](int64_t g0, int64_t g1) {
     for (int64_t g = g0; g < g1; g++) {
       const int64_t first = g * kTileBlocks, n = std::min<int64_t>(kTileBlocks, blocks - first);

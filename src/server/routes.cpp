@@ -306,6 +306,8 @@ json stats_json(const ServerState& st) {
       sum.decode_steps += s.decode_steps;
       sum.decode_rows += s.decode_rows;
       sum.prefill_forwards += s.prefill_forwards;
+      sum.prefill_seconds += s.prefill_seconds;
+      sum.decode_seconds += s.decode_seconds;
       sum.prompt_tokens += s.prompt_tokens;
       sum.cached_tokens += s.cached_tokens;
       sum.tokens_per_s += s.tokens_per_s;
@@ -327,7 +329,10 @@ json stats_json(const ServerState& st) {
         {"rows_in_use", sum.rows_busy},
         {"mean_rows_per_step", sum.decode_steps ? (double)sum.decode_rows / (double)sum.decode_steps : 0.0},
         {"decode_steps", sum.decode_steps},
-        {"prefill_forwards", sum.prefill_forwards}}},
+        {"decode_rows", sum.decode_rows},
+        {"prefill_forwards", sum.prefill_forwards},
+        {"prefill_seconds", sum.prefill_seconds},
+        {"decode_seconds", sum.decode_seconds}}},
       {"kv_pool",
        {{"rows", sum.rows_total},
         {"rows_in_use", sum.rows_busy},

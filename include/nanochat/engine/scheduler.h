@@ -62,13 +62,14 @@ struct SchedulerStats {
   int64_t waiting = 0;       // requests waiting for rows
   int64_t rows_waiting = 0;  // rows those ask for
   int64_t rows_total = 0, rows_busy = 0, rows_cached = 0, row_len = 0;
-  int64_t kv_bytes = 0;                          // the pool's memory
-  int64_t decode_steps = 0;                      // batched forward passes of one token per row
-  int64_t decode_rows = 0;                       // rows summed over those steps (occupancy = rows / steps / rows_total)
-  int64_t prefill_forwards = 0;                  // forwards that put prompt tokens in (fresh prompts share one)
-  int64_t tokens = 0;                            // tokens generated
-  int64_t prompt_tokens = 0, cached_tokens = 0;  // prompt positions asked for, and reused
-  double tokens_per_s = 0;                       // over the last 10 s
+  int64_t kv_bytes = 0;          // the pool's memory
+  int64_t decode_steps = 0;      // batched forward passes of one token per row
+  int64_t decode_rows = 0;       // rows summed over those steps (occupancy = rows / steps / rows_total)
+  int64_t prefill_forwards = 0;  // forwards that put prompt tokens in (fresh prompts share one)
+  double prefill_seconds = 0, decode_seconds = 0;  // time in those forwards, and in the decode steps' (sampling not)
+  int64_t tokens = 0;                              // tokens generated
+  int64_t prompt_tokens = 0, cached_tokens = 0;    // prompt positions asked for, and reused
+  double tokens_per_s = 0;                         // over the last 10 s
 };
 
 class Scheduler {

@@ -19,6 +19,6 @@ torch::Tensor kernels_panel_linear(const torch::Tensor& x, const torch::Tensor& 
                                    int64_t out);
 // at::linear of the unpacked weight (times the scale): the tests' second opinion
 torch::Tensor kernels_panel_linear_reference(const torch::Tensor& x, const torch::Tensor& panels,
-                                            const torch::Tensor& scale, int64_t out);
+                                             const torch::Tensor& scale, int64_t out);
 
 }  // namespace nanochat
