@@ -50,6 +50,17 @@ __attribute__((target("avx"))) inline float sum8(__m256 a) {
   return _mm_cvtss_f32(s);
 }
 
+// {sum of a's lanes, of b's, of c's, of d's}: four dot products' accumulators reduced together
+__attribute__((target("avx512f,avx512dq"))) inline __m256 halves_added(__m512 v) {
+  return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_maskz_extractf32x8_ps((__mmask8)0xFF, v, 1));
+}
+__attribute__((target("avx512f,avx512dq"))) inline __m128 lane_sums4(__m512 a, __m512 b, __m512 c, __m512 d) {
+  const __m256 ab = _mm256_hadd_ps(halves_added(a), halves_added(b));  // a01 a23 b01 b23 | a45 a67 b45 b67
+  const __m256 cd = _mm256_hadd_ps(halves_added(c), halves_added(d));
+  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7
+  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
+}
+
 template <typename T>
 using acc_t = std::conditional_t<std::is_same_v<T, double>, double, float>;
 

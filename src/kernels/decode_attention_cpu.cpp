@@ -165,6 +165,106 @@ __attribute__((target("avx512f"))) void values_avx512(const float* p, int64_t nq
   }
 }
 
+// GCC 12 warns inside its own AVX-512 intrinsics (their _undefined_ operands)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+// ---- AVX-512F, a query at a time, for heads of 64 and 128 ----------------------------------------
+// A query's head read on its own: its D/16 output vectors stay in registers over all its keys
+// (the loop above loads and stores them at every key, in the same order of sums), and its scores
+// come 4 keys at a time, their 4 sums reduced across lanes together. bf16 keys on AVX512-BF16
+// multiply bf16 pairs (q is bf16 widened: back to bf16 exactly; each pair's products exact in
+// fp32, as the FMAs' are, and as many fp32 additions).
+
+template <int NV, typename T>
+__attribute__((target("avx512f,avx512dq"))) void scores_by_query(const float* q, int64_t nq, int64_t per_head,
+                                                                 const T* k, int64_t k_pos, int64_t L, float* s) {
+  constexpr int64_t D = NV * 16;
+  for (int64_t i = 0; i < nq; i++) {
+    __m512 qv[NV];
+    for (int c = 0; c < NV; c++) qv[c] = _mm512_loadu_ps(q + i * D + 16 * c);
+    const T* kh = k + i / per_head * D;
+    float* si = s + i * L;
+    int64_t j = 0;
+    for (; j + 4 <= L; j += 4) {
+      for (int jj = 0; jj < 4; jj++) prefetch_row(kh + (j + jj + kAhead) * k_pos, D);
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int c = 0; c < NV; c++)
+        for (int jj = 0; jj < 4; jj++)
+          acc[jj] = _mm512_fmadd_ps(qv[c], load16(kh + (j + jj) * k_pos + 16 * c), acc[jj]);
+      _mm_storeu_ps(si + j, lane_sums4(acc[0], acc[1], acc[2], acc[3]));
+    }
+    for (; j < L; j++) si[j] = dot_avx512(q + i * D, kh + j * k_pos, D);
+  }
+}
+
+template <int NP>  // NP = D/32 vectors of bf16 pairs
+__attribute__((target("avx512f,avx512dq,avx512bf16"))) void scores_by_query_pairs(const float* q, int64_t nq,
+                                                                                  int64_t per_head, const bf16* k,
+                                                                                  int64_t k_pos, int64_t L, float* s) {
+  constexpr int64_t D = NP * 32;
+  for (int64_t i = 0; i < nq; i++) {
+    __m512bh qv[NP];
+    for (int c = 0; c < NP; c++)
+      qv[c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + i * D + 32 * c + 16), _mm512_loadu_ps(q + i * D + 32 * c));
+    const bf16* kh = k + i / per_head * D;
+    float* si = s + i * L;
+    int64_t j = 0;
+    for (; j + 4 <= L; j += 4) {
+      for (int jj = 0; jj < 4; jj++) prefetch_row(kh + (j + jj + kAhead) * k_pos, D);
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int c = 0; c < NP; c++)
+        for (int jj = 0; jj < 4; jj++)
+          acc[jj] = _mm512_dpbf16_ps(acc[jj], qv[c], (__m512bh)_mm512_loadu_si512(kh + (j + jj) * k_pos + 32 * c));
+      _mm_storeu_ps(si + j, lane_sums4(acc[0], acc[1], acc[2], acc[3]));
+    }
+    for (; j < L; j++) si[j] = dot_avx512(q + i * D, kh + j * k_pos, D);
+  }
+}
+
+template <int NV, typename T>
+__attribute__((target("avx512f"))) void values_by_query(const float* p, int64_t nq, int64_t per_head, const T* v,
+                                                        int64_t v_pos, int64_t L, float* o) {
+  constexpr int64_t D = NV * 16;
+  for (int64_t i = 0; i < nq; i++) {
+    __m512 acc[NV];
+    for (int c = 0; c < NV; c++) acc[c] = _mm512_setzero_ps();
+    const T* vh = v + i / per_head * D;
+    const float* pi = p + i * L;
+    for (int64_t j = 0; j < L; j++) {
+      prefetch_row(vh + (j + kAhead) * v_pos, D);
+      if (pi[j] == 0.f) continue;  // a key this query may not see
+      const __m512 pv = _mm512_set1_ps(pi[j]);
+      for (int c = 0; c < NV; c++) acc[c] = _mm512_fmadd_ps(pv, load16(vh + j * v_pos + 16 * c), acc[c]);
+    }
+    for (int c = 0; c < NV; c++) _mm512_storeu_ps(o + i * D + 16 * c, acc[c]);
+  }
+}
+
+#pragma GCC diagnostic pop
+
+// the passes above where they apply (AVX-512, heads of 64 or 128); false: the caller's loops run
+template <typename T>
+bool scores_fast(const float* q, int64_t nq, int64_t per_head, const T* k, int64_t k_pos, int64_t L, int64_t D,
+                 float* s) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (cpu_has_avx512_bf16() && D == 128) return scores_by_query_pairs<4>(q, nq, per_head, k, k_pos, L, s), true;
+    if (cpu_has_avx512_bf16() && D == 64) return scores_by_query_pairs<2>(q, nq, per_head, k, k_pos, L, s), true;
+  }
+  if (D == 128) return scores_by_query<8>(q, nq, per_head, k, k_pos, L, s), true;
+  if (D == 64) return scores_by_query<4>(q, nq, per_head, k, k_pos, L, s), true;
+  return false;
+}
+
+template <typename T>
+bool values_fast(const float* p, int64_t nq, int64_t per_head, const T* v, int64_t v_pos, int64_t L, int64_t D,
+                 float* o) {
+  if (D == 128) return values_by_query<8>(p, nq, per_head, v, v_pos, L, o), true;
+  if (D == 64) return values_by_query<4>(p, nq, per_head, v, v_pos, L, o), true;
+  return false;
+}
+
 // ---- the softmax of one query's scores, shared ------------------------------------------------
 
 using Vec = at::vec::Vectorized<float>;
@@ -224,7 +324,8 @@ void decode_task(const Task& g, const T* q, const T* k, const T* v, T* out, int6
     for (int64_t d = 0; d < D; d++) qf[i * D + d] = widen(q[offset(i) + d]);
   const T* k0 = k + j0 * k_pos;
   const T* v0 = v + j0 * v_pos;
-  if (g.isa == 2) scores_avx512(qf.data(), nq, per, k0, k_pos, L, D, s.data());
+  if (g.isa == 2 && scores_fast(qf.data(), nq, per, k0, k_pos, L, D, s.data())) {
+  } else if (g.isa == 2) scores_avx512(qf.data(), nq, per, k0, k_pos, L, D, s.data());
   else if (g.isa == 1) scores_avx2(qf.data(), nq, per, k0, k_pos, L, D, s.data());
   else scores_plain(qf.data(), nq, per, k0, k_pos, L, D, s.data());
   for (int64_t i = 0; i < nq; i++) {
@@ -232,7 +333,8 @@ void decode_task(const Task& g, const T* q, const T* k, const T* v, T* out, int6
     const int64_t lo = g.window < 0 ? 0 : std::max<int64_t>(0, pos - g.window);
     inv_sum[i] = 1.f / softmax_row(s.data() + i * L, L, lo - j0, pos + 1 - j0, g.scale, g.isa > 0);
   }
-  if (g.isa == 2) values_avx512(s.data(), nq, per, v0, v_pos, L, D, o.data());
+  if (g.isa == 2 && values_fast(s.data(), nq, per, v0, v_pos, L, D, o.data())) {
+  } else if (g.isa == 2) values_avx512(s.data(), nq, per, v0, v_pos, L, D, o.data());
   else if (g.isa == 1) values_avx2(s.data(), nq, per, v0, v_pos, L, D, o.data());
   else values_plain(s.data(), nq, per, v0, v_pos, L, D, o.data());
   for (int64_t i = 0; i < nq; i++) {

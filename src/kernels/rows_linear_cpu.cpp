@@ -33,16 +33,6 @@ inline __m512 load16(const int8_t* p) {
   return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
 }
 
-inline __m256 halves_added(__m512 v) { return _mm256_add_ps(_mm512_castps512_ps256(v), _mm512_extractf32x8_ps(v, 1)); }
-
-// {sum of a's lanes, of b's, of c's, of d's}
-inline __m128 lane_sums4(__m512 a, __m512 b, __m512 c, __m512 d) {
-  const __m256 ab = _mm256_hadd_ps(halves_added(a), halves_added(b));  // a01 a23 b01 b23 | a45 a67 b45 b67
-  const __m256 cd = _mm256_hadd_ps(halves_added(c), halves_added(d));
-  const __m256 abcd = _mm256_hadd_ps(ab, cd);  // a0-3 b0-3 c0-3 d0-3 | a4-7 b4-7 c4-7 d4-7
-  return _mm_add_ps(_mm256_castps256_ps128(abcd), _mm256_extractf128_ps(abcd, 1));
-}
-
 // a tile's sums: each accumulator's lanes, plus the products from k to `in` one by one
 template <int R, typename X, typename W>
 inline void tile_sums(const __m512 (&acc)[R][kTileOut], const X* x, const W* const* w, int64_t k, int64_t in,
