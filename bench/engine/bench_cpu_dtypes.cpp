@@ -117,11 +117,11 @@ double rss_gib(bool peak) {
   return (double)resident * 4096 / (1 << 30);
 }
 
-// what a decode step reads: every Linear's weights as stored (scales included) and the KV cache
+// what a decode step reads: every Linear's weights as stored (pair panels: 4-D; scales included) and the KV cache
 double decode_bytes(GPT& model, int64_t ctx) {
   double bytes = 0;
   for (auto& [name, p] : gpt_named_parameters(model))
-    if (p.dim() == 2 && name.find("wte") == std::string::npos && name.find("value_embeds") == std::string::npos)
+    if (p.dim() >= 2 && name.find("wte") == std::string::npos && name.find("value_embeds") == std::string::npos)
       bytes += (double)p.numel() * p.element_size();
   for (auto& b : model->blocks)
     for (auto* l : {&b->attn->c_q, &b->attn->c_k, &b->attn->c_v, &b->attn->c_proj, &b->mlp->c_fc, &b->mlp->c_proj})

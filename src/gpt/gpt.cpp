@@ -7,6 +7,7 @@
 #include <ATen/Context.h>
 #include <algorithm>
 #include <cctype>
+#include <malloc.h>
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -636,6 +637,9 @@ void gpt_prepare_for_inference(GPT& model, const std::string& dtype) {
       l->panels = true;
     }
   }
+  // the weights just replaced were allocated below glibc's mmap threshold (it grows to 32 MB):
+  // freed, they stay in the heap unless trimmed (a d20 model: 0.27 GiB of resident memory)
+  if (panels) malloc_trim(0);
   for (Block& b : model->blocks)
     if (b->attn->ve_gate) b->attn->ve_gate->weight.set_data(b->attn->ve_gate->weight.to(model->compute_dtype));
   if (model->smear_gate) model->smear_gate->weight.set_data(model->smear_gate->weight.to(model->compute_dtype));
