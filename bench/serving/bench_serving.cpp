@@ -367,7 +367,9 @@ int main(int argc, char** argv) {
       const nlohmann::json before = batch_stats(servers[k]->port());
       results[k].push_back(bench_http_load(servers[k]->port(), c, std::max(requests, c), seconds, body));
       const nlohmann::json after = batch_stats(servers[k]->port());
-      auto delta = [&](const char* key) { return after[key].get<double>() - before[key].get<double>(); };
+      auto delta = [&](const char* key) {  // NaN from a binary whose /stats lacks it (NANOCHAT_BENCH_BIN)
+        return after.contains(key) && before.contains(key) ? after[key].get<double>() - before[key].get<double>() : NAN;
+      };
       const double wall = results[k].back().seconds, pf = delta("prefill_seconds"), dec = delta("decode_seconds");
       const double forwards = delta("prefill_forwards"), steps = delta("decode_steps");
       char line[256];
