@@ -253,6 +253,15 @@ TEST(PanelLinear, AgainstAnFp64Matmul) {
         EXPECT_TRUE((err <= bound).all().item<bool>())
             << c10::toString(wt) << " panels, " << rows << "x" << in << "->" << out << ": worst excess "
             << (err - bound).max().item<double>();
+        // with relu^2 (the MLP's c_fc) on the fp32 sums: relu moves no error up, the square
+        // turns a sum's error e into e (2|ref| + e), and the one bf16 rounding is of relu(ref)^2
+        Tensor sq = kernels_panel_linear(x, kernels_pack_pair_panels(w), scale, out, true).to(torch::kFloat64);
+        Tensor e = at::matmul(x64.abs(), w64.abs().t()) * ((double)(in + 1) * std::ldexp(1.0, -24));
+        Tensor ref_sq = at::relu(ref).square();
+        Tensor sq_bound = e * (2 * ref.abs() + e) * (1 + kBf16Unit) + ref_sq * kBf16Unit;
+        EXPECT_TRUE(((sq - ref_sq).abs() <= sq_bound).all().item<bool>())
+            << c10::toString(wt) << " panels with relu^2, " << rows << "x" << in << "->" << out << ": worst excess "
+            << ((sq - ref_sq).abs() - sq_bound).max().item<double>();
       }
 }
 
@@ -262,6 +271,8 @@ TEST(PanelLinear, OtherRowsRunTheReference) {
   Tensor p = kernels_pack_pair_panels(w);
   Tensor x = at::randn({3, 32});
   EXPECT_TRUE(at::equal(kernels_panel_linear(x, p, {}, 20), at::linear(x, w.to(torch::kFloat32))));
+  EXPECT_TRUE(
+      at::equal(kernels_panel_linear(x, p, {}, 20, true), at::relu(at::linear(x, w.to(torch::kFloat32))).square()));
   std::string msg = one_line_error([&] { kernels_panel_linear(x, p, {}, 40); });
   EXPECT_NE(msg.find("panel linear: panels of 2 x 16 pairs for 40 outputs"), std::string::npos) << msg;
   msg = one_line_error([&] { kernels_panel_linear(x.to(torch::kBFloat16), p, at::ones({20}), 20); });

@@ -301,6 +301,8 @@ torch::Tensor MLPImpl::forward(const torch::Tensor& x) {
   // int8 weights, and weights that no longer train (a decode step's few rows: the Linears' matvec
   // and few-rows kernels), go through each Linear: the fused op is a GEMM with autograd
   const bool inference = c_fc->int8() || !c_fc->weight.requires_grad();
+  // pair panels (AVX512-BF16): relu^2 applied as c_fc's sums are stored, not as two more ops
+  if (c_fc->panels) return c_proj(kernels_panel_linear(x, c_fc->weight, c_fc->scale, c_fc->out_features, true));
   if (c_fc->fp8 || c_proj->fp8 || inference) return c_proj(at::relu(c_fc(x)).square());
   const auto dt = x.scalar_type();
   return kernels_mlp_relu_square(x, c_fc->weight.to(dt), c_proj->weight.to(dt));

@@ -13,7 +13,7 @@ namespace nanochat {
 // panel_linear_cpu.cpp
 template <typename W>
 void kernels_panel_linear_cpu(const at::BFloat16* x, const W* panels, const at::BFloat16* scale, at::BFloat16* y,
-                              int64_t rows, int64_t in, int64_t out);
+                              int64_t rows, int64_t in, int64_t out, bool relu_square);
 // rows_linear_cpu.cpp: AVX-512 with BF16 pairs
 bool kernels_rows_linear_cpu_bf16_pairs();
 
@@ -52,20 +52,21 @@ torch::Tensor kernels_unpack_pair_panels(const torch::Tensor& panels, int64_t ou
 }
 
 torch::Tensor kernels_panel_linear_reference(const torch::Tensor& x, const torch::Tensor& panels,
-                                             const torch::Tensor& scale, int64_t out) {
+                                             const torch::Tensor& scale, int64_t out, bool relu_square) {
   check_panels(panels, scale, x.size(-1), out);
   torch::Tensor w = kernels_unpack_pair_panels(panels, out).to(x.scalar_type());
   if (scale.defined()) w.mul_(scale.to(x.scalar_type()).unsqueeze(1));
-  return at::linear(x, w);
+  torch::Tensor y = at::linear(x, w);
+  return relu_square ? at::relu(y).square() : y;
 }
 
 torch::Tensor kernels_panel_linear(const torch::Tensor& x, const torch::Tensor& panels, const torch::Tensor& scale,
-                                   int64_t out) {
+                                   int64_t out, bool relu_square) {
   const int64_t in = x.size(-1), rows = x.numel() / std::max<int64_t>(1, in);
   check_panels(panels, scale, in, out);
   if (!x.device().is_cpu() || x.scalar_type() != torch::kBFloat16 || x.requires_grad() ||
       !kernels_panel_linear_supported())
-    return kernels_panel_linear_reference(x, panels, scale, out);
+    return kernels_panel_linear_reference(x, panels, scale, out, relu_square);
   torch::Tensor x2 = x.reshape({rows, in}).contiguous();
   std::vector<int64_t> shape(x.sizes().begin(), x.sizes().end());
   shape.back() = out;
@@ -74,10 +75,10 @@ torch::Tensor kernels_panel_linear(const torch::Tensor& x, const torch::Tensor& 
   if (panels.scalar_type() == torch::kInt8) {
     torch::Tensor s = scale.to(torch::kBFloat16).contiguous();
     kernels_panel_linear_cpu(x2.data_ptr<bf16>(), panels.data_ptr<int8_t>(), s.data_ptr<bf16>(), y.data_ptr<bf16>(),
-                             rows, in, out);
+                             rows, in, out, relu_square);
   } else if (panels.scalar_type() == torch::kBFloat16) {
     kernels_panel_linear_cpu(x2.data_ptr<bf16>(), panels.data_ptr<bf16>(), (const bf16*)nullptr, y.data_ptr<bf16>(),
-                             rows, in, out);
+                             rows, in, out, relu_square);
   } else {
     fail("panel linear: bf16 or int8 panels expected, got %s", c10::toString(panels.scalar_type()));
   }

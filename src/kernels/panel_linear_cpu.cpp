@@ -25,6 +25,15 @@ constexpr int kMaxTileRows = 6;  // 6 rows x 4 blocks = 24 vectors of sums, 4 of
 // costs 5 instructions a vector, shared by the tile's rows); beyond, a group's panel is widened once
 constexpr int64_t kInt8MaxRowsWidenedInTiles = 16;
 
+// where a product goes: y (rows, out), each output times its scale (int8) and through relu^2
+// when asked (the MLP's c_fc: one rounding to bf16 of relu(y)^2 instead of two ops after it)
+struct Output {
+  at::BFloat16* y;
+  int64_t out;
+  const at::BFloat16* scale;  // or null
+  bool relu_square;
+};
+
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16")
 // GCC 12 warns inside its own AVX-512 intrinsics (their _undefined_ operands)
@@ -48,11 +57,11 @@ inline __m512 load_scales(const at::BFloat16* s, int64_t valid) {
 }
 
 // y (R rows, the C blocks' outputs from `o0`) = x (R rows of `in`) . the panel blocks `p` (each
-// pairs * 32 values), times the scales when given. Not inlined, and its loops unrolled: the sums
+// pairs * 32 values), through `o`'s epilogue. Not inlined, and its loops unrolled: the sums
 // must stay in registers (inlined or rolled up, GCC kept them on the stack: a third of the rate)
 template <int R, int C, typename W>
-__attribute__((noinline)) void tile(const at::BFloat16* x, int64_t in, const W* p, int64_t pairs,
-                                    const at::BFloat16* scale, at::BFloat16* y, int64_t out, int64_t o0) {
+__attribute__((noinline)) void tile(const at::BFloat16* x, int64_t in, const W* p, int64_t pairs, const Output& o,
+                                    int64_t o0) {
   __m512 acc[R][C];
 #pragma GCC unroll 8
   for (int r = 0; r < R; r++)
@@ -72,11 +81,14 @@ __attribute__((noinline)) void tile(const at::BFloat16* x, int64_t in, const W* 
     }
   }
   for (int c = 0; c < C; c++) {
-    const int64_t o = o0 + c * kBlock, valid = std::min<int64_t>(kBlock, out - o);
-    const __m512 s = scale ? load_scales(scale + o, valid) : _mm512_set1_ps(1.f);
-    for (int r = 0; r < R; r++)  // rounded to bf16, nearest even
-      _mm256_mask_storeu_epi16(y + r * out + o, (__mmask16)((1u << valid) - 1),
-                               (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(acc[r][c], s)));
+    const int64_t n = o0 + c * kBlock, valid = std::min<int64_t>(kBlock, o.out - n);
+    const __m512 s = o.scale ? load_scales(o.scale + n, valid) : _mm512_set1_ps(1.f);
+    for (int r = 0; r < R; r++) {
+      __m512 v = _mm512_mul_ps(acc[r][c], s);
+      if (o.relu_square) v = _mm512_max_ps(v, _mm512_setzero_ps()), v = _mm512_mul_ps(v, v);
+      _mm256_mask_storeu_epi16(o.y + r * o.out + n, (__mmask16)((1u << valid) - 1),
+                               (__m256i)_mm512_cvtneps_pbh(v));  // rounded to bf16, nearest even
+    }
   }
 }
 
@@ -89,13 +101,13 @@ inline void widen_panel(const int8_t* q, at::BFloat16* out, int64_t n) {
 #pragma GCC pop_options
 
 template <int R, typename W>
-void tile_of_blocks(int64_t blocks, const at::BFloat16* x, int64_t in, const W* p, int64_t pairs,
-                    const at::BFloat16* scale, at::BFloat16* y, int64_t out, int64_t o0) {
+void tile_of_blocks(int64_t blocks, const at::BFloat16* x, int64_t in, const W* p, int64_t pairs, const Output& o,
+                    int64_t o0) {
   switch (blocks) {
-    case 1: return tile<R, 1>(x, in, p, pairs, scale, y, out, o0);
-    case 2: return tile<R, 2>(x, in, p, pairs, scale, y, out, o0);
-    case 3: return tile<R, 3>(x, in, p, pairs, scale, y, out, o0);
-    default: return tile<R, kTileBlocks>(x, in, p, pairs, scale, y, out, o0);
+    case 1: return tile<R, 1>(x, in, p, pairs, o, o0);
+    case 2: return tile<R, 2>(x, in, p, pairs, o, o0);
+    case 3: return tile<R, 3>(x, in, p, pairs, o, o0);
+    default: return tile<R, kTileBlocks>(x, in, p, pairs, o, o0);
   }
 }
 
@@ -103,19 +115,20 @@ void tile_of_blocks(int64_t blocks, const at::BFloat16* x, int64_t in, const W* 
 // as they come (16 rows: 6 + 5 + 5)
 template <typename W>
 void rows_against_group(const at::BFloat16* x, int64_t rows, int64_t in, const W* p, int64_t pairs, int64_t blocks,
-                        const at::BFloat16* scale, at::BFloat16* y, int64_t out, int64_t o0) {
+                        const Output& o, int64_t o0) {
   const int64_t tiles = (rows + kMaxTileRows - 1) / kMaxTileRows;
   for (int64_t t = 0, r = 0; t < tiles; t++) {
     const int64_t n = rows / tiles + (t < rows % tiles ? 1 : 0);
     const at::BFloat16* xr = x + r * in;
-    at::BFloat16* yr = y + r * out;
+    Output to = o;
+    to.y += r * o.out;
     switch (n) {
-      case 1: tile_of_blocks<1>(blocks, xr, in, p, pairs, scale, yr, out, o0); break;
-      case 2: tile_of_blocks<2>(blocks, xr, in, p, pairs, scale, yr, out, o0); break;
-      case 3: tile_of_blocks<3>(blocks, xr, in, p, pairs, scale, yr, out, o0); break;
-      case 4: tile_of_blocks<4>(blocks, xr, in, p, pairs, scale, yr, out, o0); break;
-      case 5: tile_of_blocks<5>(blocks, xr, in, p, pairs, scale, yr, out, o0); break;
-      default: tile_of_blocks<kMaxTileRows>(blocks, xr, in, p, pairs, scale, yr, out, o0); break;
+      case 1: tile_of_blocks<1>(blocks, xr, in, p, pairs, to, o0); break;
+      case 2: tile_of_blocks<2>(blocks, xr, in, p, pairs, to, o0); break;
+      case 3: tile_of_blocks<3>(blocks, xr, in, p, pairs, to, o0); break;
+      case 4: tile_of_blocks<4>(blocks, xr, in, p, pairs, to, o0); break;
+      case 5: tile_of_blocks<5>(blocks, xr, in, p, pairs, to, o0); break;
+      default: tile_of_blocks<kMaxTileRows>(blocks, xr, in, p, pairs, to, o0); break;
     }
     r += n;
   }
@@ -123,11 +136,13 @@ void rows_against_group(const at::BFloat16* x, int64_t rows, int64_t in, const W
 
 }  // namespace
 
-// y (rows, out) = x (rows, in) @ w^T (* scale (out,) for int8 panels); x's width even, panels
-// (ceil(out/16), in/2, 16, 2). The caller checks the CPU (kernels_rows_linear_cpu_bf16_pairs()).
+// y (rows, out) = x (rows, in) @ w^T (* scale (out,) for int8 panels), then relu(y)^2 if asked;
+// x's width even, panels (ceil(out/16), in/2, 16, 2). The caller checks the CPU
+// (kernels_rows_linear_cpu_bf16_pairs()).
 template <typename W>
 void kernels_panel_linear_cpu(const at::BFloat16* x, const W* panels, const at::BFloat16* scale, at::BFloat16* y,
-                              int64_t rows, int64_t in, int64_t out) {
+                              int64_t rows, int64_t in, int64_t out, bool relu_square) {
+  const Output o{y, out, scale, relu_square};
   const int64_t pairs = in / 2, blocks = (out + kBlock - 1) / kBlock;
   const int64_t groups = (blocks + kTileBlocks - 1) / kTileBlocks, group_values = kTileBlocks * pairs * 2 * kBlock;
   // a thread takes at least ~1 MiB of weights (a few rows read them at the memory's rate) or ~1 M
@@ -145,17 +160,17 @@ void kernels_panel_linear_cpu(const at::BFloat16* x, const W* panels, const at::
           thread_local std::vector<at::BFloat16> widened;
           widened.resize(n * pairs * 2 * kBlock);
           widen_panel(p, widened.data(), n * pairs);
-          rows_against_group(x, rows, in, widened.data(), pairs, n, scale, y, out, first * kBlock);
+          rows_against_group(x, rows, in, widened.data(), pairs, n, o, first * kBlock);
           continue;
         }
       }
-      rows_against_group(x, rows, in, p, pairs, n, scale, y, out, first * kBlock);
+      rows_against_group(x, rows, in, p, pairs, n, o, first * kBlock);
     }
   });
 }
 template void kernels_panel_linear_cpu(const at::BFloat16*, const at::BFloat16*, const at::BFloat16*, at::BFloat16*,
-                                       int64_t, int64_t, int64_t);
+                                       int64_t, int64_t, int64_t, bool);
 template void kernels_panel_linear_cpu(const at::BFloat16*, const int8_t*, const at::BFloat16*, at::BFloat16*, int64_t,
-                                       int64_t, int64_t);
+                                       int64_t, int64_t, bool);
 
 }  // namespace nanochat

@@ -13,12 +13,13 @@ torch::Tensor kernels_pack_pair_panels(const torch::Tensor& w);
 // the inverse: panels -> (out, in)
 torch::Tensor kernels_unpack_pair_panels(const torch::Tensor& panels, int64_t out);
 // x (..., in) times w^T, w given as its panels (and for int8 panels the scale (out,) per output):
-// (..., out) in x's dtype. bf16 rows, any number of them, run our kernel (fp32 sums of bf16
-// pairs, rounded to bf16 at the end); anything else (fp32 rows, kernels off) the reference.
+// (..., out) in x's dtype; relu_square: relu(that)^2 (the MLP's c_fc). bf16 rows, any number of
+// them, run our kernel (fp32 sums of bf16 pairs, relu^2 in fp32, rounded to bf16 once at the
+// end); anything else (fp32 rows, kernels off) the reference.
 torch::Tensor kernels_panel_linear(const torch::Tensor& x, const torch::Tensor& panels, const torch::Tensor& scale,
-                                   int64_t out);
-// at::linear of the unpacked weight (times the scale): the tests' second opinion
+                                   int64_t out, bool relu_square = false);
+// at::linear of the unpacked weight (times the scale), relu^2 if asked: the tests' second opinion
 torch::Tensor kernels_panel_linear_reference(const torch::Tensor& x, const torch::Tensor& panels,
-                                             const torch::Tensor& scale, int64_t out);
+                                             const torch::Tensor& scale, int64_t out, bool relu_square = false);
 
 }  // namespace nanochat
