@@ -262,6 +262,8 @@ struct Scheduler::Impl {
       asking.push_back(r);
     }
     const std::vector<int64_t> drawn = engine_sample_rows(logits, asks);
+    std::vector<TokenColumn> cols(asks.size());
+    int64_t tokens = 0;
     for (size_t k = 0; k < asks.size(); k++) {
       Request* r = asking[k];
       const std::vector<int64_t>& bs = asks[k].rows;
@@ -269,21 +271,26 @@ struct Scheduler::Impl {
       for (size_t i = 0; i < bs.size(); i++) mine[i] = drawn[bs[i]], which[i] = kv.slots[bs[i]].row;
       torch::Tensor lg;  // the request's logits, for its log-probs
       if (r->opt.logprobs) lg = logits.index_select(0, torch::tensor(bs, torch::kLong).to(logits.device()));
-      TokenColumn col = engine_column_step(r->rows, which, mine.data(), lg, r->steps, r->opt, engine->tokenizer(),
-                                           tools, took);
+      cols[k] = engine_column_step(r->rows, which, mine.data(), lg, r->steps, r->opt, engine->tokenizer(), tools, took);
       for (size_t i = 0; i < bs.size(); i++) feed[bs[i]] = took[i];
       r->steps++;
-      st.tokens += (int64_t)bs.size();
-      std::lock_guard<std::mutex> lock(mu);
-      r->out.push_back(std::move(col));
-      r->cv.notify_all();
+      tokens += (int64_t)bs.size();
     }
+    // every column handed out under one lock, the waiting threads woken after it: woken one by
+    // one under the lock, each took it back from this loop in turn (16 rows: ~0.2 ms a step)
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (size_t k = 0; k < asks.size(); k++) asking[k]->out.push_back(std::move(cols[k]));
+      st.tokens += tokens;
+    }
+    for (Request* r : asking) r->cv.notify_all();
   }
 
   // samples, then drops the rows that finished (last first, so a swap only moves a row
   // already sampled) and ends the requests with none left
   void sample_step() {
     sample_live_rows();
+    const int64_t live_before = kv.live;
     for (int64_t b = kv.live - 1; b >= 0; b--) {
       Request* r = holder_request(kv.slots[b].holder);
       const int64_t row = kv.slots[b].row;
@@ -296,6 +303,9 @@ struct Scheduler::Impl {
     }
     feed.resize(kv.live);
     logits = torch::Tensor();
+    // only a row that finished can end a request: most steps go on to the forward without the
+    // lock, which the threads just woken are taking to read their columns
+    if (kv.live == live_before) return;
     std::lock_guard<std::mutex> lock(mu);
     for (auto it = decoding.begin(); it != decoding.end();) {
       Request& r = **it;
