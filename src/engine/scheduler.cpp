@@ -235,6 +235,7 @@ struct Scheduler::Impl {
     KVCache view = kv.pool.view_rows(first, n, 0);
     const clk::time_point start = clk::now();
     torch::Tensor lg = engine_forward_last(model, ids(ids_padded, n), view, last);  // (n,V)
+    count_prefill_forward(start);
     kv.store_prev(first, view.prev_embedding);
     for (int64_t i = 0; i < n; i++) {
       const int64_t T = (int64_t)batch[i]->prompt.size();
@@ -242,7 +243,6 @@ struct Scheduler::Impl {
       kv.slots[first + i].pos = T;
     }
     for (int64_t i = 0; i < n; i++) join_batch(batch[i], lg.narrow(0, i, 1));
-    count_prefill_forward(start);
     return longest * n;
   }
 

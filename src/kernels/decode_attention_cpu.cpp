@@ -324,18 +324,20 @@ void decode_task(const Task& g, const T* q, const T* k, const T* v, T* out, int6
     for (int64_t d = 0; d < D; d++) qf[i * D + d] = widen(q[offset(i) + d]);
   const T* k0 = k + j0 * k_pos;
   const T* v0 = v + j0 * v_pos;
-  if (g.isa == 2 && scores_fast(qf.data(), nq, per, k0, k_pos, L, D, s.data())) {
-  } else if (g.isa == 2) scores_avx512(qf.data(), nq, per, k0, k_pos, L, D, s.data());
-  else if (g.isa == 1) scores_avx2(qf.data(), nq, per, k0, k_pos, L, D, s.data());
+  if (g.isa == 2) {
+    if (!scores_fast(qf.data(), nq, per, k0, k_pos, L, D, s.data()))
+      scores_avx512(qf.data(), nq, per, k0, k_pos, L, D, s.data());
+  } else if (g.isa == 1) scores_avx2(qf.data(), nq, per, k0, k_pos, L, D, s.data());
   else scores_plain(qf.data(), nq, per, k0, k_pos, L, D, s.data());
   for (int64_t i = 0; i < nq; i++) {
     const int64_t pos = n_keys - g.Tq + i % per / rep;  // this query's position: it sees [lo, pos]
     const int64_t lo = g.window < 0 ? 0 : std::max<int64_t>(0, pos - g.window);
     inv_sum[i] = 1.f / softmax_row(s.data() + i * L, L, lo - j0, pos + 1 - j0, g.scale, g.isa > 0);
   }
-  if (g.isa == 2 && values_fast(s.data(), nq, per, v0, v_pos, L, D, o.data())) {
-  } else if (g.isa == 2) values_avx512(s.data(), nq, per, v0, v_pos, L, D, o.data());
-  else if (g.isa == 1) values_avx2(s.data(), nq, per, v0, v_pos, L, D, o.data());
+  if (g.isa == 2) {
+    if (!values_fast(s.data(), nq, per, v0, v_pos, L, D, o.data()))
+      values_avx512(s.data(), nq, per, v0, v_pos, L, D, o.data());
+  } else if (g.isa == 1) values_avx2(s.data(), nq, per, v0, v_pos, L, D, o.data());
   else values_plain(s.data(), nq, per, v0, v_pos, L, D, o.data());
   for (int64_t i = 0; i < nq; i++) {
     T* dst = out + offset(i);
