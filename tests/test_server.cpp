@@ -206,6 +206,7 @@ TEST(ServerApi, ConcurrentGreedyRequestsEachMatchTheReference) {
   EXPECT_GE(s["batch"]["decode_rows"].get<int64_t>(), decoded);
   EXPECT_GT(s["batch"]["prefill_seconds"].get<double>(), 0);
   EXPECT_GT(s["batch"]["decode_seconds"].get<double>(), 0);
+  EXPECT_GT(s["batch"]["sample_seconds"].get<double>(), 0);
   EXPECT_EQ(s["kv_pool"]["rows"], 16);
   EXPECT_EQ(s["kv_pool"]["positions_per_row"], 1280);  // 10 x sequence_len 128
   EXPECT_GT(s["kv_pool"]["bytes"].get<int64_t>(), 0);

@@ -214,6 +214,31 @@ static void print_ceiling(const GPTConfig& cfg, const std::string& dtype, int re
       seq / (decode / peak), (long long)prompt_tokens, seq / ((decode + prompts) / peak));
 }
 
+// --steps: one decode forward of the model alone (no scheduler, no sampling) at 1, 4 and 16 rows
+// at their own positions (a batch's rows are at different lengths), as the scheduler runs it; the
+// per-row cost shows what a batched step adds over a lone one (run under `perf record`)
+static void bench_steps(GPT& model, int64_t max_tokens) {
+  torch::NoGradGuard ng;
+  EngineModel em = engine_model_from_gpt(model);
+  std::printf("\ndecode forwards, rows at positions 17..%lld, microseconds (median of 400)\n",
+              (long long)(17 + max_tokens));
+  double one = 0;
+  for (int64_t rows : {1, 4, 16}) {
+    KVCache cache = model->make_kv_cache(rows, 17 + max_tokens + 1);
+    std::vector<int64_t> pos(rows);
+    for (int64_t b = 0; b < rows; b++) pos[b] = 17 + (b * max_tokens) / rows;
+    torch::Tensor ids = torch::full({rows, 1}, 7, torch::kLong);
+    const double us = median_us(400, [&] {
+      KVCache view = cache.view_rows(0, rows, 0);
+      view.set_row_positions(pos);
+      em.forward(ids, view);
+    });
+    if (rows == 1) one = us;
+    std::printf("  %2lld rows: %7.1f us a step, %6.1f us a row; %.2fx a lone step's tokens/s\n", (long long)rows, us,
+                us / rows, one * rows / us);
+  }
+}
+
 int main(int argc, char** argv) {
   CLI::App app{"bench_serving: continuous batching against one request at a time"};
   int requests = 16;
@@ -221,7 +246,7 @@ int main(int argc, char** argv) {
   double seconds = 60;
   int rounds = 3;
   std::string clients_list = "1,4,16,64", dtype = "float32", ways = "sequential,together,bound";
-  bool http_only = false, engine_only = false, linears = false, profile = false;
+  bool http_only = false, engine_only = false, linears = false, profile = false, steps = false;
   app.add_option("--requests", requests,
                  "in-process: concurrent greedy requests (and the sequential baseline's count)");
   app.add_option("--max-tokens", max_tokens, "tokens per reply");
@@ -234,6 +259,7 @@ int main(int argc, char** argv) {
   app.add_option("--ways", ways, "in-process: which of sequential, together, bound run");
   app.add_flag("--profile", profile, "in-process: one more run of sequential and bound under ATen's profiler");
   app.add_flag("--linears", linears, "time the model's Linears at 1 to 128 rows (then exit)");
+  app.add_flag("--steps", steps, "time one decode forward at 1, 4 and 16 rows (then exit)");
   app.add_flag("--http-only", http_only, "skip the in-process comparison");
   app.add_flag("--engine-only", engine_only, "skip the HTTP load");
   CLI11_PARSE(app, argc, argv);
@@ -241,7 +267,7 @@ int main(int argc, char** argv) {
   Tokenizer tok = tiny_chat_tokenizer();
   GPTConfig cfg = bench_config(tok.vocab_size(), depth, width);
   GPT model = bench_model(cfg, dtype);
-  std::string base = engine_only || linears ? "" : bench_base_dir(tok, cfg, model);  // fp32 weights on disk
+  std::string base = engine_only || linears || steps ? "" : bench_base_dir(tok, cfg, model);  // fp32 weights on disk
   gpt_prepare_for_inference(model, dtype);
   auto engine = std::make_shared<const Engine>(model, tok);
   std::printf(
@@ -251,6 +277,10 @@ int main(int argc, char** argv) {
       std::thread::hardware_concurrency(), at::get_num_threads());
   if (linears) {
     bench_linears(model, dtype);
+    return 0;
+  }
+  if (steps) {
+    bench_steps(model, max_tokens);
     return 0;
   }
 
@@ -314,8 +344,9 @@ int main(int argc, char** argv) {
                   (double)(st.decode_rows - warm.decode_rows) / (double)std::max<int64_t>(1, steps));
       const double pf = (st.prefill_seconds - warm.prefill_seconds) / rounds;
       const double dec = (st.decode_seconds - warm.decode_seconds) / rounds;
-      std::printf("    a round's time: prompt forwards %.3f s, decode steps %.3f s (%.2f ms each)\n", pf, dec,
-                  1000 * dec * rounds / (double)std::max<int64_t>(1, steps));
+      const double smp = (st.sample_seconds - warm.sample_seconds) / rounds;
+      std::printf("    a round's time: prompt forwards %.3f s, decode steps %.3f s (%.2f ms each), sampling %.3f s\n",
+                  pf, dec, 1000 * dec * rounds / (double)std::max<int64_t>(1, steps), smp);
     }
     if (run_seq && run_together) std::printf("  speed-up: %.2fx (rounds:%s)\n", seq / batched, ratios.c_str());
     if (run_bound)
@@ -371,14 +402,15 @@ int main(int argc, char** argv) {
         return after.contains(key) && before.contains(key) ? after[key].get<double>() - before[key].get<double>() : NAN;
       };
       const double wall = results[k].back().seconds, pf = delta("prefill_seconds"), dec = delta("decode_seconds");
-      const double forwards = delta("prefill_forwards"), steps = delta("decode_steps");
-      char line[256];
+      const double forwards = delta("prefill_forwards"), steps = delta("decode_steps"), smp = delta("sample_seconds");
+      char line[320];
       std::snprintf(line, sizeof line,
                     "%8d %-14s of %.3f s: %lld prompt forwards %.3f s (%.2f ms each), %lld decode steps %.3f s "
-                    "(%.2f ms each, %.1f rows), the rest %.3f s",
+                    "(%.2f ms each, %.1f rows), sampling %.3f s (%.0f us a step), the rest %.3f s",
                     c, configs[k].name, wall, (long long)forwards, pf, 1000 * pf / std::max(1.0, forwards),
                     (long long)steps, dec, 1000 * dec / std::max(1.0, steps),
-                    delta("decode_rows") / std::max(1.0, steps), wall - pf - dec);
+                    delta("decode_rows") / std::max(1.0, steps), smp, 1e6 * smp / std::max(1.0, steps),
+                    wall - pf - dec - (std::isnan(smp) ? 0 : smp));
       spent[k].push_back(line);
     }
   servers.clear();

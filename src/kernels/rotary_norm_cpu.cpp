@@ -24,22 +24,24 @@ std::pair<at::Tensor, at::Tensor> rotary_norm_forward_cpu(const at::Tensor& x, c
     const scalar_t* S = sin.data_ptr<scalar_t>();
     scalar_t* Y = y.data_ptr<scalar_t>();
     acc* out_rstd = rstd.data_ptr<acc>();
+    // a row converted once, rotated over fp32 arrays (the loops vectorise), its sum of squares
+    // and the stores vectorised: a decode step runs 2 x layers x rows x heads of these
     at::parallel_for(0, R, 64, [&](int64_t begin, int64_t end) {
-      std::vector<acc> r(D);
+      std::vector<acc> xs, cs, ss, r(D);
       for (int64_t i = begin; i < end; i++) {
-        const scalar_t* xr = X + i * D;
         const int64_t pos = (i / H) % T;
-        acc ss = 0;
+        const acc* xr = row_as_acc(X + i * D, D, xs);
+        const acc* c = row_as_acc(C + pos * half, half, cs);
+        const acc* s = row_as_acc(S + pos * half, half, ss);
         for (int64_t j = 0; j < half; j++) {
-          const acc x1 = xr[j], x2 = xr[j + half], c = C[pos * half + j], s = S[pos * half + j];
-          r[j] = x1 * c + x2 * s;
-          r[j + half] = -x1 * s + x2 * c;
-          ss += r[j] * r[j] + r[j + half] * r[j + half];
+          r[j] = xr[j] * c[j] + xr[j + half] * s[j];
+          r[j + half] = -xr[j] * s[j] + xr[j + half] * c[j];
         }
-        const acc inv = acc(1) / std::sqrt(ss / (acc)D + (acc)eps);
+        const acc inv = acc(1) / std::sqrt(dot_row(r.data(), r.data(), D) / (acc)D + (acc)eps);
         out_rstd[i] = inv;
         const acc k = (acc)scale * inv;
-        for (int64_t j = 0; j < D; j++) Y[i * D + j] = scalar_t(r[j] * k);
+        for (int64_t j = 0; j < D; j++) r[j] *= k;
+        store_row<scalar_t>(r.data(), Y + i * D, D);
       }
     });
   });

@@ -308,6 +308,7 @@ json stats_json(const ServerState& st) {
       sum.prefill_forwards += s.prefill_forwards;
       sum.prefill_seconds += s.prefill_seconds;
       sum.decode_seconds += s.decode_seconds;
+      sum.sample_seconds += s.sample_seconds;
       sum.prompt_tokens += s.prompt_tokens;
       sum.cached_tokens += s.cached_tokens;
       sum.tokens_per_s += s.tokens_per_s;
@@ -332,7 +333,8 @@ json stats_json(const ServerState& st) {
         {"decode_rows", sum.decode_rows},
         {"prefill_forwards", sum.prefill_forwards},
         {"prefill_seconds", sum.prefill_seconds},
-        {"decode_seconds", sum.decode_seconds}}},
+        {"decode_seconds", sum.decode_seconds},
+        {"sample_seconds", sum.sample_seconds}}},
       {"kv_pool",
        {{"rows", sum.rows_total},
         {"rows_in_use", sum.rows_busy},

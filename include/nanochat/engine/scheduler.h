@@ -67,9 +67,10 @@ struct SchedulerStats {
   int64_t decode_rows = 0;       // rows summed over those steps (occupancy = rows / steps / rows_total)
   int64_t prefill_forwards = 0;  // forwards that put prompt tokens in (fresh prompts share one)
   double prefill_seconds = 0, decode_seconds = 0;  // time in those forwards, and in the decode steps' (sampling not)
-  int64_t tokens = 0;                              // tokens generated
-  int64_t prompt_tokens = 0, cached_tokens = 0;    // prompt positions asked for, and reused
-  double tokens_per_s = 0;                         // over the last 10 s
+  double sample_seconds = 0;  // time sampling the rows, handing out their tokens and dropping the finished ones
+  int64_t tokens = 0;         // tokens generated
+  int64_t prompt_tokens = 0, cached_tokens = 0;  // prompt positions asked for, and reused
+  double tokens_per_s = 0;                       // over the last 10 s
 };
 
 class Scheduler {
