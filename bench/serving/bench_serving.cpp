@@ -11,13 +11,14 @@
 //     up at once, each level run on one right after the other.
 // --dtype float32|bfloat16|int8 runs both sides with those weights (chat-web's --dtype);
 // --ways picks which of the in-process ways run (one at a time under `perf record`); --linears
-// times the model's Linears at 1 to 128 rows, then a step's all in order. NANOCHAT_BENCH_BIN
+// times the model's Linears at 1 to 128 rows, then a step's all in order; --steps the model's
+// forwards alone at 1, 4 and 16 rows. NANOCHAT_BENCH_BIN
 // names the chat-web binary. With both ways and the bound, the ceiling: one core's peak
 // multiply-add rate (peak_macs.h) and the ratio the bound's rows would reach at it. The
 // together way also prints how many forwards its prompts went in and its rows per step.
 // usage: bench_serving [--requests 16] [--max-tokens 64] [--clients 1,4,16,64] [--seconds 60]
 //        [--depth 6] [--width 256] [--dtype float32] [--ways sequential,together,bound]
-//        [--http-only|--engine-only] [--profile] [--linears]
+//        [--http-only|--engine-only] [--profile] [--linears] [--steps]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -214,28 +215,35 @@ static void print_ceiling(const GPTConfig& cfg, const std::string& dtype, int re
       seq / (decode / peak), (long long)prompt_tokens, seq / ((decode + prompts) / peak));
 }
 
-// --steps: one decode forward of the model alone (no scheduler, no sampling) at 1, 4 and 16 rows
-// at their own positions (a batch's rows are at different lengths), as the scheduler runs it; the
-// per-row cost shows what a batched step adds over a lone one (run under `perf record`)
-static void bench_steps(GPT& model, int64_t max_tokens) {
+// --steps: the model's forwards alone (no scheduler, no sampling) at 1, 4 and 16 rows, as the
+// scheduler runs them: a decode step with the rows at their own positions (a batch's rows are at
+// different lengths), and the rows' 17-token prompts in one forward (the chat prompt's length
+// here). Per row, against one row: what batching gains in each phase (run under `perf record`).
+static void bench_steps(GPT& model, int64_t max_tokens, int64_t prompt_len) {
   torch::NoGradGuard ng;
   EngineModel em = engine_model_from_gpt(model);
-  std::printf("\ndecode forwards, rows at positions 17..%lld, microseconds (median of 400)\n",
-              (long long)(17 + max_tokens));
-  double one = 0;
+  std::printf("\nforwards alone, microseconds (median): decode rows at positions %lld..%lld, prompts of %lld tokens\n",
+              (long long)prompt_len, (long long)(prompt_len + max_tokens), (long long)prompt_len);
+  double decode_one = 0, prompt_one = 0;
   for (int64_t rows : {1, 4, 16}) {
-    KVCache cache = model->make_kv_cache(rows, 17 + max_tokens + 1);
+    KVCache cache = model->make_kv_cache(rows, prompt_len + max_tokens + 1);
     std::vector<int64_t> pos(rows);
-    for (int64_t b = 0; b < rows; b++) pos[b] = 17 + (b * max_tokens) / rows;
+    for (int64_t b = 0; b < rows; b++) pos[b] = prompt_len + (b * max_tokens) / rows;
     torch::Tensor ids = torch::full({rows, 1}, 7, torch::kLong);
-    const double us = median_us(400, [&] {
+    const double decode = median_us(400, [&] {
       KVCache view = cache.view_rows(0, rows, 0);
       view.set_row_positions(pos);
       em.forward(ids, view);
     });
-    if (rows == 1) one = us;
-    std::printf("  %2lld rows: %7.1f us a step, %6.1f us a row; %.2fx a lone step's tokens/s\n", (long long)rows, us,
-                us / rows, one * rows / us);
+    torch::Tensor prompt_ids = torch::full({rows, prompt_len}, 7, torch::kLong);
+    const std::vector<int64_t> last(rows, prompt_len - 1);
+    const double prompt = median_us(50, [&] {
+      KVCache view = cache.view_rows(0, rows, 0);
+      engine_forward_last(em, prompt_ids, view, last);
+    });
+    if (rows == 1) decode_one = decode, prompt_one = prompt;
+    std::printf("  %2lld rows: a decode step %7.1f (%6.1f a row, %.2fx one row's rate); their prompts %8.1f (%.2fx)\n",
+                (long long)rows, decode, decode / rows, decode_one * rows / decode, prompt, prompt_one * rows / prompt);
   }
 }
 
@@ -259,7 +267,7 @@ int main(int argc, char** argv) {
   app.add_option("--ways", ways, "in-process: which of sequential, together, bound run");
   app.add_flag("--profile", profile, "in-process: one more run of sequential and bound under ATen's profiler");
   app.add_flag("--linears", linears, "time the model's Linears at 1 to 128 rows (then exit)");
-  app.add_flag("--steps", steps, "time one decode forward at 1, 4 and 16 rows (then exit)");
+  app.add_flag("--steps", steps, "time the model's decode and prompt forwards alone at 1, 4 and 16 rows (then exit)");
   app.add_flag("--http-only", http_only, "skip the in-process comparison");
   app.add_flag("--engine-only", engine_only, "skip the HTTP load");
   CLI11_PARSE(app, argc, argv);
@@ -279,10 +287,6 @@ int main(int argc, char** argv) {
     bench_linears(model, dtype);
     return 0;
   }
-  if (steps) {
-    bench_steps(model, max_tokens);
-    return 0;
-  }
 
   GenerateOptions o;
   o.max_tokens = max_tokens;
@@ -291,6 +295,10 @@ int main(int argc, char** argv) {
   o.default_stops = false;  // every reply runs its whole budget: equal work on both sides
   nlohmann::json msgs = {{{"role", "user"}, {"content", "what is two plus three"}}};
   const std::vector<int32_t> prompt = server_prompt_tokens(tok, msgs);
+  if (steps) {
+    bench_steps(model, max_tokens, (int64_t)prompt.size());
+    return 0;
+  }
 
   if (!http_only) {
     // `rounds` rounds, the ways interleaved (the machine is shared: its load moves between
