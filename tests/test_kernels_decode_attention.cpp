@@ -118,8 +118,7 @@ std::string describe(torch::ScalarType dtype, int64_t H, int64_t Hkv, int64_t D,
 
 }  // namespace
 
-// fp32 and bf16 caches, GQA (18 queries of a kv head: more than the 16 the scores take at once),
-// head sizes that are and are not multiples of the vector widths,
+// fp32 and bf16 caches, GQA, head sizes that are and are not multiples of the vector widths,
 // 1 and 3 new queries, windows from 0 to past every row, rows of their own key counts (down to
 // only the new keys: 1 key for Tq 1) and one count for all rows; caches that are views of a longer
 // cache (rows further apart) and a transposed one (copied to the layout the kernel reads)
@@ -128,7 +127,7 @@ TEST(DecodeAttention, KernelEqualsFp64MaskedSoftmax) {
     if (!decode_kernel_runs(dtype)) GTEST_SKIP() << "no CPU decode kernel here (kernels off or no AVX2)";
     torch::manual_seed(31);
     const int64_t B = 4, Tmax = 50;
-    for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}, {6, 1}, {3, 1}})  // 3, 9: a query unpaired
+    for (auto [H, Hkv] : {std::pair<int64_t, int64_t>{4, 4}, {4, 2}, {6, 1}, {3, 1}})  // 3 or 9 queries: one unpaired
       for (int64_t D : {24, 64, 128})
         for (int64_t Tq : {1, 3}) {
           Tensor q = torch::randn({B, Tq, H, D}).to(dtype);

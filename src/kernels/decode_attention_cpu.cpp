@@ -170,72 +170,58 @@ __attribute__((target("avx512f"))) void values_avx512(const float* p, int64_t nq
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
-// ---- AVX-512F, position by position, for heads of 64 and 128 -----------------------------------
-// The task's kv heads at a position are one contiguous run of memory: both passes walk the
-// positions once, so a row's heads are one stream the prefetchers follow (a head at a time made
-// them as many strided streams, ~20% slower on a 16-row step whose caches come from L3 or memory).
-// Scores: at each block of 4 positions, every query (up to 16 at a time) takes its 4 sums, reduced
-// across lanes together; the block stays in L1 between queries. bf16 keys on AVX512-BF16 multiply
-// bf16 pairs (q is bf16 widened: back to bf16 exactly; each pair's products exact in fp32, as the
-// FMAs' are, and as many fp32 additions). Values: two queries' D/16 output vectors each stay in
+// ---- AVX-512F, for heads of 64 and 128 ------------------------------------------------------
+// Scores a query at a time: its head in registers, 4 keys a pass, their 4 sums reduced across
+// lanes together. bf16 keys on AVX512-BF16 multiply bf16 pairs (q is bf16 widened: back to bf16
+// exactly; each pair's products exact in fp32, as the FMAs' are, and as many fp32 additions).
+// Values two queries at a time, position by position: both queries' D/16 output vectors stay in
 // registers over all the keys (the loops above load and store them at every key, in the same
-// order of sums).
-
-constexpr int64_t kQueriesAtOnce = 16;
+// order of sums), and a row's adjacent heads are read as one stream; a head at a time made them
+// as many strided streams, ~30% slower where the caches come from L3 or memory.
 
 template <int NV, typename T>
-__attribute__((target("avx512f,avx512dq"))) void scores_by_position(const float* q, int64_t nq, int64_t per_head,
-                                                                    const T* k, int64_t k_pos, int64_t L, float* s) {
+__attribute__((target("avx512f,avx512dq"))) void scores_by_query(const float* q, int64_t nq, int64_t per_head,
+                                                                 const T* k, int64_t k_pos, int64_t L, float* s) {
   constexpr int64_t D = NV * 16;
-  for (int64_t i0 = 0; i0 < nq; i0 += kQueriesAtOnce) {
-    const int64_t n = std::min(kQueriesAtOnce, nq - i0), heads = (i0 + n - 1) / per_head - i0 / per_head + 1;
-    const T* kb = k + i0 / per_head * D;
+  for (int64_t i = 0; i < nq; i++) {
+    __m512 qv[NV];
+    for (int c = 0; c < NV; c++) qv[c] = _mm512_loadu_ps(q + i * D + 16 * c);
+    const T* kh = k + i / per_head * D;
+    float* si = s + i * L;
     int64_t j = 0;
     for (; j + 4 <= L; j += 4) {
-      for (int jj = 0; jj < 4; jj++) prefetch_row(kb + (j + jj + kAhead) * k_pos, heads * D);
-      for (int64_t i = i0; i < i0 + n; i++) {
-        const T* kh = k + i / per_head * D + j * k_pos;
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int c = 0; c < NV; c++) {
-          const __m512 qv = _mm512_loadu_ps(q + i * D + 16 * c);
-          for (int jj = 0; jj < 4; jj++) acc[jj] = _mm512_fmadd_ps(qv, load16(kh + jj * k_pos + 16 * c), acc[jj]);
-        }
-        _mm_storeu_ps(s + i * L + j, lane_sums4(acc[0], acc[1], acc[2], acc[3]));
-      }
+      for (int jj = 0; jj < 4; jj++) prefetch_row(kh + (j + jj + kAhead) * k_pos, D);
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int c = 0; c < NV; c++)
+        for (int jj = 0; jj < 4; jj++)
+          acc[jj] = _mm512_fmadd_ps(qv[c], load16(kh + (j + jj) * k_pos + 16 * c), acc[jj]);
+      _mm_storeu_ps(si + j, lane_sums4(acc[0], acc[1], acc[2], acc[3]));
     }
-    for (; j < L; j++)
-      for (int64_t i = i0; i < i0 + n; i++) s[i * L + j] = dot_avx512(q + i * D, k + j * k_pos + i / per_head * D, D);
+    for (; j < L; j++) si[j] = dot_avx512(q + i * D, kh + j * k_pos, D);
   }
 }
 
 template <int NP>  // NP = D/32 vectors of bf16 pairs
-__attribute__((target("avx512f,avx512dq,avx512bf16"))) void scores_by_position_pairs(const float* q, int64_t nq,
-                                                                                     int64_t per_head, const bf16* k,
-                                                                                     int64_t k_pos, int64_t L,
-                                                                                     float* s) {
+__attribute__((target("avx512f,avx512dq,avx512bf16"))) void scores_by_query_pairs(const float* q, int64_t nq,
+                                                                                  int64_t per_head, const bf16* k,
+                                                                                  int64_t k_pos, int64_t L, float* s) {
   constexpr int64_t D = NP * 32;
-  __m512bh qv[kQueriesAtOnce][NP];
-  for (int64_t i0 = 0; i0 < nq; i0 += kQueriesAtOnce) {
-    const int64_t n = std::min(kQueriesAtOnce, nq - i0), heads = (i0 + n - 1) / per_head - i0 / per_head + 1;
-    for (int64_t i = 0; i < n; i++)
-      for (int c = 0; c < NP; c++)
-        qv[i][c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + (i0 + i) * D + 32 * c + 16),
-                                       _mm512_loadu_ps(q + (i0 + i) * D + 32 * c));
-    const bf16* kb = k + i0 / per_head * D;
+  for (int64_t i = 0; i < nq; i++) {
+    __m512bh qv[NP];
+    for (int c = 0; c < NP; c++)
+      qv[c] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(q + i * D + 32 * c + 16), _mm512_loadu_ps(q + i * D + 32 * c));
+    const bf16* kh = k + i / per_head * D;
+    float* si = s + i * L;
     int64_t j = 0;
     for (; j + 4 <= L; j += 4) {
-      for (int jj = 0; jj < 4; jj++) prefetch_row(kb + (j + jj + kAhead) * k_pos, heads * D);
-      for (int64_t i = 0; i < n; i++) {
-        const bf16* kh = k + (i0 + i) / per_head * D + j * k_pos;
-        __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
-        for (int c = 0; c < NP; c++)
-          for (int jj = 0; jj < 4; jj++)
-            acc[jj] = _mm512_dpbf16_ps(acc[jj], qv[i][c], (__m512bh)_mm512_loadu_si512(kh + jj * k_pos + 32 * c));
-        _mm_storeu_ps(s + (i0 + i) * L + j, lane_sums4(acc[0], acc[1], acc[2], acc[3]));
-      }
+      for (int jj = 0; jj < 4; jj++) prefetch_row(kh + (j + jj + kAhead) * k_pos, D);
+      __m512 acc[4] = {_mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps(), _mm512_setzero_ps()};
+      for (int c = 0; c < NP; c++)
+        for (int jj = 0; jj < 4; jj++)
+          acc[jj] = _mm512_dpbf16_ps(acc[jj], qv[c], (__m512bh)_mm512_loadu_si512(kh + (j + jj) * k_pos + 32 * c));
+      _mm_storeu_ps(si + j, lane_sums4(acc[0], acc[1], acc[2], acc[3]));
     }
-    for (; j < L; j++)
-      for (int64_t i = i0; i < i0 + n; i++) s[i * L + j] = dot_avx512(q + i * D, k + j * k_pos + i / per_head * D, D);
+    for (; j < L; j++) si[j] = dot_avx512(q + i * D, kh + j * k_pos, D);
   }
 }
 
@@ -274,11 +260,11 @@ template <typename T>
 bool scores_fast(const float* q, int64_t nq, int64_t per_head, const T* k, int64_t k_pos, int64_t L, int64_t D,
                  float* s) {
   if constexpr (std::is_same_v<T, bf16>) {
-    if (cpu_has_avx512_bf16() && D == 128) return scores_by_position_pairs<4>(q, nq, per_head, k, k_pos, L, s), true;
-    if (cpu_has_avx512_bf16() && D == 64) return scores_by_position_pairs<2>(q, nq, per_head, k, k_pos, L, s), true;
+    if (cpu_has_avx512_bf16() && D == 128) return scores_by_query_pairs<4>(q, nq, per_head, k, k_pos, L, s), true;
+    if (cpu_has_avx512_bf16() && D == 64) return scores_by_query_pairs<2>(q, nq, per_head, k, k_pos, L, s), true;
   }
-  if (D == 128) return scores_by_position<8>(q, nq, per_head, k, k_pos, L, s), true;
-  if (D == 64) return scores_by_position<4>(q, nq, per_head, k, k_pos, L, s), true;
+  if (D == 128) return scores_by_query<8>(q, nq, per_head, k, k_pos, L, s), true;
+  if (D == 64) return scores_by_query<4>(q, nq, per_head, k, k_pos, L, s), true;
   return false;
 }
 
