@@ -102,6 +102,12 @@ void cpu_malloc_setup() {
 #endif
 }
 
+void cpu_heap_trim() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
 HostInfo host_info() {
   HostInfo h{"unknown", (int)std::max(1u, std::thread::hardware_concurrency()), -1, -1};
   std::ifstream cpuinfo("/proc/cpuinfo");

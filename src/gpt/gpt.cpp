@@ -7,7 +7,6 @@
 #include <ATen/Context.h>
 #include <algorithm>
 #include <cctype>
-#include <malloc.h>
 #include <cmath>
 #include <iterator>
 #include <limits>
@@ -641,7 +640,7 @@ void gpt_prepare_for_inference(GPT& model, const std::string& dtype) {
   }
   // the weights just replaced were allocated below glibc's mmap threshold (it grows to 32 MB):
   // freed, they stay in the heap unless trimmed (a d20 model: 0.27 GiB of resident memory)
-  if (panels) malloc_trim(0);
+  if (panels) cpu_heap_trim();
   for (Block& b : model->blocks)
     if (b->attn->ve_gate) b->attn->ve_gate->weight.set_data(b->attn->ve_gate->weight.to(model->compute_dtype));
   if (model->smear_gate) model->smear_gate->weight.set_data(model->smear_gate->weight.to(model->compute_dtype));

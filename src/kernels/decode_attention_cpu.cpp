@@ -308,17 +308,12 @@ float softmax_row(float* s, int64_t L, int64_t lo, int64_t hi, float scale, bool
   return sum;
 }
 
-// a head's D values to and from fp32: the vectorised conversions for bf16 (to_float and
-// from_float in cpu_helpers.h, on the AVX2 build and up), a copy for fp32
+// a head's D values into fp32: the vectorised conversion for bf16 (to_float in cpu_helpers.h,
+// on the AVX2 build and up), a copy for fp32; store_row is the way back
 template <typename T>
 void to_floats(const T* src, float* dst, int64_t n) {
   if constexpr (std::is_same_v<T, float>) std::copy(src, src + n, dst);
   else to_float(src, dst, n);
-}
-template <typename T>
-void from_floats(const float* src, T* dst, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) std::copy(src, src + n, dst);
-  else from_float(src, dst, n);
 }
 
 struct Task {
@@ -365,7 +360,7 @@ void decode_task(const Task& g, const T* q, const T* k, const T* v, T* out, int6
   for (int64_t i = 0; i < nq; i++) {
     float* oi = o.data() + i * D;
     for (int64_t d = 0; d < D; d++) oi[d] *= inv_sum[i];
-    from_floats(oi, out + offset(i), D);
+    store_row<T>(oi, out + offset(i), D);
   }
 }
 

@@ -30,6 +30,10 @@ int cpu_threads_setup(int local_world_size);
 // thresholds to 1 GB so that freed blocks are reused, unless the user tuned malloc through
 // MALLOC_MMAP_THRESHOLD_, MALLOC_TRIM_THRESHOLD_ or GLIBC_TUNABLES. No-op elsewhere than glibc.
 void cpu_malloc_setup();
+// Returns glibc's freed heap memory to the system (malloc_trim): blocks below the mmap threshold
+// stay in the heap when freed, which keeps, say, weights just replaced by a repacked copy
+// resident. No-op elsewhere than glibc.
+void cpu_heap_trim();
 
 struct CudaDeviceInfo {
   int index;
