@@ -3,6 +3,7 @@
 #include "nanochat/attention.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -18,9 +19,28 @@ namespace {
 
 using torch::Tensor;
 
+// LibTorch's CPU flash attention in bf16 and fp16 packs its operands for AMX wherever the CPU has
+// AMX, also when ATen runs below AVX-512 (ATEN_CPU_CAPABILITY=avx2 or default), and there throws
+// "pack_vnni2 is only supported when avx512 is supported" (torch 2.11); there the math path runs
+bool cpu_flash_attention_throws(const Tensor& q) {
+  if (!q.is_cpu() || (q.scalar_type() != torch::kBFloat16 && q.scalar_type() != torch::kHalf)) return false;
+#if defined(__x86_64__)
+  static const bool throws = __builtin_cpu_supports("amx-bf16") && at::get_cpu_capability() != "AVX512";
+  return throws;
+#else
+  return false;
+#endif
+}
+
 // q (B,H,Tq,D), k and v (B,Hkv,Tk,D); mask broadcastable to (B,H,Tq,Tk), true = attend
 Tensor sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const std::optional<Tensor>& mask, bool is_causal) {
   bool gqa = q.size(1) != k.size(1);
+  if (cpu_flash_attention_throws(q)) {
+    std::optional<Tensor> additive;  // the math path takes a mask to add (the public call converts a bool one)
+    if (mask) additive = at::where(*mask, at::zeros({}, q.options()), at::full({}, -INFINITY, q.options()));
+    return std::get<0>(
+        at::_scaled_dot_product_attention_math(q, k, v, additive, 0.0, is_causal, std::nullopt, std::nullopt, gqa));
+  }
   return at::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, std::nullopt, gqa);
 }
 
