@@ -2,6 +2,7 @@
 // the original weights, within a bound built from the quantization step; bf16 storage against
 // the fp32 masters cast every step; which Linears a model quantizes; widths the kernel refuses.
 #include <cmath>
+#include <cstdio>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -225,44 +226,55 @@ TEST(PanelLinear, AgainstAnFp64Matmul) {
   // Every product of two bf16 (or bf16 and an int8 widened exactly) is exact in fp32, each pair
   // adds twice: |error| <= (in+1)*2^-24 * sum|x||w| (the +1: the int8 scale's product), and the
   // bf16 output rounds |y| by 2^-8 more
+  // Where the CPU has AMX the rows run once on its tiles (2+ rows, widths a multiple of 32: 256 and
+  // 1024 here; 17 and 33 rows leave a tile of one) and once on AVX512-BF16: the tiles add each pair
+  // to the fp32 sum twice too, but flush denormal sums to zero, up to 2^-126 an add more.
   if (!kernels_panel_linear_supported()) GTEST_SKIP() << "no AVX512-BF16 here: the panels are not used";
-  for (torch::ScalarType wt : {torch::kBFloat16, torch::kInt8})
-    for (int64_t rows : {1, 2, 5, 6, 7, 13, 16, 17, 33, 64})
-      for (auto [in, out] :
-           {std::pair<int64_t, int64_t>{2, 1}, {16, 5}, {100, 33}, {256, 130}, {1040, 9}, {1024, 1030}}) {
-        auto gen = gpt_make_generator(torch::kCPU, 7 * rows + in);
-        Tensor w, scale;
-        if (wt == torch::kInt8) {
-          w = at::randint(-127, 128, {out, in}, gen, torch::kInt8);
-          scale = (at::rand({out}, gen, torch::kFloat32) * 0.01 + 0.001).to(torch::kBFloat16);
-        } else {
-          w = test_weight(out, in, 5 * rows + out).to(torch::kBFloat16);
+  const bool had_amx = kernels_panel_linear_set_amx(true), amx_here = kernels_panel_linear_amx();
+  std::printf("AMX here: %s\n", amx_here ? "yes, both paths tested" : "no, AVX512-BF16 only");
+  for (bool amx : {false, true}) {
+    if (amx && !amx_here) continue;
+    kernels_panel_linear_set_amx(amx);
+    for (torch::ScalarType wt : {torch::kBFloat16, torch::kInt8})
+      for (int64_t rows : {1, 2, 5, 6, 7, 13, 16, 17, 33, 64})
+        for (auto [in, out] :
+             {std::pair<int64_t, int64_t>{2, 1}, {16, 5}, {100, 33}, {256, 130}, {1040, 9}, {1024, 1030}}) {
+          auto gen = gpt_make_generator(torch::kCPU, 7 * rows + in);
+          Tensor w, scale;
+          if (wt == torch::kInt8) {
+            w = at::randint(-127, 128, {out, in}, gen, torch::kInt8);
+            scale = (at::rand({out}, gen, torch::kFloat32) * 0.01 + 0.001).to(torch::kBFloat16);
+          } else {
+            w = test_weight(out, in, 5 * rows + out).to(torch::kBFloat16);
+          }
+          Tensor x = at::randn({rows, 1, in}, gen, torch::kFloat32).to(torch::kBFloat16);
+          Tensor y = kernels_panel_linear(x, kernels_pack_pair_panels(w), scale, out);
+          ASSERT_EQ(y.sizes(), (std::vector<int64_t>{rows, 1, out}));
+          ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+          Tensor w64 = w.to(torch::kFloat64);
+          if (scale.defined()) w64 = w64 * scale.to(torch::kFloat64).unsqueeze(1);
+          Tensor x64 = x.to(torch::kFloat64);
+          Tensor ref = at::matmul(x64, w64.t());
+          const double flushed = (double)(in + 1) * std::ldexp(1.0, -126);
+          Tensor bound = (at::matmul(x64.abs(), w64.abs().t()) * ((double)(in + 1) * std::ldexp(1.0, -24)) + flushed) *
+                             (1 + kBf16Unit) +
+                         ref.abs() * kBf16Unit;
+          Tensor err = (y.to(torch::kFloat64) - ref).abs();
+          EXPECT_TRUE((err <= bound).all().item<bool>())
+              << c10::toString(wt) << " panels" << (amx ? " on AMX" : "") << ", " << rows << "x" << in << "->" << out
+              << ": worst excess " << (err - bound).max().item<double>();
+          // with relu^2 (the MLP's c_fc) on the fp32 sums: relu moves no error up, the square
+          // turns a sum's error e into e (2|ref| + e), and the one bf16 rounding is of relu(ref)^2
+          Tensor sq = kernels_panel_linear(x, kernels_pack_pair_panels(w), scale, out, true).to(torch::kFloat64);
+          Tensor e = at::matmul(x64.abs(), w64.abs().t()) * ((double)(in + 1) * std::ldexp(1.0, -24)) + flushed;
+          Tensor ref_sq = at::relu(ref).square();
+          Tensor sq_bound = e * (2 * ref.abs() + e) * (1 + kBf16Unit) + ref_sq * kBf16Unit;
+          EXPECT_TRUE(((sq - ref_sq).abs() <= sq_bound).all().item<bool>())
+              << c10::toString(wt) << " panels with relu^2" << (amx ? " on AMX" : "") << ", " << rows << "x" << in
+              << "->" << out << ": worst excess " << ((sq - ref_sq).abs() - sq_bound).max().item<double>();
         }
-        Tensor x = at::randn({rows, 1, in}, gen, torch::kFloat32).to(torch::kBFloat16);
-        Tensor y = kernels_panel_linear(x, kernels_pack_pair_panels(w), scale, out);
-        ASSERT_EQ(y.sizes(), (std::vector<int64_t>{rows, 1, out}));
-        ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
-        Tensor w64 = w.to(torch::kFloat64);
-        if (scale.defined()) w64 = w64 * scale.to(torch::kFloat64).unsqueeze(1);
-        Tensor x64 = x.to(torch::kFloat64);
-        Tensor ref = at::matmul(x64, w64.t());
-        Tensor bound = at::matmul(x64.abs(), w64.abs().t()) * ((double)(in + 1) * std::ldexp(1.0, -24)) *
-                           (1 + kBf16Unit) +
-                       ref.abs() * kBf16Unit;
-        Tensor err = (y.to(torch::kFloat64) - ref).abs();
-        EXPECT_TRUE((err <= bound).all().item<bool>())
-            << c10::toString(wt) << " panels, " << rows << "x" << in << "->" << out << ": worst excess "
-            << (err - bound).max().item<double>();
-        // with relu^2 (the MLP's c_fc) on the fp32 sums: relu moves no error up, the square
-        // turns a sum's error e into e (2|ref| + e), and the one bf16 rounding is of relu(ref)^2
-        Tensor sq = kernels_panel_linear(x, kernels_pack_pair_panels(w), scale, out, true).to(torch::kFloat64);
-        Tensor e = at::matmul(x64.abs(), w64.abs().t()) * ((double)(in + 1) * std::ldexp(1.0, -24));
-        Tensor ref_sq = at::relu(ref).square();
-        Tensor sq_bound = e * (2 * ref.abs() + e) * (1 + kBf16Unit) + ref_sq * kBf16Unit;
-        EXPECT_TRUE(((sq - ref_sq).abs() <= sq_bound).all().item<bool>())
-            << c10::toString(wt) << " panels with relu^2, " << rows << "x" << in << "->" << out << ": worst excess "
-            << ((sq - ref_sq).abs() - sq_bound).max().item<double>();
-      }
+  }
+  kernels_panel_linear_set_amx(had_amx);
 }
 
 TEST(PanelLinear, OtherRowsRunTheReference) {

@@ -4,6 +4,7 @@
 // bf16/fp32 GEMM, because the int8 kernels' cost grows with every row while the GEMM's hardly does.
 // The inference linear of fp32 and bf16 weights lives here too.
 #include "nanochat/kernels/int8_linear.h"
+#include "nanochat/kernels/panel_linear.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Version.h>
@@ -75,8 +76,10 @@ std::string kernels_int8_cpu_report() {
     advice = "no vectorized int8 kernel here: use --dtype float32 (int8 and bfloat16 run scalar code)";
   else if (level == "AVX512" && bf16) advice = "int8 and bfloat16 at full speed: --dtype int8 decodes fastest";
   else advice = "int8 vectorized, bf16 converted in software: --dtype int8 still reads the fewest bytes";
+  // AMX: rows decoded together (a server's batch, a prompt) multiply on its tiles
+  const std::string amx = kernels_panel_linear_supported() && kernels_panel_linear_amx() ? "yes" : "no";
   return "ATen CPU level " + level + ", AVX2 " + (avx2 ? "yes" : "no") + ", AVX-512 VNNI " + (vnni ? "yes" : "no") +
-         ", AVX-512 BF16 " + (bf16 ? "yes" : "no") + ": " + advice;
+         ", AVX-512 BF16 " + (bf16 ? "yes" : "no") + ", AMX " + amx + ": " + advice;
 }
 
 std::pair<torch::Tensor, torch::Tensor> kernels_int8_quantize(const torch::Tensor& w, torch::ScalarType scale_dtype,

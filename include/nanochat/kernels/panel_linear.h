@@ -7,6 +7,11 @@ namespace nanochat {
 
 // whether this CPU (and NANOCHAT_KERNELS) runs the panel kernel: AVX512-BF16
 bool kernels_panel_linear_supported();
+// whether the panel kernel runs 2 or more rows on AMX tiles (Intel's tile unit, Sapphire Rapids
+// on: CPUID's AMX-BF16 and Linux's leave), for widths a multiple of 32; NANOCHAT_AMX=0 keeps them
+// on AVX512-BF16. set_amx turns it off or back on (tests, benches) and returns what it was.
+bool kernels_panel_linear_amx();
+bool kernels_panel_linear_set_amx(bool on);
 // w (out, in), bf16 or int8, `in` even -> (ceil(out/16), in/2, 16, 2): for each block of 16
 // outputs and each input pair, the 16 outputs' two weights side by side (missing outputs zero)
 torch::Tensor kernels_pack_pair_panels(const torch::Tensor& w);
