@@ -11,7 +11,8 @@
 //     up at once, each level run on one right after the other.
 // --dtype float32|bfloat16|int8 runs both sides with those weights (chat-web's --dtype);
 // --ways picks which of the in-process ways run (one at a time under `perf record`); --linears
-// times the model's Linears at 1 to 128 rows, then a step's all in order; --steps the model's
+// times the model's Linears at 1 to 128 rows, then a step's all in order (and, on AMX, without
+// it: NANOCHAT_AMX=0 runs every way without it); --steps the model's
 // forwards alone at 1, 4 and 16 rows. NANOCHAT_BENCH_BIN
 // names the chat-web binary. With both ways and the bound, the ceiling: one core's peak
 // multiply-add rate (peak_macs.h) and the ratio the bound's rows would reach at it. The
@@ -137,13 +138,25 @@ static void bench_linears(GPT& model, const std::string& dtype) {
     for (Linear l : {b->attn->c_q, b->attn->c_k, b->attn->c_v, b->attn->c_proj, b->mlp->c_fc, b->mlp->c_proj})
       step.push_back(l);
   step.push_back(model->lm_head);
+  // where the panels run on AMX, the same again on AVX512-BF16 alone
+  const bool amx = model->lm_head->panels && kernels_panel_linear_amx();
   for (int64_t rows : {1, 4, 16}) {
     std::map<int64_t, torch::Tensor> x;  // an input per width (n_embd, 4 n_embd)
     for (auto& l : step) x.emplace(l->in_features, torch::randn({rows, 1, l->in_features}).to(model->compute_dtype));
-    const double us = median_us(200, [&] {
-      for (auto& l : step) l->forward(x.at(l->in_features));
-    });
-    std::printf("  a step's %zu Linears one after another, %lld rows: %.1f us\n", step.size(), (long long)rows, us);
+    auto time_step = [&] {
+      return median_us(200, [&] {
+        for (auto& l : step) l->forward(x.at(l->in_features));
+      });
+    };
+    const double us = time_step();
+    std::printf("  a step's %zu Linears one after another, %lld rows: %.1f us", step.size(), (long long)rows, us);
+    if (amx) {
+      kernels_panel_linear_set_amx(false);
+      const double vectors = time_step();
+      kernels_panel_linear_set_amx(true);
+      std::printf(" (AVX512-BF16 alone %.1f us: AMX %.2fx)", vectors, vectors / us);
+    }
+    std::printf("\n");
   }
 }
 
