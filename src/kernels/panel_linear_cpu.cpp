@@ -148,12 +148,27 @@ __attribute__((target("amx-tile"))) void amx_configure(int64_t m) {
 }
 __attribute__((target("amx-tile"))) void amx_release() { _tile_release(); }
 
+// block c's next 16 pairs (from `pk`, blocks `block_values` apart) as a tile: bf16 panels as they
+// are, int8 ones widened into `scratch` first
+template <typename W>
+__attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16"))) inline const at::BFloat16* tile_pairs(
+    const W* pk, int64_t c, int64_t block_values, at::BFloat16* scratch) {
+  if constexpr (std::is_same_v<W, int8_t>) {
+    widen_panel(pk + c * block_values, scratch, kAmxInputs / 2);
+    asm volatile("" : : "r"(scratch) : "memory");  // GCC 12 does not see TILELOADD read it (as LDTILECFG)
+    return scratch;
+  } else {
+    return pk + c * block_values;
+  }
+}
+
 // sums (m rows, C blocks of 16, a row 64 floats apart) = x (m rows of `in`, in a multiple of 32)
 // . the C panel blocks from `p`; tile numbers are immediates, so C is a template argument
-template <int C>
-__attribute__((target("amx-tile,amx-bf16"), noinline)) void amx_tile(const at::BFloat16* x, int64_t in,
-                                                                     const at::BFloat16* p, int64_t pairs,
-                                                                     float* sums) {
+template <int C, typename W>
+__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512dq,avx512vl,avx512bf16"), noinline)) void amx_tile(
+    const at::BFloat16* x, int64_t in, const W* p, int64_t pairs, float* sums) {
+  constexpr int64_t row_bytes = 2 * kBlock * sizeof(at::BFloat16);     // a pair row of a block
+  alignas(64) at::BFloat16 scratch[kTileBlocks][kAmxInputs * kBlock];  // int8 tiles widened
   const int64_t block_values = pairs * 2 * kBlock;
   _tile_zero(0);
   if constexpr (C > 1) _tile_zero(1);
@@ -161,19 +176,19 @@ __attribute__((target("amx-tile,amx-bf16"), noinline)) void amx_tile(const at::B
   if constexpr (C > 3) _tile_zero(3);
   for (int64_t k = 0; k < in; k += kAmxInputs) {
     _tile_loadd(4, x + k, in * sizeof(at::BFloat16));
-    const at::BFloat16* pk = p + k * kBlock;  // pair k/2 of the first block: 32 values a pair
-    _tile_loadd(5, pk, 2 * kBlock * sizeof(at::BFloat16));
+    const W* pk = p + k * kBlock;  // pair k/2 of the first block: 32 values a pair
+    _tile_loadd(5, tile_pairs(pk, 0, block_values, scratch[0]), row_bytes);
     _tile_dpbf16ps(0, 4, 5);
     if constexpr (C > 1) {
-      _tile_loadd(6, pk + block_values, 2 * kBlock * sizeof(at::BFloat16));
+      _tile_loadd(6, tile_pairs(pk, 1, block_values, scratch[1]), row_bytes);
       _tile_dpbf16ps(1, 4, 6);
     }
     if constexpr (C > 2) {
-      _tile_loadd(7, pk + 2 * block_values, 2 * kBlock * sizeof(at::BFloat16));
+      _tile_loadd(7, tile_pairs(pk, 2, block_values, scratch[2]), row_bytes);
       _tile_dpbf16ps(2, 4, 7);
     }
     if constexpr (C > 3) {
-      _tile_loadd(5, pk + 3 * block_values, 2 * kBlock * sizeof(at::BFloat16));
+      _tile_loadd(5, tile_pairs(pk, 3, block_values, scratch[3]), row_bytes);
       _tile_dpbf16ps(3, 4, 5);
     }
   }
@@ -184,20 +199,21 @@ __attribute__((target("amx-tile,amx-bf16"), noinline)) void amx_tile(const at::B
   if constexpr (C > 3) _tile_stored(3, sums + 3 * kBlock, stride);
 }
 
-// every row of x against one group of `blocks` bf16 panel blocks, 16 rows a tile; `configured`:
-// the rows the thread's tiles are set for (0: none yet)
-void amx_rows_against_group(const at::BFloat16* x, int64_t rows, int64_t in, const at::BFloat16* p, int64_t pairs,
-                            int64_t blocks, const Output& o, int64_t o0, int64_t& configured) {
+// every row of x against one group of `blocks` panel blocks, 16 rows a tile; `configured`: the
+// rows the thread's tiles are set for (0: none yet)
+template <typename W>
+void amx_rows_against_group(const at::BFloat16* x, int64_t rows, int64_t in, const W* p, int64_t pairs, int64_t blocks,
+                            const Output& o, int64_t o0, int64_t& configured) {
   alignas(64) float sums[kAmxRows * kTileBlocks * kBlock];
   for (int64_t r = 0; r < rows; r += kAmxRows) {
     const int64_t m = std::min(kAmxRows, rows - r);
     if (m != configured) amx_configure(m), configured = m;
     const at::BFloat16* xr = x + r * in;
     switch (blocks) {
-      case 1: amx_tile<1>(xr, in, p, pairs, sums); break;
-      case 2: amx_tile<2>(xr, in, p, pairs, sums); break;
-      case 3: amx_tile<3>(xr, in, p, pairs, sums); break;
-      default: amx_tile<kTileBlocks>(xr, in, p, pairs, sums); break;
+      case 1: amx_tile<1, W>(xr, in, p, pairs, sums); break;
+      case 2: amx_tile<2, W>(xr, in, p, pairs, sums); break;
+      case 3: amx_tile<3, W>(xr, in, p, pairs, sums); break;
+      default: amx_tile<kTileBlocks, W>(xr, in, p, pairs, sums); break;
     }
     Output to = o;
     to.y += r * o.out;
@@ -283,22 +299,20 @@ void kernels_panel_linear_cpu(const at::BFloat16* x, const W* panels, const at::
     for (int64_t g = g0; g < g1; g++) {
       const int64_t first = g * kTileBlocks, n = std::min<int64_t>(kTileBlocks, blocks - first);
       const W* w = panels + first * pairs * 2 * kBlock;
-      const at::BFloat16* p = nullptr;  // the group's panel as bf16
       if constexpr (std::is_same_v<W, int8_t>) {
-        if (amx || rows > kInt8MaxRowsWidenedInTiles) {
+        if (rows > kInt8MaxRowsWidenedInTiles) {  // the group's panel widened once for every row tile
           thread_local std::vector<at::BFloat16> widened;
           widened.resize(n * pairs * 2 * kBlock);
           widen_panel(w, widened.data(), n * pairs);
-          p = widened.data();
-        } else {
-          rows_against_group(x, rows, in, w, pairs, n, o, first * kBlock);  // widened as the tiles load it
+          const at::BFloat16* p = widened.data();
+          if (amx) amx_rows_against_group(x, rows, in, p, pairs, n, o, first * kBlock, amx_configured);
+          else rows_against_group(x, rows, in, p, pairs, n, o, first * kBlock);
           continue;
         }
-      } else {
-        p = w;
       }
-      if (amx) amx_rows_against_group(x, rows, in, p, pairs, n, o, first * kBlock, amx_configured);
-      else rows_against_group(x, rows, in, p, pairs, n, o, first * kBlock);
+      // (int8: each tile widens its weights as it loads them)
+      if (amx) amx_rows_against_group(x, rows, in, w, pairs, n, o, first * kBlock, amx_configured);
+      else rows_against_group(x, rows, in, w, pairs, n, o, first * kBlock);
     }
     if (amx_configured) amx_release();  // the thread's tile state need not be saved at its next switch
   });
