@@ -143,7 +143,7 @@ struct TileConfig {  // LDTILECFG's 64 bytes, palette 1
 __attribute__((target("amx-tile"))) void amx_configure(int64_t m) {
   TileConfig cfg;
   for (int t = 0; t < 8; t++) cfg.bytes_per_row[t] = 64, cfg.rows[t] = (uint8_t)(t < 5 ? m : 16);
-  asm volatile("" : : "r"(&cfg) : "memory");  // GCC 12 does not see LDTILECFG read cfg: it dropped the stores
+  asm volatile("" : : "r"(&cfg) : "memory");  // GCC 12's LDTILECFG asm does not say it reads cfg: the stores went
   _tile_loadconfig(&cfg);
 }
 __attribute__((target("amx-tile"))) void amx_release() { _tile_release(); }
@@ -154,8 +154,11 @@ template <typename W>
 __attribute__((target("avx512f,avx512bw,avx512dq,avx512vl,avx512bf16"))) inline const at::BFloat16* tile_pairs(
     const W* pk, int64_t c, int64_t block_values, at::BFloat16* scratch) {
   if constexpr (std::is_same_v<W, int8_t>) {
+    // GCC 12's tile loads are volatile asm without a memory clobber: these fences keep the widened
+    // stores after the previous load of `scratch` and before the next
+    asm volatile("" : : : "memory");
     widen_panel(pk + c * block_values, scratch, kAmxInputs / 2);
-    asm volatile("" : : "r"(scratch) : "memory");  // GCC 12 does not see TILELOADD read it (as LDTILECFG)
+    asm volatile("" : : "r"(scratch) : "memory");
     return scratch;
   } else {
     return pk + c * block_values;
@@ -197,6 +200,7 @@ __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512dq,avx512vl,avx5
   if constexpr (C > 1) _tile_stored(1, sums + kBlock, stride);
   if constexpr (C > 2) _tile_stored(2, sums + 2 * kBlock, stride);
   if constexpr (C > 3) _tile_stored(3, sums + 3 * kBlock, stride);
+  asm volatile("" : : "r"(sums) : "memory");  // (nor do its tile stores say they write sums)
 }
 
 // every row of x against one group of `blocks` panel blocks, 16 rows a tile; `configured`: the
