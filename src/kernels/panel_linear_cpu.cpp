@@ -9,7 +9,6 @@
 // panel widened once and reused by every row tile when there are more rows than that pays for.
 // Where the CPU has AMX (Intel, from Sapphire Rapids), two or more rows multiply on its tiles,
 // whose second operand the panels already are (amx_tile below).
-#include <cpuid.h>
 #include <immintrin.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -225,12 +224,11 @@ void amx_rows_against_group(const at::BFloat16* x, int64_t rows, int64_t in, con
   }
 }
 
-// CPUID's AMX-TILE and AMX-BF16, and Linux's leave to use the tile data (5.16 on; asked once a
-// process, as oneDNN also does)
+// AMX-TILE and AMX-BF16, and Linux's leave to use the tile data (5.16 on; asked once a process,
+// as oneDNN also does)
 bool cpu_has_amx_bf16() {
   static const bool ok = [] {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 22))) return false;
+    if (!__builtin_cpu_supports("amx-tile") || !__builtin_cpu_supports("amx-bf16")) return false;
     constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
     return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
   }();
@@ -279,12 +277,12 @@ void rows_against_group(const at::BFloat16* x, int64_t rows, int64_t in, const W
 
 }  // namespace
 
-// y (rows, out) = x (rows, in) @ w^T (* scale (out,) for int8 panels), then relu(y)^2 if asked;
-// x's width even, panels (ceil(out/16), in/2, 16, 2). The caller checks the CPU
-// (kernels_rows_linear_cpu_bf16_pairs()).
 bool kernels_panel_linear_amx() { return cpu_has_amx_bf16() && amx_wanted().load(); }
 bool kernels_panel_linear_set_amx(bool on) { return amx_wanted().exchange(on); }
 
+// y (rows, out) = x (rows, in) @ w^T (* scale (out,) for int8 panels), then relu(y)^2 if asked;
+// x's width even, panels (ceil(out/16), in/2, 16, 2). The caller checks the CPU
+// (kernels_rows_linear_cpu_bf16_pairs()).
 template <typename W>
 void kernels_panel_linear_cpu(const at::BFloat16* x, const W* panels, const at::BFloat16* scale, at::BFloat16* y,
                               int64_t rows, int64_t in, int64_t out, bool relu_square) {
@@ -303,20 +301,20 @@ void kernels_panel_linear_cpu(const at::BFloat16* x, const W* panels, const at::
     for (int64_t g = g0; g < g1; g++) {
       const int64_t first = g * kTileBlocks, n = std::min<int64_t>(kTileBlocks, blocks - first);
       const W* w = panels + first * pairs * 2 * kBlock;
+      auto every_row_against = [&](const auto* p) {  // bf16 panels, or int8 ones each tile widens as it loads
+        if (amx) amx_rows_against_group(x, rows, in, p, pairs, n, o, first * kBlock, amx_configured);
+        else rows_against_group(x, rows, in, p, pairs, n, o, first * kBlock);
+      };
       if constexpr (std::is_same_v<W, int8_t>) {
         if (rows > kInt8MaxRowsWidenedInTiles) {  // the group's panel widened once for every row tile
           thread_local std::vector<at::BFloat16> widened;
           widened.resize(n * pairs * 2 * kBlock);
           widen_panel(w, widened.data(), n * pairs);
-          const at::BFloat16* p = widened.data();
-          if (amx) amx_rows_against_group(x, rows, in, p, pairs, n, o, first * kBlock, amx_configured);
-          else rows_against_group(x, rows, in, p, pairs, n, o, first * kBlock);
+          every_row_against(static_cast<const at::BFloat16*>(widened.data()));
           continue;
         }
       }
-      // (int8: each tile widens its weights as it loads them)
-      if (amx) amx_rows_against_group(x, rows, in, w, pairs, n, o, first * kBlock, amx_configured);
-      else rows_against_group(x, rows, in, w, pairs, n, o, first * kBlock);
+      every_row_against(w);
     }
     if (amx_configured) amx_release();  // the thread's tile state need not be saved at its next switch
   });
